@@ -1,0 +1,16 @@
+//! Generates the cri-imaged API and a descriptor set for server reflection.
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        // The CRI types come from k8s-cri so that values pass between our API
+        // and the runtime client without conversion.
+        .extern_path(".runtime.v1", "::k8s_cri::v1")
+        .file_descriptor_set_path(out.join("imagemanager_descriptor.bin"))
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&["proto/imagemanager/v1/image_manager.proto"], &["proto"])?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

@@ -1,0 +1,610 @@
+#!/usr/bin/env bash
+# local-stack.sh - throwaway, loopback-only test stack for cri-imaged:
+#   * a distribution v2 registry (docker-registry) on 127.0.0.1:<free port>, plain HTTP, no auth
+#   * a private containerd (runs as root) whose CRI plugin (runtime.v1) pulls from that registry
+#
+# Usage:
+#   local-stack.sh start DIR                  start both daemons in the background, write DIR/stack.env
+#   local-stack.sh stop  DIR                  stop them (TERM, then KILL), unmount leftovers; idempotent
+#   local-stack.sh seed  DIR NAME:TAG [TEXT]  build a 1-layer OCI image, push it, print its manifest digest
+#
+# DIR must consist of [A-Za-z0-9._/+-] only (it is pasted into TOML/YAML/skopeo refs unquoted) and must be
+# short enough that DIR/containerd.sock.ttrpc fits in a unix socket path (< 108 bytes).
+#
+# Files in DIR:
+#   stack.env              REGISTRY, CONTAINERD_SOCK, REGISTRY_LOG, REGISTRY_PID, CONTAINERD_PID, ... (KEY=VALUE)
+#   registry.yml           generated registry config;  registry-data/  its storage
+#   registry.log           registry stdout+stderr (access log + logrus lines), truncated on every start
+#   containerd.toml        generated containerd config; containerd-root/ containerd-state/ opt/ cni/
+#   containerd.sock(.ttrpc) containerd gRPC / ttrpc sockets; containerd.log its log
+#   certs.d/127.0.0.1:PORT/hosts.toml   CRI registry host config (plain http, pull+resolve)
+#   run/*.pid              pids written by the launch wrapper;  *.log.prev  logs of the previous run
+#
+# Registry access log: distribution v2.8 wraps its handler in gorilla's CombinedLoggingHandler writing to
+# *stdout* (Apache "combined" format); the logrus application log goes to stderr. Both are redirected into
+# registry.log. An access-log line looks like:
+#   127.0.0.1 - - [22/Nov/2026:10:07:12 +0000] "HEAD /v2/demo/hello/manifests/v1 HTTP/1.1" 200 528 "" "containerd/1.6.20~ds1"
+#   <client> - <user> [<time>] "<METHOD> <request-uri> <proto>" <status> <bytes> "<referer>" "<user-agent>"
+# Count manifest resolutions/fetches of one repository (access-log lines only; the logrus lines quote the
+# uri differently and do not match):
+#   grep -cE '"(GET|HEAD) /v2/demo/hello/manifests/[^ ]+ HTTP/[0-9.]+"' "$REGISTRY_LOG"
+# (by tag only: .../manifests/v1 HTTP; by digest only: .../manifests/sha256:...).
+#
+# Environment knobs: START_TIMEOUT (s, default 30), STOP_TIMEOUT (s, default 10), GRPCURL (default grpcurl),
+# CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry).
+
+set -euo pipefail
+
+PROG=${0##*/}
+START_TIMEOUT=${START_TIMEOUT:-30}
+STOP_TIMEOUT=${STOP_TIMEOUT:-10}
+GRPCURL=${GRPCURL:-grpcurl}
+CONTAINERD_BIN=${CONTAINERD_BIN:-containerd}
+REGISTRY_BIN=${REGISTRY_BIN:-docker-registry}
+
+die() {
+    printf '%s: error: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+note() {
+    printf '%s: %s\n' "$PROG" "$*" >&2
+}
+
+usage() {
+    cat >&2 <<EOF
+usage: $PROG start DIR                     start registry + containerd (CRI) in the background
+       $PROG stop  DIR                     stop them; idempotent
+       $PROG seed  DIR NAME:TAG [CONTENT]  push a 1-layer OCI image, print its manifest digest
+EOF
+    exit 2
+}
+
+need_cmd() {
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || die "required command not found: $c"
+    done
+}
+
+need_root() {
+    [[ $EUID -eq 0 ]] || die "must run as root (containerd needs it)"
+}
+
+# Canonicalise DIR (creating it when asked) and validate it.
+resolve_dir() {
+    local raw=$1 create=$2
+    [[ -n $raw ]] || die "DIR must not be empty"
+    if [[ $create == yes ]]; then
+        mkdir -p -- "$raw"
+    fi
+    [[ -d $raw ]] || die "no such directory: $raw"
+    DIR=$(cd -- "$raw" && pwd -P)
+    [[ $DIR =~ ^/[A-Za-z0-9._/+-]*$ ]] || die "DIR may only contain [A-Za-z0-9._/+-]: $DIR"
+    [[ $DIR != / ]] || die "refusing to use / as DIR"
+    local longest="$DIR/containerd.sock.ttrpc"
+    ((${#longest} < 108)) || die "DIR too long for unix sockets (${#longest} >= 108 bytes): $longest"
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# process helpers
+
+# alive PID: true if the process exists and is not a zombie.
+alive() {
+    local pid=$1 stat
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]]
+}
+
+# is_ours PID KIND: PID is a live process of KIND belonging to this DIR.
+#   registry   : argv0 basename contains "registry"      and an argument == DIR/registry.yml
+#   containerd : argv0 basename == containerd            and an argument == DIR/containerd.toml
+#   shim       : argv0 basename starts with containerd-shim and an argument == DIR/containerd.sock
+is_ours() {
+    local pid=$1 kind=$2 argv0 want a found=1
+    alive "$pid" || return 1
+    local -a args=()
+    { mapfile -d '' -t args <"/proc/$pid/cmdline"; } 2>/dev/null || return 1
+    ((${#args[@]} > 0)) || return 1
+    argv0=${args[0]##*/}
+    case $kind in
+        registry)
+            [[ $argv0 == *registry* ]] || return 1
+            want="$DIR/registry.yml"
+            ;;
+        containerd)
+            [[ $argv0 == containerd ]] || return 1
+            want="$DIR/containerd.toml"
+            ;;
+        shim)
+            [[ $argv0 == containerd-shim* ]] || return 1
+            want="$DIR/containerd.sock"
+            ;;
+        *) return 1 ;;
+    esac
+    for a in "${args[@]:1}"; do
+        if [[ $a == "$want" ]]; then
+            found=0
+            break
+        fi
+    done
+    return "$found"
+}
+
+# find_ours KIND: print pids of KIND for this DIR (pid file first, then a scan of /proc by exact argument).
+find_ours() {
+    local kind=$1 pid f
+    local -A seen=()
+    if [[ -f $DIR/run/$kind.pid ]]; then
+        pid=$(<"$DIR/run/$kind.pid")
+        if is_ours "$pid" "$kind"; then
+            seen[$pid]=1
+            echo "$pid"
+        fi
+    fi
+    for f in /proc/[0-9]*; do
+        pid=${f#/proc/}
+        [[ -n ${seen[$pid]:-} || $pid == "$$" ]] && continue
+        if is_ours "$pid" "$kind"; then
+            seen[$pid]=1
+            echo "$pid"
+        fi
+    done
+}
+
+# terminate PID...: TERM, wait up to STOP_TIMEOUT, then KILL and wait up to 5 s more.
+terminate() {
+    (($# > 0)) || return 0
+    local pid deadline
+    local -a left=()
+    kill -TERM "$@" 2>/dev/null || true
+    deadline=$((SECONDS + STOP_TIMEOUT))
+    while :; do
+        left=()
+        for pid in "$@"; do alive "$pid" && left+=("$pid"); done
+        ((${#left[@]} == 0)) && return 0
+        ((SECONDS >= deadline)) && break
+        sleep 0.2
+    done
+    note "still alive after ${STOP_TIMEOUT}s, sending KILL: ${left[*]}"
+    kill -KILL "${left[@]}" 2>/dev/null || true
+    deadline=$((SECONDS + 5))
+    while ((SECONDS < deadline)); do
+        local any=0
+        for pid in "${left[@]}"; do alive "$pid" && any=1; done
+        ((any == 0)) && return 0
+        sleep 0.2
+    done
+    die "processes survived KILL: ${left[*]}"
+}
+
+# launch NAME LOG CMD...: start CMD in a new session, stdin from /dev/null, stdout+stderr appended to LOG.
+# The wrapper shell writes its own pid to DIR/run/NAME.pid and then execs CMD, so the pid is CMD's pid even
+# if setsid(1) has to fork.
+launch() {
+    local name=$1 log=$2
+    shift 2
+    rm -f -- "$DIR/run/$name.pid"
+    # shellcheck disable=SC2016 # $$ / $0 / $@ are expanded by the inner shell on purpose
+    setsid bash -c 'echo "$$" >"$0" && exec "$@"' "$DIR/run/$name.pid" "$@" </dev/null >>"$log" 2>&1 &
+    local deadline=$((SECONDS + 5))
+    until [[ -s $DIR/run/$name.pid ]]; do
+        ((SECONDS < deadline)) || die "$name: launcher did not write its pid file"
+        sleep 0.05
+    done
+    cat -- "$DIR/run/$name.pid"
+}
+
+# unmount everything mounted strictly below DIR, deepest first.
+unmount_below() {
+    local -a mps=()
+    local mp
+    # mountinfo field 5 is the mount point, with space/tab/newline/backslash octal-escaped
+    while IFS= read -r mp; do
+        mp=$(printf '%b' "$mp")
+        [[ $mp == "$DIR"/* ]] && mps+=("$mp")
+    done < <(awk '{print $5}' /proc/self/mountinfo)
+    ((${#mps[@]} > 0)) || return 0
+    while IFS= read -r mp; do
+        note "unmounting $mp"
+        umount -- "$mp" 2>/dev/null || umount -l -- "$mp" || note "warning: could not unmount $mp"
+    done < <(printf '%s\n' "${mps[@]}" | awk '{print length($0) "\t" $0}' | sort -rn | cut -f2-)
+}
+
+# pick_port [PREFERRED]: print PREFERRED if it can be bound on 127.0.0.1 right now, else a kernel-chosen
+# free port. (Reusing the previous run's port keeps image names stable across restarts of one DIR.)
+pick_port() {
+    python3 -c 'import socket, sys
+pref = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 0
+for port in ([pref] if pref else []) + [0]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # like Go listeners: TIME_WAIT is no obstacle
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
+    print(s.getsockname()[1])
+    s.close()
+    break' "$@"
+}
+
+log_tail() {
+    local f=$1
+    printf '%s\n' "----- last lines of $f -----" >&2
+    tail -n 25 -- "$f" >&2 2>/dev/null || true
+    printf '%s\n' "-----" >&2
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# config writers
+
+write_registry_config() {
+    local port=$1
+    cat >"$DIR/registry.yml" <<EOF
+# generated by $PROG - do not edit
+version: 0.1
+log:
+  level: info
+  formatter: text
+  accesslog:
+    disabled: false      # Apache combined format on stdout -> registry.log
+  fields:
+    service: registry
+storage:
+  filesystem:
+    rootdirectory: $DIR/registry-data
+  delete:
+    enabled: true
+  cache:
+    blobdescriptor: inmemory
+http:
+  addr: 127.0.0.1:$port
+  headers:
+    X-Content-Type-Options: [nosniff]
+EOF
+}
+
+write_certs_d() {
+    local port=$1 host="127.0.0.1:$1"
+    rm -rf -- "$DIR/certs.d"
+    mkdir -p -- "$DIR/certs.d/$host"
+    cat >"$DIR/certs.d/$host/hosts.toml" <<EOF
+# generated by $PROG
+server = "http://$host"
+
+[host."http://$host"]
+  capabilities = ["pull", "resolve"]
+EOF
+}
+
+write_containerd_config() {
+    cat >"$DIR/containerd.toml" <<EOF
+# generated by $PROG - private containerd for the CRI image service only
+version = 2
+root = "$DIR/containerd-root"
+state = "$DIR/containerd-state"
+# Snapshotters that cannot work here (no aufs module / not btrfs / not zfs / no devmapper pool); disabling
+# them only removes log noise. Everything else, in particular io.containerd.grpc.v1.cri, stays enabled.
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+]
+
+[grpc]
+  address = "$DIR/containerd.sock"
+
+[ttrpc]
+  address = "$DIR/containerd.sock.ttrpc"
+
+[debug]
+  level = "info"
+
+[plugins]
+  # default is /opt/containerd (created on start) - keep everything under DIR
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "$DIR/opt"
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    # No CNI is needed for the image service. The CRI plugin still creates/watches conf_dir (default
+    # /etc/cni/net.d) and logs "no network config found" - harmless; point it into DIR so the host is
+    # left untouched.
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "$DIR/cni/bin"
+      conf_dir = "$DIR/cni/net.d"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "native"
+
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$DIR/certs.d"
+EOF
+}
+
+# minimal CRI proto used only for the readiness probe (unknown response fields are ignored by grpcurl)
+write_probe_proto() {
+    cat >"$DIR/cri-probe.proto" <<'EOF'
+// generated by local-stack.sh: just enough of runtime.v1 to call ImageService/ListImages
+syntax = "proto3";
+package runtime.v1;
+message ListImagesRequest {}
+message ListImagesResponse {}
+service ImageService {
+  rpc ListImages(ListImagesRequest) returns (ListImagesResponse) {}
+}
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# readiness probes
+
+registry_ready() {
+    curl -fsS --noproxy '*' --max-time 2 -o /dev/null "http://127.0.0.1:$1/v2/" 2>/dev/null
+}
+
+cri_ready() {
+    [[ -S $DIR/containerd.sock ]] || return 1
+    if [[ $HAVE_GRPCURL == yes ]]; then
+        "$GRPCURL" -plaintext -max-time 3 -unix -import-path "$DIR" -proto cri-probe.proto \
+            "$DIR/containerd.sock" runtime.v1.ImageService/ListImages >/dev/null 2>&1
+    else
+        ctr --address "$DIR/containerd.sock" plugins ls 2>/dev/null |
+            awk '$1 == "io.containerd.grpc.v1" && $2 == "cri" && $NF == "ok" {f = 1} END {exit !f}'
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# subcommands
+
+STARTED_PIDS=()
+START_OK=no
+
+start_cleanup() {
+    if [[ $START_OK != yes && ${#STARTED_PIDS[@]} -gt 0 ]]; then
+        note "start failed; stopping what was started (${STARTED_PIDS[*]})"
+        STOP_TIMEOUT=5 terminate "${STARTED_PIDS[@]}" || true
+    fi
+}
+
+cmd_start() {
+    (($# == 1)) || usage
+    need_root
+    need_cmd "$CONTAINERD_BIN" "$REGISTRY_BIN" setsid python3 curl awk
+    resolve_dir "$1" yes
+    local t0 t1
+    t0=$(date +%s.%N)
+
+    HAVE_GRPCURL=yes
+    if ! command -v "$GRPCURL" >/dev/null 2>&1; then
+        HAVE_GRPCURL=no
+        note "warning: $GRPCURL not found; CRI readiness is checked via 'ctr plugins ls' instead"
+        need_cmd ctr
+    fi
+
+    local running
+    running=$(find_ours registry; find_ours containerd)
+    [[ -z $running ]] || die "stack in $DIR already running (pids: $(echo "$running" | tr '\n' ' ')); run '$PROG stop $DIR' first"
+
+    mkdir -p -- "$DIR/run" "$DIR/registry-data" "$DIR/cni/net.d" "$DIR/cni/bin"
+    rm -f -- "$DIR/stack.env"
+    local f
+    for f in registry.log containerd.log; do
+        if [[ -s $DIR/$f ]]; then mv -f -- "$DIR/$f" "$DIR/$f.prev"; fi
+        : >"$DIR/$f"
+    done
+    write_containerd_config
+    write_probe_proto
+
+    trap start_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    local deadline=$((SECONDS + START_TIMEOUT))
+
+    # registry: retry with another port if the one we picked got taken in the meantime
+    local port reg_pid attempt prev_port=""
+    if [[ -f $DIR/registry.yml ]]; then
+        prev_port=$(sed -n 's/^  addr: 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$DIR/registry.yml")
+    fi
+    for attempt in 1 2 3; do
+        if ((attempt == 1)); then port=$(pick_port "$prev_port"); else port=$(pick_port); fi
+        [[ -n $port ]] || die "could not find a free port on 127.0.0.1"
+        write_registry_config "$port"
+        reg_pid=$(launch registry "$DIR/registry.log" "$REGISTRY_BIN" serve "$DIR/registry.yml")
+        STARTED_PIDS+=("$reg_pid")
+        until registry_ready "$port"; do
+            if ! alive "$reg_pid"; then
+                if grep -q 'address already in use' "$DIR/registry.log" && ((attempt < 3)); then
+                    note "port $port was taken, retrying"
+                    continue 2
+                fi
+                log_tail "$DIR/registry.log"
+                die "registry exited during startup"
+            fi
+            if ((SECONDS >= deadline)); then
+                log_tail "$DIR/registry.log"
+                die "registry did not answer GET http://127.0.0.1:$port/v2/ within ${START_TIMEOUT}s"
+            fi
+            sleep 0.1
+        done
+        break
+    done
+    write_certs_d "$port"
+
+    local ctd_pid
+    ctd_pid=$(launch containerd "$DIR/containerd.log" "$CONTAINERD_BIN" --config "$DIR/containerd.toml")
+    STARTED_PIDS+=("$ctd_pid")
+    until cri_ready; do
+        if ! alive "$ctd_pid"; then
+            log_tail "$DIR/containerd.log"
+            die "containerd exited during startup"
+        fi
+        if ((SECONDS >= deadline)); then
+            log_tail "$DIR/containerd.log"
+            die "containerd CRI did not become ready on $DIR/containerd.sock within ${START_TIMEOUT}s"
+        fi
+        sleep 0.2
+    done
+    alive "$reg_pid" || {
+        log_tail "$DIR/registry.log"
+        die "registry died during startup"
+    }
+
+    {
+        echo "REGISTRY=127.0.0.1:$port"
+        echo "CONTAINERD_SOCK=$DIR/containerd.sock"
+        echo "REGISTRY_LOG=$DIR/registry.log"
+        echo "REGISTRY_PID=$reg_pid"
+        echo "CONTAINERD_PID=$ctd_pid"
+        echo "CONTAINERD_LOG=$DIR/containerd.log"
+        echo "STACK_DIR=$DIR"
+    } >"$DIR/stack.env.tmp"
+    mv -f -- "$DIR/stack.env.tmp" "$DIR/stack.env"
+    START_OK=yes
+    trap - EXIT INT TERM
+    cat -- "$DIR/stack.env"
+    t1=$(date +%s.%N)
+    note "stack up in $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')s"
+}
+
+cmd_stop() {
+    (($# == 1)) || usage
+    need_root
+    [[ -d $1 ]] || {
+        note "no such directory: $1 (nothing to stop)"
+        return 0
+    }
+    resolve_dir "$1" no
+    local -a pids=()
+    mapfile -t pids < <(find_ours containerd; find_ours registry)
+    if ((${#pids[@]} > 0)); then
+        note "stopping pids ${pids[*]}"
+        terminate "${pids[@]}"
+    fi
+    # shims only exist if containers were run through this containerd; harmless no-op otherwise
+    mapfile -t pids < <(find_ours shim)
+    if ((${#pids[@]} > 0)); then
+        note "stopping leftover shims ${pids[*]}"
+        terminate "${pids[@]}"
+    fi
+    unmount_below
+    note "stopped ($DIR)"
+}
+
+go_arch() {
+    local a
+    if command -v dpkg >/dev/null 2>&1; then
+        a=$(dpkg --print-architecture)
+    else
+        a=$(uname -m)
+    fi
+    case $a in
+        amd64 | x86_64) echo "amd64 " ;;
+        arm64 | aarch64) echo "arm64 " ;;
+        armhf | armv7l) echo "arm v7" ;;
+        armel | armv6l) echo "arm v6" ;;
+        i386 | i686) echo "386 " ;;
+        ppc64el | ppc64le) echo "ppc64le " ;;
+        s390x) echo "s390x " ;;
+        riscv64) echo "riscv64 " ;;
+        mips64el) echo "mips64le " ;;
+        *) die "unknown architecture: $a" ;;
+    esac
+}
+
+sha256_of() {
+    local h
+    h=$(sha256sum -- "$1")
+    echo "${h%% *}"
+}
+
+cmd_seed() {
+    (($# == 2 || $# == 3)) || usage
+    need_cmd tar gzip sha256sum skopeo stat
+    resolve_dir "$1" no
+    local ref=$2 content=${3-hello from cri-imaged}
+    [[ $ref == *:* ]] || die "NAME:TAG expected, got: $ref"
+    local name=${ref%:*} tag=${ref##*:}
+    [[ $name =~ ^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$ ]] || die "bad repository name: $name"
+    [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "bad tag: $tag"
+    [[ -f $DIR/stack.env ]] || die "$DIR/stack.env missing - run '$PROG start $DIR' first"
+    local registry
+    registry=$(sed -n 's/^REGISTRY=//p' "$DIR/stack.env")
+    [[ -n $registry ]] || die "REGISTRY not set in $DIR/stack.env"
+
+    local arch variant
+    read -r arch variant <<<"$(go_arch)"
+    [[ -n $arch ]] || die "could not determine the image architecture"
+
+    local work
+    work=$(mktemp -d "$DIR/seed.XXXXXX")
+    # shellcheck disable=SC2064 # expand $work now
+    trap "rm -rf -- '$work'" EXIT
+    local blobs="$work/layout/blobs/sha256"
+    mkdir -p -- "$work/rootfs" "$blobs"
+    printf '%s\n' "$content" >"$work/rootfs/hello.txt"
+
+    # reproducible layer: fixed order, mtime, ownership and mode; ustar => no pax atime/ctime records;
+    # gzip -n => no name/timestamp in the gzip header
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=u=rw,go=r --format=ustar \
+        -C "$work/rootfs" -cf "$work/layer.tar" hello.txt
+    gzip -9 -n -c "$work/layer.tar" >"$work/layer.tar.gz"
+    local diff_id layer_digest layer_size
+    diff_id=$(sha256_of "$work/layer.tar")
+    layer_digest=$(sha256_of "$work/layer.tar.gz")
+    layer_size=$(stat -c %s "$work/layer.tar.gz")
+    mv -- "$work/layer.tar.gz" "$blobs/$layer_digest"
+
+    local variant_json=""
+    [[ -z $variant ]] || variant_json=$(printf ',"variant":"%s"' "$variant")
+    printf '{"architecture":"%s"%s,"os":"linux","config":{},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+        "$arch" "$variant_json" "$diff_id" >"$work/config.json"
+    local config_digest config_size
+    config_digest=$(sha256_of "$work/config.json")
+    config_size=$(stat -c %s "$work/config.json")
+    mv -- "$work/config.json" "$blobs/$config_digest"
+
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' \
+        "$config_digest" "$config_size" "$layer_digest" "$layer_size" >"$work/manifest.json"
+    local manifest_digest manifest_size
+    manifest_digest=$(sha256_of "$work/manifest.json")
+    manifest_size=$(stat -c %s "$work/manifest.json")
+    mv -- "$work/manifest.json" "$blobs/$manifest_digest"
+
+    printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"%s"}}]}' \
+        "$manifest_digest" "$manifest_size" "$tag" >"$work/layout/index.json"
+    printf '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
+
+    printf '{"default":[{"type":"insecureAcceptAnything"}]}\n' >"$work/policy.json"
+    skopeo --policy "$work/policy.json" copy --quiet --dest-tls-verify=false \
+        --digestfile "$work/pushed.digest" \
+        "oci:$work/layout:$tag" "docker://$registry/$name:$tag" >&2 ||
+        die "skopeo copy to $registry/$name:$tag failed"
+    local pushed
+    pushed=$(<"$work/pushed.digest")
+    if [[ $pushed != "sha256:$manifest_digest" ]]; then
+        note "warning: registry digest $pushed differs from the built manifest sha256:$manifest_digest"
+    fi
+    echo "$pushed"
+}
+
+main() {
+    (($# >= 1)) || usage
+    local cmd=$1
+    shift
+    case $cmd in
+        start) cmd_start "$@" ;;
+        stop) cmd_stop "$@" ;;
+        seed) cmd_seed "$@" ;;
+        -h | --help | help) usage ;;
+        *) usage ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,116 @@
+//! Command line: every flag with its meaning, unit and default.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::cri::RuntimeEndpoint;
+
+/// Where the daemon listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "/run/cri-imaged/cri-imaged.sock";
+/// containerd's usual CRI socket.
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+/// cri-imaged: the kubelet's image manager as a node daemon in front of the CRI runtime.
+#[derive(Debug, Parser)]
+#[command(name = "cri-imaged", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve EnsureImageExists on a unix socket, pulling through the CRI runtime.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Unix socket to serve on; its directory is created if missing, the socket gets mode 0660.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_LISTEN)]
+    pub listen: PathBuf,
+
+    /// The runtime's CRI socket: unix:///path or an absolute path.
+    #[arg(long, value_name = "ENDPOINT", default_value = DEFAULT_RUNTIME_ENDPOINT, value_parser = RuntimeEndpoint::parse)]
+    pub runtime_endpoint: RuntimeEndpoint,
+
+    /// Deadline for runtime calls other than pulls (e.g. 2m, 30s, 500ms), as the kubelet's
+    /// --runtime-request-timeout.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    pub runtime_request_timeout: Duration,
+
+    /// After SIGTERM or SIGINT, how long in-flight requests may take before the daemon exits.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// How often the runtime is probed for the health service.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub health_probe_interval: Duration,
+}
+
+/// A duration not written as a whole number and a unit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} is not a duration: write a whole number and a unit, e.g. 500ms, 30s, 2m or 1h")]
+    Malformed(String),
+    #[error("{0:?} must be greater than zero")]
+    Zero(String),
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h`; zero is refused because every duration here is a bound.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let malformed = || DurationError::Malformed(text.to_owned());
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(malformed)?;
+    let (number, unit) = text.split_at(split);
+    let value: u64 = number.parse().map_err(|_| malformed())?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(value),
+        "s" => Duration::from_secs(value),
+        "m" => Duration::from_secs(value.checked_mul(60).ok_or_else(malformed)?),
+        "h" => Duration::from_secs(value.checked_mul(3600).ok_or_else(malformed)?),
+        _ => return Err(malformed()),
+    };
+    if duration.is_zero() {
+        return Err(DurationError::Zero(text.to_owned()));
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_a_whole_number_and_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn malformed_and_zero_durations_are_refused_with_the_input() {
+        for bad in ["", "30", "s", "1.5s", "-1s", "10 s", "3d", "99999999999999999999s"] {
+            assert_eq!(parse_duration(bad), Err(DurationError::Malformed(bad.to_owned())), "{bad:?}");
+        }
+        assert_eq!(parse_duration("0s"), Err(DurationError::Zero("0s".to_owned())));
+    }
+
+    #[test]
+    fn serve_defaults_match_the_documented_ones() {
+        let cli = Cli::try_parse_from(["cri-imaged", "serve"]).expect("defaults parse");
+        let Command::Serve(args) = cli.command;
+        assert_eq!(args.listen, PathBuf::from(DEFAULT_LISTEN));
+        assert_eq!(args.runtime_endpoint.to_string(), DEFAULT_RUNTIME_ENDPOINT);
+        assert_eq!(args.runtime_request_timeout, Duration::from_secs(120));
+        assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_bad_runtime_endpoint_is_a_usage_error_that_names_it() {
+        let error = Cli::try_parse_from(["cri-imaged", "serve", "--runtime-endpoint", "tcp://10.0.0.1:1"])
+            .expect_err("tcp is not supported");
+        assert!(error.to_string().contains("tcp://10.0.0.1:1"), "{error}");
+    }
+}

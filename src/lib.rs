@@ -1,0 +1,27 @@
+//! cri-imaged: the kubelet's image manager as a node daemon in front of the CRI runtime.
+//!
+//! # Layout
+//! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
+//! - [`config`]: the command line, with every default.
+//! - [`daemon`]: the `serve` command, wiring everything together; signals and shutdown.
+//! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
+//! - [`server`]: gRPC handlers that only translate, health, reflection; `server::status` is the
+//!   one place errors become gRPC statuses.
+//! - [`manager`]: EnsureImageExists step by step, over the runtime trait.
+//! - [`policy`]: pull-policy defaulting and the pull decision (pure).
+//! - [`reference`]: the image reference grammar and the default tag (pure).
+//! - [`messages`]: the kubelet's human messages and reason strings, word for word.
+//! - [`cri`]: the runtime trait and the CRI `runtime.v1.ImageService` client.
+//! - [`telemetry`]: logging set-up.
+
+pub mod api;
+pub mod config;
+pub mod cri;
+pub mod daemon;
+pub mod listener;
+pub mod manager;
+pub mod messages;
+pub mod policy;
+pub mod reference;
+pub mod server;
+pub mod telemetry;

@@ -1,0 +1,214 @@
+//! EnsureImageExists: the kubelet's image manager, step by step, over an [`ImageRuntime`].
+
+use std::{collections::HashMap, time::Duration};
+
+use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
+use tokio::time::Instant;
+
+use crate::{
+    cri::{ImageRuntime, PullSpec, RuntimeError},
+    messages::{self, reason},
+    policy::{self, Decision, PullPolicy},
+    reference::{self, ImageReference, ReferenceError},
+};
+
+/// The pod an image is for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Passed to the runtime in the image spec.
+    pub annotations: HashMap<String, String>,
+}
+
+/// One EnsureImageExists request, already translated from the wire.
+#[derive(Debug, Clone, Default)]
+pub struct EnsureRequest {
+    /// The image as written in the pod spec.
+    pub image: String,
+    /// `None` when the caller left the policy unspecified.
+    pub pull_policy: Option<PullPolicy>,
+    pub pod: PodRef,
+    pub container_name: String,
+    pub runtime_handler: String,
+    pub sandbox_config: Option<PodSandboxConfig>,
+}
+
+/// A successful answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnsureOutcome {
+    /// The runtime's image ref.
+    pub image_ref: String,
+    /// The kubelet's event message.
+    pub message: String,
+    /// Set when this request pulled the image.
+    pub pull: Option<PullTimes>,
+    /// The image size the runtime reports; 0 when unknown.
+    pub image_size: u64,
+}
+
+/// How long a pull took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullTimes {
+    /// The upstream PullImage call alone.
+    pub pull: Duration,
+    /// From the decision to pull until the result, waiting included.
+    pub total: Duration,
+}
+
+/// Why EnsureImageExists failed; each variant is one of the kubelet's reasons.
+#[derive(Debug, thiserror::Error)]
+pub enum EnsureError {
+    #[error("{message}")]
+    InvalidImageName { message: String, source: ReferenceError },
+    #[error("{message}")]
+    ImageInspect { message: String, source: RuntimeError },
+    #[error("{message}")]
+    NeverPull { message: String },
+    #[error("{message}")]
+    Pull { message: String, source: RuntimeError },
+    #[error("{message}")]
+    RegistryUnavailable { message: String, source: RuntimeError },
+    #[error("{message}")]
+    SignatureValidationFailed { message: String, source: RuntimeError },
+}
+
+impl EnsureError {
+    /// The kubelet's reason string.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidImageName { .. } => reason::INVALID_IMAGE_NAME,
+            Self::ImageInspect { .. } => reason::IMAGE_INSPECT_ERROR,
+            Self::NeverPull { .. } => reason::ERR_IMAGE_NEVER_PULL,
+            Self::Pull { .. } => reason::ERR_IMAGE_PULL,
+            Self::RegistryUnavailable { .. } => reason::REGISTRY_UNAVAILABLE,
+            Self::SignatureValidationFailed { .. } => reason::SIGNATURE_VALIDATION_FAILED,
+        }
+    }
+
+    /// The runtime failure behind this error, if any.
+    pub fn runtime_error(&self) -> Option<&RuntimeError> {
+        match self {
+            Self::ImageInspect { source, .. }
+            | Self::Pull { source, .. }
+            | Self::RegistryUnavailable { source, .. }
+            | Self::SignatureValidationFailed { source, .. } => Some(source),
+            Self::InvalidImageName { .. } | Self::NeverPull { .. } => None,
+        }
+    }
+}
+
+/// The kubelet's `evalCRIPullErr`: a runtime message that starts with a CRI error name selects
+/// that reason.
+///
+/// The kubelet tests the prefix of the whole Go error (`rpc error: code = … desc = …`), which a
+/// remote runtime's error never matches; we test the runtime's own message, as was intended.
+pub fn classify_pull_error(image: &str, error: RuntimeError) -> EnsureError {
+    let runtime_message = error.runtime_message();
+    if let Some(detail) = runtime_message.strip_prefix(reason::REGISTRY_UNAVAILABLE) {
+        return EnsureError::RegistryUnavailable {
+            message: messages::registry_unavailable(image, detail),
+            source: error,
+        };
+    }
+    if let Some(detail) = runtime_message.strip_prefix(reason::SIGNATURE_VALIDATION_FAILED) {
+        return EnsureError::SignatureValidationFailed {
+            message: messages::signature_validation_failed(image, detail),
+            source: error,
+        };
+    }
+    EnsureError::Pull { message: error.to_string(), source: error }
+}
+
+/// The image manager: decides and pulls through the runtime `R`.
+pub struct ImageManager<R> {
+    runtime: R,
+}
+
+impl<R: ImageRuntime> ImageManager<R> {
+    pub fn new(runtime: R) -> Self {
+        Self { runtime }
+    }
+
+    /// The runtime this manager pulls through.
+    pub fn runtime(&self) -> &R {
+        &self.runtime
+    }
+
+    /// Makes sure `request.image` is on the node, as the kubelet's `EnsureImageExists` does.
+    #[tracing::instrument(
+        name = "ensure_image_exists",
+        skip_all,
+        fields(
+            image = %request.image,
+            pod = %format_args!("{}/{}", request.pod.namespace, request.pod.name),
+            container = %request.container_name,
+        )
+    )]
+    pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
+        let image = &request.image;
+        let (reference, tagged) = parse_image(image).inspect_err(|error| tracing::warn!("{error}"))?;
+        let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
+        let spec = ImageSpec {
+            image: tagged,
+            annotations: request.pod.annotations.clone(),
+            runtime_handler: request.runtime_handler.clone(),
+            ..Default::default()
+        };
+
+        let present = self.runtime.image_status(spec.clone()).await.map_err(|source| {
+            let message = messages::inspect_failed(image, &source);
+            tracing::warn!("{message}");
+            EnsureError::ImageInspect { message, source }
+        })?;
+
+        match (policy::decide(policy, present.is_some()), present) {
+            (Decision::UsePresent, Some(found)) => {
+                let message = messages::already_present(image);
+                tracing::info!(policy = policy.as_str(), image_ref = %found.id, "{message}");
+                return Ok(EnsureOutcome { image_ref: found.id, message, pull: None, image_size: found.size });
+            }
+            (Decision::RefuseNeverPull, _) | (Decision::UsePresent, None) => {
+                let message = messages::never_pull(image);
+                tracing::warn!("{message}");
+                return Err(EnsureError::NeverPull { message });
+            }
+            (Decision::Pull, _) => {}
+        }
+
+        tracing::info!(policy = policy.as_str(), "{}", messages::pulling(image));
+        let started = Instant::now();
+        let pull = PullSpec { image: spec.clone(), auth: None, sandbox_config: request.sandbox_config };
+        let pulled = self.runtime.pull_image(pull).await;
+        let pull_duration = started.elapsed();
+        let image_ref = pulled.map_err(|error| {
+            tracing::warn!("{}", messages::pull_failed(image, &error));
+            classify_pull_error(image, error)
+        })?;
+
+        // The size is best effort, as in the kubelet: a failed look-up reports 0.
+        let image_size = match self.runtime.image_status(spec).await {
+            Ok(found) => found.map_or(0, |found| found.size),
+            Err(error) => {
+                tracing::debug!(%error, "image size look-up after pull failed");
+                0
+            }
+        };
+        let times = PullTimes { pull: pull_duration, total: started.elapsed() };
+        let message = messages::pulled(image, times.pull, times.total, image_size);
+        tracing::info!(%image_ref, image_size, "{message}");
+        Ok(EnsureOutcome { image_ref, message, pull: Some(times), image_size })
+    }
+}
+
+/// Validates `image` and applies the default tag.
+fn parse_image(image: &str) -> Result<(ImageReference, String), EnsureError> {
+    reference::parse_with_default_tag(image).map_err(|source| EnsureError::InvalidImageName {
+        message: messages::invalid_image_name(image, &source),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,123 @@
+//! The kubelet's human messages, word for word, so users see what they already know.
+
+use std::time::Duration;
+
+/// The reason strings the kubelet reports for image failures.
+pub mod reason {
+    pub const INVALID_IMAGE_NAME: &str = "InvalidImageName";
+    pub const IMAGE_INSPECT_ERROR: &str = "ImageInspectError";
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
+    pub const REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
+    pub const SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
+}
+
+pub fn invalid_image_name(image: &str, error: &impl std::fmt::Display) -> String {
+    format!("Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: {error}")
+}
+
+pub fn inspect_failed(image: &str, error: &impl std::fmt::Display) -> String {
+    format!("Failed to inspect image {image:?}: {error}")
+}
+
+pub fn already_present(image: &str) -> String {
+    format!("Container image {image:?} already present on machine")
+}
+
+pub fn never_pull(image: &str) -> String {
+    format!("Container image {image:?} is not present with pull policy of Never")
+}
+
+pub fn pulling(image: &str) -> String {
+    format!("Pulling image {image:?}")
+}
+
+pub fn pulled(image: &str, pull: Duration, total: Duration, size: u64) -> String {
+    format!(
+        "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+        go_duration_millis(pull),
+        go_duration_millis(total)
+    )
+}
+
+pub fn pull_failed(image: &str, error: &impl std::fmt::Display) -> String {
+    format!("Failed to pull image {image:?}: {error}")
+}
+
+/// `detail` is what follows the runtime's `RegistryUnavailable` prefix, e.g. `: connection refused`.
+pub fn registry_unavailable(image: &str, detail: &str) -> String {
+    format!("image pull failed for {image} because the registry is unavailable{detail}")
+}
+
+/// `detail` is what follows the runtime's `SignatureValidationFailed` prefix.
+pub fn signature_validation_failed(image: &str, detail: &str) -> String {
+    format!("image pull failed for {image} because the signature validation failed{detail}")
+}
+
+/// Go's `time.Duration.String()` of a duration truncated to milliseconds, as the kubelet logs it:
+/// `0s`, `523ms`, `1.2s`, `2m3.04s`, `1h0m0s`.
+pub fn go_duration_millis(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis == 0 {
+        return "0s".to_owned();
+    }
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    let (hours, minutes) = (millis / 3_600_000, millis / 60_000 % 60);
+    let (seconds, fraction) = (millis / 1000 % 60, millis % 1000);
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h"));
+    }
+    if hours > 0 || minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    out.push_str(&seconds.to_string());
+    if fraction > 0 {
+        let digits = format!("{fraction:03}");
+        out.push('.');
+        out.push_str(digits.trim_end_matches('0'));
+    }
+    out.push('s');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        let cases = [
+            (0, "0s"),
+            (7, "7ms"),
+            (523, "523ms"),
+            (1_000, "1s"),
+            (1_200, "1.2s"),
+            (1_234, "1.234s"),
+            (60_000, "1m0s"),
+            (123_040, "2m3.04s"),
+            (3_600_000, "1h0m0s"),
+            (3_723_500, "1h2m3.5s"),
+        ];
+        for (millis, expected) in cases {
+            assert_eq!(go_duration_millis(Duration::from_millis(millis)), expected, "{millis}ms");
+        }
+    }
+
+    #[test]
+    fn sub_millisecond_remainders_are_truncated() {
+        assert_eq!(go_duration_millis(Duration::from_micros(1_999_999)), "1.999s");
+        assert_eq!(go_duration_millis(Duration::from_micros(999)), "0s");
+    }
+
+    #[test]
+    fn pulled_message_matches_the_kubelet_event() {
+        let message = pulled("busybox", Duration::from_millis(1_200), Duration::from_millis(1_300), 4_242);
+        assert_eq!(
+            message,
+            r#"Successfully pulled image "busybox" in 1.2s (1.3s including waiting). Image size: 4242 bytes."#
+        );
+    }
+}

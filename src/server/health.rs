@@ -1,0 +1,30 @@
+//! grpc.health.v1 per service: the image service is SERVING only while the runtime answers.
+
+use std::{sync::Arc, time::Duration};
+
+use tonic_health::{ServingStatus, server::HealthReporter};
+
+use crate::{cri::ImageRuntime, manager::ImageManager};
+
+/// The health service name of our API.
+pub const IMAGE_MANAGER_SERVICE: &str = "imagemanager.v1.ImageManager";
+
+/// Probes the runtime every `interval` and reports the image service's health, logging changes.
+pub async fn probe_runtime<R: ImageRuntime>(manager: Arc<ImageManager<R>>, reporter: HealthReporter, interval: Duration) {
+    let mut last: Option<ServingStatus> = None;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let result = manager.runtime().probe().await;
+        let status = if result.is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        if last != Some(status) {
+            match &result {
+                Ok(()) => tracing::info!("container runtime is reachable; image service SERVING"),
+                Err(error) => tracing::warn!(%error, "container runtime is unreachable; image service NOT_SERVING"),
+            }
+            reporter.set_service_status(IMAGE_MANAGER_SERVICE, status).await;
+            last = Some(status);
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
+
+mod health;
+mod image_manager;
+mod request;
+mod status;
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+pub use self::{
+    health::IMAGE_MANAGER_SERVICE, image_manager::ImageManagerService, request::RequestError, status::ERROR_DOMAIN,
+};
+use crate::{
+    api::{self, image_manager_server::ImageManagerServer},
+    cri::{ImageRuntime, MAX_MESSAGE_BYTES},
+    manager::ImageManager,
+};
+
+/// How the server behaves, beyond what it serves.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// After the shutdown signal, how long in-flight requests may take before we exit anyway.
+    pub drain_timeout: Duration,
+    /// How often the runtime is probed for the health service.
+    pub health_probe_interval: Duration,
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("the gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves until `shutdown` completes, then drains for at most `options.drain_timeout`.
+pub async fn serve<R: ImageRuntime>(
+    listener: UnixListener,
+    manager: Arc<ImageManager<R>>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let descriptor_sets = [api::FILE_DESCRIPTOR_SET, tonic_types::pb::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET];
+    let reflection_v1 = descriptor_sets
+        .iter()
+        .fold(tonic_reflection::server::Builder::configure(), |builder, set| builder.register_encoded_file_descriptor_set(set))
+        .build_v1()?;
+    let reflection_v1alpha = descriptor_sets
+        .iter()
+        .fold(tonic_reflection::server::Builder::configure(), |builder, set| builder.register_encoded_file_descriptor_set(set))
+        .build_v1alpha()?;
+
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let prober = tokio::spawn(health::probe_runtime(manager.clone(), reporter.clone(), options.health_probe_interval));
+
+    let image_manager = ImageManagerServer::new(ImageManagerService::new(manager))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let draining = Arc::new(tokio::sync::Notify::new());
+    let signal = {
+        let draining = draining.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: no new requests; draining in-flight ones");
+            draining.notify_one();
+        }
+    };
+    let server = Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(image_manager)
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
+
+    let result = tokio::select! {
+        result = server => result.map_err(ServeError::from),
+        () = async { draining.notified().await; tokio::time::sleep(options.drain_timeout).await } => {
+            tracing::warn!(timeout = ?options.drain_timeout, "drain deadline passed; abandoning in-flight requests");
+            Ok(())
+        }
+    };
+    prober.abort();
+    result
+}

@@ -1,0 +1,68 @@
+//! Translation of wire requests into the manager's types; refuses what cannot be translated.
+
+use crate::{
+    api::{self, PullPolicy as WirePolicy},
+    manager::{EnsureRequest, PodRef},
+    policy::PullPolicy,
+};
+
+/// A request field that cannot be understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("pull_policy {0} is not a known PullPolicy (use ALWAYS, IF_NOT_PRESENT, NEVER or leave it unset)")]
+    UnknownPullPolicy(i32),
+}
+
+impl RequestError {
+    /// The offending field's name.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::UnknownPullPolicy(_) => "pull_policy",
+        }
+    }
+}
+
+impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
+    type Error = RequestError;
+
+    fn try_from(wire: api::EnsureImageExistsRequest) -> Result<Self, RequestError> {
+        let pull_policy = match WirePolicy::try_from(wire.pull_policy) {
+            Ok(WirePolicy::Unspecified) => None,
+            Ok(WirePolicy::Always) => Some(PullPolicy::Always),
+            Ok(WirePolicy::IfNotPresent) => Some(PullPolicy::IfNotPresent),
+            Ok(WirePolicy::Never) => Some(PullPolicy::Never),
+            Err(_) => return Err(RequestError::UnknownPullPolicy(wire.pull_policy)),
+        };
+        let pod = wire.pod.unwrap_or_default();
+        // Pull secrets are accepted on the wire; credentials are not used yet.
+        Ok(Self {
+            image: wire.image,
+            pull_policy,
+            pod: PodRef { namespace: pod.namespace, name: pod.name, uid: pod.uid, annotations: pod.annotations },
+            container_name: wire.container_name,
+            runtime_handler: wire.runtime_handler,
+            sandbox_config: wire.pod_sandbox_config,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_pull_policy_is_refused_with_its_value() {
+        let wire = api::EnsureImageExistsRequest { image: "busybox".into(), pull_policy: 9, ..Default::default() };
+        let error = EnsureRequest::try_from(wire).expect_err("9 is no policy");
+        assert_eq!(error, RequestError::UnknownPullPolicy(9));
+        assert!(error.to_string().contains("pull_policy 9"));
+    }
+
+    #[test]
+    fn unspecified_pull_policy_is_left_for_the_manager_to_default() {
+        let wire = api::EnsureImageExistsRequest { image: "busybox".into(), ..Default::default() };
+        let request = EnsureRequest::try_from(wire).expect("valid");
+        assert_eq!(request.pull_policy, None);
+        assert_eq!(request.image, "busybox");
+    }
+}

@@ -1,0 +1,95 @@
+//! The one place where errors become gRPC statuses.
+//!
+//! Every status carries a `google.rpc.ErrorInfo` whose `reason` is the kubelet's reason string,
+//! so callers can branch on it exactly as they would on the kubelet's.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use super::request::RequestError;
+use crate::manager::EnsureError;
+
+/// The `domain` of our `ErrorInfo` details.
+pub const ERROR_DOMAIN: &str = "cri-imaged";
+
+/// Reason for a request that could not be translated at all.
+const INVALID_REQUEST: &str = "InvalidRequest";
+
+impl From<EnsureError> for Status {
+    fn from(error: EnsureError) -> Self {
+        let code = ensure_error_code(&error);
+        status(code, error.to_string(), error.reason(), HashMap::new())
+    }
+}
+
+impl From<RequestError> for Status {
+    fn from(error: RequestError) -> Self {
+        let metadata = HashMap::from([("field".to_owned(), error.field().to_owned())]);
+        status(Code::InvalidArgument, error.to_string(), INVALID_REQUEST, metadata)
+    }
+}
+
+fn ensure_error_code(error: &EnsureError) -> Code {
+    match error {
+        EnsureError::InvalidImageName { .. } => Code::InvalidArgument,
+        EnsureError::NeverPull { .. } => Code::FailedPrecondition,
+        EnsureError::ImageInspect { .. } | EnsureError::RegistryUnavailable { .. } => Code::Unavailable,
+        EnsureError::SignatureValidationFailed { .. } => Code::PermissionDenied,
+        EnsureError::Pull { source, .. } => match source.code() {
+            // The runtime's code, where it tells the caller something it can act on.
+            code @ (Code::NotFound | Code::Unauthenticated | Code::PermissionDenied) => code,
+            _ => Code::Unknown,
+        },
+    }
+}
+
+fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
+    let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
+    Status::with_error_details(code, message, details)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::RuntimeError;
+
+    fn reason_of(status: &Status) -> String {
+        let details = status.get_error_details();
+        details.error_info().expect("every status has an ErrorInfo").reason.clone()
+    }
+
+    fn pull_error(code: Code) -> EnsureError {
+        let source = RuntimeError::from(Status::new(code, "upstream"));
+        EnsureError::Pull { message: source.to_string(), source }
+    }
+
+    #[test]
+    fn pull_errors_keep_only_the_runtime_codes_a_caller_can_act_on() {
+        let cases = [
+            (Code::NotFound, Code::NotFound),
+            (Code::Unauthenticated, Code::Unauthenticated),
+            (Code::PermissionDenied, Code::PermissionDenied),
+            (Code::Internal, Code::Unknown),
+            (Code::Unavailable, Code::Unknown),
+            (Code::Unknown, Code::Unknown),
+        ];
+        for (runtime, expected) in cases {
+            let status = Status::from(pull_error(runtime));
+            assert_eq!(status.code(), expected, "runtime code {runtime:?}");
+            assert_eq!(reason_of(&status), "ErrImagePull");
+        }
+    }
+
+    #[test]
+    fn never_pull_is_a_failed_precondition_with_the_kubelet_reason_and_message() {
+        let message = crate::messages::never_pull("busybox");
+        let status = Status::from(EnsureError::NeverPull { message: message.clone() });
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        assert_eq!(status.message(), message);
+        assert_eq!(reason_of(&status), "ErrImageNeverPull");
+        let details = status.get_error_details();
+        assert_eq!(details.error_info().map(|info| info.domain.as_str()), Some(ERROR_DOMAIN));
+    }
+}

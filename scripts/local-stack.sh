@@ -10,6 +10,8 @@
 #
 # DIR must consist of [A-Za-z0-9._/+-] only (it is pasted into TOML/YAML/skopeo refs unquoted) and must be
 # short enough that DIR/containerd.sock.ttrpc fits in a unix socket path (< 108 bytes).
+# State persists in DIR across stop/start (registry blobs, containerd images/content); use a fresh DIR for a
+# clean slate. start reuses the previous run's registry port when it is still free, so image names stay valid.
 #
 # Files in DIR:
 #   stack.env              REGISTRY, CONTAINERD_SOCK, REGISTRY_LOG, REGISTRY_PID, CONTAINERD_PID, ... (KEY=VALUE)
@@ -75,14 +77,21 @@ need_root() {
 resolve_dir() {
     local raw=$1 create=$2
     [[ -n $raw ]] || die "DIR must not be empty"
+    # validate the would-be path first so that a bad DIR is not created, then the real one
+    check_dir "$(realpath -m -- "$raw")"
     if [[ $create == yes ]]; then
         mkdir -p -- "$raw"
     fi
     [[ -d $raw ]] || die "no such directory: $raw"
     DIR=$(cd -- "$raw" && pwd -P)
-    [[ $DIR =~ ^/[A-Za-z0-9._/+-]*$ ]] || die "DIR may only contain [A-Za-z0-9._/+-]: $DIR"
-    [[ $DIR != / ]] || die "refusing to use / as DIR"
-    local longest="$DIR/containerd.sock.ttrpc"
+    check_dir "$DIR"
+}
+
+check_dir() {
+    local d=$1
+    [[ $d =~ ^/[A-Za-z0-9._/+-]*$ ]] || die "DIR may only contain [A-Za-z0-9._/+-]: $d"
+    [[ $d != / ]] || die "refusing to use / as DIR"
+    local longest="$d/containerd.sock.ttrpc"
     ((${#longest} < 108)) || die "DIR too long for unix sockets (${#longest} >= 108 bytes): $longest"
 }
 
@@ -363,14 +372,28 @@ cri_ready() {
 # ---------------------------------------------------------------------------------------------------------
 # subcommands
 
-STARTED_PIDS=()
+STARTED_PIDS=() # pids returned by launch
+LAUNCHED=()     # names whose launch has begun (a signal can arrive before launch returns the pid)
 START_OK=no
 
+# EXIT trap of start: on failure/interruption stop everything this start launched.
 start_cleanup() {
-    if [[ $START_OK != yes && ${#STARTED_PIDS[@]} -gt 0 ]]; then
-        note "start failed; stopping what was started (${STARTED_PIDS[*]})"
-        STOP_TIMEOUT=5 terminate "${STARTED_PIDS[@]}" || true
-    fi
+    [[ $START_OK != yes ]] || return 0
+    local -a pids=("${STARTED_PIDS[@]}")
+    local name pid deadline
+    for name in "${LAUNCHED[@]}"; do
+        deadline=$((SECONDS + 2))
+        while [[ ! -s $DIR/run/$name.pid ]] && ((SECONDS < deadline)); do sleep 0.1; done
+        if [[ -s $DIR/run/$name.pid ]]; then
+            pid=$(<"$DIR/run/$name.pid")
+            if alive "$pid"; then pids+=("$pid"); fi
+        fi
+    done
+    mapfile -t -O "${#pids[@]}" pids < <(find_ours containerd; find_ours registry)
+    ((${#pids[@]} > 0)) || return 0
+    mapfile -t pids < <(printf '%s\n' "${pids[@]}" | sort -un)
+    note "start failed; stopping what was started (${pids[*]})"
+    STOP_TIMEOUT=5 terminate "${pids[@]}" || true
 }
 
 cmd_start() {
@@ -416,6 +439,7 @@ cmd_start() {
         if ((attempt == 1)); then port=$(pick_port "$prev_port"); else port=$(pick_port); fi
         [[ -n $port ]] || die "could not find a free port on 127.0.0.1"
         write_registry_config "$port"
+        LAUNCHED+=(registry)
         reg_pid=$(launch registry "$DIR/registry.log" "$REGISTRY_BIN" serve "$DIR/registry.yml")
         STARTED_PIDS+=("$reg_pid")
         until registry_ready "$port"; do
@@ -438,6 +462,7 @@ cmd_start() {
     write_certs_d "$port"
 
     local ctd_pid
+    LAUNCHED+=(containerd)
     ctd_pid=$(launch containerd "$DIR/containerd.log" "$CONTAINERD_BIN" --config "$DIR/containerd.toml")
     STARTED_PIDS+=("$ctd_pid")
     until cri_ready; do

@@ -98,7 +98,8 @@ pub struct PullSpec {
 /// The image half of a container runtime, as cri-imaged uses it.
 pub trait ImageRuntime: Send + Sync + 'static {
     /// The image if the runtime has it, `None` if not.
-    fn image_status(&self, image: ImageSpec) -> impl Future<Output = Result<Option<PresentImage>, RuntimeError>> + Send;
+    fn image_status(&self, image: ImageSpec)
+    -> impl Future<Output = Result<Option<PresentImage>, RuntimeError>> + Send;
 
     /// Pulls the image and returns the runtime's image ref.
     fn pull_image(&self, spec: PullSpec) -> impl Future<Output = Result<String, RuntimeError>> + Send;
@@ -160,12 +161,11 @@ impl CriClient {
     pub fn new(endpoint: &RuntimeEndpoint, request_timeout: Duration) -> Self {
         let path = endpoint.path().to_owned();
         // The URI is a placeholder: the connector below dials the socket.
-        let channel = Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(
-            move |_: Uri| {
+        let channel =
+            Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
                 async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-            },
-        ));
+            }));
         let client = ImageServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -199,7 +199,8 @@ impl ImageRuntime for CriClient {
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {
         let name = spec.image.image.clone();
-        let request = PullImageRequest { image: Some(spec.image), auth: spec.auth, sandbox_config: spec.sandbox_config };
+        let request =
+            PullImageRequest { image: Some(spec.image), auth: spec.auth, sandbox_config: spec.sandbox_config };
         // Pulls are unbounded here, as in the kubelet; the caller decides how long to wait.
         let response = self.client.clone().pull_image(request).await?.into_inner();
         if response.image_ref.is_empty() {

@@ -36,7 +36,8 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         version = env!("CARGO_PKG_VERSION"),
         "cri-imaged serving"
     );
-    let options = ServeOptions { drain_timeout: args.shutdown_timeout, health_probe_interval: args.health_probe_interval };
+    let options =
+        ServeOptions { drain_timeout: args.shutdown_timeout, health_probe_interval: args.health_probe_interval };
     let shutdown = async move {
         tokio::select! {
             _ = terminate.recv() => tracing::info!("received SIGTERM"),

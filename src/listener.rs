@@ -41,8 +41,7 @@ pub async fn bind(path: &Path) -> Result<UnixListener, ListenError> {
                 return Err(ListenError::InUse(path.to_owned()));
             }
             tracing::info!(path = %path.display(), "replacing stale socket");
-            std::fs::remove_file(path)
-                .map_err(|source| ListenError::RemoveStale { path: path.to_owned(), source })?;
+            std::fs::remove_file(path).map_err(|source| ListenError::RemoveStale { path: path.to_owned(), source })?;
         }
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         Err(source) => return Err(ListenError::Bind { path: path.to_owned(), source }),

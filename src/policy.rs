@@ -20,11 +20,7 @@ impl PullPolicy {
     /// As in Kubernetes, `image:latest@sha256:…` is `Always`: the written tag decides.
     pub fn default_for(reference: &ImageReference) -> Self {
         let implied_latest = reference.tag().is_none() && reference.digest().is_none();
-        if implied_latest || reference.tag() == Some(DEFAULT_TAG) {
-            Self::Always
-        } else {
-            Self::IfNotPresent
-        }
+        if implied_latest || reference.tag() == Some(DEFAULT_TAG) { Self::Always } else { Self::IfNotPresent }
     }
 
     /// The policy as Kubernetes spells it, for logs and messages.

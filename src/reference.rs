@@ -115,11 +115,7 @@ impl ImageReference {
 
     /// Domain and path joined, as Go's `Name()`.
     pub fn name(&self) -> String {
-        if self.domain.is_empty() {
-            self.path.clone()
-        } else {
-            format!("{}/{}", self.domain, self.path)
-        }
+        if self.domain.is_empty() { self.path.clone() } else { format!("{}/{}", self.domain, self.path) }
     }
 
     /// The tag, if one was written.
@@ -211,9 +207,7 @@ fn split_reference(s: &str) -> Option<Parts<'_>> {
 /// Go's `splitDockerDomain`: the first component is a domain only when it looks like one.
 fn split_docker_domain(name: &str) -> (String, String) {
     let (mut domain, mut remainder) = match name.split_once('/') {
-        Some((first, rest))
-            if first.contains(['.', ':']) || first == "localhost" || first.to_lowercase() != first =>
-        {
+        Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" || first.to_lowercase() != first => {
             (first.to_owned(), rest.to_owned())
         }
         _ => (DEFAULT_DOMAIN.to_owned(), name.to_owned()),

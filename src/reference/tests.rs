@@ -4,8 +4,7 @@ use super::*;
 
 const SHA256_FF: &str = "sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
 const SHA512_FF: &str = "sha512:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
-const SHA256_BUSYBOX: &str =
-    "sha256:e6693c20186f837fc393390135d8a598a96a833917917789d63766cab6c59582";
+const SHA256_BUSYBOX: &str = "sha256:e6693c20186f837fc393390135d8a598a96a833917917789d63766cab6c59582";
 const HEX64: &str = "1a3f5e7d9c1b3a5f7e9d1c3b5a7f9e1d3c5b7a9f1e3d5d7c9b1a3f5e7d9c1b3a";
 
 fn parse_ok(input: &str) -> ImageReference {
@@ -55,8 +54,7 @@ fn parse_accepts_and_splits_the_go_reference_table() {
     let punycode_sha512 = format!("xn--7o8h.com/myimage:xn--7o8h.com@{SHA512_FF}");
     let v6_digest = format!("[2001:db8::1]:5000/repo@{SHA256_FF}");
     let v6_tag_digest = format!("[2001:db8::1]:5000/repo:tag@{SHA256_FF}");
-    let serialization_digest =
-        "sha256:1234567890098765432112345667890098765432112345667890098765432112";
+    let serialization_digest = "sha256:1234567890098765432112345667890098765432112345667890098765432112";
     let serialization_input = format!("other.com/named@{serialization_digest}");
     let sha384 = format!("sha384:{}", "f".repeat(96));
     let sha384_input = format!("validname@{sha384}");
@@ -135,11 +133,8 @@ fn parse_accepts_and_splits_the_go_reference_table() {
         assert_eq!(r.to_string(), input, "parse({input:?}): Display must round-trip");
         assert_eq!(r.name(), row.name, "parse({input:?}): name");
         assert_eq!(r.domain(), row.domain, "parse({input:?}): domain");
-        let want_path = if row.domain.is_empty() {
-            row.name.to_string()
-        } else {
-            row.name[row.domain.len() + 1..].to_string()
-        };
+        let want_path =
+            if row.domain.is_empty() { row.name.to_string() } else { row.name[row.domain.len() + 1..].to_string() };
         assert_eq!(r.path(), want_path, "parse({input:?}): path");
         assert_eq!(r.tag(), row.tag, "parse({input:?}): tag");
         assert_eq!(r.digest(), row.digest, "parse({input:?}): digest");
@@ -235,10 +230,8 @@ fn normalized_parse_accepts_and_rejects_the_go_name_lists() {
         "jess/t",
         "dock__er/docker",
     ];
-    let long_namespace = format!(
-        "{}/docker",
-        ["this_is_not_a_valid_namespace_because_its_lenth_is_greater_than_255"; 4].join("_")
-    );
+    let long_namespace =
+        format!("{}/docker", ["this_is_not_a_valid_namespace_because_its_lenth_is_greater_than_255"; 4].join("_"));
     let invalid = [
         // TestValidateReferenceName
         "https://github.com/docker/docker",
@@ -286,10 +279,8 @@ fn normalized_parse_accepts_and_rejects_the_go_name_lists() {
 #[test]
 fn normalized_parse_reports_the_error_go_returns() {
     use ReferenceError::*;
-    let long_namespace = format!(
-        "{}/docker",
-        ["this_is_not_a_valid_namespace_because_its_lenth_is_greater_than_255"; 4].join("_")
-    );
+    let long_namespace =
+        format!("{}/docker", ["this_is_not_a_valid_namespace_because_its_lenth_is_greater_than_255"; 4].join("_"));
     let hex_redis = "dbcc1c35ac38df41fd2f5e4130b32ffdb93ebae8b3dbe638c23575912276fc9c";
     let rows = [
         Rejected { input: HEX64, err: HexIdentifier(HEX64.to_string()) },
@@ -340,13 +331,7 @@ fn normalized_parse_matches_the_go_normalize_table() {
         info("fooo", "localhost/fooo", "localhost/fooo", Some("localhost/fooo"), "localhost"),
         info("fooo/bar", "localhost/fooo/bar", "localhost/fooo/bar", Some("localhost/fooo/bar"), "localhost"),
         info("fooo", "LOCALDOMAIN/fooo", "LOCALDOMAIN/fooo", Some("LOCALDOMAIN/fooo"), "LOCALDOMAIN"),
-        info(
-            "fooo/bar",
-            "LOCALDOMAIN/fooo/bar",
-            "LOCALDOMAIN/fooo/bar",
-            Some("LOCALDOMAIN/fooo/bar"),
-            "LOCALDOMAIN",
-        ),
+        info("fooo/bar", "LOCALDOMAIN/fooo/bar", "LOCALDOMAIN/fooo/bar", Some("LOCALDOMAIN/fooo/bar"), "LOCALDOMAIN"),
         info("fooo/bar", "fooo/bar", "docker.io/fooo/bar", Some("index.docker.io/fooo/bar"), "docker.io"),
         info("library/ubuntu", "ubuntu", "docker.io/library/ubuntu", Some("library/ubuntu"), "docker.io"),
         info("nonlibrary/ubuntu", "nonlibrary/ubuntu", "docker.io/nonlibrary/ubuntu", None, "docker.io"),
@@ -359,13 +344,7 @@ fn normalized_parse_matches_the_go_normalize_table() {
             "127.0.0.1:8000",
         ),
         info("privatebase", "127.0.0.1:8000/privatebase", "127.0.0.1:8000/privatebase", None, "127.0.0.1:8000"),
-        info(
-            "private/moonbase",
-            "example.com/private/moonbase",
-            "example.com/private/moonbase",
-            None,
-            "example.com",
-        ),
+        info("private/moonbase", "example.com/private/moonbase", "example.com/private/moonbase", None, "example.com"),
         info("privatebase", "example.com/privatebase", "example.com/privatebase", None, "example.com"),
         info(
             "private/moonbase",

@@ -10,7 +10,11 @@ use crate::{cri::ImageRuntime, manager::ImageManager};
 pub const IMAGE_MANAGER_SERVICE: &str = "imagemanager.v1.ImageManager";
 
 /// Probes the runtime every `interval` and reports the image service's health, logging changes.
-pub async fn probe_runtime<R: ImageRuntime>(manager: Arc<ImageManager<R>>, reporter: HealthReporter, interval: Duration) {
+pub async fn probe_runtime<R: ImageRuntime>(
+    manager: Arc<ImageManager<R>>,
+    reporter: HealthReporter,
+    interval: Duration,
+) {
     let mut last: Option<ServingStatus> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -45,14 +45,19 @@ pub async fn serve<R: ImageRuntime>(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let descriptor_sets = [api::FILE_DESCRIPTOR_SET, tonic_types::pb::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET];
+    let descriptor_sets =
+        [api::FILE_DESCRIPTOR_SET, tonic_types::pb::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET];
     let reflection_v1 = descriptor_sets
         .iter()
-        .fold(tonic_reflection::server::Builder::configure(), |builder, set| builder.register_encoded_file_descriptor_set(set))
+        .fold(tonic_reflection::server::Builder::configure(), |builder, set| {
+            builder.register_encoded_file_descriptor_set(set)
+        })
         .build_v1()?;
     let reflection_v1alpha = descriptor_sets
         .iter()
-        .fold(tonic_reflection::server::Builder::configure(), |builder, set| builder.register_encoded_file_descriptor_set(set))
+        .fold(tonic_reflection::server::Builder::configure(), |builder, set| {
+            builder.register_encoded_file_descriptor_set(set)
+        })
         .build_v1alpha()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();

@@ -1,0 +1,180 @@
+//! EnsureImageExists over the daemon's socket against a scripted CRI runtime: every reason and
+//! code on the wire, pass-through of the pull request, and the runtime going away and back.
+
+mod support;
+
+use std::time::Duration;
+
+use cri_imaged::api::PullPolicy;
+use k8s_cri::v1::PodSandboxConfig;
+use support::{
+    InProcessDaemon, call, ensure,
+    fake_runtime::{FakeImageService, FakeRuntime},
+    reason, wait_for_health,
+};
+use tonic::{Code, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+
+const ALWAYS: i32 = PullPolicy::Always as i32;
+const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
+const NEVER: i32 = PullPolicy::Never as i32;
+
+struct Stack {
+    _dir: tempfile::TempDir,
+    runtime: FakeRuntime,
+    daemon: InProcessDaemon,
+}
+
+async fn stack() -> Stack {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = InProcessDaemon::start(&dir.path().join("cri-imaged.sock"), &runtime.socket).await;
+    Stack { _dir: dir, runtime, daemon }
+}
+
+#[tokio::test]
+async fn absent_image_is_pulled_then_reported_present() {
+    let stack = stack().await;
+    let mut client = stack.daemon.client();
+
+    let first = call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("pull succeeds");
+    assert!(first.pulled);
+    assert!(first.pull_duration.is_some(), "a pull reports its duration");
+    assert_eq!(first.image_size_bytes, 4096);
+    assert!(first.message.starts_with(r#"Successfully pulled image "busybox:1.36" in "#), "{}", first.message);
+
+    let second = call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("present");
+    assert!(!second.pulled);
+    assert_eq!(second.pull_duration, None);
+    assert_eq!(second.image_ref, first.image_ref);
+    assert_eq!(second.message, r#"Container image "busybox:1.36" already present on machine"#);
+    assert_eq!(stack.runtime.service.pulls().len(), 1, "the second call did not pull");
+}
+
+#[tokio::test]
+async fn pull_request_carries_default_tag_handler_annotations_and_sandbox_config() {
+    let stack = stack().await;
+    let mut request = ensure("registry.local:5000/team/app", 0);
+    request.runtime_handler = "kata".into();
+    request.pod.as_mut().expect("pod").annotations.insert("owner".into(), "payments".into());
+    request.pod_sandbox_config = Some(PodSandboxConfig { hostname: "web-0".into(), ..Default::default() });
+    call(&mut stack.daemon.client(), request).await.expect("pull succeeds");
+
+    let pulls = stack.runtime.service.pulls();
+    assert_eq!(pulls.len(), 1);
+    let spec = pulls[0].image.clone().expect("image spec");
+    assert_eq!(spec.image, "registry.local:5000/team/app:latest");
+    assert_eq!(spec.runtime_handler, "kata");
+    assert_eq!(spec.annotations.get("owner").map(String::as_str), Some("payments"));
+    assert_eq!(pulls[0].sandbox_config.as_ref().map(|c| c.hostname.as_str()), Some("web-0"));
+}
+
+#[tokio::test]
+async fn unspecified_policy_pulls_latest_every_time_but_a_pinned_tag_once() {
+    let stack = stack().await;
+    let mut client = stack.daemon.client();
+    for _ in 0..2 {
+        assert!(call(&mut client, ensure("busybox", 0)).await.expect("latest").pulled);
+        call(&mut client, ensure("busybox:1.36", 0)).await.expect("pinned");
+    }
+    let pulled: Vec<String> =
+        stack.runtime.service.pulls().into_iter().map(|p| p.image.unwrap_or_default().image).collect();
+    assert_eq!(pulled, ["busybox:latest", "busybox:1.36", "busybox:latest"]);
+}
+
+#[tokio::test]
+async fn always_pulls_a_present_image_and_never_uses_it() {
+    let stack = stack().await;
+    stack.runtime.service.add_image("busybox:1.36", "sha256:present", 10);
+    let mut client = stack.daemon.client();
+    assert!(call(&mut client, ensure("busybox:1.36", ALWAYS)).await.expect("always").pulled);
+    let never = call(&mut client, ensure("busybox:1.36", NEVER)).await.expect("never, present");
+    assert!(!never.pulled);
+}
+
+/// Each failure, as the caller sees it: code, ErrorInfo reason, and message.
+#[tokio::test]
+async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
+    let stack = stack().await;
+    let service = &stack.runtime.service;
+    service.fail_pull("missing:1", Status::not_found("failed to resolve reference \"missing:1\": not found"));
+    service.fail_pull("private:1", Status::unauthenticated("pull access denied"));
+    service.fail_pull("forbidden:1", Status::permission_denied("denied"));
+    service.fail_pull("broken:1", Status::internal("disk full"));
+    service.fail_pull("offline:1", Status::unknown("RegistryUnavailable: dial tcp: connection refused"));
+    service.fail_pull("unsigned:1", Status::unknown("SignatureValidationFailed: no trusted signature"));
+    let mut client = stack.daemon.client();
+
+    let cases = [
+        ("Busybox", IF_NOT_PRESENT, Code::InvalidArgument, "InvalidImageName", "Failed to apply default image tag"),
+        ("absent:1", NEVER, Code::FailedPrecondition, "ErrImageNeverPull", "is not present with pull policy of Never"),
+        ("missing:1", IF_NOT_PRESENT, Code::NotFound, "ErrImagePull", "rpc error: code = NotFound desc = failed"),
+        ("private:1", IF_NOT_PRESENT, Code::Unauthenticated, "ErrImagePull", "pull access denied"),
+        ("forbidden:1", IF_NOT_PRESENT, Code::PermissionDenied, "ErrImagePull", "denied"),
+        ("broken:1", IF_NOT_PRESENT, Code::Unknown, "ErrImagePull", "code = Internal desc = disk full"),
+        (
+            "offline:1",
+            IF_NOT_PRESENT,
+            Code::Unavailable,
+            "RegistryUnavailable",
+            "image pull failed for offline:1 because the registry is unavailable: dial tcp: connection refused",
+        ),
+        ("unsigned:1", IF_NOT_PRESENT, Code::PermissionDenied, "SignatureValidationFailed", "signature validation"),
+        ("busybox", 7, Code::InvalidArgument, "InvalidRequest", "pull_policy 7 is not a known PullPolicy"),
+    ];
+    for (image, policy, code, expected_reason, message) in cases {
+        let status = call(&mut client, ensure(image, policy)).await.expect_err(image);
+        assert_eq!(status.code(), code, "{image}: {status:?}");
+        assert_eq!(reason(&status), expected_reason, "{image}");
+        assert!(status.message().contains(message), "{image}: {:?} lacks {message:?}", status.message());
+    }
+}
+
+#[tokio::test]
+async fn an_empty_image_ref_is_an_err_image_pull() {
+    let stack = stack().await;
+    stack.runtime.service.script.lock().unwrap().empty_image_ref = true;
+    let status = call(&mut stack.daemon.client(), ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect_err("empty");
+    assert_eq!(status.code(), Code::Unknown);
+    assert_eq!(reason(&status), "ErrImagePull");
+    assert_eq!(status.message(), r#"imageRef of image "busybox:1.36" is not set"#);
+}
+
+#[tokio::test]
+async fn a_failing_image_status_is_an_unavailable_image_inspect_error() {
+    let stack = stack().await;
+    stack.runtime.service.script.lock().unwrap().status_error = Some(Status::internal("metadata store corrupt"));
+    let status = call(&mut stack.daemon.client(), ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect_err("inspect");
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(reason(&status), "ImageInspectError");
+    assert_eq!(
+        status.message(),
+        r#"Failed to inspect image "busybox:1.36": rpc error: code = Internal desc = metadata store corrupt"#
+    );
+}
+
+#[tokio::test]
+async fn the_runtime_going_away_and_coming_back_is_survived() {
+    let stack = stack().await;
+    let Stack { _dir, runtime, daemon } = stack;
+    let socket = runtime.socket.clone();
+    let mut client = daemon.client();
+    let service = "imagemanager.v1.ImageManager";
+    let limit = Duration::from_secs(10);
+
+    call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("runtime up");
+    wait_for_health(&daemon.socket, service, ServingStatus::Serving, limit).await;
+
+    let script = runtime.stop().await;
+    let status = call(&mut client, ensure("other:1", IF_NOT_PRESENT)).await.expect_err("runtime down");
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(reason(&status), "ImageInspectError");
+    wait_for_health(&daemon.socket, service, ServingStatus::NotServing, limit).await;
+
+    // A restarted runtime re-creates its socket; the daemon reconnects without being restarted.
+    let _runtime = FakeRuntime::start(&socket, script);
+    wait_for_health(&daemon.socket, service, ServingStatus::Serving, limit).await;
+    let present = call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("runtime back");
+    assert!(!present.pulled, "the restarted runtime still has the image");
+    daemon.stop().await;
+}

@@ -1,0 +1,154 @@
+//! A scripted CRI ImageService: k8s-cri's generated server on a unix socket.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use k8s_cri::v1::{
+    FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse, ImageStatusRequest, ImageStatusResponse,
+    ListImagesRequest, ListImagesResponse, PullImageRequest, PullImageResponse, RemoveImageRequest,
+    RemoveImageResponse,
+    image_service_server::{ImageService, ImageServiceServer},
+};
+use tokio::{net::UnixListener, sync::oneshot, task::JoinHandle};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// What the fake answers and what it saw.
+#[derive(Default)]
+pub struct Script {
+    /// Present images by name (as the runtime was asked, tag included).
+    pub images: HashMap<String, Image>,
+    /// Pull of this name fails with this status.
+    pub pull_errors: HashMap<String, Status>,
+    /// Every ImageStatus fails with this status.
+    pub status_error: Option<Status>,
+    /// Pulls succeed but report an empty image ref.
+    pub empty_image_ref: bool,
+    /// Every PullImage request received.
+    pub pulls: Vec<PullImageRequest>,
+}
+
+/// Shared handle on the script.
+#[derive(Clone, Default)]
+pub struct FakeImageService {
+    pub script: Arc<Mutex<Script>>,
+}
+
+impl FakeImageService {
+    /// Scripts `name` as present with this id and size.
+    pub fn add_image(&self, name: &str, id: &str, size: u64) {
+        let image = Image { id: id.into(), repo_tags: vec![name.into()], size, ..Default::default() };
+        self.script.lock().unwrap().images.insert(name.into(), image);
+    }
+
+    pub fn fail_pull(&self, name: &str, status: Status) {
+        self.script.lock().unwrap().pull_errors.insert(name.into(), status);
+    }
+
+    pub fn pulls(&self) -> Vec<PullImageRequest> {
+        self.script.lock().unwrap().pulls.clone()
+    }
+}
+
+#[tonic::async_trait]
+impl ImageService for FakeImageService {
+    async fn list_images(&self, _: Request<ListImagesRequest>) -> Result<Response<ListImagesResponse>, Status> {
+        let images = self.script.lock().unwrap().images.values().cloned().collect();
+        Ok(Response::new(ListImagesResponse { images }))
+    }
+
+    async fn image_status(
+        &self,
+        request: Request<ImageStatusRequest>,
+    ) -> Result<Response<ImageStatusResponse>, Status> {
+        let name = request.into_inner().image.unwrap_or_default().image;
+        let script = self.script.lock().unwrap();
+        if let Some(status) = &script.status_error {
+            return Err(status.clone());
+        }
+        let image = script.images.get(&name).cloned();
+        Ok(Response::new(ImageStatusResponse { image, info: HashMap::new() }))
+    }
+
+    async fn pull_image(&self, request: Request<PullImageRequest>) -> Result<Response<PullImageResponse>, Status> {
+        let request = request.into_inner();
+        let name = request.image.clone().unwrap_or_default().image;
+        let mut script = self.script.lock().unwrap();
+        script.pulls.push(request);
+        if let Some(status) = script.pull_errors.get(&name) {
+            return Err(status.clone());
+        }
+        if script.empty_image_ref {
+            return Ok(Response::new(PullImageResponse { image_ref: String::new() }));
+        }
+        let id = format!("sha256:{:064x}", script.pulls.len());
+        let image = Image { id: id.clone(), repo_tags: vec![name.clone()], size: 4096, ..Default::default() };
+        script.images.insert(name, image);
+        Ok(Response::new(PullImageResponse { image_ref: id }))
+    }
+
+    async fn remove_image(&self, _: Request<RemoveImageRequest>) -> Result<Response<RemoveImageResponse>, Status> {
+        Ok(Response::new(RemoveImageResponse {}))
+    }
+
+    async fn image_fs_info(&self, _: Request<ImageFsInfoRequest>) -> Result<Response<ImageFsInfoResponse>, Status> {
+        let usage = FilesystemUsage::default();
+        Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![] }))
+    }
+}
+
+/// The fake served on a socket; dropping or stopping it takes the socket away.
+pub struct FakeRuntime {
+    pub service: FakeImageService,
+    pub socket: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl FakeRuntime {
+    /// Serves `service` on `socket`.
+    pub fn start(socket: &Path, service: FakeImageService) -> Self {
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).expect("fake runtime binds its socket");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder().add_service(ImageServiceServer::new(service.clone()));
+        let task = tokio::spawn(async move {
+            let incoming = UnixListenerStream::new(listener);
+            server
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("fake runtime serves");
+        });
+        Self { service, socket: socket.to_owned(), stop: Some(stop), task: Some(task) }
+    }
+
+    /// Stops serving and removes the socket, as a runtime that went away.
+    pub async fn stop(mut self) -> FakeImageService {
+        self.shutdown().await;
+        self.service.clone()
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for FakeRuntime {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

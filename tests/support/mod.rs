@@ -1,0 +1,117 @@
+//! Shared test harness: a fake CRI runtime, the daemon in-process, clients over unix sockets.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod fake_runtime;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use cri_imaged::{
+    api::{EnsureImageExistsRequest, EnsureImageExistsResponse, image_manager_client::ImageManagerClient},
+    cri::{CriClient, RuntimeEndpoint},
+    manager::ImageManager,
+    server::{self, ServeOptions},
+};
+use hyper_util::rt::TokioIo;
+use tokio::{net::UnixStream, sync::oneshot, task::JoinHandle};
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+use tonic_types::StatusExt;
+
+/// A channel that dials `path`, connecting on first use.
+pub fn unix_channel(path: &Path) -> Channel {
+    let path = path.to_owned();
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    }))
+}
+
+/// cri-imaged served in this process against a runtime socket.
+pub struct InProcessDaemon {
+    pub socket: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl InProcessDaemon {
+    /// Serves on `socket`, talking to the runtime at `runtime_socket`; probes health every 50 ms.
+    pub async fn start(socket: &Path, runtime_socket: &Path) -> Self {
+        let endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
+        let manager = Arc::new(ImageManager::new(CriClient::new(&endpoint, Duration::from_secs(10))));
+        let listener = cri_imaged::listener::bind(socket).await.expect("daemon binds");
+        let options =
+            ServeOptions { drain_timeout: Duration::from_secs(5), health_probe_interval: Duration::from_millis(50) };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            server::serve(listener, manager, options, shutdown).await.expect("daemon serves");
+        });
+        Self { socket: socket.to_owned(), stop: Some(stop), task }
+    }
+
+    pub fn client(&self) -> ImageManagerClient<Channel> {
+        ImageManagerClient::new(unix_channel(&self.socket))
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// An EnsureImageExists request for `image` with `policy` (an `api::PullPolicy` as i32).
+pub fn ensure(image: &str, policy: i32) -> EnsureImageExistsRequest {
+    EnsureImageExistsRequest {
+        image: image.into(),
+        pull_policy: policy,
+        pod: Some(cri_imaged::api::PodRef {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "0b7c6d5e-uid".into(),
+            annotations: Default::default(),
+        }),
+        container_name: "app".into(),
+        ..Default::default()
+    }
+}
+
+/// Calls EnsureImageExists.
+pub async fn call(
+    client: &mut ImageManagerClient<Channel>,
+    request: EnsureImageExistsRequest,
+) -> Result<EnsureImageExistsResponse, tonic::Status> {
+    client.ensure_image_exists(request).await.map(tonic::Response::into_inner)
+}
+
+/// The ErrorInfo reason of a status; panics when the status carries none.
+pub fn reason(status: &tonic::Status) -> String {
+    let details = status.get_error_details();
+    let info = details.error_info().unwrap_or_else(|| panic!("status without ErrorInfo: {status:?}"));
+    info.reason.clone()
+}
+
+/// Waits, at most `limit`, until the health of `service` on `socket` is `wanted`.
+pub async fn wait_for_health(socket: &Path, service: &str, wanted: ServingStatus, limit: Duration) {
+    let mut client = HealthClient::new(unix_channel(socket));
+    let watch = async {
+        let request = HealthCheckRequest { service: service.into() };
+        let mut stream = client.watch(request).await.expect("health watch").into_inner();
+        while let Some(update) = stream.message().await.expect("health stream") {
+            if update.status == wanted as i32 {
+                return;
+            }
+        }
+        panic!("health stream ended before {service} became {wanted:?}");
+    };
+    tokio::time::timeout(limit, watch)
+        .await
+        .unwrap_or_else(|_| panic!("{service} did not become {wanted:?} within {limit:?}"));
+}

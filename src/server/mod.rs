@@ -38,6 +38,25 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// The services reflection advertises: those we serve. The CRI's descriptors are registered for
+/// the types our API uses, not to advertise services we do not serve.
+const ADVERTISED_SERVICES: [&str; 4] = [
+    IMAGE_MANAGER_SERVICE,
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// A reflection builder with our descriptors, google.rpc's (so error details print) and health's.
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    let descriptor_sets =
+        [api::FILE_DESCRIPTOR_SET, tonic_types::pb::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET];
+    let builder = descriptor_sets.into_iter().fold(tonic_reflection::server::Builder::configure(), |builder, set| {
+        builder.register_encoded_file_descriptor_set(set)
+    });
+    ADVERTISED_SERVICES.into_iter().fold(builder, |builder, name| builder.with_service_name(name))
+}
+
 /// Serves until `shutdown` completes, then drains for at most `options.drain_timeout`.
 pub async fn serve<R: ImageRuntime>(
     listener: UnixListener,
@@ -45,20 +64,8 @@ pub async fn serve<R: ImageRuntime>(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let descriptor_sets =
-        [api::FILE_DESCRIPTOR_SET, tonic_types::pb::FILE_DESCRIPTOR_SET, tonic_health::pb::FILE_DESCRIPTOR_SET];
-    let reflection_v1 = descriptor_sets
-        .iter()
-        .fold(tonic_reflection::server::Builder::configure(), |builder, set| {
-            builder.register_encoded_file_descriptor_set(set)
-        })
-        .build_v1()?;
-    let reflection_v1alpha = descriptor_sets
-        .iter()
-        .fold(tonic_reflection::server::Builder::configure(), |builder, set| {
-            builder.register_encoded_file_descriptor_set(set)
-        })
-        .build_v1alpha()?;
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let prober = tokio::spawn(health::probe_runtime(manager.clone(), reporter.clone(), options.health_probe_interval));

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod fake_runtime;
+pub mod process;
 
 use std::{
     path::{Path, PathBuf},

@@ -1,0 +1,122 @@
+//! The real binary: signals, its socket, a missing runtime, and grpcurl against it.
+
+mod support;
+
+use std::{os::unix::fs::PermissionsExt, time::Duration};
+
+use support::{
+    call, ensure,
+    fake_runtime::{FakeImageService, FakeRuntime},
+    process::{DaemonProcess, grpcurl, require_tool},
+    reason, wait_for_health,
+};
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+const IF_NOT_PRESENT: i32 = cri_imaged::api::PullPolicy::IfNotPresent as i32;
+
+#[tokio::test]
+async fn sigterm_stops_the_daemon_cleanly_and_removes_its_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("run/cri-imaged.sock");
+    let daemon = DaemonProcess::start(&socket, &dir.path().join("no-runtime.sock"), &[]).await;
+    let mode = std::fs::metadata(&socket).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+
+    let (status, log) = daemon.terminate().await;
+    assert!(status.success(), "exit status {status:?}; log:\n{log}");
+    assert!(log.contains("received SIGTERM"), "{log}");
+    assert!(!socket.exists(), "the socket is removed on a clean stop");
+}
+
+#[tokio::test]
+async fn a_second_daemon_refuses_a_socket_that_is_in_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri-imaged.sock");
+    let runtime = dir.path().join("no-runtime.sock");
+    let _first = DaemonProcess::start(&socket, &runtime, &[]).await;
+
+    let mut second = DaemonProcess::spawn(&socket, &runtime, &[]);
+    let status = second.wait_for_exit(Duration::from_secs(10)).await;
+    assert!(!status.success());
+    let log = second.log_text();
+    assert!(log.contains("is in use: another process answers on it"), "{log}");
+}
+
+#[tokio::test]
+async fn a_missing_runtime_socket_is_an_unavailable_inspect_error_and_not_serving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = dir.path().join("absent-runtime.sock");
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime, &[]).await;
+
+    let mut client = daemon_client(&daemon);
+    let status = call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect_err("no runtime");
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(reason(&status), "ImageInspectError");
+    assert!(status.message().starts_with(r#"Failed to inspect image "busybox:1.36": rpc error: code = Unavailable"#));
+    let limit = Duration::from_secs(10);
+    wait_for_health(&daemon.socket, "imagemanager.v1.ImageManager", ServingStatus::NotServing, limit).await;
+}
+
+#[tokio::test]
+async fn an_invalid_flag_value_fails_at_start_with_a_clear_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut daemon = DaemonProcess::spawn(
+        &dir.path().join("s.sock"),
+        &dir.path().join("r.sock"),
+        &["--runtime-request-timeout", "soon"],
+    );
+    let status = daemon.wait_for_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(2), "clap's usage-error status");
+    assert!(daemon.log_text().contains(r#""soon" is not a duration"#), "{}", daemon.log_text());
+}
+
+#[tokio::test]
+async fn grpcurl_lists_describes_and_calls_the_api_with_error_details() {
+    let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    runtime.service.fail_pull("missing:1", tonic::Status::not_found("manifest unknown"));
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let sock = daemon.socket.clone();
+    // grpcurl blocks; run it off the runtime that serves the fake.
+    let run = move |flags: Vec<&'static str>, verb: Vec<String>| {
+        let (bin, sock) = (grpcurl_bin.clone(), sock.clone());
+        tokio::task::spawn_blocking(move || {
+            let verb: Vec<&str> = verb.iter().map(String::as_str).collect();
+            grpcurl(&bin, &sock, &flags, &verb)
+        })
+    };
+
+    let (ok, services, err) = run(vec![], vec!["list".into()]).await.expect("grpcurl list");
+    assert!(ok, "{err}");
+    for service in ["imagemanager.v1.ImageManager", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
+        assert!(services.lines().any(|line| line == service), "{service} missing from:\n{services}");
+    }
+    assert!(!services.contains("runtime.v1.RuntimeService"), "only served services are advertised:\n{services}");
+
+    let verb = vec!["describe".into(), "imagemanager.v1.EnsureImageExistsRequest".into()];
+    let (ok, described, err) = run(vec![], verb).await.expect("grpcurl describe");
+    assert!(ok, "{err}");
+    assert!(described.contains(".runtime.v1.PodSandboxConfig pod_sandbox_config"), "{described}");
+
+    let method = "imagemanager.v1.ImageManager/EnsureImageExists".to_owned();
+    let body = r#"{"image":"busybox:1.36","pull_policy":"IF_NOT_PRESENT","pod":{"namespace":"default","name":"web"}}"#;
+    let (ok, answer, err) = run(vec!["-d", body], vec![method.clone()]).await.expect("grpcurl call");
+    assert!(ok, "{err}");
+    assert!(answer.contains(r#""pulled": true"#), "{answer}");
+    assert!(answer.contains(r#"Successfully pulled image \"busybox:1.36\""#), "{answer}");
+
+    let missing = r#"{"image":"missing:1","pull_policy":"IF_NOT_PRESENT"}"#;
+    let (ok, out, err) = run(vec!["-d", missing], vec![method]).await.expect("grpcurl failing call");
+    assert!(!ok, "a failed pull is an error: {out}");
+    assert!(err.contains("Code: NotFound"), "{err}");
+    assert!(err.contains("type.googleapis.com/google.rpc.ErrorInfo"), "error details print: {err}");
+    assert!(err.contains(r#""reason":"ErrImagePull""#), "{err}");
+}
+
+fn daemon_client(
+    daemon: &DaemonProcess,
+) -> cri_imaged::api::image_manager_client::ImageManagerClient<tonic::transport::Channel> {
+    cri_imaged::api::image_manager_client::ImageManagerClient::new(support::unix_channel(&daemon.socket))
+}

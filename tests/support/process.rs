@@ -1,0 +1,128 @@
+//! The real `cri-imaged` binary as a child process, and external tools the tests need.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    time::Duration,
+};
+
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+use super::unix_channel;
+
+/// Whether this run is CI, where nothing may be skipped.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false")
+}
+
+/// The path of `tool` on PATH. Outside CI a missing tool skips the test (returns `None`, saying
+/// so); in CI it fails the test.
+pub fn require_tool(tool: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(tool))
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(!in_ci(), "{tool} is not installed; CI must install it (see .ci/run)");
+        eprintln!("SKIPPED: {tool} is not installed (outside CI; `make deps` installs it)");
+    }
+    found
+}
+
+/// A running `cri-imaged serve`, its stderr kept in a file.
+pub struct DaemonProcess {
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl DaemonProcess {
+    /// Starts `cri-imaged serve --listen SOCKET --runtime-endpoint RUNTIME` plus `extra` flags and
+    /// waits until it answers health checks.
+    pub async fn start(socket: &Path, runtime_socket: &Path, extra: &[&str]) -> Self {
+        let daemon = Self::spawn(socket, runtime_socket, extra);
+        daemon.wait_until_serving().await;
+        daemon
+    }
+
+    /// Starts the daemon without waiting for it.
+    pub fn spawn(socket: &Path, runtime_socket: &Path, extra: &[&str]) -> Self {
+        // Beside the socket's nearest existing ancestor: the daemon creates the socket's directory.
+        let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
+        let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
+        let stderr = std::fs::File::create(&log).expect("daemon log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(socket)
+            .arg("--runtime-endpoint")
+            .arg(runtime_socket)
+            .args(["--health-probe-interval", "100ms", "--shutdown-timeout", "5s"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("cri-imaged starts");
+        Self { socket: socket.to_owned(), log, child }
+    }
+
+    async fn wait_until_serving(&self) {
+        for _ in 0..200 {
+            let mut client = HealthClient::new(unix_channel(&self.socket));
+            if client.check(HealthCheckRequest { service: String::new() }).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("cri-imaged did not answer on {} within 5s; log:\n{}", self.socket.display(), self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits (at most 10 s) for the exit status.
+    pub async fn terminate(mut self) -> (ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+        assert!(sent.success(), "SIGTERM could not be sent");
+        let status = self.wait_for_exit(Duration::from_secs(10)).await;
+        (status, self.log_text())
+    }
+
+    /// Waits for the process to exit by itself, at most `limit`.
+    pub async fn wait_for_exit(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "cri-imaged did not exit within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `grpcurl FLAGS SOCKET VERB` against a daemon socket; returns (success, stdout, stderr).
+pub fn grpcurl(grpcurl: &Path, socket: &Path, flags: &[&str], verb: &[&str]) -> (bool, String, String) {
+    // tonic (h2) rejects grpcurl's default :authority for unix sockets (the socket path).
+    let output = Command::new(grpcurl)
+        .args(["-plaintext", "-authority", "localhost", "-unix"])
+        .args(flags)
+        .arg(socket)
+        .args(verb)
+        .output()
+        .expect("grpcurl runs");
+    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    (output.status.success(), text(output.stdout), text(output.stderr))
+}

@@ -3,6 +3,7 @@
 
 pub mod fake_runtime;
 pub mod process;
+pub mod stack;
 
 use std::{
     path::{Path, PathBuf},

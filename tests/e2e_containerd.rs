@@ -1,0 +1,152 @@
+//! End to end: the real binary against a real containerd pulling from a loopback registry.
+//! Images are built by the harness as OCI layouts and pushed; nothing is mocked.
+
+mod support;
+
+use cri_imaged::api::{EnsureImageExistsResponse, PullPolicy, image_manager_client::ImageManagerClient};
+use support::{
+    call, ensure,
+    process::{DaemonProcess, grpcurl, require_tool},
+    reason,
+    stack::LocalStack,
+    unix_channel,
+};
+use tonic::{Code, transport::Channel};
+
+const ALWAYS: i32 = PullPolicy::Always as i32;
+const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
+const NEVER: i32 = PullPolicy::Never as i32;
+
+struct E2e {
+    stack: LocalStack,
+    daemon: DaemonProcess,
+    client: ImageManagerClient<Channel>,
+    _dir: tempfile::TempDir,
+}
+
+async fn e2e() -> Option<E2e> {
+    let stack = LocalStack::start()?;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let client = ImageManagerClient::new(unix_channel(&daemon.socket));
+    Some(E2e { stack, daemon, client, _dir: dir })
+}
+
+fn assert_pulled(response: &EnsureImageExistsResponse, image: &str) {
+    assert!(response.pulled, "{image} should have been pulled: {response:?}");
+    assert!(response.image_ref.starts_with("sha256:"), "containerd's image id: {response:?}");
+    assert!(response.image_size_bytes > 0, "containerd reports a size: {response:?}");
+    assert!(response.message.starts_with(&format!("Successfully pulled image {image:?} in ")), "{response:?}");
+}
+
+#[tokio::test]
+async fn policies_against_absent_and_present_images_behave_as_the_kubelet() {
+    let Some(mut t) = e2e().await else { return };
+    t.stack.seed("e2e/app:v1", "app v1");
+    let image = t.stack.image("e2e/app:v1");
+
+    // Absent × Never: refused without touching the registry.
+    let status = call(&mut t.client, ensure(&image, NEVER)).await.expect_err("absent, never");
+    assert_eq!((status.code(), reason(&status).as_str()), (Code::FailedPrecondition, "ErrImageNeverPull"));
+    assert_eq!(status.message(), format!("Container image {image:?} is not present with pull policy of Never"));
+    assert_eq!(t.stack.manifest_requests("e2e/app"), 0);
+
+    // Absent × IfNotPresent: pulled.
+    let pulled = call(&mut t.client, ensure(&image, IF_NOT_PRESENT)).await.expect("absent, if-not-present");
+    assert_pulled(&pulled, &image);
+    let after_pull = t.stack.manifest_requests("e2e/app");
+    assert!(after_pull >= 1, "the registry served the manifest");
+
+    // Present × IfNotPresent and Never: used as is, the registry untouched.
+    for policy in [IF_NOT_PRESENT, NEVER] {
+        let present = call(&mut t.client, ensure(&image, policy)).await.expect("present");
+        assert!(!present.pulled);
+        assert_eq!(present.image_ref, pulled.image_ref);
+        assert_eq!(present.image_size_bytes, pulled.image_size_bytes);
+        assert_eq!(present.message, format!("Container image {image:?} already present on machine"));
+    }
+    assert_eq!(t.stack.manifest_requests("e2e/app"), after_pull);
+
+    // Present × Always: pulled again, so the registry is asked again.
+    let again = call(&mut t.client, ensure(&image, ALWAYS)).await.expect("present, always");
+    assert_pulled(&again, &image);
+    assert_eq!(again.image_ref, pulled.image_ref, "same image, same id");
+    assert!(t.stack.manifest_requests("e2e/app") > after_pull);
+
+    // Absent × Always: pulled.
+    t.stack.seed("e2e/other:v1", "other v1");
+    let other = t.stack.image("e2e/other:v1");
+    assert_pulled(&call(&mut t.client, ensure(&other, ALWAYS)).await.expect("absent, always"), &other);
+
+    let log = t.daemon.log_text();
+    assert!(log.contains(&format!("Pulling image {image:?}")), "the daemon logs in the kubelet's words:\n{log}");
+    assert!(log.contains("including waiting). Image size: "), "{log}");
+}
+
+#[tokio::test]
+async fn untagged_image_gets_latest_and_a_digest_reference_pulls_by_digest() {
+    let Some(mut t) = e2e().await else { return };
+    t.stack.seed("e2e/plain:latest", "plain latest");
+    let digest = t.stack.seed("e2e/pinned:v3", "pinned v3");
+
+    let untagged = t.stack.image("e2e/plain");
+    assert_pulled(&call(&mut t.client, ensure(&untagged, 0)).await.expect("untagged pulls :latest"), &untagged);
+
+    let by_digest = format!("{}@{digest}", t.stack.image("e2e/pinned"));
+    assert_pulled(&call(&mut t.client, ensure(&by_digest, 0)).await.expect("by digest"), &by_digest);
+    // Unspecified policy with a digest is IfNotPresent: the second call uses what is there.
+    assert!(!call(&mut t.client, ensure(&by_digest, 0)).await.expect("present by digest").pulled);
+}
+
+#[tokio::test]
+async fn a_missing_image_is_err_image_pull_not_found() {
+    let Some(mut t) = e2e().await else { return };
+    let image = t.stack.image("e2e/missing:v1");
+    let status = call(&mut t.client, ensure(&image, IF_NOT_PRESENT)).await.expect_err("missing");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert_eq!(reason(&status), "ErrImagePull");
+    assert!(status.message().starts_with("rpc error: code = NotFound desc = failed to pull and unpack image"));
+    assert!(status.message().contains("not found"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn a_registry_that_refuses_connections_is_err_image_pull() {
+    let Some(mut t) = e2e().await else { return };
+    // Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    let image = "127.0.0.1:1/e2e/app:v1";
+    let status = call(&mut t.client, ensure(image, IF_NOT_PRESENT)).await.expect_err("refused");
+    assert_eq!(status.code(), Code::Unknown, "{status:?}");
+    assert_eq!(reason(&status), "ErrImagePull");
+    assert!(status.message().contains("connection refused"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn invalid_names_are_refused_before_containerd_is_asked() {
+    let Some(mut t) = e2e().await else { return };
+    let long_path = format!("{}/{}:v1", t.stack.registry, "a".repeat(256));
+    for image in ["", "team/App", "app:bad tag", "app@sha256:short", &"f".repeat(64), &long_path] {
+        let status = call(&mut t.client, ensure(image, IF_NOT_PRESENT)).await.expect_err(image);
+        assert_eq!(status.code(), Code::InvalidArgument, "{image:?}: {status:?}");
+        assert_eq!(reason(&status), "InvalidImageName", "{image:?}");
+        assert!(status.message().starts_with("Failed to apply default image tag"), "{}", status.message());
+    }
+}
+
+#[tokio::test]
+async fn grpcurl_pulls_through_the_daemon_into_containerd() {
+    let Some(t) = e2e().await else { return };
+    let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
+    t.stack.seed("e2e/curl:v1", "curl v1");
+    let body =
+        format!(r#"{{"image":"{}","pod":{{"namespace":"default","name":"web"}}}}"#, t.stack.image("e2e/curl:v1"));
+    let method = "imagemanager.v1.ImageManager/EnsureImageExists";
+    let socket = t.daemon.socket.clone();
+    let run = move || grpcurl(&grpcurl_bin, &socket, &["-d", &body], &[method]);
+
+    let (ok, first, err) = tokio::task::spawn_blocking(run.clone()).await.expect("grpcurl");
+    assert!(ok, "{err}");
+    assert!(first.contains(r#""pulled": true"#), "{first}");
+    let (ok, second, err) = tokio::task::spawn_blocking(run).await.expect("grpcurl");
+    assert!(ok, "{err}");
+    assert!(second.contains("already present on machine"), "{second}");
+}

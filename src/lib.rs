@@ -15,6 +15,7 @@
 //! - [`telemetry`]: logging set-up.
 
 pub mod api;
+pub mod backoff;
 pub mod config;
 pub mod cri;
 pub mod daemon;

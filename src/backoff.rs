@@ -1,0 +1,162 @@
+//! Per-(pod, image) pull backoff with the kubelet's `flowcontrol.Backoff` arithmetic, bounded in
+//! size. Pure: every call takes `now`.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+/// How the backoff grows and how much memory it may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackoffConfig {
+    /// The first delay after a failure (kubelet: 10s).
+    pub initial: Duration,
+    /// The longest delay (kubelet: 300s). Entries not updated for twice this are forgotten.
+    pub max: Duration,
+    /// The most entries kept; past it the stalest is evicted.
+    pub capacity: usize,
+}
+
+/// A backoff configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackoffConfigError {
+    #[error("image pull backoff initial ({initial:?}) must not exceed its max ({max:?})")]
+    InitialAboveMax { initial: Duration, max: Duration },
+    #[error("image pull backoff capacity must be at least 1")]
+    ZeroCapacity,
+}
+
+impl BackoffConfig {
+    /// The kubelet's image backoff: 10s doubling to 300s; at most 100,000 entries.
+    pub const KUBELET: Self =
+        Self { initial: Duration::from_secs(10), max: Duration::from_secs(300), capacity: 100_000 };
+
+    /// Validates the configuration.
+    pub fn try_new(initial: Duration, max: Duration, capacity: usize) -> Result<Self, BackoffConfigError> {
+        if initial > max {
+            return Err(BackoffConfigError::InitialAboveMax { initial, max });
+        }
+        if capacity == 0 {
+            return Err(BackoffConfigError::ZeroCapacity);
+        }
+        Ok(Self { initial, max, capacity })
+    }
+
+    /// Entries not updated for this long are stable again and may be collected.
+    fn expiry(&self) -> Duration {
+        self.max.saturating_mul(2)
+    }
+}
+
+/// A refusal: the key is backing off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackingOff {
+    /// Time left until a pull may be tried again.
+    pub remaining: Duration,
+    /// The error of the pull that failed last.
+    pub last_error: Arc<str>,
+}
+
+struct Entry {
+    delay: Duration,
+    last_update: Instant,
+    /// Position in `by_age`; a later update has a larger number.
+    stamp: u64,
+    last_error: Arc<str>,
+}
+
+/// The backoff store: `pod uid + image` keys, as the kubelet's `"{uid}_{image}"`.
+pub struct BackoffStore {
+    config: BackoffConfig,
+    entries: HashMap<Arc<str>, Entry>,
+    /// Keys by the stamp of their last update, stalest first.
+    by_age: BTreeMap<u64, Arc<str>>,
+    next_stamp: u64,
+}
+
+impl BackoffStore {
+    pub fn new(config: BackoffConfig) -> Self {
+        Self { config, entries: HashMap::new(), by_age: BTreeMap::new(), next_stamp: 0 }
+    }
+
+    /// The kubelet's backoff key for a pod and an image.
+    pub fn key(pod_uid: &str, image: &str) -> String {
+        format!("{pod_uid}_{image}")
+    }
+
+    /// The kubelet's `IsInBackOffSinceUpdate`: `Some` while the last failure's delay has not run
+    /// out, unless the entry has expired (not updated for twice the max).
+    pub fn check(&self, key: &str, now: Instant) -> Option<BackingOff> {
+        let entry = self.entries.get(key)?;
+        let since = now.saturating_duration_since(entry.last_update);
+        if since > self.config.expiry() || since >= entry.delay {
+            return None;
+        }
+        Some(BackingOff { remaining: entry.delay - since, last_error: entry.last_error.clone() })
+    }
+
+    /// The kubelet's `Next`: after a failure, start at `initial`, or double up to `max`; an
+    /// expired entry starts over. Returns the new delay.
+    pub fn record_failure(&mut self, key: &str, last_error: Arc<str>, now: Instant) -> Duration {
+        let (initial, max, expiry) = (self.config.initial, self.config.max, self.config.expiry());
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        let delay = match self.entries.get_mut(key) {
+            Some(entry) => {
+                self.by_age.remove(&entry.stamp);
+                let expired = now.saturating_duration_since(entry.last_update) > expiry;
+                entry.delay = if expired { initial } else { entry.delay.saturating_mul(2).min(max) };
+                entry.last_update = now;
+                entry.stamp = stamp;
+                entry.last_error = last_error;
+                self.by_age.insert(stamp, Arc::from(key));
+                entry.delay
+            }
+            None => {
+                self.gc(now);
+                while self.entries.len() >= self.config.capacity {
+                    self.evict_stalest();
+                }
+                let key: Arc<str> = Arc::from(key);
+                self.by_age.insert(stamp, key.clone());
+                self.entries.insert(key, Entry { delay: initial, last_update: now, stamp, last_error });
+                initial
+            }
+        };
+        delay
+    }
+
+    /// Forgets entries not updated for twice the max, as the kubelet's `GC`.
+    pub fn gc(&mut self, now: Instant) {
+        let expiry = self.config.expiry();
+        while let Some((_, key)) = self.by_age.first_key_value() {
+            let stale = self.entries.get(key).is_some_and(|e| now.saturating_duration_since(e.last_update) > expiry);
+            if !stale {
+                break;
+            }
+            self.evict_stalest();
+        }
+    }
+
+    /// How many keys are remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no key is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn evict_stalest(&mut self) {
+        if let Some((_, key)) = self.by_age.pop_first() {
+            self.entries.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

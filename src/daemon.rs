@@ -6,7 +6,7 @@ use crate::{
     config::ServeArgs,
     cri::CriClient,
     listener::{self, ListenError},
-    manager::ImageManager,
+    manager::{ImageManager, ManagerConfig},
     server::{self, ServeError, ServeOptions},
 };
 
@@ -29,7 +29,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
 
     let listener = listener::bind(&args.listen).await?;
     let runtime = CriClient::new(&args.runtime_endpoint, args.runtime_request_timeout);
-    let manager = Arc::new(ImageManager::new(runtime));
+    let manager = Arc::new(ImageManager::new(Arc::new(runtime), ManagerConfig::default()));
     tracing::info!(
         listen = %args.listen.display(),
         runtime_endpoint = %args.runtime_endpoint,

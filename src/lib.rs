@@ -23,6 +23,8 @@ pub mod listener;
 pub mod manager;
 pub mod messages;
 pub mod policy;
+pub mod pull;
 pub mod reference;
+pub mod scheduler;
 pub mod server;
 pub mod telemetry;

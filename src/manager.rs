@@ -1,16 +1,42 @@
 //! EnsureImageExists: the kubelet's image manager, step by step, over an [`ImageRuntime`].
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
 
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
 
 use crate::{
+    backoff::{BackoffConfig, BackoffStore},
     cri::{ImageRuntime, PullSpec, RuntimeError},
     messages::{self, reason},
     policy::{self, Decision, PullPolicy},
+    pull::{PullError, RuntimePull},
     reference::{self, ImageReference, ReferenceError},
+    scheduler::{PullScheduler, SchedulerConfig},
 };
+
+/// How the manager pulls; [`ManagerConfig::default`] is the kubelet's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManagerConfig {
+    pub scheduler: SchedulerConfig,
+    pub backoff: BackoffConfig,
+}
+
+impl Default for ManagerConfig {
+    /// Serial pulls, no pull timeout, 10s-to-300s backoff.
+    fn default() -> Self {
+        let serial = std::num::NonZeroUsize::MIN;
+        Self {
+            scheduler: SchedulerConfig { max_parallel: Some(serial), pull_timeout: None },
+            backoff: BackoffConfig::KUBELET,
+        }
+    }
+}
 
 /// The pod an image is for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -67,11 +93,13 @@ pub enum EnsureError {
     #[error("{message}")]
     NeverPull { message: String },
     #[error("{message}")]
-    Pull { message: String, source: RuntimeError },
+    BackOff { message: String, retry_after: Duration },
     #[error("{message}")]
-    RegistryUnavailable { message: String, source: RuntimeError },
+    Pull { message: String, source: Arc<PullError> },
     #[error("{message}")]
-    SignatureValidationFailed { message: String, source: RuntimeError },
+    RegistryUnavailable { message: String, source: Arc<PullError> },
+    #[error("{message}")]
+    SignatureValidationFailed { message: String, source: Arc<PullError> },
 }
 
 impl EnsureError {
@@ -81,20 +109,10 @@ impl EnsureError {
             Self::InvalidImageName { .. } => reason::INVALID_IMAGE_NAME,
             Self::ImageInspect { .. } => reason::IMAGE_INSPECT_ERROR,
             Self::NeverPull { .. } => reason::ERR_IMAGE_NEVER_PULL,
+            Self::BackOff { .. } => reason::IMAGE_PULL_BACK_OFF,
             Self::Pull { .. } => reason::ERR_IMAGE_PULL,
             Self::RegistryUnavailable { .. } => reason::REGISTRY_UNAVAILABLE,
             Self::SignatureValidationFailed { .. } => reason::SIGNATURE_VALIDATION_FAILED,
-        }
-    }
-
-    /// The runtime failure behind this error, if any.
-    pub fn runtime_error(&self) -> Option<&RuntimeError> {
-        match self {
-            Self::ImageInspect { source, .. }
-            | Self::Pull { source, .. }
-            | Self::RegistryUnavailable { source, .. }
-            | Self::SignatureValidationFailed { source, .. } => Some(source),
-            Self::InvalidImageName { .. } | Self::NeverPull { .. } => None,
         }
     }
 }
@@ -104,36 +122,45 @@ impl EnsureError {
 ///
 /// The kubelet tests the prefix of the whole Go error (`rpc error: code = … desc = …`), which a
 /// remote runtime's error never matches; we test the runtime's own message, as was intended.
-pub fn classify_pull_error(image: &str, error: RuntimeError) -> EnsureError {
-    let runtime_message = error.runtime_message();
-    if let Some(detail) = runtime_message.strip_prefix(reason::REGISTRY_UNAVAILABLE) {
-        return EnsureError::RegistryUnavailable {
-            message: messages::registry_unavailable(image, detail),
-            source: error,
-        };
-    }
-    if let Some(detail) = runtime_message.strip_prefix(reason::SIGNATURE_VALIDATION_FAILED) {
-        return EnsureError::SignatureValidationFailed {
-            message: messages::signature_validation_failed(image, detail),
-            source: error,
-        };
+pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
+    if let PullError::Runtime(runtime) = &*error {
+        let runtime_message = runtime.runtime_message();
+        if let Some(detail) = runtime_message.strip_prefix(reason::REGISTRY_UNAVAILABLE) {
+            let message = messages::registry_unavailable(image, detail);
+            return EnsureError::RegistryUnavailable { message, source: error };
+        }
+        if let Some(detail) = runtime_message.strip_prefix(reason::SIGNATURE_VALIDATION_FAILED) {
+            let message = messages::signature_validation_failed(image, detail);
+            return EnsureError::SignatureValidationFailed { message, source: error };
+        }
     }
     EnsureError::Pull { message: error.to_string(), source: error }
 }
 
-/// The image manager: decides and pulls through the runtime `R`.
+/// The image manager: decides, backs off, and pulls through the scheduler.
 pub struct ImageManager<R> {
-    runtime: R,
+    runtime: Arc<R>,
+    scheduler: PullScheduler,
+    backoff: Mutex<BackoffStore>,
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
-    pub fn new(runtime: R) -> Self {
-        Self { runtime }
+    pub fn new(runtime: Arc<R>, config: ManagerConfig) -> Self {
+        let pulls = BoxCloneSyncService::new(RuntimePull::new(runtime.clone()));
+        Self {
+            runtime,
+            scheduler: PullScheduler::new(pulls, config.scheduler),
+            backoff: Mutex::new(BackoffStore::new(config.backoff)),
+        }
     }
 
     /// The runtime this manager pulls through.
     pub fn runtime(&self) -> &R {
         &self.runtime
+    }
+
+    fn backoff(&self) -> MutexGuard<'_, BackoffStore> {
+        self.backoff.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Makes sure `request.image` is on the node, as the kubelet's `EnsureImageExists` does.
@@ -177,28 +204,30 @@ impl<R: ImageRuntime> ImageManager<R> {
             (Decision::Pull, _) => {}
         }
 
+        let backoff_key = BackoffStore::key(&request.pod.uid, image);
+        if let Some(backing_off) = self.backoff().check(&backoff_key, Instant::now()) {
+            let message = messages::back_off(image, &backing_off.last_error);
+            tracing::info!(retry_after = ?backing_off.remaining, "{message}");
+            return Err(EnsureError::BackOff { message, retry_after: backing_off.remaining });
+        }
+
         tracing::info!(policy = policy.as_str(), "{}", messages::pulling(image));
         let started = Instant::now();
-        let pull = PullSpec { image: spec.clone(), auth: None, sandbox_config: request.sandbox_config };
-        let pulled = self.runtime.pull_image(pull).await;
-        let pull_duration = started.elapsed();
-        let image_ref = pulled.map_err(|error| {
-            tracing::warn!("{}", messages::pull_failed(image, &error));
-            classify_pull_error(image, error)
-        })?;
-
-        // The size is best effort, as in the kubelet: a failed look-up reports 0.
-        let image_size = match self.runtime.image_status(spec).await {
-            Ok(found) => found.map_or(0, |found| found.size),
+        let pull = PullSpec { image: spec, auth: None, sandbox_config: request.sandbox_config };
+        let scheduled = self.scheduler.pull(pull).await;
+        let pulled = match scheduled.result {
+            Ok(pulled) => pulled,
             Err(error) => {
-                tracing::debug!(%error, "image size look-up after pull failed");
-                0
+                tracing::warn!("{}", messages::pull_failed(image, &error));
+                self.backoff().record_failure(&backoff_key, Arc::from(error.to_string()), Instant::now());
+                return Err(classify_pull_error(image, error));
             }
         };
-        let times = PullTimes { pull: pull_duration, total: started.elapsed() };
-        let message = messages::pulled(image, times.pull, times.total, image_size);
-        tracing::info!(%image_ref, image_size, "{message}");
-        Ok(EnsureOutcome { image_ref, message, pull: Some(times), image_size })
+        let times = PullTimes { pull: pulled.pull_duration, total: started.elapsed() };
+        let message = messages::pulled(image, times.pull, times.total, pulled.image_size);
+        tracing::info!(image_ref = %pulled.image_ref, image_size = pulled.image_size, joined = scheduled.joined, "{message}");
+        self.backoff().gc(Instant::now());
+        Ok(EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size })
     }
 }
 

@@ -7,6 +7,7 @@ pub mod reason {
     pub const INVALID_IMAGE_NAME: &str = "InvalidImageName";
     pub const IMAGE_INSPECT_ERROR: &str = "ImageInspectError";
     pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
     pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
     pub const REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
     pub const SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
@@ -26,6 +27,11 @@ pub fn already_present(image: &str) -> String {
 
 pub fn never_pull(image: &str) -> String {
     format!("Container image {image:?} is not present with pull policy of Never")
+}
+
+/// The kubelet's `Back-off pulling image "X"`, with the error that caused it.
+pub fn back_off(image: &str, last_error: &str) -> String {
+    format!("Back-off pulling image {image:?}: {last_error}")
 }
 
 pub fn pulling(image: &str) -> String {

@@ -53,6 +53,10 @@ impl ImageRuntime for ScriptedRuntime {
     }
 }
 
+fn manager(runtime: ScriptedRuntime) -> ImageManager<ScriptedRuntime> {
+    ImageManager::new(Arc::new(runtime), ManagerConfig::default())
+}
+
 fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
     EnsureRequest {
         image: image.into(),
@@ -71,7 +75,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
 
 #[tokio::test]
 async fn present_image_with_if_not_present_is_used_without_pulling() {
-    let manager = ImageManager::new(ScriptedRuntime::with_present("sha256:abc", 1234));
+    let manager = manager(ScriptedRuntime::with_present("sha256:abc", 1234));
     let outcome = manager.ensure_image_exists(request("busybox:1.36", None)).await.expect("present");
     assert_eq!(outcome.image_ref, "sha256:abc");
     assert_eq!(outcome.message, r#"Container image "busybox:1.36" already present on machine"#);
@@ -83,7 +87,7 @@ async fn present_image_with_if_not_present_is_used_without_pulling() {
 #[tokio::test]
 async fn absent_image_is_pulled_with_the_default_tag_annotations_handler_and_sandbox() {
     let runtime = ScriptedRuntime::default().pulling_to(Ok("sha256:new"));
-    let manager = ImageManager::new(runtime);
+    let manager = manager(runtime);
     let outcome = manager.ensure_image_exists(request("busybox", None)).await.expect("pulled");
     assert_eq!(outcome.image_ref, "sha256:new");
     assert!(outcome.pull.is_some());
@@ -103,7 +107,7 @@ async fn absent_image_is_pulled_with_the_default_tag_annotations_handler_and_san
 #[tokio::test]
 async fn always_pulls_even_when_present() {
     let runtime = ScriptedRuntime::with_present("sha256:old", 1).pulling_to(Ok("sha256:fresh"));
-    let manager = ImageManager::new(runtime);
+    let manager = manager(runtime);
     let outcome = manager.ensure_image_exists(request("busybox:1.36", Some(PullPolicy::Always))).await.expect("pulled");
     assert_eq!(outcome.image_ref, "sha256:fresh");
     assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1);
@@ -112,14 +116,14 @@ async fn always_pulls_even_when_present() {
 #[tokio::test]
 async fn unspecified_policy_on_latest_pulls_even_when_present() {
     let runtime = ScriptedRuntime::with_present("sha256:old", 1).pulling_to(Ok("sha256:fresh"));
-    let manager = ImageManager::new(runtime);
+    let manager = manager(runtime);
     manager.ensure_image_exists(request("busybox", None)).await.expect("pulled");
     assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]
 async fn never_with_an_absent_image_fails_with_the_kubelet_message() {
-    let manager = ImageManager::new(ScriptedRuntime::default());
+    let manager = manager(ScriptedRuntime::default());
     let error =
         manager.ensure_image_exists(request("busybox:1.36", Some(PullPolicy::Never))).await.expect_err("absent");
     assert_eq!(error.reason(), "ErrImageNeverPull");
@@ -129,14 +133,14 @@ async fn never_with_an_absent_image_fails_with_the_kubelet_message() {
 
 #[tokio::test]
 async fn never_with_a_present_image_uses_it() {
-    let manager = ImageManager::new(ScriptedRuntime::with_present("sha256:abc", 5));
+    let manager = manager(ScriptedRuntime::with_present("sha256:abc", 5));
     let outcome = manager.ensure_image_exists(request("busybox", Some(PullPolicy::Never))).await.expect("present");
     assert_eq!(outcome.image_ref, "sha256:abc");
 }
 
 #[tokio::test]
 async fn invalid_names_fail_before_the_runtime_is_asked() {
-    let manager = ImageManager::new(ScriptedRuntime::default());
+    let manager = manager(ScriptedRuntime::default());
     for image in ["", "Busybox", "busybox:-tag", &"a".repeat(64)] {
         let error = manager.ensure_image_exists(request(image, None)).await.expect_err(image);
         assert_eq!(error.reason(), "InvalidImageName", "{image:?}");
@@ -149,7 +153,7 @@ async fn invalid_names_fail_before_the_runtime_is_asked() {
 async fn a_failing_image_status_is_an_inspect_error() {
     let runtime = ScriptedRuntime::default();
     *runtime.status_error.lock().unwrap() = Some(tonic::Status::unavailable("socket gone"));
-    let manager = ImageManager::new(runtime);
+    let manager = manager(runtime);
     let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err("inspect fails");
     assert_eq!(error.reason(), "ImageInspectError");
     assert_eq!(
@@ -160,7 +164,7 @@ async fn a_failing_image_status_is_an_inspect_error() {
 
 #[tokio::test]
 async fn an_empty_image_ref_from_the_runtime_is_a_pull_error() {
-    let manager = ImageManager::new(ScriptedRuntime::default().pulling_to(Ok("")));
+    let manager = manager(ScriptedRuntime::default().pulling_to(Ok("")));
     let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err("empty ref");
     assert_eq!(error.reason(), "ErrImagePull");
     assert_eq!(error.to_string(), r#"imageRef of image "busybox:latest" is not set"#);
@@ -187,9 +191,51 @@ async fn pull_failures_are_classified_by_the_runtime_message_prefix() {
     ];
     for (runtime_message, reason, message) in cases {
         let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::unknown(runtime_message)));
-        let manager = ImageManager::new(runtime);
+        let manager = manager(runtime);
         let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err(runtime_message);
         assert_eq!(error.reason(), reason, "{runtime_message}");
         assert_eq!(error.to_string(), message);
     }
+}
+
+fn request_for_pod(image: &str, uid: &str) -> EnsureRequest {
+    let mut request = request(image, Some(PullPolicy::IfNotPresent));
+    request.pod.uid = uid.into();
+    request
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_pull_backs_off_that_pod_and_image_without_asking_the_runtime() {
+    let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
+    let manager = manager(runtime);
+    let first = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("pull fails");
+    assert_eq!(first.reason(), "ErrImagePull");
+
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let refused = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("backing off");
+    assert_eq!(refused.reason(), "ImagePullBackOff");
+    assert_eq!(
+        refused.to_string(),
+        r#"Back-off pulling image "app:v1": rpc error: code = NotFound desc = manifest unknown"#
+    );
+    assert!(matches!(refused, EnsureError::BackOff { retry_after, .. } if retry_after == Duration::from_secs(7)));
+    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1, "the refusal did not reach the runtime");
+
+    // Another pod is not held back by pod-a's failure.
+    manager.ensure_image_exists(request_for_pod("app:v1", "pod-b")).await.expect_err("tries, fails");
+    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_backoff_window_the_pull_is_tried_again_and_the_next_window_doubles() {
+    let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
+    let manager = manager(runtime);
+    let _ = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await;
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let retried = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("fails again");
+    assert_eq!(retried.reason(), "ErrImagePull", "the window was over, so the runtime was asked");
+    tokio::time::advance(Duration::from_secs(19)).await;
+    let refused = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("20s window");
+    assert_eq!(refused.reason(), "ImagePullBackOff");
+    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
 }

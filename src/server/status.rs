@@ -9,7 +9,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::request::RequestError;
-use crate::manager::EnsureError;
+use crate::{manager::EnsureError, pull::PullError};
 
 /// The `domain` of our `ErrorInfo` details.
 pub const ERROR_DOMAIN: &str = "cri-imaged";
@@ -20,14 +20,19 @@ const INVALID_REQUEST: &str = "InvalidRequest";
 impl From<EnsureError> for Status {
     fn from(error: EnsureError) -> Self {
         let code = ensure_error_code(&error);
-        status(code, error.to_string(), error.reason(), HashMap::new())
+        let mut details = ErrorDetails::with_error_info(error.reason(), ERROR_DOMAIN, HashMap::new());
+        if let EnsureError::BackOff { retry_after, .. } = &error {
+            details.set_retry_info(Some(*retry_after));
+        }
+        Status::with_error_details(code, error.to_string(), details)
     }
 }
 
 impl From<RequestError> for Status {
     fn from(error: RequestError) -> Self {
         let metadata = HashMap::from([("field".to_owned(), error.field().to_owned())]);
-        status(Code::InvalidArgument, error.to_string(), INVALID_REQUEST, metadata)
+        let details = ErrorDetails::with_error_info(INVALID_REQUEST, ERROR_DOMAIN, metadata);
+        Status::with_error_details(Code::InvalidArgument, error.to_string(), details)
     }
 }
 
@@ -35,19 +40,21 @@ fn ensure_error_code(error: &EnsureError) -> Code {
     match error {
         EnsureError::InvalidImageName { .. } => Code::InvalidArgument,
         EnsureError::NeverPull { .. } => Code::FailedPrecondition,
-        EnsureError::ImageInspect { .. } | EnsureError::RegistryUnavailable { .. } => Code::Unavailable,
+        EnsureError::ImageInspect { .. } | EnsureError::RegistryUnavailable { .. } | EnsureError::BackOff { .. } => {
+            Code::Unavailable
+        }
         EnsureError::SignatureValidationFailed { .. } => Code::PermissionDenied,
-        EnsureError::Pull { source, .. } => match source.code() {
+        EnsureError::Pull { source, .. } => match &**source {
             // The runtime's code, where it tells the caller something it can act on.
-            code @ (Code::NotFound | Code::Unauthenticated | Code::PermissionDenied) => code,
-            _ => Code::Unknown,
+            PullError::Runtime(runtime) => match runtime.code() {
+                code @ (Code::NotFound | Code::Unauthenticated | Code::PermissionDenied) => code,
+                _ => Code::Unknown,
+            },
+            PullError::RateLimited => Code::ResourceExhausted,
+            PullError::TimedOut(_) => Code::DeadlineExceeded,
+            PullError::Abandoned => Code::Internal,
         },
     }
-}
-
-fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
-    let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata);
-    Status::with_error_details(code, message, details)
 }
 
 #[cfg(test)]
@@ -61,7 +68,7 @@ mod tests {
     }
 
     fn pull_error(code: Code) -> EnsureError {
-        let source = RuntimeError::from(Status::new(code, "upstream"));
+        let source = std::sync::Arc::new(PullError::Runtime(RuntimeError::from(Status::new(code, "upstream"))));
         EnsureError::Pull { message: source.to_string(), source }
     }
 
@@ -80,6 +87,30 @@ mod tests {
             assert_eq!(status.code(), expected, "runtime code {runtime:?}");
             assert_eq!(reason_of(&status), "ErrImagePull");
         }
+    }
+
+    #[test]
+    fn rate_limited_and_timed_out_pulls_have_their_own_codes() {
+        let cases = [
+            (PullError::RateLimited, Code::ResourceExhausted),
+            (PullError::TimedOut(std::time::Duration::from_secs(1)), Code::DeadlineExceeded),
+        ];
+        for (error, code) in cases {
+            let source = std::sync::Arc::new(error);
+            let status = Status::from(EnsureError::Pull { message: source.to_string(), source });
+            assert_eq!(status.code(), code);
+            assert_eq!(reason_of(&status), "ErrImagePull");
+        }
+    }
+
+    #[test]
+    fn back_off_is_unavailable_with_retry_info() {
+        let retry_after = std::time::Duration::from_secs(17);
+        let status = Status::from(EnsureError::BackOff { message: "Back-off pulling image".into(), retry_after });
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(reason_of(&status), "ImagePullBackOff");
+        let details = status.get_error_details();
+        assert_eq!(details.retry_info().and_then(|info| info.retry_delay), Some(retry_after));
     }
 
     #[test]

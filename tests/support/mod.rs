@@ -14,7 +14,7 @@ use std::{
 use cri_imaged::{
     api::{EnsureImageExistsRequest, EnsureImageExistsResponse, image_manager_client::ImageManagerClient},
     cri::{CriClient, RuntimeEndpoint},
-    manager::ImageManager,
+    manager::{ImageManager, ManagerConfig},
     server::{self, ServeOptions},
 };
 use hyper_util::rt::TokioIo;
@@ -43,7 +43,8 @@ impl InProcessDaemon {
     /// Serves on `socket`, talking to the runtime at `runtime_socket`; probes health every 50 ms.
     pub async fn start(socket: &Path, runtime_socket: &Path) -> Self {
         let endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
-        let manager = Arc::new(ImageManager::new(CriClient::new(&endpoint, Duration::from_secs(10))));
+        let runtime = Arc::new(CriClient::new(&endpoint, Duration::from_secs(10)));
+        let manager = Arc::new(ImageManager::new(runtime, ManagerConfig::default()));
         let listener = cri_imaged::listener::bind(socket).await.expect("daemon binds");
         let options =
             ServeOptions { drain_timeout: Duration::from_secs(5), health_probe_interval: Duration::from_millis(50) };

@@ -1,0 +1,212 @@
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+use k8s_cri::v1::ImageSpec;
+use tokio::sync::Notify;
+use tower::util::BoxCloneSyncService;
+
+use super::*;
+
+/// A pull service that takes `duration` (paused clock) or waits for `gate`, and counts calls.
+#[derive(Default)]
+struct Upstream {
+    calls: AtomicUsize,
+    running: AtomicUsize,
+    most_at_once: AtomicUsize,
+    cancelled: AtomicUsize,
+    gate: Option<Notify>,
+    duration: Duration,
+}
+
+impl Upstream {
+    fn slow(duration: Duration) -> Arc<Self> {
+        Arc::new(Self { duration, ..Default::default() })
+    }
+
+    fn gated() -> Arc<Self> {
+        Arc::new(Self { gate: Some(Notify::new()), ..Default::default() })
+    }
+
+    fn service(self: &Arc<Self>) -> PullService {
+        let upstream = self.clone();
+        BoxCloneSyncService::new(tower::service_fn(move |spec: PullSpec| {
+            let upstream = upstream.clone();
+            async move { upstream.pull(spec).await }
+        }))
+    }
+
+    async fn pull(&self, spec: PullSpec) -> Result<Pulled, PullError> {
+        self.calls.fetch_add(1, SeqCst);
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most_at_once.fetch_max(now, SeqCst);
+        // Counts a cancellation when the future is dropped before it finishes.
+        struct Guard<'a>(&'a Upstream, bool);
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                self.0.running.fetch_sub(1, SeqCst);
+                if !self.1 {
+                    self.0.cancelled.fetch_add(1, SeqCst);
+                }
+            }
+        }
+        let mut guard = Guard(self, false);
+        match &self.gate {
+            Some(gate) => gate.notified().await,
+            None => tokio::time::sleep(self.duration).await,
+        }
+        guard.1 = true;
+        let image_ref = format!("ref-of-{}-{}", spec.image.image, spec.image.runtime_handler);
+        Ok(Pulled { image_ref, image_size: 42, pull_duration: self.duration })
+    }
+}
+
+fn spec(image: &str, handler: &str) -> PullSpec {
+    let image = ImageSpec { image: image.into(), runtime_handler: handler.into(), ..Default::default() };
+    PullSpec { image, auth: None, sandbox_config: None }
+}
+
+fn scheduler(upstream: &Arc<Upstream>, max_parallel: Option<usize>) -> PullScheduler {
+    let max_parallel = max_parallel.and_then(NonZeroUsize::new);
+    PullScheduler::new(upstream.service(), SchedulerConfig { max_parallel, pull_timeout: None })
+}
+
+/// Lets spawned tasks run until they all wait.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_identical_pulls_share_one_upstream_call() {
+    let upstream = Upstream::slow(Duration::from_secs(3));
+    let scheduler = scheduler(&upstream, None);
+    let pulls: Vec<_> = (0..1000)
+        .map(|_| {
+            let scheduler = scheduler.clone();
+            tokio::spawn(async move { scheduler.pull(spec("busybox:latest", "")).await })
+        })
+        .collect();
+    let mut joined = 0;
+    for pull in pulls {
+        let scheduled = pull.await.expect("task");
+        assert_eq!(scheduled.result.expect("pulled").image_ref, "ref-of-busybox:latest-");
+        joined += usize::from(scheduled.joined);
+    }
+    assert_eq!(upstream.calls.load(SeqCst), 1);
+    assert_eq!(joined, 999);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_caller_going_away_does_not_fail_the_others() {
+    let upstream = Upstream::gated();
+    let scheduler = scheduler(&upstream, None);
+    let first = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move { scheduler.pull(spec("busybox:latest", "")).await }
+    });
+    settle().await;
+    let second = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move { scheduler.pull(spec("busybox:latest", "")).await }
+    });
+    settle().await;
+    first.abort();
+    settle().await;
+    upstream.gate.as_ref().expect("gated").notify_waiters();
+    let scheduled = second.await.expect("second caller");
+    assert!(scheduled.joined);
+    assert!(scheduled.result.is_ok(), "the pull finished for the remaining caller");
+    assert_eq!((upstream.calls.load(SeqCst), upstream.cancelled.load(SeqCst)), (1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn different_runtime_handlers_are_not_merged() {
+    let upstream = Upstream::slow(Duration::from_secs(1));
+    let scheduler = scheduler(&upstream, None);
+    let (a, b) =
+        tokio::join!(scheduler.pull(spec("busybox:latest", "runc")), scheduler.pull(spec("busybox:latest", "kata")));
+    assert_eq!(a.result.expect("runc").image_ref, "ref-of-busybox:latest-runc");
+    assert_eq!(b.result.expect("kata").image_ref, "ref-of-busybox:latest-kata");
+    assert_eq!(upstream.calls.load(SeqCst), 2);
+}
+
+async fn most_at_once(max_parallel: Option<usize>, images: usize) -> usize {
+    let upstream = Upstream::slow(Duration::from_secs(5));
+    let scheduler = scheduler(&upstream, max_parallel);
+    let pulls = (0..images).map(|i| {
+        let scheduler = scheduler.clone();
+        async move { scheduler.pull(spec(&format!("image-{i}:v1"), "")).await }
+    });
+    for scheduled in join_all_spawned(pulls).await {
+        assert!(scheduled.result.is_ok());
+    }
+    assert_eq!(upstream.calls.load(SeqCst), images);
+    upstream.most_at_once.load(SeqCst)
+}
+
+async fn join_all_spawned<F: std::future::Future + Send + 'static>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F::Output: Send,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(handles.len());
+    for handle in handles {
+        outputs.push(handle.await.expect("task"));
+    }
+    outputs
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cap_of_two_never_runs_more_than_two_pulls_at_once() {
+    assert_eq!(most_at_once(Some(2), 7).await, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn serial_pulls_run_one_at_a_time() {
+    assert_eq!(most_at_once(Some(1), 5).await, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_cap_every_distinct_pull_runs_at_once() {
+    assert_eq!(most_at_once(None, 6).await, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_pull_whose_callers_gave_up_is_dropped_and_the_queue_moves_on() {
+    let upstream = Upstream::slow(Duration::from_secs(10));
+    let scheduler = scheduler(&upstream, Some(1));
+    let busy = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move { scheduler.pull(spec("busy:v1", "")).await }
+    });
+    settle().await;
+    // This caller's deadline passes while its pull is still queued.
+    let impatient = tokio::time::timeout(Duration::from_secs(2), scheduler.pull(spec("abandoned:v1", ""))).await;
+    assert!(impatient.is_err(), "the caller gave up while queued");
+    let patient = scheduler.pull(spec("patient:v1", ""));
+    assert!(busy.await.expect("busy").result.is_ok());
+    assert_eq!(patient.await.result.expect("patient").image_ref, "ref-of-patient:v1-");
+    assert_eq!(upstream.calls.load(SeqCst), 2, "the abandoned pull never reached the runtime");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_pull_timeout_cancels_the_upstream_call() {
+    let upstream = Upstream::slow(Duration::from_secs(60));
+    let config = SchedulerConfig { max_parallel: None, pull_timeout: Some(Duration::from_secs(5)) };
+    let scheduler = PullScheduler::new(upstream.service(), config);
+    let (a, b) = tokio::join!(scheduler.pull(spec("slow:v1", "")), scheduler.pull(spec("slow:v1", "")));
+    for scheduled in [a, b] {
+        let error = scheduled.result.expect_err("timed out");
+        assert!(matches!(*error, PullError::TimedOut(limit) if limit == Duration::from_secs(5)), "{error}");
+    }
+    assert_eq!(upstream.cancelled.load(SeqCst), 1, "the upstream future was dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_after_the_last_one_finished_goes_upstream_again() {
+    let upstream = Upstream::slow(Duration::from_secs(1));
+    let scheduler = scheduler(&upstream, None);
+    scheduler.pull(spec("busybox:latest", "")).await.result.expect("first");
+    scheduler.pull(spec("busybox:latest", "")).await.result.expect("second");
+    assert_eq!(upstream.calls.load(SeqCst), 2);
+}

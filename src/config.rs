@@ -1,10 +1,15 @@
 //! Command line: every flag with its meaning, unit and default.
 
-use std::{path::PathBuf, time::Duration};
+use std::{num::NonZeroUsize, path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
-use crate::cri::RuntimeEndpoint;
+use crate::{
+    backoff::{BackoffConfig, BackoffConfigError},
+    cri::RuntimeEndpoint,
+    manager::ManagerConfig,
+    scheduler::SchedulerConfig,
+};
 
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "/run/cri-imaged/cri-imaged.sock";
@@ -47,6 +52,65 @@ pub struct ServeArgs {
     /// How often the runtime is probed for the health service.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub health_probe_interval: Duration,
+
+    /// Pull one image at a time, as the kubelet's --serialize-image-pulls. Defaults to true,
+    /// unless --max-parallel-image-pulls is 2 or more.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub serialize_image_pulls: Option<bool>,
+
+    /// The most upstream pulls at once when pulls are not serialized; unset means no cap.
+    #[arg(long, value_name = "N")]
+    pub max_parallel_image_pulls: Option<usize>,
+
+    /// Bounds one upstream pull; on expiry it is cancelled and its callers get DEADLINE_EXCEEDED.
+    /// Unset (the default, as in the kubelet) waits as long as the pull takes.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub image_pull_timeout: Option<Duration>,
+
+    /// First backoff delay after a failed pull, per pod and image.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub image_pull_backoff_initial: Duration,
+
+    /// Longest backoff delay; entries not updated for twice this are forgotten.
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration)]
+    pub image_pull_backoff_max: Duration,
+
+    /// The most (pod, image) backoff entries kept; past it the stalest is forgotten.
+    #[arg(long, value_name = "N", default_value_t = BackoffConfig::KUBELET.capacity)]
+    pub image_pull_backoff_max_entries: usize,
+}
+
+/// Flags that contradict each other or cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--max-parallel-image-pulls must be at least 1")]
+    ZeroParallelPulls,
+    #[error("--max-parallel-image-pulls={0} needs --serialize-image-pulls=false (as in the kubelet)")]
+    ParallelWhileSerialized(usize),
+    #[error(transparent)]
+    Backoff(#[from] BackoffConfigError),
+}
+
+impl ServeArgs {
+    /// The manager's configuration, validated as the kubelet validates its flags.
+    pub fn manager_config(&self) -> Result<ManagerConfig, ConfigError> {
+        let max_parallel = match (self.serialize_image_pulls, self.max_parallel_image_pulls) {
+            (_, Some(0)) => return Err(ConfigError::ZeroParallelPulls),
+            (Some(true), Some(n)) if n > 1 => return Err(ConfigError::ParallelWhileSerialized(n)),
+            (Some(false), None) => None,
+            (_, Some(n)) => NonZeroUsize::new(n),
+            (Some(true) | None, None) => Some(NonZeroUsize::MIN),
+        };
+        let backoff = BackoffConfig::try_new(
+            self.image_pull_backoff_initial,
+            self.image_pull_backoff_max,
+            self.image_pull_backoff_max_entries,
+        )?;
+        Ok(ManagerConfig {
+            scheduler: SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout },
+            backoff,
+        })
+    }
 }
 
 /// A duration not written as a whole number and a unit.
@@ -105,6 +169,39 @@ mod tests {
         assert_eq!(args.runtime_endpoint.to_string(), DEFAULT_RUNTIME_ENDPOINT);
         assert_eq!(args.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
+    }
+
+    fn manager_config(flags: &[&str]) -> Result<ManagerConfig, ConfigError> {
+        let cli = Cli::try_parse_from(["cri-imaged", "serve"].iter().chain(flags)).expect("flags parse");
+        let Command::Serve(args) = cli.command;
+        args.manager_config()
+    }
+
+    fn max_parallel(flags: &[&str]) -> Option<usize> {
+        manager_config(flags).expect("valid").scheduler.max_parallel.map(NonZeroUsize::get)
+    }
+
+    #[test]
+    fn pulls_are_serial_by_default_as_in_the_kubelet() {
+        assert_eq!(max_parallel(&[]), Some(1));
+        assert_eq!(max_parallel(&["--serialize-image-pulls"]), Some(1));
+        assert_eq!(manager_config(&[]).expect("valid"), ManagerConfig::default());
+    }
+
+    #[test]
+    fn parallel_pulls_are_capped_or_unlimited() {
+        assert_eq!(max_parallel(&["--max-parallel-image-pulls", "3"]), Some(3));
+        assert_eq!(max_parallel(&["--serialize-image-pulls=false", "--max-parallel-image-pulls", "3"]), Some(3));
+        assert_eq!(max_parallel(&["--serialize-image-pulls=false"]), None);
+    }
+
+    #[test]
+    fn contradictory_pull_flags_are_refused() {
+        let both = manager_config(&["--serialize-image-pulls=true", "--max-parallel-image-pulls", "4"]);
+        assert_eq!(both, Err(ConfigError::ParallelWhileSerialized(4)));
+        assert_eq!(manager_config(&["--max-parallel-image-pulls", "0"]), Err(ConfigError::ZeroParallelPulls));
+        let backwards = manager_config(&["--image-pull-backoff-initial", "10m", "--image-pull-backoff-max", "1m"]);
+        assert!(matches!(backwards, Err(ConfigError::Backoff(BackoffConfigError::InitialAboveMax { .. }))));
     }
 
     #[test]

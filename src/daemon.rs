@@ -3,16 +3,18 @@
 use std::sync::Arc;
 
 use crate::{
-    config::ServeArgs,
+    config::{ConfigError, ServeArgs},
     cri::CriClient,
     listener::{self, ListenError},
-    manager::{ImageManager, ManagerConfig},
+    manager::ImageManager,
     server::{self, ServeError, ServeOptions},
 };
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error(transparent)]
     Listen(#[from] ListenError),
     #[error(transparent)]
@@ -27,9 +29,10 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let mut terminate = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
 
+    let config = args.manager_config()?;
     let listener = listener::bind(&args.listen).await?;
     let runtime = CriClient::new(&args.runtime_endpoint, args.runtime_request_timeout);
-    let manager = Arc::new(ImageManager::new(Arc::new(runtime), ManagerConfig::default()));
+    let manager = Arc::new(ImageManager::new(Arc::new(runtime), config));
     tracing::info!(
         listen = %args.listen.display(),
         runtime_endpoint = %args.runtime_endpoint,

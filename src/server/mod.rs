@@ -1,5 +1,6 @@
 //! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
 
+mod deadline;
 mod health;
 mod image_manager;
 mod request;
@@ -12,7 +13,11 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 pub use self::{
-    health::IMAGE_MANAGER_SERVICE, image_manager::ImageManagerService, request::RequestError, status::ERROR_DOMAIN,
+    deadline::{CallerDeadline, DeadlineLayer, parse_grpc_timeout},
+    health::IMAGE_MANAGER_SERVICE,
+    image_manager::ImageManagerService,
+    request::RequestError,
+    status::ERROR_DOMAIN,
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},
@@ -84,6 +89,7 @@ pub async fn serve<R: ImageRuntime>(
         }
     };
     let server = Server::builder()
+        .layer(DeadlineLayer)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::request::RequestError;
+use super::{deadline::CallerDeadline, request::RequestError};
 use crate::{manager::EnsureError, pull::PullError};
 
 /// The `domain` of our `ErrorInfo` details.
@@ -16,6 +16,8 @@ pub const ERROR_DOMAIN: &str = "cri-imaged";
 
 /// Reason for a request that could not be translated at all.
 const INVALID_REQUEST: &str = "InvalidRequest";
+/// Reason for a request whose caller's deadline passed.
+const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
 impl From<EnsureError> for Status {
     fn from(error: EnsureError) -> Self {
@@ -33,6 +35,13 @@ impl From<RequestError> for Status {
         let metadata = HashMap::from([("field".to_owned(), error.field().to_owned())]);
         let details = ErrorDetails::with_error_info(INVALID_REQUEST, ERROR_DOMAIN, metadata);
         Status::with_error_details(Code::InvalidArgument, error.to_string(), details)
+    }
+}
+
+impl From<CallerDeadline> for Status {
+    fn from(error: CallerDeadline) -> Self {
+        let details = ErrorDetails::with_error_info(DEADLINE_EXCEEDED, ERROR_DOMAIN, HashMap::new());
+        Status::with_error_details(Code::DeadlineExceeded, error.to_string(), details)
     }
 }
 

@@ -12,7 +12,11 @@ use k8s_cri::v1::{
     RemoveImageResponse,
     image_service_server::{ImageService, ImageServiceServer},
 };
-use tokio::{net::UnixListener, sync::oneshot, task::JoinHandle};
+use tokio::{
+    net::UnixListener,
+    sync::{Notify, oneshot},
+    task::JoinHandle,
+};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
@@ -29,6 +33,13 @@ pub struct Script {
     pub empty_image_ref: bool,
     /// Every PullImage request received.
     pub pulls: Vec<PullImageRequest>,
+    /// When set, each pull waits until this is notified.
+    pub pull_gate: Option<Arc<Notify>>,
+    /// Each pull takes this long (real time).
+    pub pull_delay: std::time::Duration,
+    /// Pulls under way now, and the most there ever were at once.
+    pub pulls_running: usize,
+    pub most_pulls_at_once: usize,
 }
 
 /// Shared handle on the script.
@@ -76,8 +87,19 @@ impl ImageService for FakeImageService {
     async fn pull_image(&self, request: Request<PullImageRequest>) -> Result<Response<PullImageResponse>, Status> {
         let request = request.into_inner();
         let name = request.image.clone().unwrap_or_default().image;
+        let (gate, delay) = {
+            let mut script = self.script.lock().unwrap();
+            script.pulls.push(request);
+            script.pulls_running += 1;
+            script.most_pulls_at_once = script.most_pulls_at_once.max(script.pulls_running);
+            (script.pull_gate.clone(), script.pull_delay)
+        };
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
+        tokio::time::sleep(delay).await;
         let mut script = self.script.lock().unwrap();
-        script.pulls.push(request);
+        script.pulls_running -= 1;
         if let Some(status) = script.pull_errors.get(&name) {
             return Err(status.clone());
         }

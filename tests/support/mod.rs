@@ -40,11 +40,16 @@ pub struct InProcessDaemon {
 }
 
 impl InProcessDaemon {
-    /// Serves on `socket`, talking to the runtime at `runtime_socket`; probes health every 50 ms.
+    /// Serves on `socket` with the kubelet's defaults, talking to the runtime at `runtime_socket`.
     pub async fn start(socket: &Path, runtime_socket: &Path) -> Self {
+        Self::start_with(socket, runtime_socket, ManagerConfig::default()).await
+    }
+
+    /// As [`InProcessDaemon::start`], with `config`; probes health every 50 ms.
+    pub async fn start_with(socket: &Path, runtime_socket: &Path, config: ManagerConfig) -> Self {
         let endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
         let runtime = Arc::new(CriClient::new(&endpoint, Duration::from_secs(10)));
-        let manager = Arc::new(ImageManager::new(runtime, ManagerConfig::default()));
+        let manager = Arc::new(ImageManager::new(runtime, config));
         let listener = cri_imaged::listener::bind(socket).await.expect("daemon binds");
         let options =
             ServeOptions { drain_timeout: Duration::from_secs(5), health_probe_interval: Duration::from_millis(50) };

@@ -1,0 +1,168 @@
+//! The pull path over the daemon's socket against a scripted CRI runtime whose pulls the test
+//! controls: single-flight for a herd, callers going away, deadlines, the parallel-pull cap,
+//! and backoff.
+
+mod support;
+
+use std::{num::NonZeroUsize, sync::Arc, time::Duration};
+
+use cri_imaged::{api::PullPolicy, manager::ManagerConfig, scheduler::SchedulerConfig};
+use support::{
+    InProcessDaemon, call, ensure,
+    fake_runtime::{FakeImageService, FakeRuntime},
+    reason,
+};
+use tokio::sync::Notify;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
+
+struct Stack {
+    _dir: tempfile::TempDir,
+    runtime: FakeRuntime,
+    daemon: InProcessDaemon,
+}
+
+async fn stack(config: ManagerConfig) -> Stack {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = InProcessDaemon::start_with(&dir.path().join("cri-imaged.sock"), &runtime.socket, config).await;
+    Stack { _dir: dir, runtime, daemon }
+}
+
+fn gate(stack: &Stack) -> Arc<Notify> {
+    let gate = Arc::new(Notify::new());
+    stack.runtime.service.script.lock().unwrap().pull_gate = Some(gate.clone());
+    gate
+}
+
+/// Waits (bounded) until the fake runtime has received `count` pulls.
+async fn until_pulls_reach(stack: &Stack, count: usize) {
+    for _ in 0..500 {
+        if stack.runtime.service.pulls().len() >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the runtime never saw {count} pulls");
+}
+
+fn pod_request(image: &str, pod: usize) -> cri_imaged::api::EnsureImageExistsRequest {
+    let mut request = ensure(image, IF_NOT_PRESENT);
+    request.pod.as_mut().expect("pod").uid = format!("pod-{pod}");
+    request
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_requests_for_one_absent_image_make_one_upstream_pull() {
+    let stack = stack(ManagerConfig::default()).await;
+    let gate = gate(&stack);
+    let calls: Vec<_> = (0..1000)
+        .map(|pod| {
+            let mut client = stack.daemon.client();
+            tokio::spawn(async move { call(&mut client, pod_request("herd/app:v1", pod)).await })
+        })
+        .collect();
+    until_pulls_reach(&stack, 1).await;
+    // Give every request time to reach the daemon and join the pull before it finishes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gate.notify_waiters();
+
+    let mut refs = std::collections::HashSet::new();
+    for call in calls {
+        let response = call.await.expect("task").expect("every caller succeeds");
+        assert!(response.pulled);
+        refs.insert(response.image_ref);
+    }
+    assert_eq!(refs.len(), 1, "every caller got the same image ref");
+    assert_eq!(stack.runtime.service.pulls().len(), 1, "exactly one upstream PullImage");
+}
+
+#[tokio::test]
+async fn the_first_caller_disconnecting_mid_pull_does_not_fail_the_others() {
+    let stack = stack(ManagerConfig::default()).await;
+    let gate = gate(&stack);
+    let mut first_client = stack.daemon.client();
+    let first = tokio::spawn(async move { call(&mut first_client, pod_request("app:v1", 1)).await });
+    until_pulls_reach(&stack, 1).await;
+    let mut second_client = stack.daemon.client();
+    let second = tokio::spawn(async move { call(&mut second_client, pod_request("app:v1", 2)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.abort(); // drops the first request mid-pull: its stream is reset
+    let _ = first.await;
+    gate.notify_waiters();
+    let response = second.await.expect("task").expect("the second caller still succeeds");
+    assert!(response.pulled);
+    assert_eq!(stack.runtime.service.pulls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_caller_deadline_ends_its_wait_with_deadline_exceeded_while_the_pull_goes_on() {
+    let stack = stack(ManagerConfig::default()).await;
+    let gate = gate(&stack);
+    let mut patient_client = stack.daemon.client();
+    let patient = tokio::spawn(async move { call(&mut patient_client, pod_request("slow:v1", 1)).await });
+    until_pulls_reach(&stack, 1).await;
+
+    let mut request = tonic::Request::new(pod_request("slow:v1", 2));
+    request.set_timeout(Duration::from_millis(200));
+    let status = stack.daemon.client().ensure_image_exists(request).await.expect_err("deadline passes");
+    // tonic's client enforces the deadline itself and reports CANCELLED; Go clients (the kubelet)
+    // report DEADLINE_EXCEEDED. The server's own answer is tested in server::deadline.
+    assert!(matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled), "{status:?}");
+
+    gate.notify_waiters();
+    assert!(patient.await.expect("task").expect("the pull finished for the patient caller").pulled);
+    assert_eq!(stack.runtime.service.pulls().len(), 1);
+}
+
+#[tokio::test]
+async fn a_cap_of_two_parallel_pulls_holds_over_the_wire() {
+    let max_parallel = NonZeroUsize::new(2);
+    let config =
+        ManagerConfig { scheduler: SchedulerConfig { max_parallel, pull_timeout: None }, ..Default::default() };
+    let stack = stack(config).await;
+    stack.runtime.service.script.lock().unwrap().pull_delay = Duration::from_millis(100);
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let mut client = stack.daemon.client();
+            tokio::spawn(async move { call(&mut client, pod_request(&format!("image-{i}:v1"), i)).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.expect("task").expect("pull succeeds");
+    }
+    let script = stack.runtime.service.script.lock().unwrap();
+    assert_eq!(script.pulls.len(), 6);
+    assert_eq!(script.most_pulls_at_once, 2);
+}
+
+#[tokio::test]
+async fn a_pull_timeout_is_deadline_exceeded_with_err_image_pull() {
+    let scheduler =
+        SchedulerConfig { max_parallel: NonZeroUsize::new(1), pull_timeout: Some(Duration::from_millis(200)) };
+    let stack = stack(ManagerConfig { scheduler, ..Default::default() }).await;
+    let _gate = gate(&stack); // never opened: the pull hangs
+    let status = call(&mut stack.daemon.client(), pod_request("hangs:v1", 1)).await.expect_err("timed out");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(reason(&status), "ErrImagePull");
+    assert!(status.message().contains("--image-pull-timeout"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn a_failed_pull_is_backed_off_with_retry_info_and_no_upstream_call() {
+    let stack = stack(ManagerConfig::default()).await;
+    stack.runtime.service.fail_pull("missing:v1", tonic::Status::not_found("manifest unknown"));
+    let mut client = stack.daemon.client();
+    let failed = call(&mut client, pod_request("missing:v1", 7)).await.expect_err("pull fails");
+    assert_eq!(reason(&failed), "ErrImagePull");
+
+    let refused = call(&mut client, pod_request("missing:v1", 7)).await.expect_err("backing off");
+    assert_eq!(refused.code(), Code::Unavailable);
+    assert_eq!(reason(&refused), "ImagePullBackOff");
+    assert!(refused.message().starts_with(r#"Back-off pulling image "missing:v1": rpc error: code = NotFound"#));
+    let retry = refused.get_error_details().retry_info().and_then(|info| info.retry_delay).expect("RetryInfo");
+    assert!(retry > Duration::from_secs(9) && retry <= Duration::from_secs(10), "{retry:?}");
+    assert_eq!(stack.runtime.service.pulls().len(), 1, "the refusal never reached the runtime");
+}

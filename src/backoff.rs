@@ -104,7 +104,7 @@ impl BackoffStore {
         let (initial, max, expiry) = (self.config.initial, self.config.max, self.config.expiry());
         let stamp = self.next_stamp;
         self.next_stamp += 1;
-        let delay = match self.entries.get_mut(key) {
+        match self.entries.get_mut(key) {
             Some(entry) => {
                 self.by_age.remove(&entry.stamp);
                 let expired = now.saturating_duration_since(entry.last_update) > expiry;
@@ -125,8 +125,7 @@ impl BackoffStore {
                 self.entries.insert(key, Entry { delay: initial, last_update: now, stamp, last_error });
                 initial
             }
-        };
-        delay
+        }
     }
 
     /// Forgets entries not updated for twice the max, as the kubelet's `GC`.

@@ -8,6 +8,7 @@ use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
     cri::RuntimeEndpoint,
     manager::ManagerConfig,
+    ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
     scheduler::SchedulerConfig,
 };
 
@@ -78,6 +79,24 @@ pub struct ServeArgs {
     /// The most (pod, image) backoff entries kept; past it the stalest is forgotten.
     #[arg(long, value_name = "N", default_value_t = BackoffConfig::KUBELET.capacity)]
     pub image_pull_backoff_max_entries: usize,
+
+    /// Average upstream pulls a second (presence checks are never limited); 0 turns the limit off.
+    #[arg(long, value_name = "QPS", default_value_t = 5.0)]
+    pub registry_qps: f64,
+
+    /// Pulls allowed at once before the QPS limit applies.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub registry_burst: u32,
+
+    /// A pull over the limit fails at once with `pull QPS exceeded` (fail, the kubelet's way) or
+    /// waits for a token, bounded by the caller's deadline (wait).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = RateLimitMode::Fail)]
+    pub registry_rate_limit_mode: RateLimitMode,
+
+    /// A bucket of its own for one registry host, as HOST=QPS:BURST (repeatable), e.g.
+    /// docker.io=2:5 or registry.local:5000=20:40.
+    #[arg(long, value_name = "HOST=QPS:BURST", value_parser = ratelimit::parse_host_limit)]
+    pub registry_qps_per_host: Vec<(String, RateLimit)>,
 }
 
 /// Flags that contradict each other or cannot work.
@@ -89,6 +108,8 @@ pub enum ConfigError {
     ParallelWhileSerialized(usize),
     #[error(transparent)]
     Backoff(#[from] BackoffConfigError),
+    #[error(transparent)]
+    RateLimit(#[from] RateLimitError),
 }
 
 impl ServeArgs {
@@ -106,10 +127,13 @@ impl ServeArgs {
             self.image_pull_backoff_max,
             self.image_pull_backoff_max_entries,
         )?;
-        Ok(ManagerConfig {
-            scheduler: SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout },
-            backoff,
-        })
+        let rate_limits = RateLimitConfig {
+            global: RateLimit::try_new(self.registry_qps, self.registry_burst)?,
+            per_host: self.registry_qps_per_host.clone(),
+            mode: self.registry_rate_limit_mode,
+        };
+        let scheduler = SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout };
+        Ok(ManagerConfig { scheduler, backoff, rate_limits })
     }
 }
 
@@ -193,6 +217,22 @@ mod tests {
         assert_eq!(max_parallel(&["--max-parallel-image-pulls", "3"]), Some(3));
         assert_eq!(max_parallel(&["--serialize-image-pulls=false", "--max-parallel-image-pulls", "3"]), Some(3));
         assert_eq!(max_parallel(&["--serialize-image-pulls=false"]), None);
+    }
+
+    #[test]
+    fn registry_limits_come_from_their_flags() {
+        let config = manager_config(&[
+            "--registry-qps=0",
+            "--registry-rate-limit-mode=wait",
+            "--registry-qps-per-host=docker.io=1:2",
+            "--registry-qps-per-host=quay.io=3:4",
+        ])
+        .expect("valid");
+        assert_eq!(config.rate_limits.global, None, "0 QPS is no limit");
+        assert_eq!(config.rate_limits.mode, RateLimitMode::Wait);
+        let hosts: Vec<&str> = config.rate_limits.per_host.iter().map(|(host, _)| host.as_str()).collect();
+        assert_eq!(hosts, ["docker.io", "quay.io"]);
+        assert_eq!(manager_config(&["--registry-burst=0"]), Err(ConfigError::RateLimit(RateLimitError::ZeroBurst)));
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod manager;
 pub mod messages;
 pub mod policy;
 pub mod pull;
+pub mod ratelimit;
 pub mod reference;
 pub mod scheduler;
 pub mod server;

@@ -8,7 +8,7 @@ use std::{
 
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 use tokio::time::Instant;
-use tower::util::BoxCloneSyncService;
+use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
     backoff::{BackoffConfig, BackoffStore},
@@ -16,24 +16,27 @@ use crate::{
     messages::{self, reason},
     policy::{self, Decision, PullPolicy},
     pull::{PullError, RuntimePull},
+    ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
     reference::{self, ImageReference, ReferenceError},
     scheduler::{PullScheduler, SchedulerConfig},
 };
 
 /// How the manager pulls; [`ManagerConfig::default`] is the kubelet's behaviour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ManagerConfig {
     pub scheduler: SchedulerConfig,
     pub backoff: BackoffConfig,
+    pub rate_limits: RateLimitConfig,
 }
 
 impl Default for ManagerConfig {
-    /// Serial pulls, no pull timeout, 10s-to-300s backoff.
+    /// Serial pulls, no pull timeout, 10s-to-300s backoff, 5 pulls a second in bursts of 10.
     fn default() -> Self {
         let serial = std::num::NonZeroUsize::MIN;
         Self {
             scheduler: SchedulerConfig { max_parallel: Some(serial), pull_timeout: None },
             backoff: BackoffConfig::KUBELET,
+            rate_limits: RateLimitConfig::kubelet(),
         }
     }
 }
@@ -142,16 +145,24 @@ pub struct ImageManager<R> {
     runtime: Arc<R>,
     scheduler: PullScheduler,
     backoff: Mutex<BackoffStore>,
+    limits: Arc<RegistryLimits<TokioClock>>,
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
     pub fn new(runtime: Arc<R>, config: ManagerConfig) -> Self {
-        let pulls = BoxCloneSyncService::new(RuntimePull::new(runtime.clone()));
+        let limits = Arc::new(RegistryLimits::new(&config.rate_limits, TokioClock::default()));
+        let pulls = RateLimitLayer::new(limits.clone()).layer(RuntimePull::new(runtime.clone()));
         Self {
             runtime,
-            scheduler: PullScheduler::new(pulls, config.scheduler),
+            scheduler: PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler),
             backoff: Mutex::new(BackoffStore::new(config.backoff)),
+            limits,
         }
+    }
+
+    /// The registry limits, for metrics.
+    pub fn registry_limits(&self) -> &RegistryLimits<TokioClock> {
+        &self.limits
     }
 
     /// The runtime this manager pulls through.

@@ -166,3 +166,20 @@ async fn a_failed_pull_is_backed_off_with_retry_info_and_no_upstream_call() {
     assert!(retry > Duration::from_secs(9) && retry <= Duration::from_secs(10), "{retry:?}");
     assert_eq!(stack.runtime.service.pulls().len(), 1, "the refusal never reached the runtime");
 }
+
+#[tokio::test]
+async fn a_pull_over_the_registry_limit_fails_with_resource_exhausted_and_backs_off() {
+    let mut config = ManagerConfig::default();
+    config.rate_limits.global = cri_imaged::ratelimit::RateLimit::try_new(0.001, 1).expect("valid");
+    let stack = stack(config).await;
+    let mut client = stack.daemon.client();
+    call(&mut client, pod_request("first:v1", 1)).await.expect("the burst admits one pull");
+
+    let refused = call(&mut client, pod_request("second:v1", 2)).await.expect_err("over the limit");
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(reason(&refused), "ErrImagePull");
+    assert_eq!(refused.message(), "pull QPS exceeded");
+    let backed_off = call(&mut client, pod_request("second:v1", 2)).await.expect_err("backing off");
+    assert_eq!(reason(&backed_off), "ImagePullBackOff", "a throttled pull counts as a failed one");
+    assert_eq!(stack.runtime.service.pulls().len(), 1);
+}

@@ -1,0 +1,247 @@
+//! Registry rate limits on upstream pulls, as a tower layer over governor.
+//!
+//! Like the kubelet's `throttledImageService`, only PullImage is limited, never presence checks.
+//! By default a pull over the limit fails at once with `pull QPS exceeded`; in wait mode it
+//! queues until a token frees up. A registry host may have a bucket of its own.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    num::NonZeroU32,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use governor::{
+    Quota, RateLimiter,
+    clock::{Clock, Reference},
+    middleware::NoOpMiddleware,
+    state::{InMemoryState, NotKeyed},
+};
+use tower::{Layer, Service, ServiceExt};
+
+use crate::{
+    cri::PullSpec,
+    pull::{PullError, Pulled},
+    reference::ImageReference,
+};
+
+/// What happens to a pull over the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RateLimitMode {
+    /// Fail at once with `pull QPS exceeded`, as the kubelet does.
+    #[default]
+    Fail,
+    /// Wait until a token frees up, bounded by the caller's deadline.
+    Wait,
+}
+
+/// A token bucket: `qps` pulls a second on average, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    pub qps: f64,
+    pub burst: NonZeroU32,
+}
+
+/// A rate limit that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RateLimitError {
+    #[error("registry QPS {0:?} must be a finite number, 0 or more")]
+    BadQps(String),
+    #[error("registry burst must be at least 1 when QPS is above 0")]
+    ZeroBurst,
+    #[error("{0:?} is not HOST=QPS:BURST (e.g. registry.example.com:5000=10:20)")]
+    BadHostLimit(String),
+}
+
+impl RateLimit {
+    /// `None` when `qps` is 0 (no limit), as the kubelet's `--registry-qps=0`.
+    pub fn try_new(qps: f64, burst: u32) -> Result<Option<Self>, RateLimitError> {
+        if !qps.is_finite() || qps < 0.0 {
+            return Err(RateLimitError::BadQps(qps.to_string()));
+        }
+        if qps == 0.0 {
+            return Ok(None);
+        }
+        let burst = NonZeroU32::new(burst).ok_or(RateLimitError::ZeroBurst)?;
+        Ok(Some(Self { qps, burst }))
+    }
+
+    fn quota(&self) -> Quota {
+        let period = Duration::from_secs_f64(1.0 / self.qps).max(Duration::from_nanos(1));
+        Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX)).allow_burst(self.burst)
+    }
+}
+
+/// Parses `HOST=QPS:BURST` for `--registry-qps-per-host`.
+pub fn parse_host_limit(text: &str) -> Result<(String, RateLimit), RateLimitError> {
+    let bad = || RateLimitError::BadHostLimit(text.to_owned());
+    let (host, limit) = text.split_once('=').ok_or_else(bad)?;
+    let (qps, burst) = limit.split_once(':').ok_or_else(bad)?;
+    let qps: f64 = qps.parse().map_err(|_| bad())?;
+    let burst: u32 = burst.parse().map_err(|_| bad())?;
+    if host.is_empty() {
+        return Err(bad());
+    }
+    let limit = RateLimit::try_new(qps, burst)?.ok_or_else(bad)?;
+    Ok((host.to_owned(), limit))
+}
+
+/// Every registry limit the daemon applies.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RateLimitConfig {
+    /// The bucket for registries without one of their own; `None` for no limit.
+    pub global: Option<RateLimit>,
+    /// Registry hosts (as in the image reference, port included) with a bucket of their own.
+    pub per_host: Vec<(String, RateLimit)>,
+    pub mode: RateLimitMode,
+}
+
+impl RateLimitConfig {
+    /// The kubelet's defaults: 5 pulls a second, bursts of 10, failing when over.
+    pub fn kubelet() -> Self {
+        let global = RateLimit { qps: 5.0, burst: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN) };
+        Self { global: Some(global), per_host: Vec::new(), mode: RateLimitMode::Fail }
+    }
+}
+
+/// tokio's clock for governor, so rate limits follow tokio's (pausable) time.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self { start: tokio::time::Instant::now() }
+    }
+}
+
+impl Clock for TokioClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// The buckets, shared by every clone of the layer's service.
+pub struct RegistryLimits<C: Clock> {
+    global: Option<Limiter<C>>,
+    per_host: HashMap<String, Limiter<C>>,
+    mode: RateLimitMode,
+    clock: C,
+    throttled: AtomicU64,
+}
+
+impl<C: Clock + Clone> RegistryLimits<C> {
+    pub fn new(config: &RateLimitConfig, clock: C) -> Self {
+        let limiter = |limit: &RateLimit| RateLimiter::direct_with_clock(limit.quota(), clock.clone());
+        Self {
+            global: config.global.as_ref().map(limiter),
+            per_host: config.per_host.iter().map(|(host, limit)| (host.clone(), limiter(limit))).collect(),
+            mode: config.mode,
+            clock,
+            throttled: AtomicU64::new(0),
+        }
+    }
+
+    /// How many pulls were refused or made to wait.
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Ordering::Relaxed)
+    }
+
+    /// Takes a token for `host`; `Err(wait)` says when one frees up.
+    fn take(&self, host: Option<&str>) -> Result<(), Duration> {
+        let limiter = host.and_then(|host| self.per_host.get(host)).or(self.global.as_ref());
+        match limiter.map(Limiter::check) {
+            None | Some(Ok(())) => Ok(()),
+            Some(Err(not_until)) => Err(not_until.wait_time_from(self.clock.now())),
+        }
+    }
+
+    /// Admits a pull to `host`, failing or waiting as the mode says.
+    async fn admit(&self, host: Option<&str>) -> Result<(), PullError> {
+        let mut counted = false;
+        loop {
+            let Err(wait) = self.take(host) else { return Ok(()) };
+            if !counted {
+                self.throttled.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            match self.mode {
+                RateLimitMode::Fail => return Err(PullError::RateLimited),
+                // A zero wait would spin; governor's clock may round below tokio's tick.
+                RateLimitMode::Wait => tokio::time::sleep(wait.max(Duration::from_millis(1))).await,
+            }
+        }
+    }
+}
+
+/// The layer: limits the pulls of the service it wraps.
+pub struct RateLimitLayer<C: Clock> {
+    limits: Arc<RegistryLimits<C>>,
+}
+
+impl<C: Clock> RateLimitLayer<C> {
+    pub fn new(limits: Arc<RegistryLimits<C>>) -> Self {
+        Self { limits }
+    }
+}
+
+impl<S, C: Clock> Layer<S> for RateLimitLayer<C> {
+    type Service = RateLimited<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimited { inner, limits: self.limits.clone() }
+    }
+}
+
+/// A pull service behind the registry limits.
+pub struct RateLimited<S, C: Clock> {
+    inner: S,
+    limits: Arc<RegistryLimits<C>>,
+}
+
+impl<S: Clone, C: Clock> Clone for RateLimited<S, C> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone(), limits: self.limits.clone() }
+    }
+}
+
+impl<S, C> Service<PullSpec> for RateLimited<S, C>
+where
+    S: Service<PullSpec, Response = Pulled, Error = PullError> + Clone + Send + 'static,
+    S::Future: Send,
+    C: Clock + Clone + Send + Sync + 'static,
+    <C as Clock>::Instant: Reference + Send + Sync,
+{
+    type Response = Pulled;
+    type Error = PullError;
+    type Future = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), PullError>> {
+        // Readiness depends on the request's registry, so admission happens in `call`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, spec: PullSpec) -> Self::Future {
+        let limits = self.limits.clone();
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let host = ImageReference::parse_normalized(&spec.image.image).ok().map(|r| r.domain().to_owned());
+            limits.admit(host.as_deref()).await?;
+            inner.oneshot(spec).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

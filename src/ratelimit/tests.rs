@@ -1,0 +1,104 @@
+use std::sync::atomic::AtomicUsize;
+
+use governor::clock::FakeRelativeClock;
+use k8s_cri::v1::ImageSpec;
+
+use super::*;
+
+fn limit(qps: f64, burst: u32) -> RateLimit {
+    RateLimit::try_new(qps, burst).expect("valid").expect("limited")
+}
+
+/// An upstream that counts its calls and succeeds at once.
+fn upstream(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<PullSpec, Response = Pulled, Error = PullError, Future: Send> + Clone {
+    tower::service_fn(move |spec: PullSpec| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(Pulled { image_ref: spec.image.image, image_size: 1, pull_duration: Duration::ZERO }) }
+    })
+}
+
+fn spec(image: &str) -> PullSpec {
+    PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, auth: None, sandbox_config: None }
+}
+
+async fn pull<S>(service: &S, image: &str) -> Result<Pulled, PullError>
+where
+    S: Service<PullSpec, Response = Pulled, Error = PullError> + Clone,
+{
+    service.clone().oneshot(spec(image)).await
+}
+
+#[tokio::test]
+async fn the_burst_passes_and_the_next_pull_fails_with_the_kubelets_words() {
+    let clock = FakeRelativeClock::default();
+    let config = RateLimitConfig { global: Some(limit(5.0, 10)), ..Default::default() };
+    let limits = Arc::new(RegistryLimits::new(&config, clock.clone()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = RateLimitLayer::new(limits.clone()).layer(upstream(calls.clone()));
+
+    for i in 0..10 {
+        pull(&service, &format!("app:{i}")).await.expect("within the burst");
+    }
+    let refused = pull(&service, "app:11").await.expect_err("over the burst");
+    assert_eq!(refused.to_string(), "pull QPS exceeded");
+    assert_eq!(calls.load(Ordering::SeqCst), 10, "the refused pull never reached upstream");
+    assert_eq!(limits.throttled(), 1);
+
+    clock.advance(Duration::from_millis(200)); // one token at 5 QPS
+    pull(&service, "app:12").await.expect("a token freed up");
+    assert!(pull(&service, "app:13").await.is_err(), "and only one");
+}
+
+#[tokio::test]
+async fn a_host_with_its_own_bucket_is_independent_of_the_others() {
+    let clock = FakeRelativeClock::default();
+    let config = RateLimitConfig {
+        global: Some(limit(1.0, 1)),
+        per_host: vec![("registry.local:5000".into(), limit(1.0, 2))],
+        mode: RateLimitMode::Fail,
+    };
+    let limits = Arc::new(RegistryLimits::new(&config, clock));
+    let service = RateLimitLayer::new(limits).layer(upstream(Arc::new(AtomicUsize::new(0))));
+
+    pull(&service, "busybox:1").await.expect("docker.io uses the global bucket");
+    assert!(pull(&service, "quay.io/app:1").await.is_err(), "the global bucket is empty");
+    pull(&service, "registry.local:5000/app:1").await.expect("its own bucket");
+    pull(&service, "registry.local:5000/app:2").await.expect("burst of two");
+    assert!(pull(&service, "registry.local:5000/app:3").await.is_err(), "its own bucket is empty too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_mode_admits_pulls_at_the_configured_rate() {
+    let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Wait, ..Default::default() };
+    let limits = Arc::new(RegistryLimits::new(&config, TokioClock::default()));
+    let service = RateLimitLayer::new(limits.clone()).layer(upstream(Arc::new(AtomicUsize::new(0))));
+
+    let started = tokio::time::Instant::now();
+    let mut admitted_at = Vec::new();
+    for i in 0..4 {
+        pull(&service, &format!("app:{i}")).await.expect("wait mode never fails");
+        admitted_at.push(started.elapsed().as_millis());
+    }
+    assert_eq!(admitted_at, [0, 200, 400, 600], "one pull every 200ms at 5 QPS");
+    assert_eq!(limits.throttled(), 3);
+}
+
+#[test]
+fn zero_qps_means_no_limit_and_bad_values_are_refused() {
+    assert_eq!(RateLimit::try_new(0.0, 10), Ok(None));
+    assert_eq!(RateLimit::try_new(5.0, 0), Err(RateLimitError::ZeroBurst));
+    assert!(matches!(RateLimit::try_new(-1.0, 10), Err(RateLimitError::BadQps(_))));
+    assert!(matches!(RateLimit::try_new(f64::NAN, 10), Err(RateLimitError::BadQps(_))));
+}
+
+#[test]
+fn per_host_limits_parse_as_host_equals_qps_colon_burst() {
+    let (host, parsed) = parse_host_limit("registry.local:5000=2.5:4").expect("valid");
+    assert_eq!(host, "registry.local:5000");
+    assert_eq!(parsed, limit(2.5, 4));
+    for bad in ["docker.io", "docker.io=5", "=5:10", "docker.io=x:10", "docker.io=5:0", "docker.io=0:10"] {
+        assert!(parse_host_limit(bad).is_err(), "{bad:?}");
+    }
+}

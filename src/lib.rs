@@ -22,6 +22,7 @@ pub mod daemon;
 pub mod listener;
 pub mod manager;
 pub mod messages;
+pub mod metrics;
 pub mod policy;
 pub mod pull;
 pub mod ratelimit;

@@ -14,6 +14,7 @@ use crate::{
     backoff::{BackoffConfig, BackoffStore},
     cri::{ImageRuntime, PullSpec, RuntimeError},
     messages::{self, reason},
+    metrics::Metrics,
     policy::{self, Decision, PullPolicy},
     pull::{PullError, RuntimePull},
     ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
@@ -145,24 +146,25 @@ pub struct ImageManager<R> {
     runtime: Arc<R>,
     scheduler: PullScheduler,
     backoff: Mutex<BackoffStore>,
-    limits: Arc<RegistryLimits<TokioClock>>,
+    metrics: Arc<Metrics>,
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
     pub fn new(runtime: Arc<R>, config: ManagerConfig) -> Self {
-        let limits = Arc::new(RegistryLimits::new(&config.rate_limits, TokioClock::default()));
-        let pulls = RateLimitLayer::new(limits.clone()).layer(RuntimePull::new(runtime.clone()));
+        let metrics = Arc::new(Metrics::default());
+        let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.clone());
+        let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
         Self {
             runtime,
-            scheduler: PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler),
+            scheduler: PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.clone()),
             backoff: Mutex::new(BackoffStore::new(config.backoff)),
-            limits,
+            metrics,
         }
     }
 
-    /// The registry limits, for metrics.
-    pub fn registry_limits(&self) -> &RegistryLimits<TokioClock> {
-        &self.limits
+    /// The metrics this manager and its pull path keep.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The runtime this manager pulls through.
@@ -201,7 +203,9 @@ impl<R: ImageRuntime> ImageManager<R> {
             EnsureError::ImageInspect { message, source }
         })?;
 
-        match (policy::decide(policy, present.is_some()), present) {
+        let decision = policy::decide(policy, present.is_some());
+        self.metrics.ensure_decided(policy, present.is_some(), decision == Decision::Pull);
+        match (decision, present) {
             (Decision::UsePresent, Some(found)) => {
                 let message = messages::already_present(image);
                 tracing::info!(policy = policy.as_str(), image_ref = %found.id, "{message}");
@@ -219,6 +223,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         if let Some(backing_off) = self.backoff().check(&backoff_key, Instant::now()) {
             let message = messages::back_off(image, &backing_off.last_error);
             tracing::info!(retry_after = ?backing_off.remaining, "{message}");
+            self.metrics.backoff_refused();
             return Err(EnsureError::BackOff { message, retry_after: backing_off.remaining });
         }
 
@@ -230,14 +235,20 @@ impl<R: ImageRuntime> ImageManager<R> {
             Ok(pulled) => pulled,
             Err(error) => {
                 tracing::warn!("{}", messages::pull_failed(image, &error));
-                self.backoff().record_failure(&backoff_key, Arc::from(error.to_string()), Instant::now());
+                let mut backoff = self.backoff();
+                backoff.record_failure(&backoff_key, Arc::from(error.to_string()), Instant::now());
+                self.metrics.backoff_size(backoff.len());
+                drop(backoff);
                 return Err(classify_pull_error(image, error));
             }
         };
         let times = PullTimes { pull: pulled.pull_duration, total: started.elapsed() };
         let message = messages::pulled(image, times.pull, times.total, pulled.image_size);
         tracing::info!(image_ref = %pulled.image_ref, image_size = pulled.image_size, joined = scheduled.joined, "{message}");
-        self.backoff().gc(Instant::now());
+        self.metrics.pulled_for_request(times.total, pulled.image_size);
+        let mut backoff = self.backoff();
+        backoff.gc(Instant::now());
+        self.metrics.backoff_size(backoff.len());
         Ok(EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size })
     }
 }

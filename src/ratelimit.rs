@@ -9,10 +9,7 @@ use std::{
     future::Future,
     num::NonZeroU32,
     pin::Pin,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -27,6 +24,7 @@ use tower::{Layer, Service, ServiceExt};
 
 use crate::{
     cri::PullSpec,
+    metrics::Metrics,
     pull::{PullError, Pulled},
     reference::ImageReference,
 };
@@ -138,24 +136,19 @@ pub struct RegistryLimits<C: Clock> {
     per_host: HashMap<String, Limiter<C>>,
     mode: RateLimitMode,
     clock: C,
-    throttled: AtomicU64,
+    metrics: Arc<Metrics>,
 }
 
 impl<C: Clock + Clone> RegistryLimits<C> {
-    pub fn new(config: &RateLimitConfig, clock: C) -> Self {
+    pub fn new(config: &RateLimitConfig, clock: C, metrics: Arc<Metrics>) -> Self {
         let limiter = |limit: &RateLimit| RateLimiter::direct_with_clock(limit.quota(), clock.clone());
         Self {
             global: config.global.as_ref().map(limiter),
             per_host: config.per_host.iter().map(|(host, limit)| (host.clone(), limiter(limit))).collect(),
             mode: config.mode,
             clock,
-            throttled: AtomicU64::new(0),
+            metrics,
         }
-    }
-
-    /// How many pulls were refused or made to wait.
-    pub fn throttled(&self) -> u64 {
-        self.throttled.load(Ordering::Relaxed)
     }
 
     /// Takes a token for `host`; `Err(wait)` says when one frees up.
@@ -173,7 +166,7 @@ impl<C: Clock + Clone> RegistryLimits<C> {
         loop {
             let Err(wait) = self.take(host) else { return Ok(()) };
             if !counted {
-                self.throttled.fetch_add(1, Ordering::Relaxed);
+                self.metrics.pull_throttled();
                 counted = true;
             }
             match self.mode {

@@ -19,6 +19,7 @@ use tower::ServiceExt;
 
 use crate::{
     cri::PullSpec,
+    metrics::{Metrics, PullResult},
     pull::{PullError, PullKey, PullService, Pulled},
 };
 
@@ -42,15 +43,6 @@ pub struct Scheduled {
     pub joined: bool,
 }
 
-/// Counts the scheduler keeps, for metrics.
-#[derive(Debug, Default)]
-pub struct SchedulerStats {
-    /// Pulls waiting for a slot.
-    pub queued: std::sync::atomic::AtomicUsize,
-    /// Pulls running upstream.
-    pub running: std::sync::atomic::AtomicUsize,
-}
-
 type Slot = Arc<watch::Sender<Option<SharedResult>>>;
 
 struct Shared {
@@ -58,19 +50,7 @@ struct Shared {
     slots: Option<Arc<Semaphore>>,
     pull_timeout: Option<Duration>,
     in_flight: Mutex<HashMap<PullKey, Slot>>,
-    stats: SchedulerStats,
-    observer: Box<dyn Fn(PullEvent) + Send + Sync>,
-}
-
-/// Something that happened to a pull, for metrics and logs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PullEvent {
-    /// A pull got its slot after waiting this long in the queue.
-    Started { queued_for: Duration },
-    /// A caller joined a pull already under way.
-    Joined,
-    /// A queued pull was dropped because every caller had gone.
-    DroppedUnwanted,
+    metrics: Arc<Metrics>,
 }
 
 /// The scheduler; cheap to clone.
@@ -80,31 +60,10 @@ pub struct PullScheduler {
 }
 
 impl PullScheduler {
-    pub fn new(service: PullService, config: SchedulerConfig) -> Self {
-        Self::with_observer(service, config, |_| {})
-    }
-
-    /// A scheduler that reports each [`PullEvent`] to `observer`.
-    pub fn with_observer(
-        service: PullService,
-        config: SchedulerConfig,
-        observer: impl Fn(PullEvent) + Send + Sync + 'static,
-    ) -> Self {
+    pub fn new(service: PullService, config: SchedulerConfig, metrics: Arc<Metrics>) -> Self {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
-        let shared = Shared {
-            service,
-            slots,
-            pull_timeout: config.pull_timeout,
-            in_flight: Mutex::new(HashMap::new()),
-            stats: SchedulerStats::default(),
-            observer: Box::new(observer),
-        };
-        Self { shared: Arc::new(shared) }
-    }
-
-    /// Live counts, for metrics.
-    pub fn stats(&self) -> &SchedulerStats {
-        &self.shared.stats
+        let in_flight = Mutex::new(HashMap::new());
+        Self { shared: Arc::new(Shared { service, slots, pull_timeout: config.pull_timeout, in_flight, metrics }) }
     }
 
     /// Pulls `spec`, or joins an identical pull under way, and waits for the result.
@@ -124,7 +83,7 @@ impl PullScheduler {
             }
         };
         if joined {
-            (self.shared.observer)(PullEvent::Joined);
+            self.shared.metrics.pull_joined();
         }
         let result = match receiver.wait_for(Option::is_some).await {
             Ok(value) => value.clone().unwrap_or_else(|| Err(Arc::new(PullError::Abandoned))),
@@ -142,13 +101,13 @@ impl Shared {
     /// Waits for a slot; `None` when every caller went away first (the pull is then forgotten).
     async fn acquire(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
         let Some(slots) = &self.slots else { return Some(None) };
-        use std::sync::atomic::Ordering::Relaxed;
-        self.stats.queued.fetch_add(1, Relaxed);
+        let queued_at = Instant::now();
+        self.metrics.pull_queued();
         let acquired = tokio::select! {
             permit = slots.clone().acquire_owned() => permit.ok().map(Some),
             () = self.unwanted(key, slot) => None,
         };
-        self.stats.queued.fetch_sub(1, Relaxed);
+        self.metrics.pull_dequeued(queued_at.elapsed());
         acquired
     }
 
@@ -167,21 +126,23 @@ impl Shared {
 }
 
 async fn run(shared: Arc<Shared>, key: PullKey, spec: PullSpec, slot: Slot) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let queued_at = Instant::now();
     let Some(permit) = shared.acquire(&key, &slot).await else {
-        (shared.observer)(PullEvent::DroppedUnwanted);
+        tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
         return;
     };
-    (shared.observer)(PullEvent::Started { queued_for: queued_at.elapsed() });
-    shared.stats.running.fetch_add(1, Relaxed);
+    shared.metrics.pull_started();
     let call = shared.service.clone().oneshot(spec);
     let result = match shared.pull_timeout {
         // Dropping the call on expiry cancels the upstream request.
         Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
         None => call.await,
     };
-    shared.stats.running.fetch_sub(1, Relaxed);
+    shared.metrics.pull_finished(match &result {
+        Ok(_) => PullResult::Success,
+        Err(PullError::RateLimited) => PullResult::RateLimited,
+        Err(PullError::TimedOut(_)) => PullResult::TimedOut,
+        Err(_) => PullResult::Failure,
+    });
     drop(permit);
     // Forget the key before publishing, so a request arriving later starts a fresh pull.
     shared.in_flight().remove(&key);

@@ -1,4 +1,4 @@
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use governor::clock::FakeRelativeClock;
 use k8s_cri::v1::ImageSpec;
@@ -34,7 +34,7 @@ where
 async fn the_burst_passes_and_the_next_pull_fails_with_the_kubelets_words() {
     let clock = FakeRelativeClock::default();
     let config = RateLimitConfig { global: Some(limit(5.0, 10)), ..Default::default() };
-    let limits = Arc::new(RegistryLimits::new(&config, clock.clone()));
+    let limits = Arc::new(RegistryLimits::new(&config, clock.clone(), Default::default()));
     let calls = Arc::new(AtomicUsize::new(0));
     let service = RateLimitLayer::new(limits.clone()).layer(upstream(calls.clone()));
 
@@ -44,7 +44,7 @@ async fn the_burst_passes_and_the_next_pull_fails_with_the_kubelets_words() {
     let refused = pull(&service, "app:11").await.expect_err("over the burst");
     assert_eq!(refused.to_string(), "pull QPS exceeded");
     assert_eq!(calls.load(Ordering::SeqCst), 10, "the refused pull never reached upstream");
-    assert_eq!(limits.throttled(), 1);
+    assert_eq!(limits.metrics.throttled_total(), 1);
 
     clock.advance(Duration::from_millis(200)); // one token at 5 QPS
     pull(&service, "app:12").await.expect("a token freed up");
@@ -59,7 +59,7 @@ async fn a_host_with_its_own_bucket_is_independent_of_the_others() {
         per_host: vec![("registry.local:5000".into(), limit(1.0, 2))],
         mode: RateLimitMode::Fail,
     };
-    let limits = Arc::new(RegistryLimits::new(&config, clock));
+    let limits = Arc::new(RegistryLimits::new(&config, clock, Default::default()));
     let service = RateLimitLayer::new(limits).layer(upstream(Arc::new(AtomicUsize::new(0))));
 
     pull(&service, "busybox:1").await.expect("docker.io uses the global bucket");
@@ -72,7 +72,7 @@ async fn a_host_with_its_own_bucket_is_independent_of_the_others() {
 #[tokio::test(start_paused = true)]
 async fn wait_mode_admits_pulls_at_the_configured_rate() {
     let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Wait, ..Default::default() };
-    let limits = Arc::new(RegistryLimits::new(&config, TokioClock::default()));
+    let limits = Arc::new(RegistryLimits::new(&config, TokioClock::default(), Default::default()));
     let service = RateLimitLayer::new(limits.clone()).layer(upstream(Arc::new(AtomicUsize::new(0))));
 
     let started = tokio::time::Instant::now();
@@ -82,7 +82,7 @@ async fn wait_mode_admits_pulls_at_the_configured_rate() {
         admitted_at.push(started.elapsed().as_millis());
     }
     assert_eq!(admitted_at, [0, 200, 400, 600], "one pull every 200ms at 5 QPS");
-    assert_eq!(limits.throttled(), 3);
+    assert_eq!(limits.metrics.throttled_total(), 3);
 }
 
 #[test]

@@ -66,7 +66,7 @@ fn spec(image: &str, handler: &str) -> PullSpec {
 
 fn scheduler(upstream: &Arc<Upstream>, max_parallel: Option<usize>) -> PullScheduler {
     let max_parallel = max_parallel.and_then(NonZeroUsize::new);
-    PullScheduler::new(upstream.service(), SchedulerConfig { max_parallel, pull_timeout: None })
+    PullScheduler::new(upstream.service(), SchedulerConfig { max_parallel, pull_timeout: None }, Default::default())
 }
 
 /// Lets spawned tasks run until they all wait.
@@ -94,6 +94,8 @@ async fn a_thousand_identical_pulls_share_one_upstream_call() {
     }
     assert_eq!(upstream.calls.load(SeqCst), 1);
     assert_eq!(joined, 999);
+    let metrics = &scheduler.shared.metrics;
+    assert_eq!((metrics.joins_total(), metrics.pulls_total(PullResult::Success)), (999, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -193,13 +195,14 @@ async fn a_queued_pull_whose_callers_gave_up_is_dropped_and_the_queue_moves_on()
 async fn an_expired_pull_timeout_cancels_the_upstream_call() {
     let upstream = Upstream::slow(Duration::from_secs(60));
     let config = SchedulerConfig { max_parallel: None, pull_timeout: Some(Duration::from_secs(5)) };
-    let scheduler = PullScheduler::new(upstream.service(), config);
+    let scheduler = PullScheduler::new(upstream.service(), config, Default::default());
     let (a, b) = tokio::join!(scheduler.pull(spec("slow:v1", "")), scheduler.pull(spec("slow:v1", "")));
     for scheduled in [a, b] {
         let error = scheduled.result.expect_err("timed out");
         assert!(matches!(*error, PullError::TimedOut(limit) if limit == Duration::from_secs(5)), "{error}");
     }
     assert_eq!(upstream.cancelled.load(SeqCst), 1, "the upstream future was dropped");
+    assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::TimedOut), 1);
 }
 
 #[tokio::test(start_paused = true)]

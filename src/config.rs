@@ -1,6 +1,6 @@
 //! Command line: every flag with its meaning, unit and default.
 
-use std::{num::NonZeroUsize, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, num::NonZeroUsize, path::PathBuf, time::Duration};
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// After SIGTERM or SIGINT, how long in-flight requests may take before the daemon exits.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
+
+    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9757); off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 
     /// How often the runtime is probed for the health service.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]

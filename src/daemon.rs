@@ -7,6 +7,7 @@ use crate::{
     cri::CriClient,
     listener::{self, ListenError},
     manager::ImageManager,
+    metrics::{self, MetricsServerError},
     server::{self, ServeError, ServeOptions},
 };
 
@@ -19,6 +20,8 @@ pub enum DaemonError {
     Listen(#[from] ListenError),
     #[error(transparent)]
     Serve(#[from] ServeError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsServerError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -31,23 +34,50 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
 
     let config = args.manager_config()?;
     let listener = listener::bind(&args.listen).await?;
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(metrics::bind(addr).await?),
+        None => None,
+    };
     let runtime = CriClient::new(&args.runtime_endpoint, args.runtime_request_timeout);
     let manager = Arc::new(ImageManager::new(Arc::new(runtime), config));
     tracing::info!(
         listen = %args.listen.display(),
         runtime_endpoint = %args.runtime_endpoint,
+        metrics_listen = ?args.metrics_listen,
         version = env!("CARGO_PKG_VERSION"),
         "cri-imaged serving"
     );
-    let options =
-        ServeOptions { drain_timeout: args.shutdown_timeout, health_probe_interval: args.health_probe_interval };
-    let shutdown = async move {
+
+    // One stop signal for every server.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stopped| *stopped).await;
+        }
+    };
+    tokio::spawn(async move {
         tokio::select! {
             _ = terminate.recv() => tracing::info!("received SIGTERM"),
             _ = interrupt.recv() => tracing::info!("received SIGINT"),
         }
-    };
-    server::serve(listener, manager, options, shutdown).await?;
+        stop.send_replace(true);
+    });
+    let metrics_server = metrics_listener.map(|listener| {
+        let served = metrics::serve(listener, manager.metrics().clone(), until_stopped());
+        tokio::spawn(async move {
+            if let Err(error) = served.await {
+                tracing::error!(%error, "metrics endpoint stopped");
+            }
+        })
+    });
+
+    let options =
+        ServeOptions { drain_timeout: args.shutdown_timeout, health_probe_interval: args.health_probe_interval };
+    server::serve(listener, manager, options, until_stopped()).await?;
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.abort();
+    }
     // The socket file would otherwise look like a stale daemon to the next start.
     let _ = std::fs::remove_file(&args.listen);
     tracing::info!("cri-imaged stopped");

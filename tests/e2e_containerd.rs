@@ -6,7 +6,7 @@ mod support;
 use cri_imaged::api::{EnsureImageExistsResponse, PullPolicy, image_manager_client::ImageManagerClient};
 use support::{
     call, ensure,
-    process::{DaemonProcess, grpcurl, require_tool},
+    process::{DaemonProcess, free_port, grpcurl, http_get, require_tool},
     reason,
     stack::LocalStack,
     unix_channel,
@@ -149,4 +149,47 @@ async fn grpcurl_pulls_through_the_daemon_into_containerd() {
     let (ok, second, err) = tokio::task::spawn_blocking(run).await.expect("grpcurl");
     assert!(ok, "{err}");
     assert!(second.contains("already present on machine"), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herd_of_two_hundred_requests_makes_one_manifest_resolution() {
+    let Some(stack) = LocalStack::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let flags = ["--metrics-listen", metrics_addr.as_str()];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    stack.seed("herd/app:v1", "herd v1");
+    let image = stack.image("herd/app:v1");
+
+    let channel = unix_channel(&daemon.socket);
+    let calls: Vec<_> = (0..200)
+        .map(|pod| {
+            let mut client = ImageManagerClient::new(channel.clone());
+            let mut request = ensure(&image, IF_NOT_PRESENT);
+            request.pod.as_mut().expect("pod").uid = format!("herd-pod-{pod}");
+            tokio::spawn(async move { call(&mut client, request).await })
+        })
+        .collect();
+    let (mut pulled, mut refs) = (0, std::collections::HashSet::new());
+    for call in calls {
+        let response = call.await.expect("task").expect("every request succeeds");
+        pulled += usize::from(response.pulled);
+        refs.insert(response.image_ref);
+    }
+    let resolutions = stack.manifest_resolutions("herd/app", "v1");
+    let metrics = tokio::task::spawn_blocking(move || http_get(port, "/metrics")).await.expect("metrics");
+    let joins = metrics.lines().find(|l| l.starts_with("cri_imaged_pull_joins_total ")).unwrap_or_default().to_owned();
+    eprintln!(
+        "herd: 200 requests, {pulled} answered by the pull ({joins}), the rest already present; {resolutions} manifest resolution(s)"
+    );
+
+    assert_eq!(refs.len(), 1, "one image ref for everyone");
+    assert_eq!(resolutions, 1, "the registry resolved the tag once");
+    assert!(pulled >= 1, "someone pulled");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains(r#"cri_imaged_pulls_total{result="success"} 1"#), "{metrics}");
+    let pulled_requests =
+        format!(r#"cri_imaged_image_pull_duration_seconds_count{{image_size_in_bytes="0-10MB"}} {pulled}"#);
+    assert!(metrics.lines().any(|line| line == pulled_requests), "{pulled_requests} in:\n{metrics}");
 }

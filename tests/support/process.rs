@@ -126,3 +126,20 @@ pub fn grpcurl(grpcurl: &Path, socket: &Path, flags: &[&str], verb: &[&str]) -> 
     let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
     (output.status.success(), text(output.stdout), text(output.stderr))
 }
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// `GET path` over HTTP/1.1 on loopback; returns the whole response, headers included.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").expect("send request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read response");
+    response
+}

@@ -60,6 +60,13 @@ impl LocalStack {
         format!("{}/{name}", self.registry)
     }
 
+    /// How many times containerd resolved `repository:tag` (a manifest request by tag).
+    pub fn manifest_resolutions(&self, repository: &str, tag: &str) -> usize {
+        let log = std::fs::read_to_string(&self.registry_log).expect("registry log");
+        let needle = format!("/v2/{repository}/manifests/{tag} HTTP/");
+        log.lines().filter(|line| line.contains(&needle) && line.contains("containerd/")).count()
+    }
+
     /// How many manifest requests (GET or HEAD) the registry has served for `repository`.
     pub fn manifest_requests(&self, repository: &str) -> usize {
         let log = std::fs::read_to_string(&self.registry_log).expect("registry log");

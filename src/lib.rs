@@ -5,9 +5,14 @@
 //! - [`config`]: the command line, with every default.
 //! - [`daemon`]: the `serve` command, wiring everything together; signals and shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
-//! - [`server`]: gRPC handlers that only translate, health, reflection; `server::status` is the
-//!   one place errors become gRPC statuses.
-//! - [`manager`]: EnsureImageExists step by step, over the runtime trait.
+//! - [`server`]: gRPC handlers that only translate, health, reflection, caller deadlines;
+//!   `server::status` is the one place errors become gRPC statuses.
+//! - [`manager`]: EnsureImageExists step by step, over the runtime trait: decide, back off, pull.
+//! - [`backoff`]: the per-(pod, image) backoff store (pure).
+//! - [`scheduler`]: the fair parallel-pull cap and single-flight.
+//! - [`pull`]: one upstream pull as a tower service, and the single-flight key.
+//! - [`ratelimit`]: registry rate limits as a governor-backed tower layer.
+//! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.

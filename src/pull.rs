@@ -13,31 +13,49 @@ use std::{
 use tokio::time::Instant;
 use tower::{Service, util::BoxCloneSyncService};
 
-use crate::cri::{ImageRuntime, PullSpec, RuntimeError};
+use crate::{
+    cri::{ImageRuntime, PullSpec, RuntimeError},
+    reference::ImageReference,
+};
 
 /// What identifies one pull, so that identical concurrent pulls can share it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PullKey {
-    /// The image as sent to the runtime (default tag applied).
+    /// The image, normalised (`busybox` and `docker.io/library/busybox:latest` are one image).
     pub image: String,
     pub runtime_handler: String,
-    /// Who the pull is for, as far as the registry can tell: callers with different credentials
-    /// are never merged. Empty while no credentials are passed.
-    pub credential: String,
+    /// Who the pull is for, as the registry sees it: callers whose credentials differ are never
+    /// merged. It holds the credentials themselves, so it is never printed.
+    credential: String,
 }
 
 impl PullKey {
     pub fn of(spec: &PullSpec) -> Self {
-        Self {
-            image: spec.image.image.clone(),
-            runtime_handler: spec.image.runtime_handler.clone(),
-            credential: String::new(),
-        }
+        let written = &spec.image.image;
+        let image = ImageReference::parse_normalized(written).map_or_else(|_| written.clone(), |r| r.to_string());
+        let credential = spec.auth.as_ref().map_or_else(String::new, |auth| {
+            [
+                &auth.server_address,
+                &auth.username,
+                &auth.password,
+                &auth.auth,
+                &auth.identity_token,
+                &auth.registry_token,
+            ]
+            .map(String::as_str)
+            .join("\0")
+        });
+        Self { image, runtime_handler: spec.image.runtime_handler.clone(), credential }
     }
+}
 
-    /// The registry host the image resolves to (`docker.io` for short names), for per-host limits.
-    pub fn registry_host(&self) -> Option<String> {
-        crate::reference::ImageReference::parse_normalized(&self.image).ok().map(|r| r.domain().to_owned())
+impl std::fmt::Debug for PullKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullKey")
+            .field("image", &self.image)
+            .field("runtime_handler", &self.runtime_handler)
+            .field("credential", &if self.credential.is_empty() { "none" } else { "<redacted>" })
+            .finish()
     }
 }
 
@@ -114,5 +132,45 @@ impl<R: ImageRuntime> Service<PullSpec> for RuntimePull<R> {
             };
             Ok(Pulled { image_ref, image_size, pull_duration })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1::{AuthConfig, ImageSpec};
+
+    use super::*;
+
+    fn spec(image: &str, auth: Option<AuthConfig>) -> PullSpec {
+        PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, auth, sandbox_config: None }
+    }
+
+    fn login(username: &str, password: &str) -> Option<AuthConfig> {
+        Some(AuthConfig { username: username.into(), password: password.into(), ..Default::default() })
+    }
+
+    #[test]
+    fn spellings_of_one_image_share_a_key() {
+        let short = PullKey::of(&spec("busybox:latest", None));
+        assert_eq!(short, PullKey::of(&spec("docker.io/library/busybox:latest", None)));
+        assert_eq!(short, PullKey::of(&spec("index.docker.io/library/busybox:latest", None)));
+        assert_ne!(short, PullKey::of(&spec("busybox:1.36", None)));
+    }
+
+    #[test]
+    fn different_credentials_make_different_keys() {
+        let alice = PullKey::of(&spec("registry.local/app:v1", login("alice", "a-secret")));
+        assert_eq!(alice, PullKey::of(&spec("registry.local/app:v1", login("alice", "a-secret"))));
+        assert_ne!(alice, PullKey::of(&spec("registry.local/app:v1", login("bob", "b-secret"))));
+        assert_ne!(alice, PullKey::of(&spec("registry.local/app:v1", login("alice", "another"))));
+        assert_ne!(alice, PullKey::of(&spec("registry.local/app:v1", None)));
+    }
+
+    #[test]
+    fn a_key_never_prints_its_credentials() {
+        let key = PullKey::of(&spec("registry.local/app:v1", login("alice", "a-secret")));
+        let printed = format!("{key:?}");
+        assert!(!printed.contains("a-secret") && !printed.contains("alice"), "{printed}");
+        assert!(printed.contains("<redacted>"), "{printed}");
     }
 }

@@ -132,6 +132,24 @@ async fn different_runtime_handlers_are_not_merged() {
     assert_eq!(upstream.calls.load(SeqCst), 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn callers_with_different_credentials_are_not_merged() {
+    let upstream = Upstream::slow(Duration::from_secs(1));
+    let scheduler = scheduler(&upstream, None);
+    let with_login = |user: &str| {
+        let auth = k8s_cri::v1::AuthConfig { username: user.into(), password: "pw".into(), ..Default::default() };
+        PullSpec { auth: Some(auth), ..spec("registry.local/app:v1", "") }
+    };
+    let (a, b, c) = tokio::join!(
+        scheduler.pull(with_login("alice")),
+        scheduler.pull(with_login("bob")),
+        scheduler.pull(with_login("alice"))
+    );
+    assert!(a.result.is_ok() && b.result.is_ok() && c.result.is_ok());
+    assert_eq!(upstream.calls.load(SeqCst), 2, "alice's two requests merged; bob's did not");
+    assert!(c.joined && !b.joined);
+}
+
 async fn most_at_once(max_parallel: Option<usize>, images: usize) -> usize {
     let upstream = Upstream::slow(Duration::from_secs(5));
     let scheduler = scheduler(&upstream, max_parallel);

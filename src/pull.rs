@@ -86,6 +86,9 @@ pub enum PullError {
     Abandoned,
 }
 
+/// The future every pull service in the stack returns.
+pub type PullFuture = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
+
 /// The pull stack as the scheduler holds it.
 pub type PullService = BoxCloneSyncService<PullSpec, Pulled, PullError>;
 
@@ -109,7 +112,7 @@ impl<R> Clone for RuntimePull<R> {
 impl<R: ImageRuntime> Service<PullSpec> for RuntimePull<R> {
     type Response = Pulled;
     type Error = PullError;
-    type Future = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
+    type Future = PullFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), PullError>> {
         Poll::Ready(Ok(()))

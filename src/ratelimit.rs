@@ -6,9 +6,7 @@
 
 use std::{
     collections::HashMap,
-    future::Future,
     num::NonZeroU32,
-    pin::Pin,
     sync::Arc,
     task::{Context, Poll},
     time::Duration,
@@ -25,7 +23,7 @@ use tower::{Layer, Service, ServiceExt};
 use crate::{
     cri::PullSpec,
     metrics::Metrics,
-    pull::{PullError, Pulled},
+    pull::{PullError, PullFuture, Pulled},
     reference::ImageReference,
 };
 
@@ -218,7 +216,7 @@ where
 {
     type Response = Pulled;
     type Error = PullError;
-    type Future = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
+    type Future = PullFuture;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), PullError>> {
         // Readiness depends on the request's registry, so admission happens in `call`.

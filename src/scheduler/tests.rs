@@ -15,6 +15,7 @@ struct Upstream {
     cancelled: AtomicUsize,
     gate: Option<Notify>,
     duration: Duration,
+    order: std::sync::Mutex<Vec<String>>,
 }
 
 impl Upstream {
@@ -36,6 +37,7 @@ impl Upstream {
 
     async fn pull(&self, spec: PullSpec) -> Result<Pulled, PullError> {
         self.calls.fetch_add(1, SeqCst);
+        self.order.lock().unwrap().push(spec.image.image.clone());
         let now = self.running.fetch_add(1, SeqCst) + 1;
         self.most_at_once.fetch_max(now, SeqCst);
         // Counts a cancellation when the future is dropped before it finishes.
@@ -189,6 +191,22 @@ async fn serial_pulls_run_one_at_a_time() {
 #[tokio::test(start_paused = true)]
 async fn without_a_cap_every_distinct_pull_runs_at_once() {
     assert_eq!(most_at_once(None, 6).await, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_pulls_start_first_come_first_served() {
+    let upstream = Upstream::slow(Duration::from_secs(1));
+    let scheduler = scheduler(&upstream, Some(1));
+    let mut pulls = Vec::new();
+    for image in ["first:v1", "second:v1", "third:v1", "fourth:v1"] {
+        let scheduler = scheduler.clone();
+        pulls.push(tokio::spawn(async move { scheduler.pull(spec(image, "")).await }));
+        settle().await; // each request arrives before the next
+    }
+    for pull in pulls {
+        assert!(pull.await.expect("task").result.is_ok());
+    }
+    assert_eq!(*upstream.order.lock().unwrap(), ["first:v1", "second:v1", "third:v1", "fourth:v1"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -2,13 +2,20 @@
 
 use std::{future::Future, path::PathBuf, time::Duration};
 
+use bytes::Bytes;
+
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::{
     AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, PodSandboxConfig, PullImageRequest,
     image_service_client::ImageServiceClient,
 };
 use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{
+    codegen::http::uri::PathAndQuery,
+    transport::{Channel, Endpoint, Uri},
+};
+
+use crate::passthrough::RawCodec;
 
 /// The largest message exchanged with the runtime, as the kubelet allows (16 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -84,15 +91,18 @@ pub struct PresentImage {
     pub size: u64,
 }
 
-/// What one upstream pull needs.
-#[derive(Clone)]
+/// What one upstream pull needs. No `Debug`: it carries credentials.
+#[derive(Clone, Default)]
 pub struct PullSpec {
     /// The image, with the default tag applied.
     pub image: ImageSpec,
-    /// Registry credentials, passed to the runtime as they are.
+    /// Registry credentials, passed to the runtime as they are. Never logged.
     pub auth: Option<AuthConfig>,
     /// The pod's sandbox config, passed to the runtime as it is.
     pub sandbox_config: Option<PodSandboxConfig>,
+    /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,
+    /// where the kubelet throttles its own pulls.
+    pub wait_for_rate_limit: bool,
 }
 
 /// The image half of a container runtime, as cri-imaged uses it.
@@ -106,6 +116,20 @@ pub trait ImageRuntime: Send + Sync + 'static {
 
     /// A cheap call that succeeds while the runtime serves images; used for health.
     fn probe(&self) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Forwards one unary `runtime.v1.ImageService` call (`path` such as
+    /// `/runtime.v1.ImageService/ListImages`) with its message bytes untouched; the runtime's
+    /// error comes back unchanged.
+    fn forward_raw(
+        &self,
+        path: &'static str,
+        message: Bytes,
+    ) -> impl Future<Output = Result<Bytes, tonic::Status>> + Send {
+        async move {
+            let _ = message;
+            Err(tonic::Status::unimplemented(format!("this runtime does not forward {path}")))
+        }
+    }
 }
 
 /// Where the runtime listens.
@@ -152,6 +176,7 @@ impl std::fmt::Display for RuntimeEndpoint {
 /// re-creates its socket), so the daemon can start before the runtime does.
 #[derive(Clone)]
 pub struct CriClient {
+    channel: Channel,
     client: ImageServiceClient<Channel>,
     request_timeout: Duration,
 }
@@ -166,10 +191,10 @@ impl CriClient {
                 let path = path.clone();
                 async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
             }));
-        let client = ImageServiceClient::new(channel)
+        let client = ImageServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Self { client, request_timeout }
+        Self { channel, client, request_timeout }
     }
 
     /// Runs a non-pull call under the request deadline, told to the runtime too.
@@ -213,6 +238,21 @@ impl ImageRuntime for CriClient {
         let request = self.request(ImageFsInfoRequest {});
         self.bounded(|mut client| async move { client.image_fs_info(request).await }).await?;
         Ok(())
+    }
+
+    async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let request = self.request(message);
+        let call = async move {
+            grpc.ready().await.map_err(|error| tonic::Status::unavailable(error.to_string()))?;
+            grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
+        };
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(response) => Ok(response?.into_inner()),
+            Err(_) => Err(tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string())),
+        }
     }
 }
 

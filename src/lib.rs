@@ -28,6 +28,7 @@ pub mod listener;
 pub mod manager;
 pub mod messages;
 pub mod metrics;
+pub mod passthrough;
 pub mod policy;
 pub mod pull;
 pub mod ratelimit;

@@ -16,7 +16,7 @@ use crate::{
     messages::{self, reason},
     metrics::Metrics,
     policy::{self, Decision, PullPolicy},
-    pull::{PullError, RuntimePull},
+    pull::{PullError, Pulled, RuntimePull},
     ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
     reference::{self, ImageReference, ReferenceError},
     scheduler::{PullScheduler, SchedulerConfig},
@@ -229,7 +229,7 @@ impl<R: ImageRuntime> ImageManager<R> {
 
         tracing::info!(policy = policy.as_str(), "{}", messages::pulling(image));
         let started = Instant::now();
-        let pull = PullSpec { image: spec, auth: None, sandbox_config: request.sandbox_config };
+        let pull = PullSpec { image: spec, sandbox_config: request.sandbox_config, ..Default::default() };
         let scheduled = self.scheduler.pull(pull).await;
         let pulled = match scheduled.result {
             Ok(pulled) => pulled,
@@ -250,6 +250,26 @@ impl<R: ImageRuntime> ImageManager<R> {
         backoff.gc(Instant::now());
         self.metrics.backoff_size(backoff.len());
         Ok(EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size })
+    }
+}
+
+impl<R: ImageRuntime> ImageManager<R> {
+    /// A CRI `PullImage`: through the scheduler (single-flight, parallel cap) and the registry
+    /// limits, which wait rather than fail. No backoff: the kubelet keeps its own on this path.
+    pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {
+        let image = spec.image.image.clone();
+        spec.wait_for_rate_limit = true;
+        tracing::info!(image = %image, "{}", messages::pulling(&image));
+        let started = Instant::now();
+        let scheduled = self.scheduler.pull(spec).await;
+        match &scheduled.result {
+            Ok(pulled) => {
+                let message = messages::pulled(&image, pulled.pull_duration, started.elapsed(), pulled.image_size);
+                tracing::info!(image = %image, image_ref = %pulled.image_ref, joined = scheduled.joined, "{message}");
+            }
+            Err(error) => tracing::warn!(image = %image, "{}", messages::pull_failed(&image, error)),
+        }
+        scheduled.result
     }
 }
 

@@ -145,7 +145,7 @@ mod tests {
     use super::*;
 
     fn spec(image: &str, auth: Option<AuthConfig>) -> PullSpec {
-        PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, auth, sandbox_config: None }
+        PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, auth, ..Default::default() }
     }
 
     fn login(username: &str, password: &str) -> Option<AuthConfig> {

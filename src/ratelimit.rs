@@ -158,20 +158,21 @@ impl<C: Clock + Clone> RegistryLimits<C> {
         }
     }
 
-    /// Admits a pull to `host`, failing or waiting as the mode says.
-    async fn admit(&self, host: Option<&str>) -> Result<(), PullError> {
+    /// Admits a pull to `host`, failing or waiting as the mode (or `always_wait`) says.
+    async fn admit(&self, host: Option<&str>, always_wait: bool) -> Result<(), PullError> {
+        let wait = always_wait || self.mode == RateLimitMode::Wait;
         let mut counted = false;
         loop {
-            let Err(wait) = self.take(host) else { return Ok(()) };
+            let Err(until_free) = self.take(host) else { return Ok(()) };
             if !counted {
                 self.metrics.pull_throttled();
                 counted = true;
             }
-            match self.mode {
-                RateLimitMode::Fail => return Err(PullError::RateLimited),
-                // A zero wait would spin; governor's clock may round below tokio's tick.
-                RateLimitMode::Wait => tokio::time::sleep(wait.max(Duration::from_millis(1))).await,
+            if !wait {
+                return Err(PullError::RateLimited);
             }
+            // A zero wait would spin; governor's clock may round below tokio's tick.
+            tokio::time::sleep(until_free.max(Duration::from_millis(1))).await;
         }
     }
 }
@@ -228,7 +229,7 @@ where
         let inner = self.inner.clone();
         Box::pin(async move {
             let host = ImageReference::parse_normalized(&spec.image.image).ok().map(|r| r.domain().to_owned());
-            limits.admit(host.as_deref()).await?;
+            limits.admit(host.as_deref(), spec.wait_for_rate_limit).await?;
             inner.oneshot(spec).await
         })
     }

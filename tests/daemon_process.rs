@@ -55,7 +55,9 @@ async fn a_missing_runtime_socket_is_an_unavailable_inspect_error_and_not_servin
     assert_eq!(reason(&status), "ImageInspectError");
     assert!(status.message().starts_with(r#"Failed to inspect image "busybox:1.36": rpc error: code = Unavailable"#));
     let limit = Duration::from_secs(10);
-    wait_for_health(&daemon.socket, "imagemanager.v1.ImageManager", ServingStatus::NotServing, limit).await;
+    for service in ["imagemanager.v1.ImageManager", "runtime.v1.ImageService"] {
+        wait_for_health(&daemon.socket, service, ServingStatus::NotServing, limit).await;
+    }
 }
 
 #[tokio::test]
@@ -90,7 +92,12 @@ async fn grpcurl_lists_describes_and_calls_the_api_with_error_details() {
 
     let (ok, services, err) = run(vec![], vec!["list".into()]).await.expect("grpcurl list");
     assert!(ok, "{err}");
-    for service in ["imagemanager.v1.ImageManager", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
+    for service in [
+        "imagemanager.v1.ImageManager",
+        "runtime.v1.ImageService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
         assert!(services.lines().any(|line| line == service), "{service} missing from:\n{services}");
     }
     assert!(!services.contains("runtime.v1.RuntimeService"), "only served services are advertised:\n{services}");

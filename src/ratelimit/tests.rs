@@ -20,7 +20,7 @@ fn upstream(
 }
 
 fn spec(image: &str) -> PullSpec {
-    PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, auth: None, sandbox_config: None }
+    PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, ..Default::default() }
 }
 
 async fn pull<S>(service: &S, image: &str) -> Result<Pulled, PullError>
@@ -101,4 +101,18 @@ fn per_host_limits_parse_as_host_equals_qps_colon_burst() {
     for bad in ["docker.io", "docker.io=5", "=5:10", "docker.io=x:10", "docker.io=5:0", "docker.io=0:10"] {
         assert!(parse_host_limit(bad).is_err(), "{bad:?}");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cri_pull_waits_for_a_token_even_in_fail_mode() {
+    let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Fail, ..Default::default() };
+    let limits = Arc::new(RegistryLimits::new(&config, TokioClock::default(), Default::default()));
+    let service = RateLimitLayer::new(limits).layer(upstream(Arc::new(AtomicUsize::new(0))));
+    let cri_spec = |image: &str| PullSpec { wait_for_rate_limit: true, ..spec(image) };
+
+    let started = tokio::time::Instant::now();
+    service.clone().oneshot(cri_spec("app:1")).await.expect("the burst");
+    assert!(pull(&service, "app:2").await.is_err(), "an EnsureImageExists pull fails over the limit");
+    service.clone().oneshot(cri_spec("app:3")).await.expect("a CRI pull waits instead");
+    assert_eq!(started.elapsed(), Duration::from_millis(200));
 }

@@ -63,7 +63,7 @@ impl Upstream {
 
 fn spec(image: &str, handler: &str) -> PullSpec {
     let image = ImageSpec { image: image.into(), runtime_handler: handler.into(), ..Default::default() };
-    PullSpec { image, auth: None, sandbox_config: None }
+    PullSpec { image, ..Default::default() }
 }
 
 fn scheduler(upstream: &Arc<Upstream>, max_parallel: Option<usize>) -> PullScheduler {

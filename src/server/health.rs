@@ -27,7 +27,9 @@ pub async fn probe_runtime<R: ImageRuntime>(
                 Ok(()) => tracing::info!("container runtime is reachable; image service SERVING"),
                 Err(error) => tracing::warn!(%error, "container runtime is unreachable; image service NOT_SERVING"),
             }
-            reporter.set_service_status(IMAGE_MANAGER_SERVICE, status).await;
+            for service in [IMAGE_MANAGER_SERVICE, super::CRI_IMAGE_SERVICE] {
+                reporter.set_service_status(service, status).await;
+            }
             last = Some(status);
         }
     }

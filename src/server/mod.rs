@@ -1,5 +1,6 @@
 //! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
 
+mod cri_image_service;
 mod deadline;
 mod health;
 mod image_manager;
@@ -13,6 +14,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 pub use self::{
+    cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{CallerDeadline, DeadlineLayer, parse_grpc_timeout},
     health::IMAGE_MANAGER_SERVICE,
     image_manager::ImageManagerService,
@@ -45,8 +47,9 @@ pub enum ServeError {
 
 /// The services reflection advertises: those we serve. The CRI's descriptors are registered for
 /// the types our API uses, not to advertise services we do not serve.
-const ADVERTISED_SERVICES: [&str; 4] = [
+const ADVERTISED_SERVICES: [&str; 5] = [
     IMAGE_MANAGER_SERVICE,
+    CRI_IMAGE_SERVICE,
     "grpc.health.v1.Health",
     "grpc.reflection.v1.ServerReflection",
     "grpc.reflection.v1alpha.ServerReflection",
@@ -75,6 +78,7 @@ pub async fn serve<R: ImageRuntime>(
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let prober = tokio::spawn(health::probe_runtime(manager.clone(), reporter.clone(), options.health_probe_interval));
 
+    let cri_image_service = CriImageService::new(manager.clone());
     let image_manager = ImageManagerServer::new(ImageManagerService::new(manager))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -94,6 +98,7 @@ pub async fn serve<R: ImageRuntime>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(image_manager)
+        .add_service(cri_image_service)
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
 
     let result = tokio::select! {

@@ -9,7 +9,9 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::{deadline::CallerDeadline, request::RequestError};
-use crate::{manager::EnsureError, pull::PullError};
+use std::sync::Arc;
+
+use crate::{cri::RuntimeError, manager::EnsureError, pull::PullError};
 
 /// The `domain` of our `ErrorInfo` details.
 pub const ERROR_DOMAIN: &str = "cri-imaged";
@@ -35,6 +37,30 @@ impl From<RequestError> for Status {
         let metadata = HashMap::from([("field".to_owned(), error.field().to_owned())]);
         let details = ErrorDetails::with_error_info(INVALID_REQUEST, ERROR_DOMAIN, metadata);
         Status::with_error_details(Code::InvalidArgument, error.to_string(), details)
+    }
+}
+
+/// A CRI PullImage failure, answered as the runtime would answer it.
+#[derive(Debug)]
+pub struct CriPullError(pub Arc<PullError>);
+
+impl From<CriPullError> for Status {
+    fn from(CriPullError(error): CriPullError) -> Self {
+        match &*error {
+            // The runtime's own status, unchanged: code, message, details and metadata.
+            PullError::Runtime(RuntimeError::Status(status)) => Status::with_details_and_metadata(
+                status.code(),
+                status.message(),
+                status.details().to_vec().into(),
+                status.metadata().clone(),
+            ),
+            PullError::Runtime(RuntimeError::Timeout(_)) | PullError::TimedOut(_) => {
+                Status::deadline_exceeded(error.to_string())
+            }
+            PullError::Runtime(RuntimeError::EmptyImageRef(_)) => Status::unknown(error.to_string()),
+            PullError::RateLimited => Status::resource_exhausted(error.to_string()),
+            PullError::Abandoned => Status::internal(error.to_string()),
+        }
     }
 }
 
@@ -69,7 +95,6 @@ fn ensure_error_code(error: &EnsureError) -> Code {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cri::RuntimeError;
 
     fn reason_of(status: &Status) -> String {
         let details = status.get_error_details();

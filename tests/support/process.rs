@@ -60,7 +60,8 @@ impl DaemonProcess {
             .arg(runtime_socket)
             .args(["--health-probe-interval", "100ms", "--shutdown-timeout", "5s"])
             .args(extra)
-            .env("RUST_LOG", "info")
+            // Our own events at every level, so tests see all we would ever log.
+            .env("RUST_LOG", "info,cri_imaged=trace")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -5,7 +5,8 @@
 //! - [`config`]: the command line, with every default.
 //! - [`daemon`]: the `serve` command, wiring everything together; signals and shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
-//! - [`server`]: gRPC handlers that only translate, health, reflection, caller deadlines;
+//! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
+//!   health, reflection, caller deadlines;
 //!   `server::status` is the one place errors become gRPC statuses.
 //! - [`manager`]: EnsureImageExists step by step, over the runtime trait: decide, back off, pull.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
@@ -17,6 +18,7 @@
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
 //! - [`cri`]: the runtime trait and the CRI `runtime.v1.ImageService` client.
+//! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`telemetry`]: logging set-up.
 
 pub mod api;

@@ -12,7 +12,7 @@ use k8s_cri::v1::{
     RemoveImageRequest, image_service_client::ImageServiceClient,
 };
 use support::{
-    InProcessDaemon,
+    FakeStack, InProcessDaemon,
     fake_runtime::{FakeImageService, FakeRuntime},
     process::DaemonProcess,
     unix_channel,
@@ -20,19 +20,8 @@ use support::{
 use tokio::sync::Notify;
 use tonic::{Code, Status, codegen::http::uri::PathAndQuery, transport::Channel};
 
-struct Stack {
-    _dir: tempfile::TempDir,
-    runtime: FakeRuntime,
-    daemon: InProcessDaemon,
-}
-
-async fn stack() -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
-    let daemon =
-        InProcessDaemon::start_with(&dir.path().join("cri-imaged.sock"), &runtime.socket, ManagerConfig::default())
-            .await;
-    Stack { _dir: dir, runtime, daemon }
+async fn stack() -> FakeStack {
+    FakeStack::start(ManagerConfig::default()).await
 }
 
 fn cri(socket: &std::path::Path) -> ImageServiceClient<Channel> {

@@ -6,12 +6,9 @@ mod support;
 use std::time::Duration;
 
 use cri_imaged::api::PullPolicy;
+use cri_imaged::manager::ManagerConfig;
 use k8s_cri::v1::PodSandboxConfig;
-use support::{
-    InProcessDaemon, call, ensure,
-    fake_runtime::{FakeImageService, FakeRuntime},
-    reason, wait_for_health,
-};
+use support::{FakeStack, call, ensure, fake_runtime::FakeRuntime, reason, wait_for_health};
 use tonic::{Code, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -19,17 +16,8 @@ const ALWAYS: i32 = PullPolicy::Always as i32;
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
 const NEVER: i32 = PullPolicy::Never as i32;
 
-struct Stack {
-    _dir: tempfile::TempDir,
-    runtime: FakeRuntime,
-    daemon: InProcessDaemon,
-}
-
-async fn stack() -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
-    let daemon = InProcessDaemon::start(&dir.path().join("cri-imaged.sock"), &runtime.socket).await;
-    Stack { _dir: dir, runtime, daemon }
+async fn stack() -> FakeStack {
+    FakeStack::start(ManagerConfig::default()).await
 }
 
 #[tokio::test]
@@ -156,7 +144,7 @@ async fn a_failing_image_status_is_an_unavailable_image_inspect_error() {
 #[tokio::test]
 async fn the_runtime_going_away_and_coming_back_is_survived() {
     let stack = stack().await;
-    let Stack { _dir, runtime, daemon } = stack;
+    let FakeStack { runtime, daemon, dir: _dir } = stack;
     let socket = runtime.socket.clone();
     let mut client = daemon.client();
     let service = "imagemanager.v1.ImageManager";

@@ -7,38 +7,25 @@ mod support;
 use std::{num::NonZeroUsize, sync::Arc, time::Duration};
 
 use cri_imaged::{api::PullPolicy, manager::ManagerConfig, scheduler::SchedulerConfig};
-use support::{
-    InProcessDaemon, call, ensure,
-    fake_runtime::{FakeImageService, FakeRuntime},
-    reason,
-};
+use support::{FakeStack, call, ensure, reason};
 use tokio::sync::Notify;
 use tonic::Code;
 use tonic_types::StatusExt;
 
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
 
-struct Stack {
-    _dir: tempfile::TempDir,
-    runtime: FakeRuntime,
-    daemon: InProcessDaemon,
+async fn stack(config: ManagerConfig) -> FakeStack {
+    FakeStack::start(config).await
 }
 
-async fn stack(config: ManagerConfig) -> Stack {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
-    let daemon = InProcessDaemon::start_with(&dir.path().join("cri-imaged.sock"), &runtime.socket, config).await;
-    Stack { _dir: dir, runtime, daemon }
-}
-
-fn gate(stack: &Stack) -> Arc<Notify> {
+fn gate(stack: &FakeStack) -> Arc<Notify> {
     let gate = Arc::new(Notify::new());
     stack.runtime.service.script.lock().unwrap().pull_gate = Some(gate.clone());
     gate
 }
 
 /// Waits (bounded) until the fake runtime has received `count` pulls.
-async fn until_pulls_reach(stack: &Stack, count: usize) {
+async fn until_pulls_reach(stack: &FakeStack, count: usize) {
     for _ in 0..500 {
         if stack.runtime.service.pulls().len() >= count {
             return;

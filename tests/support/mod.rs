@@ -75,6 +75,23 @@ impl InProcessDaemon {
     }
 }
 
+/// A scripted runtime and the daemon in front of it, in a temp dir that lives as long as they do.
+pub struct FakeStack {
+    pub runtime: fake_runtime::FakeRuntime,
+    pub daemon: InProcessDaemon,
+    pub dir: tempfile::TempDir,
+}
+
+impl FakeStack {
+    pub async fn start(config: ManagerConfig) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let service = fake_runtime::FakeImageService::default();
+        let runtime = fake_runtime::FakeRuntime::start(&dir.path().join("runtime.sock"), service);
+        let daemon = InProcessDaemon::start_with(&dir.path().join("cri-imaged.sock"), &runtime.socket, config).await;
+        Self { runtime, daemon, dir }
+    }
+}
+
 /// An EnsureImageExists request for `image` with `policy` (an `api::PullPolicy` as i32).
 pub fn ensure(image: &str, policy: i32) -> EnsureImageExistsRequest {
     EnsureImageExistsRequest {

@@ -140,3 +140,40 @@ pub async fn wait_for_health(socket: &Path, service: &str, wanted: ServingStatus
         .await
         .unwrap_or_else(|_| panic!("{service} did not become {wanted:?} within {limit:?}"));
 }
+
+/// One unary gRPC call over raw HTTP/2, with `grpc-timeout` sent as a plain header, so that no
+/// client-side timer races the server: returns the server's own (grpc-status, grpc-message).
+pub async fn raw_grpc_call(socket: &Path, path: &str, message: &[u8], grpc_timeout: &str) -> (i32, String) {
+    let stream = UnixStream::connect(socket).await.expect("connect");
+    let (client, connection) = h2::client::handshake(stream).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("h2 ready");
+    let request = http::Request::post(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", grpc_timeout)
+        .body(())
+        .expect("request");
+    let (response, mut body) = client.send_request(request, false).expect("send headers");
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(message.len()).expect("small message").to_be_bytes());
+    frame.extend_from_slice(message);
+    body.send_data(frame.into(), true).expect("send message");
+    let mut response = response.await.expect("response");
+    let grpc =
+        |headers: &http::HeaderMap, name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    // A trailers-only answer carries the status in its headers; otherwise it is in the trailers.
+    let headers = response.headers().clone();
+    let status = match grpc(&headers, "grpc-status") {
+        Some(status) => (status, grpc(&headers, "grpc-message")),
+        None => {
+            let body = response.body_mut();
+            while let Some(chunk) = body.data().await {
+                chunk.expect("body");
+            }
+            let trailers = body.trailers().await.expect("trailers").expect("grpc trailers");
+            (grpc(&trailers, "grpc-status").expect("grpc-status"), grpc(&trailers, "grpc-message"))
+        }
+    };
+    (status.0.parse().expect("numeric grpc-status"), status.1.unwrap_or_default())
+}

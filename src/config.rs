@@ -54,6 +54,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Threads serving requests. One (the default) is fastest here: the daemon mostly waits on
+    /// the runtime, and one thread never pays for waking another.
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub worker_threads: NonZeroUsize,
+
     /// How often the runtime is probed for the health service.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub health_probe_interval: Duration,

@@ -26,6 +26,19 @@ pub enum DaemonError {
     Signal(std::io::Error),
 }
 
+/// The async runtime `serve` runs on: a single thread unless told otherwise.
+pub fn async_runtime(args: &ServeArgs) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match args.worker_threads.get() {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        threads => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(threads);
+            builder
+        }
+    };
+    builder.enable_all().build()
+}
+
 /// Serves until SIGTERM or SIGINT, then drains and returns.
 pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     use tokio::signal::unix::{SignalKind, signal};

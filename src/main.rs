@@ -6,15 +6,14 @@ use cri_imaged::config::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     cri_imaged::telemetry::init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("cri-imaged: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
-        Command::Serve(args) => runtime.block_on(cri_imaged::daemon::run(args)),
+        Command::Serve(args) => match cri_imaged::daemon::async_runtime(&args) {
+            Ok(runtime) => runtime.block_on(cri_imaged::daemon::run(args)),
+            Err(error) => {
+                eprintln!("cri-imaged: cannot start the async runtime: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

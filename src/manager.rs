@@ -145,7 +145,8 @@ pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
 pub struct ImageManager<R> {
     runtime: Arc<R>,
     scheduler: PullScheduler,
-    backoff: Mutex<BackoffStore>,
+    /// Remembers the failed pull's error itself, shared by every pod that joined the pull.
+    backoff: Mutex<BackoffStore<Arc<PullError>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -172,7 +173,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         &self.runtime
     }
 
-    fn backoff(&self) -> MutexGuard<'_, BackoffStore> {
+    fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
         self.backoff.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -208,7 +209,9 @@ impl<R: ImageRuntime> ImageManager<R> {
         match (decision, present) {
             (Decision::UsePresent, Some(found)) => {
                 let message = messages::already_present(image);
-                tracing::info!(policy = policy.as_str(), image_ref = %found.id, "{message}");
+                // The kubelet records this as an event, not a log line; the caller gets it in the
+                // answer. At info it would be a line per container start.
+                tracing::debug!(policy = policy.as_str(), image_ref = %found.id, "{message}");
                 return Ok(EnsureOutcome { image_ref: found.id, message, pull: None, image_size: found.size });
             }
             (Decision::RefuseNeverPull, _) | (Decision::UsePresent, None) => {
@@ -219,8 +222,12 @@ impl<R: ImageRuntime> ImageManager<R> {
             (Decision::Pull, _) => {}
         }
 
-        let backoff_key = BackoffStore::key(&request.pod.uid, image);
-        if let Some(backing_off) = self.backoff().check(&backoff_key, Instant::now()) {
+        let (backoff_key, backing_off) = {
+            let backoff = self.backoff();
+            let key = backoff.key(&request.pod.uid, image);
+            (key, backoff.check(key, Instant::now()))
+        };
+        if let Some(backing_off) = backing_off {
             let message = messages::back_off(image, &backing_off.last_error);
             tracing::info!(retry_after = ?backing_off.remaining, "{message}");
             self.metrics.backoff_refused();
@@ -236,7 +243,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             Err(error) => {
                 tracing::warn!("{}", messages::pull_failed(image, &error));
                 let mut backoff = self.backoff();
-                backoff.record_failure(&backoff_key, Arc::from(error.to_string()), Instant::now());
+                backoff.record_failure(backoff_key, error.clone(), Instant::now());
                 self.metrics.backoff_size(backoff.len());
                 drop(backoff);
                 return Err(classify_pull_error(image, error));

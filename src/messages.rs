@@ -30,7 +30,7 @@ pub fn never_pull(image: &str) -> String {
 }
 
 /// The kubelet's `Back-off pulling image "X"`, with the error that caused it.
-pub fn back_off(image: &str, last_error: &str) -> String {
+pub fn back_off(image: &str, last_error: impl std::fmt::Display) -> String {
     format!("Back-off pulling image {image:?}: {last_error}")
 }
 

@@ -1,6 +1,9 @@
+use std::sync::Arc;
+
 use super::*;
 
-const KEY: &str = "pod-uid_busybox:latest";
+const POD: &str = "0b7c6d5e-pod-uid";
+const IMAGE: &str = "busybox:latest";
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -10,98 +13,118 @@ fn error(text: &str) -> Arc<str> {
     Arc::from(text)
 }
 
-fn store() -> BackoffStore {
+fn store() -> BackoffStore<Arc<str>> {
     BackoffStore::new(BackoffConfig::KUBELET)
+}
+
+/// The key of `pod` and the test image.
+fn pod(store: &BackoffStore<Arc<str>>, pod: &str) -> BackoffKey {
+    store.key(pod, IMAGE)
 }
 
 #[tokio::test(start_paused = true)]
 async fn backoff_doubles_from_ten_seconds_until_the_five_minute_cap() {
     let mut store = store();
-    let delays: Vec<u64> = (0..8).map(|_| store.record_failure(KEY, error("boom"), Instant::now()).as_secs()).collect();
+    let delays: Vec<u64> =
+        (0..8).map(|_| store.record_failure(pod(&store, POD), error("boom"), Instant::now()).as_secs()).collect();
     assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300, 300]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_key_is_refused_until_its_delay_runs_out_with_the_time_left() {
     let mut store = store();
-    store.record_failure(KEY, error("manifest unknown"), Instant::now());
+    store.record_failure(pod(&store, POD), error("manifest unknown"), Instant::now());
     tokio::time::advance(secs(4)).await;
-    let refusal = store.check(KEY, Instant::now()).expect("inside the 10s window");
+    let refusal = store.check(pod(&store, POD), Instant::now()).expect("inside the 10s window");
     assert_eq!(refusal.remaining, secs(6));
     assert_eq!(&*refusal.last_error, "manifest unknown");
     tokio::time::advance(secs(6)).await;
-    assert_eq!(store.check(KEY, Instant::now()), None, "the window is over");
+    assert_eq!(store.check(pod(&store, POD), Instant::now()), None, "the window is over");
 }
 
 #[tokio::test(start_paused = true)]
 async fn other_pods_and_images_are_not_affected() {
     let mut store = store();
-    store.record_failure(KEY, error("boom"), Instant::now());
-    assert!(store.check("other-pod_busybox:latest", Instant::now()).is_none());
-    assert!(store.check("pod-uid_nginx:latest", Instant::now()).is_none());
+    store.record_failure(pod(&store, POD), error("boom"), Instant::now());
+    assert!(store.check(pod(&store, "other-pod"), Instant::now()).is_none());
+    assert!(store.check(store.key(POD, "nginx:latest"), Instant::now()).is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failure_after_twice_the_max_starts_over_at_the_initial_delay() {
     let mut store = store();
     for _ in 0..4 {
-        store.record_failure(KEY, error("boom"), Instant::now());
+        store.record_failure(pod(&store, POD), error("boom"), Instant::now());
     }
     tokio::time::advance(secs(601)).await;
-    assert_eq!(store.record_failure(KEY, error("boom"), Instant::now()), secs(10));
+    assert_eq!(store.record_failure(pod(&store, POD), error("boom"), Instant::now()), secs(10));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_failure_within_twice_the_max_keeps_doubling() {
     let mut store = store();
-    store.record_failure(KEY, error("boom"), Instant::now());
+    store.record_failure(pod(&store, POD), error("boom"), Instant::now());
     tokio::time::advance(secs(600)).await;
-    assert_eq!(store.record_failure(KEY, error("boom"), Instant::now()), secs(20));
+    assert_eq!(store.record_failure(pod(&store, POD), error("boom"), Instant::now()), secs(20));
 }
 
 #[tokio::test(start_paused = true)]
 async fn entries_not_updated_for_twice_the_max_are_collected() {
     let mut store = store();
-    store.record_failure("old_a:1", error("boom"), Instant::now());
+    store.record_failure(pod(&store, "old_a:1"), error("boom"), Instant::now());
     tokio::time::advance(secs(300)).await;
-    store.record_failure("young_a:1", error("boom"), Instant::now());
+    store.record_failure(pod(&store, "young_a:1"), error("boom"), Instant::now());
     tokio::time::advance(secs(301)).await;
     store.gc(Instant::now());
     assert_eq!(store.len(), 1, "only the entry updated 301s ago is kept");
-    assert!(store.check("old_a:1", Instant::now()).is_none());
+    assert!(store.check(pod(&store, "old_a:1"), Instant::now()).is_none());
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_full_store_evicts_the_stalest_entry_first() {
-    let mut store = BackoffStore::new(BackoffConfig::try_new(secs(10), secs(300), 3).expect("valid"));
+    let mut store: BackoffStore<Arc<str>> =
+        BackoffStore::new(BackoffConfig::try_new(secs(10), secs(300), 3).expect("valid"));
     for key in ["a", "b", "c"] {
-        store.record_failure(key, error("boom"), Instant::now());
+        store.record_failure(pod(&store, key), error("boom"), Instant::now());
         tokio::time::advance(Duration::from_millis(1)).await;
     }
     // "a" is updated again, so "b" is now the stalest.
-    store.record_failure("a", error("boom"), Instant::now());
-    store.record_failure("d", error("boom"), Instant::now());
+    store.record_failure(pod(&store, "a"), error("boom"), Instant::now());
+    store.record_failure(pod(&store, "d"), error("boom"), Instant::now());
     assert_eq!(store.len(), 3);
-    assert!(store.check("b", Instant::now()).is_none(), "b was evicted");
+    assert!(store.check(pod(&store, "b"), Instant::now()).is_none(), "b was evicted");
     for kept in ["a", "c", "d"] {
-        assert!(store.check(kept, Instant::now()).is_some(), "{kept} is kept");
+        assert!(store.check(pod(&store, kept), Instant::now()).is_some(), "{kept} is kept");
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_distinct_pods_stays_within_the_capacity() {
-    let mut store = BackoffStore::new(BackoffConfig::try_new(secs(10), secs(300), 1_000).expect("valid"));
+    let mut store: BackoffStore<Arc<str>> =
+        BackoffStore::new(BackoffConfig::try_new(secs(10), secs(300), 1_000).expect("valid"));
     let shared = error("pull QPS exceeded");
-    for pod in 0..10_000 {
-        store.record_failure(
-            &BackoffStore::key(&format!("pod-{pod}"), "busybox:latest"),
-            shared.clone(),
-            Instant::now(),
-        );
+    for index in 0..10_000 {
+        store.record_failure(pod(&store, &format!("pod-{index}")), shared.clone(), Instant::now());
     }
     assert_eq!(store.len(), 1_000);
-    assert!(store.check(&BackoffStore::key("pod-9999", "busybox:latest"), Instant::now()).is_some());
-    assert!(store.check(&BackoffStore::key("pod-0", "busybox:latest"), Instant::now()).is_none());
+    assert!(store.check(pod(&store, "pod-9999"), Instant::now()).is_some());
+    assert!(store.check(pod(&store, "pod-0"), Instant::now()).is_none());
+}
+
+#[test]
+fn keys_tell_pods_and_images_apart_even_where_the_kubelet_string_would_not() {
+    let store = store();
+    assert_eq!(store.key("pod-a", "busybox:1"), store.key("pod-a", "busybox:1"));
+    assert_ne!(store.key("pod-a", "busybox:1"), store.key("pod-b", "busybox:1"));
+    assert_ne!(store.key("pod-a", "busybox:1"), store.key("pod-a", "busybox:2"));
+    // "{uid}_{image}" is the same string for both; the pairs are not the same.
+    assert_ne!(store.key("a_b", "c"), store.key("a", "b_c"));
+}
+
+#[test]
+fn keys_of_one_store_do_not_repeat_those_of_another() {
+    // Each store keys its hash at random, so a caller cannot aim a collision at another pod.
+    assert_ne!(store().key(POD, IMAGE), store().key(POD, IMAGE));
 }
 
 #[test]

@@ -46,8 +46,14 @@ impl DaemonProcess {
         daemon
     }
 
-    /// Starts the daemon without waiting for it.
+    /// Starts the daemon without waiting for it, logging our own events at every level.
     pub fn spawn(socket: &Path, runtime_socket: &Path, extra: &[&str]) -> Self {
+        // Our own events at every level, so tests see all we would ever log.
+        Self::spawn_logging(socket, runtime_socket, extra, "info,cri_imaged=trace")
+    }
+
+    /// Starts the daemon without waiting for it, with `RUST_LOG=rust_log`.
+    pub fn spawn_logging(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str) -> Self {
         // Beside the socket's nearest existing ancestor: the daemon creates the socket's directory.
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
         let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
@@ -60,8 +66,7 @@ impl DaemonProcess {
             .arg(runtime_socket)
             .args(["--health-probe-interval", "100ms", "--shutdown-timeout", "5s"])
             .args(extra)
-            // Our own events at every level, so tests see all we would ever log.
-            .env("RUST_LOG", "info,cri_imaged=trace")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -70,7 +75,13 @@ impl DaemonProcess {
         Self { socket: socket.to_owned(), log, child }
     }
 
-    async fn wait_until_serving(&self) {
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits, at most 5 s, until the daemon answers health checks.
+    pub async fn wait_until_serving(&self) {
         for _ in 0..200 {
             let mut client = HealthClient::new(unix_channel(&self.socket));
             if client.check(HealthCheckRequest { service: String::new() }).await.is_ok() {

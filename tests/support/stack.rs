@@ -19,6 +19,8 @@ pub struct LocalStack {
     pub containerd_socket: PathBuf,
     /// The registry's access log.
     pub registry_log: PathBuf,
+    /// containerd's log, which names every CRI PullImage it serves.
+    pub containerd_log: PathBuf,
 }
 
 impl LocalStack {
@@ -42,6 +44,7 @@ impl LocalStack {
             registry: get("REGISTRY"),
             containerd_socket: PathBuf::from(get("CONTAINERD_SOCK")),
             registry_log: PathBuf::from(get("REGISTRY_LOG")),
+            containerd_log: PathBuf::from(get("CONTAINERD_LOG")),
             dir,
         })
     }
@@ -65,6 +68,13 @@ impl LocalStack {
         let log = std::fs::read_to_string(&self.registry_log).expect("registry log");
         let needle = format!("/v2/{repository}/manifests/{tag} HTTP/");
         log.lines().filter(|line| line.contains(&needle) && line.contains("containerd/")).count()
+    }
+
+    /// How many CRI PullImage calls for `image` containerd has received (it logs each on arrival).
+    pub fn runtime_pulls(&self, image: &str) -> usize {
+        let log = std::fs::read_to_string(&self.containerd_log).expect("containerd log");
+        let needle = format!(r#"msg="PullImage \"{image}\"""#);
+        log.lines().filter(|line| line.contains(&needle)).count()
     }
 
     /// How many manifest requests (GET or HEAD) the registry has served for `repository`.

@@ -1,0 +1,656 @@
+//! `make bench`: what cri-imaged costs against calling containerd directly, and what it saves,
+//! on a real containerd and a loopback registry that this program starts itself.
+//!
+//! `cargo bench --bench daemon_vs_runtime` runs the full sizes on a release build and writes the
+//! report to `target/bench/daemon_vs_runtime.md`. `cargo test --bench daemon_vs_runtime` (part
+//! of `make test`) runs the same code with small sizes, so the bench cannot rot; its figures
+//! mean nothing.
+//!
+//! Sections: start-up (exec → SERVING), the presence path (EnsureImageExists on a present image
+//! against ImageStatus, alternating), the herd (N callers for one absent image, both ways, with
+//! the registry's and containerd's own counts), and memory (idle, herd peak, backoff entries).
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod load;
+mod memory;
+mod report;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use cri_imaged::{
+    api::{
+        EnsureImageExistsRequest, EnsureImageExistsResponse, PodRef, PullPolicy,
+        image_manager_client::ImageManagerClient,
+    },
+    cri::{CriClient, ImageRuntime, PullSpec, RuntimeEndpoint},
+    server::IMAGE_MANAGER_SERVICE,
+};
+use k8s_cri::v1::ImageSpec;
+use tonic::transport::Channel;
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+
+use crate::{
+    load::Run,
+    report::{Table, Verdict},
+    support::{
+        process::{DaemonProcess, free_port, http_get},
+        stack::LocalStack,
+        unix_channel,
+    },
+};
+
+#[global_allocator]
+static ALLOCATOR: memory::CountingAllocator = memory::CountingAllocator::new();
+
+/// The daemon logs as it would under systemd: `info`.
+const DAEMON_LOG: &str = "info";
+
+#[derive(Parser)]
+#[command(about = "cri-imaged against containerd directly: presence path, herd, memory, start-up")]
+struct Args {
+    /// Passed by `cargo bench`: run the full sizes. Without it, a quick smoke run.
+    #[arg(long)]
+    bench: bool,
+    /// Write the report here too (default target/bench/daemon_vs_runtime[.quick].md).
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+    /// Run only these sections (repeatable), e.g. to profile one of them.
+    #[arg(long, value_enum, value_name = "SECTION")]
+    only: Vec<Section>,
+    /// Extra flags for every cri-imaged started, e.g. --daemon-flag=--worker-threads=2.
+    #[arg(long = "daemon-flag", value_name = "FLAG", allow_hyphen_values = true)]
+    daemon_flags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    Startup,
+    Presence,
+    Herd,
+    Backoff,
+}
+
+/// How much of everything to do.
+struct Sizes {
+    concurrencies: &'static [usize],
+    /// Each side runs this long per turn; turns alternate `pairs` times (ABBA order).
+    turn: Duration,
+    pairs: usize,
+    herds: &'static [usize],
+    backoff_entries: usize,
+    startups: usize,
+}
+
+const FULL: Sizes = Sizes {
+    concurrencies: &[1, 16, 64],
+    turn: Duration::from_secs(1),
+    pairs: 4,
+    herds: &[200, 1000],
+    backoff_entries: 100_000,
+    startups: 20,
+};
+
+const QUICK: Sizes = Sizes {
+    concurrencies: &[1, 16],
+    turn: Duration::from_millis(200),
+    pairs: 1,
+    herds: &[20],
+    backoff_entries: 1_000,
+    startups: 3,
+};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let (sizes, default_out) = if args.bench {
+        (&FULL, "target/bench/daemon_vs_runtime.md")
+    } else {
+        (&QUICK, "target/bench/daemon_vs_runtime.quick.md")
+    };
+    let sections = if args.only.is_empty() {
+        vec![Section::Startup, Section::Presence, Section::Herd, Section::Backoff]
+    } else {
+        args.only.clone()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let Some(report) = runtime.block_on(run(sizes, &sections, &args.daemon_flags)) else {
+        return ExitCode::SUCCESS;
+    };
+    print!("{report}");
+    let out = args.out.unwrap_or_else(|| PathBuf::from(default_out));
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).expect("report directory");
+    }
+    std::fs::write(&out, &report).expect("write the report");
+    eprintln!("report written to {}", out.display());
+    ExitCode::SUCCESS
+}
+
+/// Images pushed for this run; each herd gets images of its own so that each starts cold.
+struct Images {
+    present: String,
+    absent: String,
+    /// (herd size, through cri-imaged, straight to containerd)
+    herds: Vec<(usize, String, String)>,
+}
+
+impl Images {
+    fn seed(stack: &LocalStack, sizes: &Sizes) -> Self {
+        stack.seed("bench/present:v1", "present");
+        let mut herds = Vec::new();
+        for &size in sizes.herds {
+            let through = format!("bench/herd-{size}-through:v1");
+            let direct = format!("bench/herd-{size}-direct:v1");
+            stack.seed(&through, &through);
+            stack.seed(&direct, &direct);
+            herds.push((size, stack.image(&through), stack.image(&direct)));
+        }
+        Self { present: stack.image("bench/present:v1"), absent: stack.image("bench/absent:v1"), herds }
+    }
+}
+
+/// What every section works with.
+struct Bench {
+    stack: LocalStack,
+    work: tempfile::TempDir,
+    images: Images,
+    sizes: &'static Sizes,
+    /// containerd, called directly with the project's own CRI client.
+    direct: Arc<CriClient>,
+    daemon_flags: Vec<String>,
+}
+
+/// What the sections found so far.
+struct Findings {
+    tables: Vec<Table>,
+    memory: Table,
+    verdicts: Vec<Verdict>,
+}
+
+async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String]) -> Option<String> {
+    let stack = LocalStack::start()?;
+    let work = tempfile::Builder::new().prefix("cri-bench").tempdir_in("/tmp").expect("work dir");
+    let images = Images::seed(&stack, sizes);
+    let endpoint = RuntimeEndpoint::parse(&stack.containerd_socket.to_string_lossy()).expect("containerd socket");
+    let direct = Arc::new(CriClient::new(&endpoint, Duration::from_secs(120)));
+    let bench = Bench { stack, work, images, sizes, direct, daemon_flags: daemon_flags.to_vec() };
+    let mut findings = Findings {
+        tables: Vec::new(),
+        memory: Table::new("Memory of the daemon", &["when", "resident", "peak resident", "target"]),
+        verdicts: Vec::new(),
+    };
+    if sections.contains(&Section::Startup) {
+        eprintln!("start-up: {} runs", sizes.startups);
+        startup(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Presence) || sections.contains(&Section::Herd) {
+        let daemon = Daemon::start(&bench, "bench", &[]).await;
+        idle(&daemon, &mut findings);
+        if sections.contains(&Section::Presence) {
+            eprintln!("presence path: concurrency {:?}", sizes.concurrencies);
+            presence(&bench, &daemon, &mut findings).await;
+        }
+        if sections.contains(&Section::Herd) {
+            herds(&bench, &daemon, &mut findings).await;
+        }
+    }
+    if sections.contains(&Section::Backoff) {
+        eprintln!("backoff store: {} entries", sizes.backoff_entries);
+        backoff(&bench, &mut findings).await;
+    }
+    let Findings { mut tables, memory, verdicts } = findings;
+    tables.push(memory);
+    Some(report::render(&machine(), &tables, &verdicts))
+}
+
+/// The daemon's memory before it has served anything.
+fn idle(daemon: &Daemon, findings: &mut Findings) {
+    let idle = memory::resident(daemon.pid());
+    findings.memory.row(vec![
+        "idle, after start-up".into(),
+        report::mib(idle.now_kib),
+        report::mib(idle.peak_kib),
+        "≤ 20 MiB".into(),
+    ]);
+    findings.verdicts.push(Verdict {
+        what: "idle peak resident".into(),
+        target: "≤ 20 MiB".into(),
+        measured: report::mib(idle.peak_kib),
+        met: idle.peak_kib <= 20 * 1024,
+    });
+}
+
+/// Herds of each size, both ways, alternating which side goes first.
+async fn herds(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
+    let mut table = Table::new(
+        "Herd: N concurrent requests for one absent image",
+        &["N", "path", "wall time", "manifest resolutions", "containerd PullImage calls", "peak resident"],
+    );
+    for (turn, (size, through_image, direct_image)) in bench.images.herds.iter().enumerate() {
+        eprintln!("herd of {size}");
+        // Neither side always meets the warmer containerd.
+        let (through, direct) = if turn % 2 == 0 {
+            let through = herd_through(bench, daemon, *size, through_image).await;
+            (through, herd_direct(bench, *size, direct_image).await)
+        } else {
+            let direct = herd_direct(bench, *size, direct_image).await;
+            (herd_through(bench, daemon, *size, through_image).await, direct)
+        };
+        findings.verdicts.push(Verdict {
+            what: format!("manifest resolutions, herd of {size} through cri-imaged"),
+            target: "1 (containerd alone: N)".into(),
+            measured: format!("{} (containerd alone: {})", through.resolutions, direct.resolutions),
+            met: through.resolutions == 1,
+        });
+        table.row(through.cells(*size, "cri-imaged"));
+        table.row(direct.cells(*size, "containerd directly"));
+        findings.memory.row(vec![
+            format!("herd of {size}"),
+            report::mib(through.resident.now_kib),
+            report::mib(through.resident.peak_kib),
+            "≤ 64 MiB at 1,000".into(),
+        ]);
+        if Some(size) == bench.sizes.herds.last() {
+            findings.verdicts.push(Verdict {
+                what: format!("peak resident during the herd of {size}"),
+                target: "≤ 64 MiB".into(),
+                measured: report::mib(through.resident.peak_kib),
+                met: through.resident.peak_kib <= 64 * 1024,
+            });
+        }
+    }
+    findings.tables.push(table);
+}
+
+impl Bench {
+    /// `cri-imaged serve` on `socket`, logging as under systemd, not yet waited for.
+    fn spawn_daemon(&self, socket: &Path, flags: &[&str]) -> DaemonProcess {
+        let mut flags = flags.to_vec();
+        flags.extend(self.daemon_flags.iter().map(String::as_str));
+        DaemonProcess::spawn_logging(socket, &self.stack.containerd_socket, &flags, DAEMON_LOG)
+    }
+}
+
+/// cri-imaged as a child process, with its metrics on a loopback port.
+struct Daemon {
+    process: DaemonProcess,
+    metrics_port: u16,
+    client: ImageManagerClient<Channel>,
+}
+
+impl Daemon {
+    /// Starts cri-imaged on `WORK/name.sock` with `extra` and the bench's own daemon flags.
+    async fn start(bench: &Bench, name: &str, extra: &[&str]) -> Self {
+        let socket = bench.work.path().join(format!("{name}.sock"));
+        let metrics_port = free_port();
+        let metrics_listen = format!("127.0.0.1:{metrics_port}");
+        let mut flags = vec!["--metrics-listen", &metrics_listen];
+        flags.extend_from_slice(extra);
+        let process = bench.spawn_daemon(&socket, &flags);
+        process.wait_until_serving().await;
+        let client = ImageManagerClient::new(unix_channel(&socket));
+        Self { process, metrics_port, client }
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// The sum of every series of the metric `name` on `/metrics`.
+    fn metric(&self, name: &str) -> f64 {
+        let text = http_get(self.metrics_port, "/metrics");
+        text.lines()
+            .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// EnsureImageExists(IfNotPresent) for `image` on behalf of pod `pod_uid`.
+fn ensure(
+    client: &ImageManagerClient<Channel>,
+    image: &str,
+    pod_uid: &str,
+) -> impl Future<Output = Result<EnsureImageExistsResponse, tonic::Status>> + Send + use<> {
+    let mut client = client.clone();
+    let request = ensure_request(image, pod_uid);
+    async move { client.ensure_image_exists(request).await.map(tonic::Response::into_inner) }
+}
+
+fn ensure_request(image: &str, pod_uid: &str) -> EnsureImageExistsRequest {
+    EnsureImageExistsRequest {
+        image: image.into(),
+        pull_policy: PullPolicy::IfNotPresent as i32,
+        pod: Some(PodRef {
+            namespace: "bench".into(),
+            name: format!("pod-{pod_uid}"),
+            uid: pod_uid.into(),
+            annotations: Default::default(),
+        }),
+        container_name: "app".into(),
+        ..Default::default()
+    }
+}
+
+/// Exec to a SERVING answer for the image manager, `runs` times.
+async fn startup(bench: &Bench, findings: &mut Findings) {
+    let runs = bench.sizes.startups;
+    let mut times = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let socket = bench.work.path().join(format!("startup-{run}.sock"));
+        let exec = Instant::now();
+        let process = bench.spawn_daemon(&socket, &[]);
+        times.push(
+            until_serving(&socket, exec)
+                .await
+                .unwrap_or_else(|| panic!("cri-imaged did not report SERVING within 5s; log:\n{}", process.log_text())),
+        );
+    }
+    times.sort_unstable();
+    let median = times[times.len() / 2];
+    let max = times[times.len() - 1];
+    let mut table = Table::new("Start-up: exec to a SERVING health answer", &["runs", "median", "max", "target"]);
+    table.row(vec![runs.to_string(), report::duration(median), report::duration(max), "≤ 100 ms".into()]);
+    findings.tables.push(table);
+    findings.verdicts.push(Verdict {
+        what: "start-up, exec to SERVING (median)".into(),
+        target: "≤ 100 ms".into(),
+        measured: format!("{} (max {})", report::duration(median), report::duration(max)),
+        met: median <= Duration::from_millis(100),
+    });
+}
+
+/// Polls the image manager's health every millisecond, for at most 5 s.
+async fn until_serving(socket: &Path, since: Instant) -> Option<Duration> {
+    let request = HealthCheckRequest { service: IMAGE_MANAGER_SERVICE.into() };
+    while since.elapsed() < Duration::from_secs(5) {
+        let mut client = HealthClient::new(unix_channel(socket));
+        if let Ok(answer) = client.check(request.clone()).await
+            && answer.into_inner().status == ServingStatus::Serving as i32
+        {
+            return Some(since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    None
+}
+
+/// EnsureImageExists on a present image through cri-imaged against ImageStatus on containerd.
+async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
+    let (image, sizes) = (bench.images.present.as_str(), bench.sizes);
+    ensure(&daemon.client, image, "warm-up").await.expect("the present image is pulled");
+    let mut table = Table::new(
+        "Presence path: EnsureImageExists (IfNotPresent, image present) through cri-imaged vs ImageStatus on containerd",
+        &[
+            "concurrency",
+            "direct p50",
+            "cri-imaged p50",
+            "p50 ratio",
+            "direct p99",
+            "cri-imaged p99",
+            "p99 ratio",
+            "direct req/s",
+            "cri-imaged req/s",
+            "req/s ratio",
+        ],
+    );
+    let through_call = {
+        let (client, image) = (daemon.client.clone(), image.to_owned());
+        move |caller: usize, _: u64| {
+            let call = ensure(&client, &image, &format!("presence-{caller}"));
+            async move {
+                let response = call.await.map_err(|status| status.to_string())?;
+                if response.pulled { Err("pulled an image that was present".to_owned()) } else { Ok(()) }
+            }
+        }
+    };
+    let direct_call = {
+        let (direct, image) = (bench.direct.clone(), image.to_owned());
+        move |_: usize, _: u64| {
+            let (direct, spec) = (direct.clone(), ImageSpec { image: image.clone(), ..Default::default() });
+            async move {
+                match direct.image_status(spec).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Err("containerd says the image is absent".to_owned()),
+                    Err(error) => Err(error.to_string()),
+                }
+            }
+        }
+    };
+    for &concurrency in sizes.concurrencies {
+        // Warm both paths (connections, caches) before measuring.
+        load::closed_loop(concurrency, sizes.turn / 2, through_call.clone()).await;
+        load::closed_loop(concurrency, sizes.turn / 2, direct_call.clone()).await;
+        let (mut through, mut straight) = (Run::default(), Run::default());
+        for turn in 0..sizes.pairs * 2 {
+            // A B B A A B B A: drift over time falls on both sides alike.
+            if turn.div_ceil(2) % 2 == 0 {
+                through.absorb(load::closed_loop(concurrency, sizes.turn, through_call.clone()).await);
+            } else {
+                straight.absorb(load::closed_loop(concurrency, sizes.turn, direct_call.clone()).await);
+            }
+        }
+        for (side, run) in [("cri-imaged", &through), ("containerd", &straight)] {
+            assert!(run.errors.is_empty(), "{side}: {} errors, first: {}", run.errors.len(), run.errors[0]);
+            assert!(!run.latencies_us.is_empty(), "{side}: no call completed");
+        }
+        through.sort();
+        straight.sort();
+        let p50 = (straight.quantile_us(0.5), through.quantile_us(0.5));
+        let p99 = (straight.quantile_us(0.99), through.quantile_us(0.99));
+        let rps = (straight.requests_per_second(), through.requests_per_second());
+        table.row(vec![
+            concurrency.to_string(),
+            report::micros(p50.0),
+            report::micros(p50.1),
+            report::ratio(p50.1.into(), p50.0.into()),
+            report::micros(p99.0),
+            report::micros(p99.1),
+            report::ratio(p99.1.into(), p99.0.into()),
+            format!("{:.0}", rps.0),
+            format!("{:.0}", rps.1),
+            report::ratio(rps.1, rps.0),
+        ]);
+        let p50_ratio = f64::from(p50.1) / f64::from(p50.0);
+        let rps_ratio = rps.1 / rps.0;
+        if concurrency == 1 {
+            findings.verdicts.push(Verdict {
+                what: "presence path p50, cri-imaged / direct, concurrency 1".into(),
+                target: "≤ 1.15".into(),
+                measured: format!("{p50_ratio:.2} ({} vs {})", report::micros(p50.1), report::micros(p50.0)),
+                met: p50_ratio <= 1.15,
+            });
+        }
+        if concurrency == 16 {
+            findings.verdicts.push(Verdict {
+                what: "presence path throughput, cri-imaged / direct, concurrency 16".into(),
+                target: "≥ 0.90".into(),
+                measured: format!("{rps_ratio:.2} ({:.0} vs {:.0} req/s)", rps.1, rps.0),
+                met: rps_ratio >= 0.9,
+            });
+        }
+    }
+    findings.tables.push(table);
+}
+
+/// One side of a herd.
+struct HerdRow {
+    herd: load::Herd,
+    resolutions: usize,
+    runtime_pulls: usize,
+    resident: memory::Resident,
+}
+
+impl HerdRow {
+    fn cells(&self, size: usize, path: &str) -> Vec<String> {
+        vec![
+            size.to_string(),
+            path.into(),
+            report::duration(self.herd.wall),
+            self.resolutions.to_string(),
+            self.runtime_pulls.to_string(),
+            if path == "cri-imaged" { report::mib(self.resident.peak_kib) } else { "-".into() },
+        ]
+    }
+}
+
+/// `size` pods ask cri-imaged for `image` at once.
+async fn herd_through(bench: &Bench, daemon: &Daemon, size: usize, image: &str) -> HerdRow {
+    memory::reset_peak(daemon.pid());
+    let pulls_before = daemon.metric("cri_imaged_pulls_total");
+    let herd = {
+        let (client, image) = (daemon.client.clone(), image.to_owned());
+        load::herd(size, move |index| {
+            let call = ensure(&client, &image, &format!("herd-{size}-{index}"));
+            async move {
+                let response = call.await.map_err(|status| status.to_string())?;
+                if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
+            }
+        })
+        .await
+    };
+    assert!(herd.errors.is_empty(), "herd through cri-imaged: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
+    let resident = memory::resident(daemon.pid());
+    let row = herd_row(&bench.stack, herd, image, resident);
+    let upstream = daemon.metric("cri_imaged_pulls_total") - pulls_before;
+    assert_eq!(upstream as usize, row.runtime_pulls, "cri-imaged's pull count agrees with containerd's log");
+    row
+}
+
+/// `size` CRI PullImage calls for `image` straight to containerd at once.
+async fn herd_direct(bench: &Bench, size: usize, image: &str) -> HerdRow {
+    let herd = {
+        let (direct, image) = (bench.direct.clone(), image.to_owned());
+        load::herd(size, move |_| {
+            let direct = direct.clone();
+            let spec =
+                PullSpec { image: ImageSpec { image: image.clone(), ..Default::default() }, ..Default::default() };
+            async move { direct.pull_image(spec).await.map(drop).map_err(|error| error.to_string()) }
+        })
+        .await
+    };
+    assert!(herd.errors.is_empty(), "herd on containerd: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
+    herd_row(&bench.stack, herd, image, memory::Resident { now_kib: 0, peak_kib: 0 })
+}
+
+fn herd_row(stack: &LocalStack, herd: load::Herd, image: &str, resident: memory::Resident) -> HerdRow {
+    let repository = image.split_once('/').map(|(_, path)| path).unwrap_or(image);
+    let (repository, tag) = repository.rsplit_once(':').expect("a tagged image");
+    HerdRow {
+        herd,
+        resolutions: stack.manifest_resolutions(repository, tag),
+        runtime_pulls: stack.runtime_pulls(image),
+        resident,
+    }
+}
+
+/// A daemon that remembers `entries` failed (pod, image) pulls: its resident growth per entry,
+/// and the store's own heap counted exactly.
+async fn backoff(bench: &Bench, findings: &mut Findings) {
+    let (absent, entries) = (bench.images.absent.as_str(), bench.sizes.backoff_entries);
+    let warm_up = entries / 100;
+    let capacity = (warm_up + entries).to_string();
+    let daemon = Daemon::start(bench, "backoff", &["--image-pull-backoff-max-entries", &capacity]).await;
+    let fail = |range: std::ops::Range<usize>| {
+        let client = daemon.client.clone();
+        let absent = absent.to_owned();
+        load::for_each(range, 64, move |index| {
+            let call = ensure(&client, &absent, &memory::pod_uid(index));
+            async move {
+                match call.await {
+                    Ok(_) => Err("an absent image was pulled".to_owned()),
+                    Err(status) if support::reason(&status) == "ErrImagePull" => Ok(()),
+                    Err(status) => Err(format!("unexpected answer: {status:?}")),
+                }
+            }
+        })
+    };
+    // The first requests grow connection buffers and task slabs; only the entries after them count.
+    let errors = fail(0..warm_up).await;
+    assert!(errors.is_empty(), "warm-up: {} errors, first: {}", errors.len(), errors[0]);
+    let before = memory::resident(daemon.pid());
+    let errors = fail(warm_up..warm_up + entries).await;
+    assert!(errors.is_empty(), "backoff fill: {} errors, first: {}", errors.len(), errors[0]);
+    let after = memory::resident(daemon.pid());
+    let remembered = daemon.metric("cri_imaged_backoff_entries") as usize;
+    assert_eq!(remembered, warm_up + entries, "the daemon remembers every (pod, image)");
+
+    let growth_per_entry = after.now_kib.saturating_sub(before.now_kib) as f64 * 1024.0 / entries as f64;
+    findings.memory.row(vec![
+        format!("after {entries} backoff entries"),
+        report::mib(after.now_kib),
+        report::mib(after.peak_kib),
+        "≤ 200 B per entry".into(),
+    ]);
+    let exact = memory::backoff_store_cost(&ALLOCATOR, entries, absent);
+    let mut table = Table::new(
+        format!("Backoff store: {entries} distinct (pod, image) entries"),
+        &["measure", "bytes per entry", "allocations per entry"],
+    );
+    table.row(vec!["daemon resident growth".into(), format!("{growth_per_entry:.0}"), "-".into()]);
+    table.row(vec![
+        "store heap, counted by allocator".into(),
+        format!("{:.0}", exact.bytes_per_entry),
+        format!("{:.2}", exact.allocations_per_entry),
+    ]);
+    findings.tables.push(table);
+    findings.verdicts.push(Verdict {
+        what: "backoff store memory per (pod, image) entry (daemon resident growth)".into(),
+        target: "≤ 200 B".into(),
+        measured: format!("{growth_per_entry:.0} B (heap counted: {:.0} B)", exact.bytes_per_entry),
+        met: growth_per_entry <= 200.0,
+    });
+}
+
+/// What the figures were measured on.
+fn machine() -> Vec<(&'static str, String)> {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let output = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .unwrap_or_else(|error| format!("({program}: {error})"))
+    };
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .map(|rest| rest.trim_start_matches([' ', '\t', ':']));
+    let meminfo = read("/proc/meminfo");
+    let memory_kib = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|line| line.strip_prefix("PRETTY_NAME=").map(|name| name.trim_matches('"').to_owned()))
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    vec![
+        ("date", output("date", &["-u", "+%Y-%m-%d %H:%M UTC"])),
+        ("cores", cores.to_string()),
+        ("cpu", cpu.unwrap_or("unknown").to_owned()),
+        ("memory", format!("{:.1} GiB", memory_kib as f64 / 1024.0 / 1024.0)),
+        ("os", format!("{os}, kernel {}", read("/proc/sys/kernel/osrelease").trim())),
+        ("containerd", output("containerd", &["--version"])),
+        (
+            "build",
+            if cfg!(debug_assertions) { "debug: a smoke run, figures mean nothing".into() } else { "release".into() },
+        ),
+        (
+            "note",
+            "load generator, cri-imaged and containerd share the same cores; absolute figures vary between machines, \
+             the ratios much less"
+                .into(),
+        ),
+    ]
+}

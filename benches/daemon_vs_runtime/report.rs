@@ -1,0 +1,92 @@
+//! The report: Markdown tables that read well in a terminal too, and the targets met or missed.
+
+use std::{fmt::Write, time::Duration};
+
+/// A titled Markdown table with aligned columns.
+pub struct Table {
+    title: String,
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(title: impl Into<String>, header: &[&'static str]) -> Self {
+        Self { title: title.into(), header: header.to_vec(), rows: Vec::new() }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.header.len(), "a row of {:?} has a cell per column", self.title);
+        self.rows.push(cells);
+    }
+
+    fn render(&self, out: &mut String) {
+        let widths: Vec<usize> = (0..self.header.len())
+            .map(|column| {
+                let cells = self.rows.iter().map(|row| row[column].chars().count());
+                cells.chain([self.header[column].chars().count()]).max().unwrap_or(0)
+            })
+            .collect();
+        let line = |out: &mut String, cells: &mut dyn Iterator<Item = String>| {
+            for (cell, width) in cells.zip(&widths) {
+                let pad = width - cell.chars().count();
+                let _ = write!(out, "| {cell}{} ", " ".repeat(pad));
+            }
+            out.push_str("|\n");
+        };
+        let _ = writeln!(out, "### {}\n", self.title);
+        line(out, &mut self.header.iter().map(|cell| (*cell).to_owned()));
+        line(out, &mut widths.iter().map(|width| "-".repeat(*width)));
+        for row in &self.rows {
+            line(out, &mut row.iter().cloned());
+        }
+        out.push('\n');
+    }
+}
+
+/// One target of the issue, with what was measured against it.
+pub struct Verdict {
+    pub what: String,
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// The whole report: the machine, every table, then the targets.
+pub fn render(machine: &[(&str, String)], tables: &[Table], verdicts: &[Verdict]) -> String {
+    let mut out = String::from("## cri-imaged versus containerd directly\n\n");
+    for (key, value) in machine {
+        let _ = writeln!(out, "- {key}: {value}");
+    }
+    out.push('\n');
+    for table in tables {
+        table.render(&mut out);
+    }
+    let mut targets = Table::new("Targets", &["what", "target", "measured", "verdict"]);
+    for verdict in verdicts {
+        let met = if verdict.met { "met" } else { "MISSED" };
+        targets.row(vec![verdict.what.clone(), verdict.target.clone(), verdict.measured.clone(), met.into()]);
+    }
+    targets.render(&mut out);
+    out
+}
+
+/// A latency in the unit that keeps three digits.
+pub fn micros(us: u32) -> String {
+    if us < 10_000 { format!("{us} µs") } else { format!("{:.1} ms", f64::from(us) / 1000.0) }
+}
+
+pub fn duration(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+    } else {
+        format!("{:.2} s", duration.as_secs_f64())
+    }
+}
+
+pub fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+pub fn ratio(numerator: f64, denominator: f64) -> String {
+    format!("{:.2}", numerator / denominator)
+}

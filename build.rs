@@ -1,4 +1,5 @@
-//! Generates the cri-imaged API and a descriptor set for server reflection.
+//! Generates the cri-imaged API and a descriptor set for server reflection, and a client for
+//! containerd's image events.
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -11,6 +12,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_protos(&["proto/imagemanager/v1/image_manager.proto"], &["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .compile_protos(&["proto/containerd/services/events/v1/events.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

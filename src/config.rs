@@ -54,6 +54,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Answer presence checks from memory while containerd's image events are watched (any image
+    /// event forgets everything). false asks the runtime every time, as the kubelet does; so does
+    /// a runtime without containerd's event service.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub presence_cache: bool,
+
     /// Threads serving requests. One (the default) is fastest here: the daemon mostly waits on
     /// the runtime, and one thread never pays for waking another.
     #[arg(long, value_name = "N", default_value = "1")]

@@ -197,6 +197,11 @@ impl CriClient {
         Self { channel, client, request_timeout }
     }
 
+    /// The connection to the runtime, for other services on its socket (containerd's events).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
     /// Runs a non-pull call under the request deadline, told to the runtime too.
     async fn bounded<T, F>(&self, call: impl FnOnce(ImageServiceClient<Channel>) -> F) -> Result<T, RuntimeError>
     where

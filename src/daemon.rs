@@ -8,6 +8,7 @@ use crate::{
     listener::{self, ListenError},
     manager::ImageManager,
     metrics::{self, MetricsServerError},
+    runtime_events,
     server::{self, ServeError, ServeOptions},
 };
 
@@ -52,7 +53,9 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         None => None,
     };
     let runtime = CriClient::new(&args.runtime_endpoint, args.runtime_request_timeout);
+    let events = runtime.channel();
     let manager = Arc::new(ImageManager::new(Arc::new(runtime), config));
+    let watcher = args.presence_cache.then(|| tokio::spawn(runtime_events::watch(events, manager.presence().clone())));
     tracing::info!(
         listen = %args.listen.display(),
         runtime_endpoint = %args.runtime_endpoint,
@@ -88,8 +91,8 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let options =
         ServeOptions { drain_timeout: args.shutdown_timeout, health_probe_interval: args.health_probe_interval };
     server::serve(listener, manager, options, until_stopped()).await?;
-    if let Some(metrics_server) = metrics_server {
-        metrics_server.abort();
+    for task in [metrics_server, watcher].into_iter().flatten() {
+        task.abort();
     }
     // The socket file would otherwise look like a stale daemon to the next start.
     let _ = std::fs::remove_file(&args.listen);

@@ -14,6 +14,8 @@
 //! - [`pull`]: one upstream pull as a tower service, and the single-flight key.
 //! - [`ratelimit`]: registry rate limits as a governor-backed tower layer.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`presence`]: the presence cache, remembering present images while their events are watched.
+//! - [`runtime_events`]: containerd's image events, which keep the presence cache honest.
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
@@ -32,9 +34,11 @@ pub mod messages;
 pub mod metrics;
 pub mod passthrough;
 pub mod policy;
+pub mod presence;
 pub mod pull;
 pub mod ratelimit;
 pub mod reference;
+pub mod runtime_events;
 pub mod scheduler;
 pub mod server;
 pub mod telemetry;

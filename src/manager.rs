@@ -12,10 +12,11 @@ use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
     backoff::{BackoffConfig, BackoffStore},
-    cri::{ImageRuntime, PullSpec, RuntimeError},
+    cri::{ImageRuntime, PresentImage, PullSpec, RuntimeError},
     messages::{self, reason},
     metrics::Metrics,
     policy::{self, Decision, PullPolicy},
+    presence::PresenceCache,
     pull::{PullError, Pulled, RuntimePull},
     ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
     reference::{self, ImageReference, ReferenceError},
@@ -147,6 +148,7 @@ pub struct ImageManager<R> {
     scheduler: PullScheduler,
     /// Remembers the failed pull's error itself, shared by every pod that joined the pull.
     backoff: Mutex<BackoffStore<Arc<PullError>>>,
+    presence: Arc<PresenceCache>,
     metrics: Arc<Metrics>,
 }
 
@@ -159,6 +161,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             runtime,
             scheduler: PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.clone()),
             backoff: Mutex::new(BackoffStore::new(config.backoff)),
+            presence: Arc::new(PresenceCache::new(metrics.clone())),
             metrics,
         }
     }
@@ -166,6 +169,12 @@ impl<R: ImageRuntime> ImageManager<R> {
     /// The metrics this manager and its pull path keep.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// What the runtime said it has; it remembers only while someone watches the runtime's image
+    /// events for it (see [`crate::runtime_events::watch`]).
+    pub fn presence(&self) -> &Arc<PresenceCache> {
+        &self.presence
     }
 
     /// The runtime this manager pulls through.
@@ -198,11 +207,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             ..Default::default()
         };
 
-        let present = self.runtime.image_status(spec.clone()).await.map_err(|source| {
-            let message = messages::inspect_failed(image, &source);
-            tracing::warn!("{message}");
-            EnsureError::ImageInspect { message, source }
-        })?;
+        let present = self.image_status(image, &spec).await?;
 
         let decision = policy::decide(policy, present.is_some());
         self.metrics.ensure_decided(policy, present.is_some(), decision == Decision::Pull);
@@ -261,6 +266,23 @@ impl<R: ImageRuntime> ImageManager<R> {
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
+    /// The runtime's ImageStatus, answered from the presence cache when it can be.
+    async fn image_status(&self, image: &str, spec: &ImageSpec) -> Result<Option<PresentImage>, EnsureError> {
+        if let Some(found) = self.presence.get(spec) {
+            return Ok(Some(found));
+        }
+        let ticket = self.presence.ticket();
+        let present = self.runtime.image_status(spec.clone()).await.map_err(|source| {
+            let message = messages::inspect_failed(image, &source);
+            tracing::warn!("{message}");
+            EnsureError::ImageInspect { message, source }
+        })?;
+        if let (Some(ticket), Some(found)) = (ticket, &present) {
+            self.presence.remember(ticket, spec, found.clone());
+        }
+        Ok(present)
+    }
+
     /// A CRI `PullImage`: through the scheduler (single-flight, parallel cap) and the registry
     /// limits, which wait rather than fail. No backoff: the kubelet keeps its own on this path.
     pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {

@@ -83,6 +83,9 @@ pub struct Metrics {
     throttled: Counter,
     backoff_refusals: Counter,
     backoff_entries: Gauge,
+    presence_hits: Counter,
+    presence_invalidations: Counter,
+    presence_watching: Gauge,
 }
 
 impl Default for Metrics {
@@ -116,6 +119,24 @@ impl Default for Metrics {
         registry.register("backoff_refusals", "Requests refused with ImagePullBackOff", backoff_refusals.clone());
         let backoff_entries = Gauge::default();
         registry.register("backoff_entries", "(pod, image) keys in the backoff store", backoff_entries.clone());
+        let presence_hits = Counter::default();
+        registry.register(
+            "presence_cache_hits",
+            "Presence checks answered from memory, without a runtime call",
+            presence_hits.clone(),
+        );
+        let presence_invalidations = Counter::default();
+        registry.register(
+            "presence_cache_invalidations",
+            "Runtime image events that emptied the presence cache",
+            presence_invalidations.clone(),
+        );
+        let presence_watching = Gauge::default();
+        registry.register(
+            "presence_cache_watching",
+            "1 while the runtime's image events are watched and presence answers are remembered",
+            presence_watching.clone(),
+        );
         Self {
             registry,
             pull_duration,
@@ -128,6 +149,9 @@ impl Default for Metrics {
             throttled,
             backoff_refusals,
             backoff_entries,
+            presence_hits,
+            presence_invalidations,
+            presence_watching,
         }
     }
 }
@@ -191,6 +215,18 @@ impl Metrics {
 
     pub fn backoff_size(&self, entries: usize) {
         self.backoff_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
+    }
+
+    pub fn presence_hit(&self) {
+        self.presence_hits.inc();
+    }
+
+    pub fn presence_invalidated(&self) {
+        self.presence_invalidations.inc();
+    }
+
+    pub fn presence_watching(&self, watching: bool) {
+        self.presence_watching.set(i64::from(watching));
     }
 
     /// Upstream pulls that ended with `result` so far.

@@ -122,6 +122,24 @@ async fn grpcurl_lists_describes_and_calls_the_api_with_error_details() {
     assert!(err.contains(r#""reason":"ErrImagePull""#), "{err}");
 }
 
+#[tokio::test]
+async fn without_containerd_events_every_presence_check_asks_the_runtime() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    runtime.service.add_image("busybox:1.36", "sha256:busybox", 1000);
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let mut client = daemon_client(&daemon);
+    for _ in 0..3 {
+        let answer = call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("present");
+        assert!(!answer.pulled);
+    }
+    // The fake serves no containerd event service, like CRI-O: nothing may be remembered.
+    assert_eq!(runtime.service.script.lock().unwrap().status_calls, 3);
+    let (_, log) = daemon.terminate().await;
+    assert!(log.contains("the runtime has no containerd event service"), "{log}");
+    assert!(log.contains("presence checks will always ask the runtime"), "{log}");
+}
+
 fn daemon_client(
     daemon: &DaemonProcess,
 ) -> cri_imaged::api::image_manager_client::ImageManagerClient<tonic::transport::Channel> {

@@ -47,11 +47,11 @@ impl Run {
     }
 }
 
-/// `concurrency` callers each call `call(caller, sequence)` back to back until `duration` has
-/// passed; every call's latency is kept.
+/// `concurrency` callers each call `call(caller)` back to back until `duration` has passed;
+/// every call's latency is kept.
 pub async fn closed_loop<F, Fut>(concurrency: usize, duration: Duration, call: F) -> Run
 where
-    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<(), String>> + Send,
 {
     let started = Instant::now();
@@ -61,14 +61,12 @@ where
             let call = call.clone();
             tokio::spawn(async move {
                 let mut run = Run::default();
-                let mut sequence = 0;
                 while Instant::now() < deadline {
                     let sent = Instant::now();
-                    match call(caller, sequence).await {
+                    match call(caller).await {
                         Ok(()) => run.latencies_us.push(micros(sent.elapsed())),
                         Err(error) => run.errors.push(error),
                     }
-                    sequence += 1;
                 }
                 run
             })

@@ -29,6 +29,8 @@ pub struct Script {
     pub pull_errors: HashMap<String, Status>,
     /// Every ImageStatus fails with this status.
     pub status_error: Option<Status>,
+    /// ImageStatus calls received.
+    pub status_calls: usize,
     /// Pulls succeed but report an empty image ref.
     pub empty_image_ref: bool,
     /// Every PullImage request received.
@@ -76,7 +78,8 @@ impl ImageService for FakeImageService {
         request: Request<ImageStatusRequest>,
     ) -> Result<Response<ImageStatusResponse>, Status> {
         let name = request.into_inner().image.unwrap_or_default().image;
-        let script = self.script.lock().unwrap();
+        let mut script = self.script.lock().unwrap();
+        script.status_calls += 1;
         if let Some(status) = &script.status_error {
             return Err(status.clone());
         }

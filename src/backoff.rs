@@ -66,7 +66,7 @@ pub struct BackingOff<E> {
 
 /// A (pod, image) pair, as the kubelet's `"{uid}_{image}"` key but in 16 bytes. The hash is
 /// keyed at random per store, so callers cannot craft two pairs that collide; by chance, two of
-/// 100,000 pairs collide with odds of about 1 in 10^28.
+/// 100,000 pairs collide with odds below 1 in 10^28.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BackoffKey(u128);
 

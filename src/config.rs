@@ -208,6 +208,17 @@ mod tests {
         assert_eq!(args.runtime_endpoint.to_string(), DEFAULT_RUNTIME_ENDPOINT);
         assert_eq!(args.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
+        assert!(args.presence_cache);
+        assert_eq!(args.worker_threads.get(), 1);
+    }
+
+    #[test]
+    fn the_presence_cache_can_be_turned_off_and_zero_threads_is_refused() {
+        let cli = Cli::try_parse_from(["cri-imaged", "serve", "--presence-cache=false"]).expect("flag parses");
+        let Command::Serve(args) = cli.command;
+        assert!(!args.presence_cache);
+        let error = Cli::try_parse_from(["cri-imaged", "serve", "--worker-threads", "0"]).expect_err("zero threads");
+        assert!(error.to_string().contains("--worker-threads"), "{error}");
     }
 
     fn manager_config(flags: &[&str]) -> Result<ManagerConfig, ConfigError> {

@@ -140,6 +140,18 @@ async fn without_containerd_events_every_presence_check_asks_the_runtime() {
     assert!(log.contains("presence checks will always ask the runtime"), "{log}");
 }
 
+#[tokio::test]
+async fn the_daemon_serves_on_several_threads_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let flags = ["--worker-threads", "3"];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &flags).await;
+    let answer = call(&mut daemon_client(&daemon), ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("pulled");
+    assert!(answer.pulled);
+    let threads = std::fs::read_dir(format!("/proc/{}/task", daemon.pid())).expect("/proc/PID/task").count();
+    assert!(threads >= 4, "main thread and 3 workers, found {threads}");
+}
+
 fn daemon_client(
     daemon: &DaemonProcess,
 ) -> cri_imaged::api::image_manager_client::ImageManagerClient<tonic::transport::Channel> {

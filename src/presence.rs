@@ -35,8 +35,15 @@ struct State {
     watching: bool,
     /// Moves on at every event and every change of `watching`.
     generation: u64,
-    /// By image (as sent to the runtime) and runtime handler; annotations do not change presence.
-    images: HashMap<(String, String), PresentImage>,
+    /// By runtime handler, then image (as sent to the runtime); annotations do not change
+    /// presence. Nested so that a lookup on the hot path allocates nothing.
+    images: HashMap<String, HashMap<String, PresentImage>>,
+}
+
+impl State {
+    fn len(&self) -> usize {
+        self.images.values().map(HashMap::len).sum()
+    }
 }
 
 impl PresenceCache {
@@ -51,7 +58,7 @@ impl PresenceCache {
     /// The image, if the runtime said it has it and nothing has changed since.
     pub fn get(&self, spec: &ImageSpec) -> Option<PresentImage> {
         let state = self.state();
-        let found = state.images.get(&(spec.image.clone(), spec.runtime_handler.clone())).cloned();
+        let found = state.images.get(&spec.runtime_handler).and_then(|images| images.get(&spec.image)).cloned();
         if found.is_some() {
             self.metrics.presence_hit();
         }
@@ -70,10 +77,10 @@ impl PresenceCache {
         if !state.watching || state.generation != ticket.0 {
             return;
         }
-        if state.images.len() >= CAPACITY {
+        if state.len() >= CAPACITY {
             state.images.clear();
         }
-        state.images.insert((spec.image.clone(), spec.runtime_handler.clone()), image);
+        state.images.entry(spec.runtime_handler.clone()).or_default().insert(spec.image.clone(), image);
     }
 
     /// An image event: forget everything.
@@ -100,7 +107,7 @@ impl PresenceCache {
 
     /// How many images are remembered.
     pub fn len(&self) -> usize {
-        self.state().images.len()
+        self.state().len()
     }
 
     /// Whether no image is remembered.

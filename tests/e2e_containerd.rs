@@ -6,7 +6,7 @@ mod support;
 use cri_imaged::api::{EnsureImageExistsResponse, PullPolicy, image_manager_client::ImageManagerClient};
 use support::{
     call, ensure,
-    process::{DaemonProcess, free_port, grpcurl, http_get, require_tool},
+    process::{DaemonProcess, grpcurl, http_get, metric, metrics_listen, require_tool},
     reason,
     stack::LocalStack,
     unix_channel,
@@ -155,8 +155,7 @@ async fn grpcurl_pulls_through_the_daemon_into_containerd() {
 async fn a_herd_of_two_hundred_requests_makes_one_manifest_resolution() {
     let Some(stack) = LocalStack::start() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let metrics_addr = format!("127.0.0.1:{port}");
+    let (port, metrics_addr) = metrics_listen();
     let flags = ["--metrics-listen", metrics_addr.as_str()];
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
     stack.seed("herd/app:v1", "herd v1");
@@ -198,50 +197,47 @@ async fn a_herd_of_two_hundred_requests_makes_one_manifest_resolution() {
 async fn the_presence_cache_forgets_an_image_removed_behind_its_back() {
     let Some(stack) = LocalStack::start() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let metrics_addr = format!("127.0.0.1:{port}");
+    let (port, metrics_addr) = metrics_listen();
     let flags = ["--metrics-listen", metrics_addr.as_str()];
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
     let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
     stack.seed("cache/app:v1", "cache v1");
     let image = stack.image("cache/app:v1");
     let metric = |name: &'static str| async move {
-        let text = tokio::task::spawn_blocking(move || http_get(port, "/metrics")).await.expect("metrics");
-        let line = text.lines().find(|line| line.starts_with(name)).map(str::to_owned);
-        line.and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok()).unwrap_or(0)
+        tokio::task::spawn_blocking(move || metric(port, name)).await.expect("metrics") as u64
     };
     // Watching starts once our marker event comes back from containerd.
     for _ in 0..250 {
-        if metric("cri_imaged_presence_cache_watching ").await == 1 {
+        if metric("cri_imaged_presence_cache_watching").await == 1 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(metric("cri_imaged_presence_cache_watching ").await, 1, "{}", daemon.log_text());
+    assert_eq!(metric("cri_imaged_presence_cache_watching").await, 1, "{}", daemon.log_text());
 
     assert!(call(&mut client, ensure(&image, IF_NOT_PRESENT)).await.expect("pull").pulled);
     // The pull's own image events may still be on their way and void an answer or two.
     for _ in 0..100 {
         assert!(!call(&mut client, ensure(&image, IF_NOT_PRESENT)).await.expect("present").pulled);
-        if metric("cri_imaged_presence_cache_hits_total ").await > 0 {
+        if metric("cri_imaged_presence_cache_hits_total").await > 0 {
             break;
         }
     }
-    assert!(metric("cri_imaged_presence_cache_hits_total ").await > 0, "a presence answer was remembered");
+    assert!(metric("cri_imaged_presence_cache_hits_total").await > 0, "a presence answer was remembered");
 
     // Removed straight on containerd, not through cri-imaged: only the event tells.
-    let invalidations = metric("cri_imaged_presence_cache_invalidations_total ").await;
+    let invalidations = metric("cri_imaged_presence_cache_invalidations_total").await;
     let mut runtime =
         k8s_cri::v1::image_service_client::ImageServiceClient::new(unix_channel(&stack.containerd_socket));
     let spec = k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
     runtime.remove_image(k8s_cri::v1::RemoveImageRequest { image: Some(spec) }).await.expect("containerd removes it");
     for _ in 0..250 {
-        if metric("cri_imaged_presence_cache_invalidations_total ").await > invalidations {
+        if metric("cri_imaged_presence_cache_invalidations_total").await > invalidations {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert!(metric("cri_imaged_presence_cache_invalidations_total ").await > invalidations, "no image event arrived");
+    assert!(metric("cri_imaged_presence_cache_invalidations_total").await > invalidations, "no image event arrived");
     let again = call(&mut client, ensure(&image, IF_NOT_PRESENT)).await.expect("pulled again");
     assert_pulled(&again, &image);
 }

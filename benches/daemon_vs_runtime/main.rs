@@ -42,7 +42,7 @@ use crate::{
     load::Run,
     report::{Table, Verdict},
     support::{
-        process::{DaemonProcess, free_port, http_get},
+        process::{DaemonProcess, metric, metrics_listen},
         stack::LocalStack,
         unix_channel,
     },
@@ -232,12 +232,12 @@ fn idle(daemon: &Daemon, findings: &mut Findings) {
 async fn herds(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
     let mut table = Table::new(
         "Herd: N concurrent requests for one absent image",
-        &["N", "path", "wall time", "manifest resolutions", "containerd PullImage calls", "peak resident"],
+        &["N", "path", "wall time", "manifest resolutions", "containerd PullImage calls"],
     );
     for (turn, (size, through_image, direct_image)) in bench.images.herds.iter().enumerate() {
         eprintln!("herd of {size}");
         // Neither side always meets the warmer containerd.
-        let (through, direct) = if turn % 2 == 0 {
+        let ((through, resident), direct) = if turn % 2 == 0 {
             let through = herd_through(bench, daemon, *size, through_image).await;
             (through, herd_direct(bench, *size, direct_image).await)
         } else {
@@ -254,16 +254,16 @@ async fn herds(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
         table.row(direct.cells(*size, "containerd directly"));
         findings.memory.row(vec![
             format!("herd of {size}"),
-            report::mib(through.resident.now_kib),
-            report::mib(through.resident.peak_kib),
+            report::mib(resident.now_kib),
+            report::mib(resident.peak_kib),
             "≤ 64 MiB at 1,000".into(),
         ]);
         if Some(size) == bench.sizes.herds.last() {
             findings.verdicts.push(Verdict {
                 what: format!("peak resident during the herd of {size}"),
                 target: "≤ 64 MiB".into(),
-                measured: report::mib(through.resident.peak_kib),
-                met: through.resident.peak_kib <= 64 * 1024,
+                measured: report::mib(resident.peak_kib),
+                met: resident.peak_kib <= 64 * 1024,
             });
         }
     }
@@ -290,8 +290,7 @@ impl Daemon {
     /// Starts cri-imaged on `WORK/name.sock` with `extra` and the bench's own daemon flags.
     async fn start(bench: &Bench, name: &str, extra: &[&str]) -> Self {
         let socket = bench.work.path().join(format!("{name}.sock"));
-        let metrics_port = free_port();
-        let metrics_listen = format!("127.0.0.1:{metrics_port}");
+        let (metrics_port, metrics_listen) = metrics_listen();
         let mut flags = vec!["--metrics-listen", &metrics_listen];
         flags.extend_from_slice(extra);
         let process = bench.spawn_daemon(&socket, &flags);
@@ -306,11 +305,7 @@ impl Daemon {
 
     /// The sum of every series of the metric `name` on `/metrics`.
     fn metric(&self, name: &str) -> f64 {
-        let text = http_get(self.metrics_port, "/metrics");
-        text.lines()
-            .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        metric(self.metrics_port, name)
     }
 }
 
@@ -500,7 +495,6 @@ struct HerdRow {
     herd: load::Herd,
     resolutions: usize,
     runtime_pulls: usize,
-    resident: memory::Resident,
 }
 
 impl HerdRow {
@@ -511,13 +505,12 @@ impl HerdRow {
             report::duration(self.herd.wall),
             self.resolutions.to_string(),
             self.runtime_pulls.to_string(),
-            if path == "cri-imaged" { report::mib(self.resident.peak_kib) } else { "-".into() },
         ]
     }
 }
 
-/// `size` pods ask cri-imaged for `image` at once.
-async fn herd_through(bench: &Bench, daemon: &Daemon, size: usize, image: &str) -> HerdRow {
+/// `size` pods ask cri-imaged for `image` at once; also the daemon's memory, peak included.
+async fn herd_through(bench: &Bench, daemon: &Daemon, size: usize, image: &str) -> (HerdRow, memory::Resident) {
     memory::reset_peak(daemon.pid());
     let pulls_before = daemon.metric("cri_imaged_pulls_total");
     let herd = {
@@ -533,10 +526,10 @@ async fn herd_through(bench: &Bench, daemon: &Daemon, size: usize, image: &str) 
     };
     assert!(herd.errors.is_empty(), "herd through cri-imaged: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
     let resident = memory::resident(daemon.pid());
-    let row = herd_row(&bench.stack, herd, image, resident);
+    let row = herd_row(&bench.stack, herd, image);
     let upstream = daemon.metric("cri_imaged_pulls_total") - pulls_before;
     assert_eq!(upstream as usize, row.runtime_pulls, "cri-imaged's pull count agrees with containerd's log");
-    row
+    (row, resident)
 }
 
 /// `size` CRI PullImage calls for `image` straight to containerd at once.
@@ -552,17 +545,17 @@ async fn herd_direct(bench: &Bench, size: usize, image: &str) -> HerdRow {
         .await
     };
     assert!(herd.errors.is_empty(), "herd on containerd: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
-    herd_row(&bench.stack, herd, image, memory::Resident { now_kib: 0, peak_kib: 0 })
+    herd_row(&bench.stack, herd, image)
 }
 
-fn herd_row(stack: &LocalStack, herd: load::Herd, image: &str, resident: memory::Resident) -> HerdRow {
+/// A herd's figures with what the registry and containerd counted for `image`.
+fn herd_row(stack: &LocalStack, herd: load::Herd, image: &str) -> HerdRow {
     let repository = image.split_once('/').map(|(_, path)| path).unwrap_or(image);
     let (repository, tag) = repository.rsplit_once(':').expect("a tagged image");
     HerdRow {
         herd,
         resolutions: stack.manifest_resolutions(repository, tag),
         runtime_pulls: stack.runtime_pulls(image),
-        resident,
     }
 }
 

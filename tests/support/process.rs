@@ -145,6 +145,22 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// A free loopback port and the `--metrics-listen` value for it.
+pub fn metrics_listen() -> (u16, String) {
+    let port = free_port();
+    (port, format!("127.0.0.1:{port}"))
+}
+
+/// The sum of every series of the metric `name` served on `http://127.0.0.1:port/metrics`
+/// (0 when absent). Blocking.
+pub fn metric(port: u16, name: &str) -> f64 {
+    let text = http_get(port, "/metrics");
+    text.lines()
+        .filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with([' ', '{'])))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// `GET path` over HTTP/1.1 on loopback; returns the whole response, headers included.
 pub fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};

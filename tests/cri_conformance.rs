@@ -1,193 +1,146 @@
-//! The CRI validation suite's "Image Manager" behaviours, run against real containerd twice in
-//! each test — straight to containerd, then through cri-imaged's `runtime.v1.ImageService` — and
-//! the two transcripts compared: through cri-imaged the answers must be the same.
+//! The CRI's own tools through cri-imaged's `runtime.v1.ImageService`, on a real containerd and a
+//! loopback registry: critest's "Image Manager" specs (cri-tools v1.26.1, grpc-go 1.51, the
+//! client code of that era's kubelet) straight against containerd and through cri-imaged in the
+//! same run, and crictl's image commands through cri-imaged.
 
 mod support;
 
-use std::future::Future;
-
-use k8s_cri::v1::{
-    Image, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest, RemoveImageRequest,
-    image_service_client::ImageServiceClient,
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::{Command, Output},
 };
-use support::{process::DaemonProcess, stack::LocalStack, unix_channel};
-use tonic::transport::Channel;
 
-type Client = ImageServiceClient<Channel>;
+use support::{
+    process::{DaemonProcess, metric, metrics_listen, require_shared_tool, require_tool},
+    stack::LocalStack,
+};
 
-fn spec(image: &str) -> Option<ImageSpec> {
-    Some(ImageSpec { image: image.into(), ..Default::default() })
+/// Specs that pass against containerd here: all of "Image Manager" but the one that pulls an
+/// upstream image by a digest that cannot be rebuilt offline.
+const SPECS_PASSING_OFFLINE: usize = 6;
+
+/// One critest run's outcome: its summary lines and the names of the specs that passed.
+struct CritestRun {
+    summary: String,
+    passed: BTreeSet<String>,
+    ran: usize,
 }
 
-async fn pull(client: &mut Client, image: &str) -> String {
-    let request = PullImageRequest { image: spec(image), ..Default::default() };
-    client.pull_image(request).await.unwrap_or_else(|e| panic!("pull {image}: {e}")).into_inner().image_ref
-}
+/// Runs critest's "Image Manager" specs with `image_endpoint` as the image service.
+async fn critest(critest: PathBuf, containerd: &Path, image_endpoint: &Path, report: PathBuf) -> CritestRun {
+    let args = [
+        format!("--runtime-endpoint=unix://{}", containerd.display()),
+        format!("--image-endpoint=unix://{}", image_endpoint.display()),
+        "--ginkgo.focus=Image Manager".to_owned(),
+        "--ginkgo.no-color".to_owned(),
+        format!("--ginkgo.json-report={}", report.display()),
+    ];
+    let output = blocking(Command::new(critest).args(args)).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let summary: Vec<&str> =
+        stdout.lines().filter(|line| line.starts_with("Ran ") || line.contains("Passed |")).collect();
+    assert_eq!(summary.len(), 2, "critest printed no summary:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
 
-async fn status(client: &mut Client, image: &str) -> Option<Image> {
-    let request = ImageStatusRequest { image: spec(image), verbose: false };
-    client.image_status(request).await.unwrap_or_else(|e| panic!("status {image}: {e}")).into_inner().image
-}
-
-async fn remove(client: &mut Client, image: &str) {
-    let request = RemoveImageRequest { image: spec(image) };
-    client.remove_image(request).await.unwrap_or_else(|e| panic!("remove {image}: {e}"));
-}
-
-async fn list(client: &mut Client) -> Vec<Image> {
-    let mut images = client.list_images(ListImagesRequest::default()).await.expect("list").into_inner().images;
-    for image in &mut images {
-        image.repo_tags.sort();
+    // Ginkgo's JSON report, read with the python3 the stack already needs.
+    let Some(python) = require_tool("python3") else { panic!("python3 is needed to read the report") };
+    let read_report = r#"import json, sys
+for suite in json.load(open(sys.argv[1])):
+    for spec in suite.get("SpecReports") or []:
+        if spec.get("LeafNodeType") == "It":
+            print(spec["State"] + "\t" + " ".join((spec.get("ContainerHierarchyTexts") or []) + [spec["LeafNodeText"]]))"#;
+    let states = blocking(Command::new(python).args(["-c", read_report]).arg(&report)).await;
+    let states = String::from_utf8_lossy(&states.stdout).into_owned();
+    let specs: Vec<(&str, &str)> = states.lines().filter_map(|line| line.split_once('\t')).collect();
+    CritestRun {
+        summary: summary.join("\n"),
+        passed: specs.iter().filter(|(state, _)| *state == "passed").map(|(_, name)| name.to_string()).collect(),
+        ran: specs.iter().filter(|(state, _)| *state != "skipped").count(),
     }
-    images.sort_by(|a, b| a.id.cmp(&b.id));
-    images
 }
 
-/// Runs `scenario` straight against containerd, then through cri-imaged, on one stack seeded
-/// with `seeds` (name:tag, content); the scenario asserts the behaviour and returns a transcript,
-/// and the two transcripts must be equal.
-async fn conformance<F, Fut>(seeds: &[(&str, &str)], scenario: F)
-where
-    F: Fn(Client, String) -> Fut,
-    Fut: Future<Output = Vec<String>>,
-{
+async fn blocking(command: &mut Command) -> Output {
+    let mut command = std::mem::replace(command, Command::new("true"));
+    tokio::task::spawn_blocking(move || command.output()).await.expect("task").expect("the command runs")
+}
+
+#[tokio::test]
+async fn critest_image_manager_passes_through_cri_imaged_wherever_it_passes_against_containerd() {
+    let Some(critest_bin) = require_shared_tool("critest") else { return };
     let Some(stack) = LocalStack::start() else { return };
-    for (name, content) in seeds {
-        stack.seed(name, content);
-    }
+    stack.seed_critest();
     let dir = tempfile::tempdir().expect("tempdir");
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
-    let direct =
-        scenario(ImageServiceClient::new(unix_channel(&stack.containerd_socket)), stack.registry.clone()).await;
-    let through = scenario(ImageServiceClient::new(unix_channel(&daemon.socket)), stack.registry.clone()).await;
-    assert!(!direct.is_empty(), "the scenario recorded nothing");
-    assert_eq!(direct, through, "cri-imaged answered differently from containerd");
+
+    let containerd = &stack.containerd_socket;
+    let direct = critest(critest_bin.clone(), containerd, containerd, dir.path().join("direct.json")).await;
+    let through = critest(critest_bin, containerd, &daemon.socket, dir.path().join("through.json")).await;
+    println!("critest against containerd directly:\n{}", direct.summary);
+    println!("critest through cri-imaged:\n{}", through.summary);
+
+    assert_eq!(direct.ran, SPECS_PASSING_OFFLINE + 1, "every Image Manager spec ran: {:?}", direct.passed);
+    assert_eq!(direct.passed.len(), SPECS_PASSING_OFFLINE, "{}", direct.summary);
+    let missing: Vec<_> = direct.passed.difference(&through.passed).collect();
+    assert!(
+        missing.is_empty(),
+        "passed against containerd, not through cri-imaged: {missing:?}\n{}",
+        daemon.log_text()
+    );
+    assert_eq!(through.passed, direct.passed, "the same specs pass both ways");
+}
+
+/// `crictl ARGS` with a config file naming containerd as the runtime and cri-imaged as the image
+/// service, as an operator would write it; returns (success, stdout + stderr).
+async fn crictl(crictl: &Path, daemon: &DaemonProcess, containerd: &Path, args: Vec<String>) -> (bool, String) {
+    let config = daemon.socket.with_file_name("crictl.yaml");
+    let endpoints = format!(
+        "runtime-endpoint: unix://{}\nimage-endpoint: unix://{}\ntimeout: 30\n",
+        containerd.display(),
+        daemon.socket.display()
+    );
+    std::fs::write(&config, endpoints).expect("crictl.yaml");
+    let output = blocking(Command::new(crictl).arg("--config").arg(&config).args(args)).await;
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
 }
 
 #[tokio::test]
-async fn pull_and_remove_by_tag() {
-    conformance(&[("cri/busy:v1", "busy v1")], |mut client, registry| async move {
-        let image = format!("{registry}/cri/busy:v1");
-        let image_ref = pull(&mut client, &image).await;
-        let found = status(&mut client, &image).await.expect("present after pull");
-        assert_eq!(found.id, image_ref);
-        assert!(list(&mut client).await.iter().any(|i| i.id == image_ref), "listed right after its pull");
-        remove(&mut client, &image).await;
-        assert_eq!(status(&mut client, &image).await, None, "gone right after its removal");
-        assert!(!list(&mut client).await.iter().any(|i| i.id == image_ref), "not listed after removal");
-        vec![format!("pulled {image_ref}"), format!("tags {:?}", found.repo_tags)]
-    })
+async fn crictl_pulls_lists_inspects_and_removes_an_image_through_cri_imaged() {
+    let Some(crictl_bin) = require_shared_tool("crictl") else { return };
+    let Some(stack) = LocalStack::start() else { return };
+    let digest = stack.seed("demo/crictl:v1", "pulled by crictl");
+    let image = format!("{}:v1", stack.image("demo/crictl"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, listen) = metrics_listen();
+    let daemon = DaemonProcess::start(
+        &dir.path().join("cri-imaged.sock"),
+        &stack.containerd_socket,
+        &["--metrics-listen", &listen],
+    )
     .await;
-}
+    let run = |args: &[&str]| {
+        let args = args.iter().map(ToString::to_string).collect();
+        crictl(&crictl_bin, &daemon, &stack.containerd_socket, args)
+    };
 
-#[tokio::test]
-async fn pull_without_a_tag_lists_the_latest_tag() {
-    conformance(&[("cri/plain:latest", "plain latest")], |mut client, registry| async move {
-        let image = format!("{registry}/cri/plain");
-        let image_ref = pull(&mut client, &image).await;
-        let found = status(&mut client, &image).await.expect("present");
-        assert!(found.repo_tags.contains(&format!("{image}:latest")), "{:?}", found.repo_tags);
-        remove(&mut client, &image).await;
-        assert_eq!(status(&mut client, &image).await, None);
-        vec![format!("pulled {image_ref}"), format!("tags {:?}", found.repo_tags)]
-    })
-    .await;
-}
+    let (ok, pulled) = run(&["pull", &image]).await;
+    assert!(ok && pulled.contains("Image is up to date for sha256:"), "{pulled}");
+    let pulls = tokio::task::spawn_blocking(move || metric(port, "cri_imaged_pulls_total")).await.expect("metrics");
+    assert_eq!(pulls, 1.0, "the pull went through cri-imaged's scheduler");
 
-#[tokio::test]
-async fn pull_by_digest_lists_the_repo_digest() {
-    conformance(&[("cri/pinned:v1", "pinned v1")], |mut client, registry| async move {
-        let tagged = format!("{registry}/cri/pinned:v1");
-        // The digest is the registry's; resolve it through a pull by tag, then start over.
-        pull(&mut client, &tagged).await;
-        let digest_ref = status(&mut client, &tagged).await.expect("present").repo_digests[0].clone();
-        remove(&mut client, &tagged).await;
+    let (ok, listed) = run(&["images", "--digests"]).await;
+    let row = listed.lines().find(|line| line.starts_with(&stack.image("demo/crictl")));
+    let row = row.unwrap_or_else(|| panic!("{image} is not listed (ok: {ok}):\n{listed}"));
+    assert!(row.contains(" v1 ") && row.contains(&digest["sha256:".len()..][..13]), "{row}");
 
-        let image_ref = pull(&mut client, &digest_ref).await;
-        let found = status(&mut client, &digest_ref).await.expect("present by digest");
-        assert!(found.repo_digests.contains(&digest_ref), "{:?}", found.repo_digests);
-        remove(&mut client, &digest_ref).await;
-        assert_eq!(status(&mut client, &digest_ref).await, None);
-        vec![format!("pulled {image_ref}"), format!("digests {:?}", found.repo_digests)]
-    })
-    .await;
-}
+    let (ok, inspected) = run(&["inspecti", &image]).await;
+    assert!(ok && inspected.contains(&format!(r#""{image}""#)), "{inspected}");
+    assert!(inspected.contains(r#""repoDigests""#), "{inspected}");
 
-#[tokio::test]
-async fn image_status_by_id_tag_and_digest_is_the_same_image() {
-    conformance(&[("cri/same:v1", "same v1")], |mut client, registry| async move {
-        let tagged = format!("{registry}/cri/same:v1");
-        let image_ref = pull(&mut client, &tagged).await;
-        let by_tag = status(&mut client, &tagged).await.expect("by tag");
-        let by_id = status(&mut client, &image_ref).await.expect("by id");
-        let by_digest = status(&mut client, &by_tag.repo_digests[0]).await.expect("by digest");
-        assert_eq!(by_id, by_tag);
-        assert_eq!(by_digest, by_tag);
-        remove(&mut client, &image_ref).await;
-        vec![format!("{by_tag:?}")]
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn three_tags_of_one_image_list_as_one_image_with_three_tags() {
-    let seeds = [("cri/tri:a", "one image"), ("cri/tri:b", "one image"), ("cri/tri:c", "one image")];
-    conformance(&seeds, |mut client, registry| async move {
-        let tags: Vec<String> = ["a", "b", "c"].iter().map(|t| format!("{registry}/cri/tri:{t}")).collect();
-        let mut ids = Vec::new();
-        for tag in &tags {
-            ids.push(pull(&mut client, tag).await);
-        }
-        assert!(ids.windows(2).all(|w| w[0] == w[1]), "one image: {ids:?}");
-        let listed: Vec<Image> = list(&mut client).await.into_iter().filter(|i| i.id == ids[0]).collect();
-        assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].repo_tags, tags);
-        remove(&mut client, &ids[0]).await;
-        for tag in &tags {
-            assert_eq!(status(&mut client, tag).await, None, "{tag} gone with the image");
-        }
-        vec![format!("{:?}", listed[0].repo_tags)]
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn three_different_images_list_as_three() {
-    let seeds = [("cri/x:v1", "image x"), ("cri/y:v1", "image y"), ("cri/z:v1", "image z")];
-    conformance(&seeds, |mut client, registry| async move {
-        let mut ids = Vec::new();
-        for name in ["x", "y", "z"] {
-            ids.push(pull(&mut client, &format!("{registry}/cri/{name}:v1")).await);
-        }
-        let listed: Vec<String> =
-            list(&mut client).await.into_iter().map(|i| i.id).filter(|id| ids.contains(id)).collect();
-        assert_eq!(listed.len(), 3, "{listed:?}");
-        for id in &ids {
-            remove(&mut client, id).await;
-        }
-        ids.sort();
-        ids
-    })
-    .await;
-}
-
-#[tokio::test]
-async fn removing_a_missing_image_succeeds_and_five_concurrent_removals_all_succeed() {
-    conformance(&[("cri/gone:v1", "gone v1")], |mut client, registry| async move {
-        remove(&mut client, &format!("{registry}/cri/never-pulled:v1")).await;
-        let image = format!("{registry}/cri/gone:v1");
-        pull(&mut client, &image).await;
-        let removals: Vec<_> = (0..5)
-            .map(|_| {
-                let (mut client, image) = (client.clone(), image.clone());
-                tokio::spawn(async move { remove(&mut client, &image).await })
-            })
-            .collect();
-        for removal in removals {
-            removal.await.expect("every concurrent removal succeeds");
-        }
-        assert_eq!(status(&mut client, &image).await, None);
-        vec!["removed missing: ok".into(), "five concurrent removals: ok".into()]
-    })
-    .await;
+    let (ok, removed) = run(&["rmi", &image]).await;
+    assert!(ok && removed.contains(&format!("Deleted: {image}")), "{removed}");
+    let (_, listed) = run(&["images"]).await;
+    assert!(!listed.contains(&stack.image("demo/crictl")), "still listed after rmi:\n{listed}");
+    let (ok, inspected) = run(&["inspecti", &image]).await;
+    assert!(!ok && inspected.contains("no such image"), "{inspected}");
 }

@@ -1,5 +1,6 @@
 //! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
 
+mod authority;
 mod cri_image_service;
 mod deadline;
 mod health;
@@ -10,9 +11,10 @@ mod status;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
 use tonic::transport::Server;
 
+use self::authority::AuthorityTolerant;
 pub use self::{
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{CallerDeadline, DeadlineLayer, parse_grpc_timeout},
@@ -92,6 +94,8 @@ pub async fn serve<R: ImageRuntime>(
             draining.notify_one();
         }
     };
+    // Every connection's incoming HTTP/2 is made acceptable to h2 whatever its `:authority`.
+    let incoming = UnixListenerStream::new(listener).map(|accepted| accepted.map(AuthorityTolerant::new));
     let server = Server::builder()
         .layer(DeadlineLayer)
         .add_service(health_service)
@@ -99,7 +103,7 @@ pub async fn serve<R: ImageRuntime>(
         .add_service(reflection_v1alpha)
         .add_service(image_manager)
         .add_service(cri_image_service)
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal);
+        .serve_with_incoming_shutdown(incoming, signal);
 
     let result = tokio::select! {
         result = server => result.map_err(ServeError::from),

@@ -30,6 +30,31 @@ pub fn require_tool(tool: &str) -> Option<PathBuf> {
     found
 }
 
+/// A tool from `../shared/tools` (critest, crictl: cri-tools built from upstream). Outside CI a
+/// missing one skips the test (returns `None`, saying so); in CI it fails the test.
+pub fn require_shared_tool(tool: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools").join(tool);
+    if !path.is_file() {
+        assert!(!in_ci(), "{} is missing; CI runs with ../shared beside the clone", path.display());
+        eprintln!("SKIPPED: {} is missing (outside CI)", path.display());
+        return None;
+    }
+    Some(path)
+}
+
+/// Whether python3 can import every one of `modules`. Outside CI a missing one skips the test
+/// (returns false, saying so); in CI it fails the test.
+pub fn require_python_modules(modules: &[&str]) -> bool {
+    let Some(python) = require_tool("python3") else { return false };
+    let imports = format!("import {}", modules.join(", "));
+    let found = Command::new(python).args(["-c", &imports]).output().is_ok_and(|out| out.status.success());
+    if !found {
+        assert!(!in_ci(), "python3 cannot `{imports}`; CI must install them (scripts/install-deps.sh)");
+        eprintln!("SKIPPED: python3 cannot `{imports}` (outside CI; `make deps` installs them)");
+    }
+    found
+}
+
 /// A running `cri-imaged serve`, its stderr kept in a file.
 pub struct DaemonProcess {
     pub socket: PathBuf,
@@ -125,11 +150,11 @@ impl Drop for DaemonProcess {
     }
 }
 
-/// Runs `grpcurl FLAGS SOCKET VERB` against a daemon socket; returns (success, stdout, stderr).
+/// Runs `grpcurl -plaintext -unix FLAGS SOCKET VERB` against a daemon socket, with grpcurl's
+/// default `:authority` (the socket path); returns (success, stdout, stderr).
 pub fn grpcurl(grpcurl: &Path, socket: &Path, flags: &[&str], verb: &[&str]) -> (bool, String, String) {
-    // tonic (h2) rejects grpcurl's default :authority for unix sockets (the socket path).
     let output = Command::new(grpcurl)
-        .args(["-plaintext", "-authority", "localhost", "-unix"])
+        .args(["-plaintext", "-unix"])
         .args(flags)
         .arg(socket)
         .args(verb)

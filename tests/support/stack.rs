@@ -58,6 +58,12 @@ impl LocalStack {
         digest
     }
 
+    /// Pushes the images critest's "Image Manager" specs pull, which containerd then resolves
+    /// from the loopback registry as `gcr.io/k8s-staging-cri-tools/…`.
+    pub fn seed_critest(&self) {
+        run_script(&["seed-critest", &path_str(self.dir.path())]);
+    }
+
     /// `REGISTRY/name`.
     pub fn image(&self, name: &str) -> String {
         format!("{}/{name}", self.registry)

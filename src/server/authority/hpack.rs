@@ -1,0 +1,348 @@
+//! HPACK (RFC 7541) as far as the rewrite needs it: decode a client's header blocks against a
+//! mirror of the client's dynamic table, and re-encode them without any table state.
+//!
+//! The re-encoded block refers only to the static table and never inserts, so the server's decoder
+//! keeps an empty dynamic table and cannot disagree with the client's, whatever we drop.
+
+use std::collections::VecDeque;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::huffman::{self, HuffmanError};
+
+/// The largest dynamic table a client may use: the HTTP/2 default of SETTINGS_HEADER_TABLE_SIZE,
+/// which our server (hyper's defaults) never changes.
+pub const MAX_TABLE_SIZE: usize = 4096;
+
+/// Per-entry overhead that RFC 7541 §4.1 adds to the table size.
+const ENTRY_OVERHEAD: usize = 32;
+
+/// The static table (RFC 7541 Appendix A); index 1 is the first entry.
+const STATIC_TABLE: [(&str, &str); 61] = [
+    (":authority", ""),
+    (":method", "GET"),
+    (":method", "POST"),
+    (":path", "/"),
+    (":path", "/index.html"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "200"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "304"),
+    (":status", "400"),
+    (":status", "404"),
+    (":status", "500"),
+    ("accept-charset", ""),
+    ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""),
+    ("accept-ranges", ""),
+    ("accept", ""),
+    ("access-control-allow-origin", ""),
+    ("age", ""),
+    ("allow", ""),
+    ("authorization", ""),
+    ("cache-control", ""),
+    ("content-disposition", ""),
+    ("content-encoding", ""),
+    ("content-language", ""),
+    ("content-length", ""),
+    ("content-location", ""),
+    ("content-range", ""),
+    ("content-type", ""),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("expect", ""),
+    ("expires", ""),
+    ("from", ""),
+    ("host", ""),
+    ("if-match", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("if-range", ""),
+    ("if-unmodified-since", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("max-forwards", ""),
+    ("proxy-authenticate", ""),
+    ("proxy-authorization", ""),
+    ("range", ""),
+    ("referer", ""),
+    ("refresh", ""),
+    ("retry-after", ""),
+    ("server", ""),
+    ("set-cookie", ""),
+    ("strict-transport-security", ""),
+    ("transfer-encoding", ""),
+    ("user-agent", ""),
+    ("vary", ""),
+    ("via", ""),
+    ("www-authenticate", ""),
+];
+
+const AUTHORITY_INDEX: u8 = 1;
+
+/// A header block that is not valid HPACK.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HpackError {
+    #[error("header block ends inside a field")]
+    Truncated,
+    #[error("integer in header block is too large")]
+    IntegerOverflow,
+    #[error("header field index {0} is not in the table")]
+    BadIndex(usize),
+    #[error("dynamic table size update to {0} exceeds {MAX_TABLE_SIZE}")]
+    TableSizeTooLarge(usize),
+    #[error("dynamic table size update after the first header field")]
+    LateTableSizeUpdate,
+    #[error(transparent)]
+    Huffman(#[from] HuffmanError),
+}
+
+/// One decoded field's name: where it came from decides how it is re-encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Name {
+    /// A static-table name, by index.
+    Static(u8),
+    /// Any other name.
+    Literal(Bytes),
+}
+
+impl Name {
+    fn is_authority(&self) -> bool {
+        match self {
+            Name::Static(index) => *index == AUTHORITY_INDEX,
+            Name::Literal(name) => name.as_ref() == b":authority",
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Name::Static(index) => STATIC_TABLE[usize::from(*index) - 1].0.len(),
+            Name::Literal(name) => name.len(),
+        }
+    }
+}
+
+/// The client's dynamic table, mirrored: newest first.
+#[derive(Debug)]
+struct DynamicTable {
+    entries: VecDeque<(Name, Bytes)>,
+    size: usize,
+    max_size: usize,
+}
+
+impl DynamicTable {
+    fn get(&self, index: usize) -> Option<&(Name, Bytes)> {
+        self.entries.get(index)
+    }
+
+    fn insert(&mut self, name: Name, value: Bytes) {
+        let entry_size = name.len() + value.len() + ENTRY_OVERHEAD;
+        // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
+        self.evict_to(self.max_size.saturating_sub(entry_size));
+        if entry_size <= self.max_size {
+            self.size += entry_size;
+            self.entries.push_front((name, value));
+        }
+    }
+
+    fn resize(&mut self, max_size: usize) {
+        self.max_size = max_size;
+        self.evict_to(max_size);
+    }
+
+    fn evict_to(&mut self, target: usize) {
+        while self.size > target {
+            let Some((name, value)) = self.entries.pop_back() else { break };
+            self.size -= name.len() + value.len() + ENTRY_OVERHEAD;
+        }
+    }
+}
+
+/// Decodes one connection's header blocks, in order, and re-encodes each for the server.
+#[derive(Debug)]
+pub struct BlockRewriter {
+    table: DynamicTable,
+}
+
+impl Default for BlockRewriter {
+    fn default() -> Self {
+        Self { table: DynamicTable { entries: VecDeque::new(), size: 0, max_size: MAX_TABLE_SIZE } }
+    }
+}
+
+/// How a literal field asks intermediaries to treat it (RFC 7541 §6.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Indexing {
+    Incremental,
+    Without,
+    Never,
+}
+
+impl BlockRewriter {
+    /// Decodes `block` and appends its re-encoding to `out`, leaving out an `:authority` that is
+    /// not a valid URI authority (h2 would reset the stream for it). Returns how many fields were
+    /// left out.
+    pub fn rewrite(&mut self, block: &[u8], out: &mut BytesMut) -> Result<usize, HpackError> {
+        let mut input = block;
+        let mut dropped = 0;
+        let mut first_field = true;
+        while let Some(&first) = input.first() {
+            if first & 0x80 != 0 {
+                let index = decode_integer(&mut input, 7)?;
+                self.write_indexed(index, out, &mut dropped)?;
+            } else if first & 0xe0 == 0x20 {
+                if !first_field {
+                    return Err(HpackError::LateTableSizeUpdate);
+                }
+                let size = decode_integer(&mut input, 5)?;
+                if size > MAX_TABLE_SIZE {
+                    return Err(HpackError::TableSizeTooLarge(size));
+                }
+                self.table.resize(size);
+                continue;
+            } else {
+                let (indexing, prefix) = match first {
+                    _ if first & 0xc0 == 0x40 => (Indexing::Incremental, 6),
+                    _ if first & 0xf0 == 0x10 => (Indexing::Never, 4),
+                    _ => (Indexing::Without, 4),
+                };
+                let name = match decode_integer(&mut input, prefix)? {
+                    0 => Name::Literal(decode_string(&mut input)?),
+                    index => self.name_at(index)?,
+                };
+                let value = decode_string(&mut input)?;
+                if name.is_authority() && !is_valid_authority(&value) {
+                    dropped += 1;
+                } else {
+                    write_literal(&name, &value, indexing == Indexing::Never, out);
+                }
+                if indexing == Indexing::Incremental {
+                    self.table.insert(name, value);
+                }
+            }
+            first_field = false;
+        }
+        Ok(dropped)
+    }
+
+    fn write_indexed(&self, index: usize, out: &mut BytesMut, dropped: &mut usize) -> Result<(), HpackError> {
+        match index {
+            0 => return Err(HpackError::BadIndex(0)),
+            1..=61 => {
+                // `:authority` with an empty value is the static entry 1, which h2 rejects too.
+                if index == usize::from(AUTHORITY_INDEX) {
+                    *dropped += 1;
+                } else {
+                    encode_integer(index, 7, 0x80, out);
+                }
+            }
+            _ => {
+                let (name, value) = self.table.get(index - 62).ok_or(HpackError::BadIndex(index))?;
+                if name.is_authority() && !is_valid_authority(value) {
+                    *dropped += 1;
+                } else {
+                    write_literal(name, value, false, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn name_at(&self, index: usize) -> Result<Name, HpackError> {
+        match index {
+            1..=61 => Ok(Name::Static(index as u8)),
+            _ => {
+                let (name, _) = self.table.get(index - 62).ok_or(HpackError::BadIndex(index))?;
+                Ok(name.clone())
+            }
+        }
+    }
+}
+
+/// What h2 accepts as `:authority`.
+fn is_valid_authority(value: &[u8]) -> bool {
+    http::uri::Authority::try_from(value).is_ok()
+}
+
+/// A literal without indexing (or never indexed, kept so), its name by static index when it has
+/// one, both strings raw.
+fn write_literal(name: &Name, value: &[u8], never_indexed: bool, out: &mut BytesMut) {
+    let flags = if never_indexed { 0x10 } else { 0x00 };
+    match name {
+        Name::Static(index) => encode_integer(usize::from(*index), 4, flags, out),
+        Name::Literal(name) => {
+            out.put_u8(flags);
+            encode_string(name, out);
+        }
+    }
+    encode_string(value, out);
+}
+
+fn encode_string(value: &[u8], out: &mut BytesMut) {
+    encode_integer(value.len(), 7, 0x00, out);
+    out.put_slice(value);
+}
+
+/// RFC 7541 §5.1, with `flags` in the bits above the prefix.
+pub fn encode_integer(mut value: usize, prefix_bits: u32, flags: u8, out: &mut BytesMut) {
+    let max_prefix = (1usize << prefix_bits) - 1;
+    if value < max_prefix {
+        out.put_u8(flags | value as u8);
+        return;
+    }
+    out.put_u8(flags | max_prefix as u8);
+    value -= max_prefix;
+    while value >= 0x80 {
+        out.put_u8((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.put_u8(value as u8);
+}
+
+/// RFC 7541 §5.1. Values are bounded well below `usize` (frames are at most 16 MiB).
+fn decode_integer(input: &mut &[u8], prefix_bits: u32) -> Result<usize, HpackError> {
+    let (&first, rest) = input.split_first().ok_or(HpackError::Truncated)?;
+    *input = rest;
+    let max_prefix = (1usize << prefix_bits) - 1;
+    let mut value = usize::from(first) & max_prefix;
+    if value < max_prefix {
+        return Ok(value);
+    }
+    for shift in (0..).step_by(7) {
+        let (&byte, rest) = input.split_first().ok_or(HpackError::Truncated)?;
+        *input = rest;
+        if shift > 21 {
+            return Err(HpackError::IntegerOverflow);
+        }
+        value += usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+    }
+    Ok(value)
+}
+
+/// RFC 7541 §5.2.
+fn decode_string(input: &mut &[u8]) -> Result<Bytes, HpackError> {
+    let huffman = input.first().ok_or(HpackError::Truncated)? & 0x80 != 0;
+    let length = decode_integer(input, 7)?;
+    if length > input.len() {
+        return Err(HpackError::Truncated);
+    }
+    let (raw, rest) = input.split_at(length);
+    *input = rest;
+    if huffman {
+        let mut decoded = Vec::with_capacity(length * 8 / 5);
+        huffman::decode(raw, &mut decoded)?;
+        Ok(Bytes::from(decoded))
+    } else {
+        Ok(Bytes::copy_from_slice(raw))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+use super::*;
+
+fn bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+}
+
+/// Reads a re-encoded block: only the representations the rewriter writes, no table.
+fn fields(mut block: &[u8]) -> Vec<(String, String)> {
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).expect("utf-8");
+    let raw_string = |input: &mut &[u8]| {
+        assert_eq!(input[0] & 0x80, 0, "strings are written raw, not Huffman-coded");
+        let length = decode_integer(input, 7).expect("length");
+        let (value, rest) = input.split_at(length);
+        *input = rest;
+        value.to_vec()
+    };
+    let mut out = Vec::new();
+    while let Some(&first) = block.first() {
+        if first & 0x80 != 0 {
+            let index = decode_integer(&mut block, 7).expect("index");
+            let (name, value) = STATIC_TABLE[index - 1];
+            out.push((name.to_owned(), value.to_owned()));
+            continue;
+        }
+        assert_eq!(first & 0xe0, 0, "only literals without indexing or never indexed: {first:#x}");
+        let name = match decode_integer(&mut block, 4).expect("name index") {
+            0 => text(&raw_string(&mut block)),
+            index => STATIC_TABLE[index - 1].0.to_owned(),
+        };
+        out.push((name, text(&raw_string(&mut block))));
+    }
+    out
+}
+
+fn rewrite(rewriter: &mut BlockRewriter, hex: &str) -> (Vec<(String, String)>, usize) {
+    let mut out = BytesMut::new();
+    let dropped = rewriter.rewrite(&bytes(hex), &mut out).expect("valid block");
+    (fields(&out), dropped)
+}
+
+fn list(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(name, value)| (name.to_string(), value.to_string())).collect()
+}
+
+/// RFC 7541 C.3 (raw strings) and C.4 (Huffman): three requests on one connection, each
+/// referring to what the ones before it put in the dynamic table.
+#[test]
+fn follows_the_rfc_request_examples_across_the_dynamic_table() {
+    for blocks in [
+        [
+            "828684410f7777772e6578616d706c652e636f6d",
+            "828684be58086e6f2d6361636865",
+            "828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565",
+        ],
+        [
+            "828684418cf1e3c2e5f23a6ba0ab90f4ff",
+            "828684be5886a8eb10649cbf",
+            "828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf",
+        ],
+    ] {
+        let mut rewriter = BlockRewriter::default();
+        let authority = (":authority", "www.example.com");
+        let (first, _) = rewrite(&mut rewriter, blocks[0]);
+        assert_eq!(first, list(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), authority]));
+        assert_eq!(rewriter.table.size, 57);
+        let (second, _) = rewrite(&mut rewriter, blocks[1]);
+        assert_eq!(
+            second,
+            list(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), authority, ("cache-control", "no-cache")])
+        );
+        assert_eq!(rewriter.table.size, 110);
+        let (third, dropped) = rewrite(&mut rewriter, blocks[2]);
+        assert_eq!(
+            third,
+            list(&[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/index.html"),
+                authority,
+                ("custom-key", "custom-value")
+            ])
+        );
+        assert_eq!((rewriter.table.size, dropped), (164, 0), "a valid authority is kept");
+    }
+}
+
+/// RFC 7541 C.5: a 256-byte table (set by a size update) that evicts its oldest entries.
+#[test]
+fn evicts_the_oldest_entries_as_the_rfc_response_examples_do() {
+    let mut rewriter = BlockRewriter::default();
+    let date = ("date", "Mon, 21 Oct 2013 20:13:21 GMT");
+    let location = ("location", "https://www.example.com");
+    let (first, _) = rewrite(
+        &mut rewriter,
+        "3fe1014803333032580770726976617465611d4d6f6e2c203231204f637420323031332032303a31333a323120474d546e1768747470733a2f2f7777772e6578616d706c652e636f6d",
+    );
+    assert_eq!(first, list(&[(":status", "302"), ("cache-control", "private"), date, location]));
+    assert_eq!(rewriter.table.size, 222);
+    let (second, _) = rewrite(&mut rewriter, "4803333037c1c0bf");
+    assert_eq!(second, list(&[(":status", "307"), ("cache-control", "private"), date, location]));
+    assert_eq!((rewriter.table.size, rewriter.table.entries.len()), (222, 4), ":status 302 was evicted");
+    let (third, _) = rewrite(
+        &mut rewriter,
+        "88c1611d4d6f6e2c203231204f637420323031332032303a31333a323220474d54c05a04677a69707738666f6f3d4153444a4b48514b425a584f5157454f50495541585157454f49553b206d61782d6167653d333630303b2076657273696f6e3d31",
+    );
+    assert_eq!(
+        third,
+        list(&[
+            (":status", "200"),
+            ("cache-control", "private"),
+            ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
+            location,
+            ("content-encoding", "gzip"),
+            ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
+        ])
+    );
+    assert_eq!(rewriter.table.size, 215);
+}
+
+/// `:authority /run/cri-imaged/cri-imaged.sock`, with incremental indexing by static name.
+const SOCKET_AUTHORITY: &str = "411f2f72756e2f6372692d696d616765642f6372692d696d616765642e736f636b";
+
+#[test]
+fn leaves_out_a_socket_path_authority_and_every_later_reference_to_it() {
+    let mut rewriter = BlockRewriter::default();
+    let (first, dropped) = rewrite(&mut rewriter, &format!("8386{SOCKET_AUTHORITY}84"));
+    assert_eq!(first, list(&[(":method", "POST"), (":scheme", "http"), (":path", "/")]));
+    assert_eq!(dropped, 1);
+    assert_eq!(rewriter.table.size, 10 + 31 + 32, "the client's table still holds it, so ours does");
+    // The second request names it by its dynamic index, 62.
+    let (second, dropped) = rewrite(&mut rewriter, "8386be84");
+    assert_eq!(second, list(&[(":method", "POST"), (":scheme", "http"), (":path", "/")]));
+    assert_eq!(dropped, 1);
+}
+
+#[test]
+fn leaves_out_an_empty_authority_however_it_is_written() {
+    let mut rewriter = BlockRewriter::default();
+    // Static entry 1 (`:authority` with no value), then a literal name with an empty value.
+    let (fields, dropped) = rewrite(&mut rewriter, "838681000a3a617574686f726974790084");
+    assert_eq!(fields, list(&[(":method", "POST"), (":scheme", "http"), (":path", "/")]));
+    assert_eq!(dropped, 2);
+}
+
+#[test]
+fn keeps_a_valid_authority_and_the_never_indexed_flag() {
+    let mut rewriter = BlockRewriter::default();
+    // `:authority localhost` literal without indexing; `authorization secret` never indexed.
+    let mut out = BytesMut::new();
+    let dropped = rewriter.rewrite(&bytes("01096c6f63616c686f73741f0806736563726574"), &mut out).expect("valid");
+    assert_eq!(dropped, 0);
+    assert_eq!(fields(&out), list(&[(":authority", "localhost"), ("authorization", "secret")]));
+    assert_eq!(out[out.len() - 9] & 0xf0, 0x10, "authorization stays never-indexed");
+}
+
+#[test]
+fn writes_no_dynamic_table_state_for_the_server() {
+    let mut rewriter = BlockRewriter::default();
+    let mut out = BytesMut::new();
+    rewriter.rewrite(&bytes("828684410f7777772e6578616d706c652e636f6d"), &mut out).expect("valid");
+    let first = out.clone();
+    out.clear();
+    // The same request again, now by dynamic index: the server gets the same self-contained bytes.
+    rewriter.rewrite(&bytes("828684be"), &mut out).expect("valid");
+    assert_eq!(out, first);
+}
+
+#[test]
+fn refuses_invalid_blocks() {
+    let cases: [(&str, HpackError); 7] = [
+        ("be", HpackError::BadIndex(62)),
+        ("80", HpackError::BadIndex(0)),
+        ("41", HpackError::Truncated),
+        ("4105616263", HpackError::Truncated),
+        ("3fe21f", HpackError::TableSizeTooLarge(4097)),
+        ("823f00", HpackError::LateTableSizeUpdate),
+        ("ffffffffff7f", HpackError::IntegerOverflow),
+    ];
+    for (hex, expected) in cases {
+        let mut out = BytesMut::new();
+        assert_eq!(BlockRewriter::default().rewrite(&bytes(hex), &mut out), Err(expected), "{hex}");
+    }
+}
+
+#[test]
+fn a_smaller_table_evicts_and_an_entry_larger_than_the_table_empties_it() {
+    let mut rewriter = BlockRewriter::default();
+    rewrite(&mut rewriter, "828684410f7777772e6578616d706c652e636f6d");
+    assert_eq!(rewriter.table.entries.len(), 1);
+    // Size update to 40: the 57-byte entry goes; then a 64-byte entry is not kept.
+    rewrite(&mut rewriter, "3f0940046e616d650a6c6f6e672076616c7565");
+    assert_eq!((rewriter.table.size, rewriter.table.entries.len()), (0, 0));
+    assert_eq!(rewriter.rewrite(&bytes("be"), &mut BytesMut::new()), Err(HpackError::BadIndex(62)));
+}
+
+#[test]
+fn integers_round_trip_at_every_prefix() {
+    for prefix in 1..=8 {
+        for value in [0, 1, 30, 31, 126, 127, 128, 255, 1337, 16_383, 1 << 20] {
+            let mut out = BytesMut::new();
+            encode_integer(value, prefix, 0, &mut out);
+            let mut input = &out[..];
+            assert_eq!(decode_integer(&mut input, prefix), Ok(value), "prefix {prefix}");
+            assert!(input.is_empty());
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The clients node agents and operators really use, with their default options, against the
+//! daemon's socket: Python grpcio here; grpcurl in `daemon_process.rs`; the kubelet's grpc-go
+//! (critest and crictl) in `cri_conformance.rs`. Each sends the socket path, not a host name, as
+//! its HTTP/2 `:authority`.
+
+mod support;
+
+use std::process::Command;
+
+use support::{
+    fake_runtime::{FakeImageService, FakeRuntime},
+    process::{DaemonProcess, require_python_modules, require_tool},
+};
+
+const GRPCIO_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/grpcio_client.py");
+const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
+
+#[tokio::test]
+async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_images() {
+    if !require_python_modules(&["grpc", "grpc_tools", "grpc_health.v1", "grpc_status"]) {
+        return;
+    }
+    let Some(python) = require_tool("python3") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    runtime.service.fail_pull("missing:1", tonic::Status::not_found("manifest unknown"));
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let socket = daemon.socket.clone();
+
+    let images = ["busybox:1.36", "busybox:1.36", "missing:1", "Not/A Valid:Name"];
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python).arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images).output()
+    })
+    .await
+    .expect("client task")
+    .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed:\n{stdout}\n{stderr}");
+
+    let lines: Vec<&str> = stdout.lines().collect();
+    let expected = [
+        r#"{"health": "", "status": "SERVING"}"#,
+        r#"{"health": "imagemanager.v1.ImageManager", "status": "SERVING"}"#,
+    ];
+    assert_eq!(lines[..2], expected, "{stderr}");
+    assert!(lines[2].contains(r#""pulled": true"#), "{}", lines[2]);
+    assert!(lines[2].contains(r#"Successfully pulled image \"busybox:1.36\" in "#), "{}", lines[2]);
+    assert_eq!(
+        lines[3],
+        r#"{"image": "busybox:1.36", "pulled": false, "message": "Container image \"busybox:1.36\" already present on machine"}"#
+    );
+    assert!(
+        lines[4].contains(r#""code": "NOT_FOUND""#) && lines[4].contains(r#""reason": "ErrImagePull""#),
+        "{}",
+        lines[4]
+    );
+    assert!(
+        lines[5].contains(r#""code": "INVALID_ARGUMENT""#) && lines[5].contains(r#""reason": "InvalidImageName""#),
+        "{}",
+        lines[5]
+    );
+    assert_eq!(lines.len(), 6, "{stdout}");
+    assert_eq!(runtime.service.pulls().len(), 2, "busybox once, missing:1 once");
+}

@@ -47,7 +47,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
 
     let config = args.manager_config()?;
-    let listener = listener::bind(&args.listen).await?;
+    let (listener, socket_file) = listener::bind(&args.listen).await?;
     let metrics_listener = match args.metrics_listen {
         Some(addr) => Some(metrics::bind(addr).await?),
         None => None,
@@ -94,8 +94,9 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     for task in [metrics_server, watcher].into_iter().flatten() {
         task.abort();
     }
-    // The socket file would otherwise look like a stale daemon to the next start.
-    let _ = std::fs::remove_file(&args.listen);
+    // The socket file would otherwise look like a stale daemon to the next start; a successor
+    // that bound the path while we drained keeps its own.
+    socket_file.remove_if_ours();
     tracing::info!("cri-imaged stopped");
     Ok(())
 }

@@ -1,8 +1,9 @@
-//! The unix socket we serve on: created safely, never stolen from a live daemon.
+//! The unix socket we serve on: created safely, never stolen from a live daemon, and removed on
+//! exit only while it is still ours.
 
 use std::{
     io,
-    os::unix::fs::{FileTypeExt, PermissionsExt},
+    os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt},
     path::{Path, PathBuf},
 };
 
@@ -10,12 +11,19 @@ use tokio::net::{UnixListener, UnixStream};
 
 /// Mode of the listening socket: the owner and its group (the kubelet's) may connect.
 pub const SOCKET_MODE: u32 = 0o660;
+/// Mode of a socket directory we create: nobody but the owner may add or replace entries.
+pub const DIRECTORY_MODE: u32 = 0o750;
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     #[error("cannot create socket directory {path}: {source}")]
     CreateDir { path: PathBuf, source: io::Error },
+    #[error(
+        "socket directory {path} is writable by others (mode {mode:o}), who could replace the socket; \
+         use a directory only its owner (and group) may write to"
+    )]
+    UnsafeDirectory { path: PathBuf, mode: u32 },
     #[error("{0} is in use: another process answers on it; stop it or choose another --listen path")]
     InUse(PathBuf),
     #[error("{0} exists and is not a socket; refusing to replace it")]
@@ -28,11 +36,36 @@ pub enum ListenError {
     Permissions { path: PathBuf, source: io::Error },
 }
 
-/// Binds `path`, creating its directory if missing and replacing a stale socket left by a
-/// daemon that died; a socket that still answers is refused.
-pub async fn bind(path: &Path) -> Result<UnixListener, ListenError> {
+/// The socket file we bound, told apart from any later one at the same path by its inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketFile {
+    path: PathBuf,
+    device: u64,
+    inode: u64,
+}
+
+impl SocketFile {
+    /// Removes the socket file if it is still the one we bound. A successor that replaced it
+    /// while we drained (a restart, a rolling update) keeps its own.
+    pub fn remove_if_ours(&self) {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(metadata) if (metadata.dev(), metadata.ino()) == (self.device, self.inode) => {
+                if let Err(error) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(path = %self.path.display(), %error, "cannot remove our socket");
+                }
+            }
+            Ok(_) => tracing::info!(path = %self.path.display(), "socket now belongs to another daemon; left in place"),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Binds `path`, creating its directory (mode 0750) if missing and replacing a stale socket left
+/// by a daemon that died; a socket that still answers, or a directory others may write to, is
+/// refused.
+pub async fn bind(path: &Path) -> Result<(UnixListener, SocketFile), ListenError> {
     if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| ListenError::CreateDir { path: dir.to_owned(), source })?;
+        prepare_directory(dir)?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(metadata) if !metadata.file_type().is_socket() => return Err(ListenError::NotASocket(path.to_owned())),
@@ -49,20 +82,76 @@ pub async fn bind(path: &Path) -> Result<UnixListener, ListenError> {
     let listener = UnixListener::bind(path).map_err(|source| ListenError::Bind { path: path.to_owned(), source })?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
         .map_err(|source| ListenError::Permissions { path: path.to_owned(), source })?;
-    Ok(listener)
+    let metadata =
+        std::fs::symlink_metadata(path).map_err(|source| ListenError::Bind { path: path.to_owned(), source })?;
+    Ok((listener, SocketFile { path: path.to_owned(), device: metadata.dev(), inode: metadata.ino() }))
+}
+
+/// Creates the socket's directory with an explicit mode (the umask can only narrow it), or checks
+/// that an existing one cannot be written by others. A sticky directory (such as /tmp) is
+/// accepted: there nobody can remove or rename an entry they do not own.
+fn prepare_directory(dir: &Path) -> Result<(), ListenError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIRECTORY_MODE)
+        .create(dir)
+        .map_err(|source| ListenError::CreateDir { path: dir.to_owned(), source })?;
+    let mode = std::fs::metadata(dir).map_err(|source| ListenError::CreateDir { path: dir.to_owned(), source })?.mode();
+    let others_may_write = mode & 0o002 != 0;
+    let sticky = mode & 0o1000 != 0;
+    if others_may_write && !sticky {
+        return Err(ListenError::UnsafeDirectory { path: dir.to_owned(), mode: mode & 0o7777 });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::metadata(path).expect("exists").permissions().mode() & 0o7777
+    }
+
     #[tokio::test]
-    async fn creates_the_directory_and_sets_mode_0660() {
+    async fn creates_the_directory_0750_and_the_socket_0660() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("nested/run/cri-imaged.sock");
         let _listener = bind(&path).await.expect("bind");
-        let mode = std::fs::metadata(&path).expect("socket exists").permissions().mode() & 0o777;
-        assert_eq!(mode, SOCKET_MODE);
+        assert_eq!(mode_of(&path), SOCKET_MODE);
+        assert_eq!(mode_of(&dir.path().join("nested/run")), DIRECTORY_MODE);
+        assert_eq!(mode_of(&dir.path().join("nested")), DIRECTORY_MODE);
+    }
+
+    #[tokio::test]
+    async fn refuses_a_directory_others_may_write_to_unless_it_is_sticky() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let error = bind(&open.join("s.sock")).await.expect_err("world-writable");
+        assert!(matches!(error, ListenError::UnsafeDirectory { mode: 0o777, .. }), "{error}");
+        assert!(!open.join("s.sock").exists(), "nothing was bound");
+
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        bind(&open.join("s.sock")).await.expect("a sticky directory, as /tmp, is fine");
+    }
+
+    #[tokio::test]
+    async fn removes_its_socket_on_exit_but_not_a_successor_s() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.sock");
+        let (_ours, ours) = bind(&path).await.expect("bind");
+        ours.remove_if_ours();
+        assert!(!path.exists(), "our own socket goes");
+
+        let (_first, first_file) = bind(&path).await.expect("bind again");
+        // A successor replaces the socket while we drain (ours no longer answers new connections).
+        std::fs::remove_file(&path).expect("the successor's stale check removes ours");
+        let (_second, _second_file) = bind(&path).await.expect("successor binds");
+        first_file.remove_if_ours();
+        assert!(path.exists(), "the successor's socket stays");
+        assert!(UnixStream::connect(&path).await.is_ok(), "and answers");
     }
 
     #[tokio::test]
@@ -71,7 +160,7 @@ mod tests {
         let path = dir.path().join("stale.sock");
         drop(std::os::unix::net::UnixListener::bind(&path).expect("first bind"));
         assert!(path.exists(), "the dead listener leaves its socket file behind");
-        let listener = bind(&path).await.expect("stale socket is replaced");
+        let (listener, _) = bind(&path).await.expect("stale socket is replaced");
         let (client, accepted) = tokio::join!(UnixStream::connect(&path), listener.accept());
         assert!(client.is_ok() && accepted.is_ok(), "the new socket accepts connections");
     }

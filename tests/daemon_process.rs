@@ -2,7 +2,7 @@
 
 mod support;
 
-use std::{os::unix::fs::PermissionsExt, time::Duration};
+use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
 
 use support::{
     call, ensure,
@@ -10,8 +10,9 @@ use support::{
     process::{DaemonProcess, grpcurl, require_tool},
     reason, wait_for_health,
 };
+use tokio::sync::Notify;
 use tonic::Code;
-use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
 const IF_NOT_PRESENT: i32 = cri_imaged::api::PullPolicy::IfNotPresent as i32;
 
@@ -27,6 +28,43 @@ async fn sigterm_stops_the_daemon_cleanly_and_removes_its_socket() {
     assert!(status.success(), "exit status {status:?}; log:\n{log}");
     assert!(log.contains("received SIGTERM"), "{log}");
     assert!(!socket.exists(), "the socket is removed on a clean stop");
+}
+
+/// A systemd restart or a rolling update: the old daemon drains a pull that never ends while its
+/// successor binds the same path; the old one's exit must not take the new one's socket.
+#[tokio::test]
+async fn a_draining_daemon_leaves_its_successor_s_socket_in_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    runtime.service.script.lock().unwrap().pull_gate = Some(Arc::new(Notify::new()));
+    let socket = dir.path().join("cri-imaged.sock");
+    let mut old = DaemonProcess::start(&socket, &runtime.socket, &[]).await;
+    let mut client = daemon_client(&old);
+    let stuck = tokio::spawn(async move { call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await });
+    wait_until("the pull reaches the runtime", || runtime.service.pulls().len() == 1).await;
+
+    old.send_sigterm();
+    wait_until("the old daemon stops accepting", || std::os::unix::net::UnixStream::connect(&socket).is_err()).await;
+    let new = DaemonProcess::start(&socket, &runtime.socket, &[]).await;
+    assert!(new.log_text().contains("replacing stale socket"), "{}", new.log_text());
+    let status = old.wait_for_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "the old daemon drained and exited: {}", old.log_text());
+    let _ = stuck.await;
+
+    assert!(socket.exists(), "the successor's socket is still there");
+    let mut health = HealthClient::new(support::unix_channel(&socket));
+    health.check(HealthCheckRequest { service: String::new() }).await.expect("the successor answers");
+}
+
+/// Polls `condition` every 10 ms for at most 5 s.
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 5s");
 }
 
 #[tokio::test]

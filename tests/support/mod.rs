@@ -50,7 +50,7 @@ impl InProcessDaemon {
         let endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
         let runtime = Arc::new(CriClient::new(&endpoint, Duration::from_secs(10)));
         let manager = Arc::new(ImageManager::new(runtime, config));
-        let listener = cri_imaged::listener::bind(socket).await.expect("daemon binds");
+        let (listener, _socket_file) = cri_imaged::listener::bind(socket).await.expect("daemon binds");
         let options =
             ServeOptions { drain_timeout: Duration::from_secs(5), health_probe_interval: Duration::from_millis(50) };
         let (stop, stopped) = oneshot::channel::<()>();

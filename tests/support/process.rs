@@ -121,11 +121,16 @@ impl DaemonProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Sends SIGTERM and waits (at most 10 s) for the exit status.
-    pub async fn terminate(mut self) -> (ExitStatus, String) {
+    /// Sends SIGTERM without waiting.
+    pub fn send_sigterm(&self) {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
         assert!(sent.success(), "SIGTERM could not be sent");
+    }
+
+    /// Sends SIGTERM and waits (at most 10 s) for the exit status.
+    pub async fn terminate(mut self) -> (ExitStatus, String) {
+        self.send_sigterm();
         let status = self.wait_for_exit(Duration::from_secs(10)).await;
         (status, self.log_text())
     }

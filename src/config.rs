@@ -69,6 +69,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub health_probe_interval: Duration,
 
+    /// How long one health probe may take; a runtime that does not answer in time (frozen,
+    /// overloaded) is reported NOT_SERVING.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub health_probe_timeout: Duration,
+
     /// Pull one image at a time, as the kubelet's --serialize-image-pulls. Defaults to true,
     /// unless --max-parallel-image-pulls is 2 or more.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
@@ -208,6 +213,8 @@ mod tests {
         assert_eq!(args.runtime_endpoint.to_string(), DEFAULT_RUNTIME_ENDPOINT);
         assert_eq!(args.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(args.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(args.health_probe_interval, Duration::from_secs(5));
+        assert_eq!(args.health_probe_timeout, Duration::from_secs(3));
         assert!(args.presence_cache);
         assert_eq!(args.worker_threads.get(), 1);
     }

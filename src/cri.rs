@@ -82,6 +82,13 @@ fn go_code_name(code: tonic::Code) -> &'static str {
     }
 }
 
+/// Whether `status` is tonic's client enforcing the `grpc-timeout` we sent: it reports its own
+/// timer, which runs beside ours and often fires first, as CANCELLED "Timeout expired". That is
+/// our request deadline passing, not a cancellation.
+fn is_client_timeout(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Cancelled && status.message() == tonic::TimeoutExpired(()).to_string()
+}
+
 /// An image the runtime has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PresentImage {
@@ -208,7 +215,9 @@ impl CriClient {
         F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         match tokio::time::timeout(self.request_timeout, call(self.client.clone())).await {
-            Ok(response) => Ok(response?.into_inner()),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) if is_client_timeout(&status) => Err(RuntimeError::Timeout(self.request_timeout)),
+            Ok(Err(status)) => Err(status.into()),
             Err(_) => Err(RuntimeError::Timeout(self.request_timeout)),
         }
     }
@@ -254,9 +263,12 @@ impl ImageRuntime for CriClient {
             grpc.ready().await.map_err(|error| tonic::Status::unavailable(error.to_string()))?;
             grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
         };
+        let timed_out = || tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string());
         match tokio::time::timeout(self.request_timeout, call).await {
-            Ok(response) => Ok(response?.into_inner()),
-            Err(_) => Err(tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string())),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
+            Ok(Err(status)) => Err(status),
+            Err(_) => Err(timed_out()),
         }
     }
 }

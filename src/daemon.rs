@@ -88,8 +88,11 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         })
     });
 
-    let options =
-        ServeOptions { drain_timeout: args.shutdown_timeout, health_probe_interval: args.health_probe_interval };
+    let options = ServeOptions {
+        drain_timeout: args.shutdown_timeout,
+        health_probe_interval: args.health_probe_interval,
+        health_probe_timeout: args.health_probe_timeout,
+    };
     server::serve(listener, manager, options, until_stopped()).await?;
     for task in [metrics_server, watcher].into_iter().flatten() {
         task.abort();

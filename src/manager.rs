@@ -227,11 +227,10 @@ impl<R: ImageRuntime> ImageManager<R> {
             (Decision::Pull, _) => {}
         }
 
-        let (backoff_key, backing_off) = {
-            let backoff = self.backoff();
-            let key = backoff.key(&request.pod.uid, image);
-            (key, backoff.check(key, Instant::now()))
-        };
+        // Backoff is per pod, as in the kubelet. A caller without a pod uid (an agent pre-pulling)
+        // gets none: one shared key would let one agent's failure refuse another's pulls.
+        let backoff_key = (!request.pod.uid.is_empty()).then(|| self.backoff().key(&request.pod.uid, image));
+        let backing_off = backoff_key.and_then(|key| self.backoff().check(key, Instant::now()));
         if let Some(backing_off) = backing_off {
             let message = messages::back_off(image, &backing_off.last_error);
             tracing::info!(retry_after = ?backing_off.remaining, "{message}");
@@ -247,10 +246,11 @@ impl<R: ImageRuntime> ImageManager<R> {
             Ok(pulled) => pulled,
             Err(error) => {
                 tracing::warn!("{}", messages::pull_failed(image, &error));
-                let mut backoff = self.backoff();
-                backoff.record_failure(backoff_key, error.clone(), Instant::now());
-                self.metrics.backoff_size(backoff.len());
-                drop(backoff);
+                if let Some(key) = backoff_key {
+                    let mut backoff = self.backoff();
+                    backoff.record_failure(key, error.clone(), Instant::now());
+                    self.metrics.backoff_size(backoff.len());
+                }
                 return Err(classify_pull_error(image, error));
             }
         };

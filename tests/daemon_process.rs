@@ -4,6 +4,7 @@ mod support;
 
 use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
 
+use k8s_cri::v1::{ImageSpec, ImageStatusRequest, image_service_client::ImageServiceClient};
 use support::{
     call, ensure,
     fake_runtime::{FakeImageService, FakeRuntime},
@@ -54,6 +55,64 @@ async fn a_draining_daemon_leaves_its_successor_s_socket_in_place() {
     assert!(socket.exists(), "the successor's socket is still there");
     let mut health = HealthClient::new(support::unix_channel(&socket));
     health.check(HealthCheckRequest { service: String::new() }).await.expect("the successor answers");
+}
+
+#[tokio::test]
+async fn a_request_still_running_at_the_drain_deadline_is_told_the_daemon_is_shutting_down() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    runtime.service.script.lock().unwrap().pull_gate = Some(Arc::new(Notify::new()));
+    let mut daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let mut client = daemon_client(&daemon);
+    let stuck = tokio::spawn(async move { call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await });
+    wait_until("the pull reaches the runtime", || runtime.service.pulls().len() == 1).await;
+
+    daemon.send_sigterm();
+    let status = stuck.await.expect("task").expect_err("the pull never finished");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(reason(&status), "ShuttingDown");
+    assert!(status.message().starts_with("cri-imaged is shutting down: its drain deadline (2s)"), "{status:?}");
+    assert!(daemon.wait_for_exit(Duration::from_secs(10)).await.success(), "{}", daemon.log_text());
+}
+
+#[tokio::test]
+async fn a_frozen_runtime_is_reported_not_serving_within_two_probe_intervals_and_serving_once_thawed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    // Probes every 100 ms, each bounded by 200 ms (the harness's flags); runtime calls by 2 minutes.
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let service = "imagemanager.v1.ImageManager";
+    wait_for_health(&daemon.socket, service, ServingStatus::Serving, Duration::from_secs(5)).await;
+
+    runtime.service.freeze();
+    wait_for_health(&daemon.socket, service, ServingStatus::NotServing, Duration::from_millis(1000)).await;
+    assert!(daemon.log_text().contains("image service NOT_SERVING"), "{}", daemon.log_text());
+    runtime.service.thaw();
+    wait_for_health(&daemon.socket, service, ServingStatus::Serving, Duration::from_millis(1000)).await;
+}
+
+#[tokio::test]
+async fn a_runtime_call_that_times_out_is_deadline_exceeded_not_cancelled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let flags = ["--runtime-request-timeout", "300ms"];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &flags).await;
+    runtime.service.freeze();
+    let mut client = daemon_client(&daemon);
+    let mut cri = ImageServiceClient::new(support::unix_channel(&daemon.socket));
+    // tonic's client timer and ours fire in the same tick; every attempt must come out the same.
+    for _ in 0..3 {
+        let status = call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect_err("frozen runtime");
+        assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+        assert_eq!(reason(&status), "ImageInspectError");
+        let expected = r#"Failed to inspect image "busybox:1.36": rpc error: code = DeadlineExceeded"#;
+        assert!(status.message().starts_with(expected), "{status:?}");
+
+        let spec = Some(ImageSpec { image: "busybox:1.36".into(), ..Default::default() });
+        let status = cri.image_status(ImageStatusRequest { image: spec, verbose: false }).await.expect_err("frozen");
+        assert_eq!(status.code(), Code::DeadlineExceeded, "the pass-through too: {status:?}");
+    }
+    runtime.service.thaw();
 }
 
 /// Polls `condition` every 10 ms for at most 5 s.

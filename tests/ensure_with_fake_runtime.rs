@@ -166,3 +166,24 @@ async fn the_runtime_going_away_and_coming_back_is_survived() {
     assert!(!present.pulled, "the restarted runtime still has the image");
     daemon.stop().await;
 }
+
+#[tokio::test]
+async fn callers_without_a_pod_uid_get_no_backoff_and_never_share_one() {
+    let stack = stack().await;
+    stack.runtime.service.fail_pull("missing:1", Status::not_found("manifest unknown"));
+    let mut client = stack.daemon.client();
+    let agent = |uid: &str| {
+        let mut request = ensure("missing:1", IF_NOT_PRESENT);
+        request.pod = (!uid.is_empty()).then(|| cri_imaged::api::PodRef { uid: uid.into(), ..Default::default() });
+        request
+    };
+    for attempt in 1..=2 {
+        let status = call(&mut client, agent("")).await.expect_err("the pull fails");
+        assert_eq!((status.code(), reason(&status).as_str()), (Code::NotFound, "ErrImagePull"), "attempt {attempt}");
+    }
+    assert_eq!(stack.runtime.service.pulls().len(), 2, "both pod-less calls reached the runtime");
+    let status = call(&mut client, agent("pod-a")).await.expect_err("the pull fails");
+    assert_eq!(reason(&status), "ErrImagePull", "a pod's first failure is its own, not the pod-less callers'");
+    let status = call(&mut client, agent("pod-a")).await.expect_err("backing off");
+    assert_eq!(reason(&status), "ImagePullBackOff", "pods still back off");
+}

@@ -1,4 +1,6 @@
-//! Honours the caller's `grpc-timeout` with DEADLINE_EXCEEDED.
+//! Answers a request whose time is up with a gRPC status: the caller's `grpc-timeout` with
+//! DEADLINE_EXCEEDED, and the daemon's drain deadline with UNAVAILABLE, so that a caller still
+//! waiting when the daemon exits learns why instead of seeing its connection reset.
 //!
 //! tonic enforces the header too, but answers CANCELLED ("Timeout expired"). Its timer starts
 //! after it calls the inner service and its future polls the inner one first, so this layer,
@@ -11,13 +13,21 @@ use std::{
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::watch, time::Instant};
 use tower::{Layer, Service};
 
 /// The caller's deadline passed before the answer was ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the caller's deadline ({0:?}) passed before the request finished; any pull it started goes on")]
 pub struct CallerDeadline(pub Duration);
+
+/// The daemon's drain deadline passed before the answer was ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cri-imaged is shutting down: its drain deadline ({0:?}) passed before this request finished; \
+     retry when it is back"
+)]
+pub struct DrainDeadline(pub Duration);
 
 /// Parses a `grpc-timeout` header value: up to 8 digits and a unit (H, M, S, m, u, n).
 pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
@@ -38,15 +48,24 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
-/// The layer; add it with `Server::builder().layer(DeadlineLayer)`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DeadlineLayer;
+/// The layer; add it with `Server::builder().layer(DeadlineLayer::new(drained))`.
+#[derive(Debug, Clone)]
+pub struct DeadlineLayer {
+    drained: watch::Receiver<Option<DrainDeadline>>,
+}
+
+impl DeadlineLayer {
+    /// Requests still running when `drained` holds a [`DrainDeadline`] are answered with it.
+    pub fn new(drained: watch::Receiver<Option<DrainDeadline>>) -> Self {
+        Self { drained }
+    }
+}
 
 impl<S> Layer<S> for DeadlineLayer {
     type Service = Deadline<S>;
 
     fn layer(&self, inner: S) -> Deadline<S> {
-        Deadline { inner }
+        Deadline { inner, drained: self.drained.clone() }
     }
 }
 
@@ -54,6 +73,7 @@ impl<S> Layer<S> for DeadlineLayer {
 #[derive(Debug, Clone)]
 pub struct Deadline<S> {
     inner: S,
+    drained: watch::Receiver<Option<DrainDeadline>>,
 }
 
 type Response = http::Response<tonic::body::Body>;
@@ -76,11 +96,21 @@ where
             request.headers().get("grpc-timeout").and_then(|value| value.to_str().ok()).and_then(parse_grpc_timeout);
         let deadline = timeout.map(|timeout| (Instant::now() + timeout, timeout));
         let answer = self.inner.call(request);
+        let mut drained = self.drained.clone();
         Box::pin(async move {
-            let Some((deadline, timeout)) = deadline else { return answer.await };
-            match tokio::time::timeout_at(deadline, answer).await {
-                Ok(answer) => answer,
-                Err(_) => Ok(tonic::Status::from(CallerDeadline(timeout)).into_http()),
+            let in_time = async {
+                let Some((deadline, timeout)) = deadline else { return answer.await };
+                match tokio::time::timeout_at(deadline, answer).await {
+                    Ok(answer) => answer,
+                    Err(_) => Ok(tonic::Status::from(CallerDeadline(timeout)).into_http()),
+                }
+            };
+            tokio::select! {
+                answer = in_time => answer,
+                Ok(drained) = drained.wait_for(Option::is_some) => {
+                    let drain = (*drained).unwrap_or(DrainDeadline(Duration::ZERO));
+                    Ok(tonic::Status::from(drain).into_http())
+                }
             }
         })
     }
@@ -104,10 +134,16 @@ mod tests {
         tonic::Status::from_header_map(response.headers()).expect("a grpc-status header")
     }
 
+    fn layer() -> (DeadlineLayer, watch::Sender<Option<DrainDeadline>>) {
+        let (drain, drained) = watch::channel(None);
+        (DeadlineLayer::new(drained), drain)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_expired_caller_deadline_is_answered_with_deadline_exceeded() {
         let never = tower::service_fn(|_: http::Request<()>| std::future::pending::<Result<Response, Infallible>>());
-        let mut service = DeadlineLayer.layer(never);
+        let (layer, _drain) = layer();
+        let mut service = layer.layer(never);
         let response = service.call(request(Some("200m"))).await.expect("answered");
         let status = grpc_status(&response);
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
@@ -120,11 +156,26 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
             Ok::<_, Infallible>(tonic::Status::not_found("inner").into_http())
         });
-        let mut service = DeadlineLayer.layer(answer);
+        let (layer, _drain) = layer();
+        let mut service = layer.layer(answer);
         for timeout in [Some("1S"), None] {
             let response = service.call(request(timeout)).await.expect("answered");
             assert_eq!(grpc_status(&response).code(), tonic::Code::NotFound, "{timeout:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_running_at_the_drain_deadline_is_told_the_daemon_is_shutting_down() {
+        let never = tower::service_fn(|_: http::Request<()>| std::future::pending::<Result<Response, Infallible>>());
+        let (layer, drain) = layer();
+        let mut service = layer.layer(never);
+        let waiting = tokio::spawn(service.call(request(Some("1H"))));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drain.send_replace(Some(DrainDeadline(Duration::from_secs(30))));
+        let response = waiting.await.expect("task").expect("answered");
+        let status = grpc_status(&response);
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().starts_with("cri-imaged is shutting down: its drain deadline (30s)"), "{status:?}");
     }
 
     #[test]

@@ -4,23 +4,31 @@ use std::{sync::Arc, time::Duration};
 
 use tonic_health::{ServingStatus, server::HealthReporter};
 
-use crate::{cri::ImageRuntime, manager::ImageManager};
+use crate::{
+    cri::{ImageRuntime, RuntimeError},
+    manager::ImageManager,
+};
 
 /// The health service name of our API.
 pub const IMAGE_MANAGER_SERVICE: &str = "imagemanager.v1.ImageManager";
 
-/// Probes the runtime every `interval` and reports the image service's health, logging changes.
+/// Probes the runtime every `interval`, each probe bounded by `timeout` (a frozen runtime is
+/// not a serving one), and reports the image service's health, logging changes.
 pub async fn probe_runtime<R: ImageRuntime>(
     manager: Arc<ImageManager<R>>,
     reporter: HealthReporter,
     interval: Duration,
+    timeout: Duration,
 ) {
     let mut last: Option<ServingStatus> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let result = manager.runtime().probe().await;
+        let result = match tokio::time::timeout(timeout, manager.runtime().probe()).await {
+            Ok(result) => result,
+            Err(_) => Err(RuntimeError::Timeout(timeout)),
+        };
         let status = if result.is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing };
         if last != Some(status) {
             match &result {

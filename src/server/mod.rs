@@ -17,7 +17,7 @@ use tonic::transport::Server;
 use self::authority::AuthorityTolerant;
 pub use self::{
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
-    deadline::{CallerDeadline, DeadlineLayer, parse_grpc_timeout},
+    deadline::{CallerDeadline, DeadlineLayer, DrainDeadline, parse_grpc_timeout},
     health::IMAGE_MANAGER_SERVICE,
     image_manager::ImageManagerService,
     request::RequestError,
@@ -36,7 +36,12 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// How often the runtime is probed for the health service.
     pub health_probe_interval: Duration,
+    /// How long one health probe may take before the runtime counts as unreachable.
+    pub health_probe_timeout: Duration,
 }
+
+/// After the drain deadline, how long the last answers may take to be written.
+const ANSWER_GRACE: Duration = Duration::from_secs(1);
 
 /// Why serving failed.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +83,12 @@ pub async fn serve<R: ImageRuntime>(
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    let prober = tokio::spawn(health::probe_runtime(manager.clone(), reporter.clone(), options.health_probe_interval));
+    let prober = tokio::spawn(health::probe_runtime(
+        manager.clone(),
+        reporter.clone(),
+        options.health_probe_interval,
+        options.health_probe_timeout,
+    ));
 
     let cri_image_service = CriImageService::new(manager.clone());
     let image_manager = ImageManagerServer::new(ImageManagerService::new(manager))
@@ -96,8 +106,9 @@ pub async fn serve<R: ImageRuntime>(
     };
     // Every connection's incoming HTTP/2 is made acceptable to h2 whatever its `:authority`.
     let incoming = UnixListenerStream::new(listener).map(|accepted| accepted.map(AuthorityTolerant::new));
+    let (drain_deadline, drained) = tokio::sync::watch::channel(None);
     let server = Server::builder()
-        .layer(DeadlineLayer)
+        .layer(DeadlineLayer::new(drained))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -105,11 +116,18 @@ pub async fn serve<R: ImageRuntime>(
         .add_service(cri_image_service)
         .serve_with_incoming_shutdown(incoming, signal);
 
+    tokio::pin!(server);
     let result = tokio::select! {
-        result = server => result.map_err(ServeError::from),
+        result = &mut server => result.map_err(ServeError::from),
         () = async { draining.notified().await; tokio::time::sleep(options.drain_timeout).await } => {
-            tracing::warn!(timeout = ?options.drain_timeout, "drain deadline passed; abandoning in-flight requests");
-            Ok(())
+            tracing::warn!(timeout = ?options.drain_timeout, "drain deadline passed; telling in-flight requests we are shutting down");
+            drain_deadline.send_replace(Some(DrainDeadline(options.drain_timeout)));
+            // Those answers are written before the connections close; a peer that never reads
+            // them does not hold the exit up for long.
+            match tokio::time::timeout(ANSWER_GRACE, server).await {
+                Ok(result) => result.map_err(ServeError::from),
+                Err(_) => Ok(()),
+            }
         }
     };
     prober.abort();

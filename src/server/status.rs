@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::{deadline::CallerDeadline, request::RequestError};
+use super::{
+    deadline::{CallerDeadline, DrainDeadline},
+    request::RequestError,
+};
 use std::sync::Arc;
 
 use crate::{cri::RuntimeError, manager::EnsureError, pull::PullError};
@@ -20,6 +23,8 @@ pub const ERROR_DOMAIN: &str = "cri-imaged";
 const INVALID_REQUEST: &str = "InvalidRequest";
 /// Reason for a request whose caller's deadline passed.
 const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Reason for a request the daemon gave up on as it exited.
+const SHUTTING_DOWN: &str = "ShuttingDown";
 
 impl From<EnsureError> for Status {
     fn from(error: EnsureError) -> Self {
@@ -71,10 +76,18 @@ impl From<CallerDeadline> for Status {
     }
 }
 
+impl From<DrainDeadline> for Status {
+    fn from(error: DrainDeadline) -> Self {
+        let details = ErrorDetails::with_error_info(SHUTTING_DOWN, ERROR_DOMAIN, HashMap::new());
+        Status::with_error_details(Code::Unavailable, error.to_string(), details)
+    }
+}
+
 fn ensure_error_code(error: &EnsureError) -> Code {
     match error {
         EnsureError::InvalidImageName { .. } => Code::InvalidArgument,
         EnsureError::NeverPull { .. } => Code::FailedPrecondition,
+        EnsureError::ImageInspect { source: RuntimeError::Timeout(_), .. } => Code::DeadlineExceeded,
         EnsureError::ImageInspect { .. } | EnsureError::RegistryUnavailable { .. } | EnsureError::BackOff { .. } => {
             Code::Unavailable
         }

@@ -37,6 +37,8 @@ pub struct Script {
     pub pulls: Vec<PullImageRequest>,
     /// When set, each pull waits until this is notified.
     pub pull_gate: Option<Arc<Notify>>,
+    /// While set, ImageStatus and ImageFsInfo wait for it: a frozen runtime.
+    pub frozen: Option<Arc<Notify>>,
     /// Each pull takes this long (real time).
     pub pull_delay: std::time::Duration,
     /// Pulls under way now, and the most there ever were at once.
@@ -64,6 +66,24 @@ impl FakeImageService {
     pub fn pulls(&self) -> Vec<PullImageRequest> {
         self.script.lock().unwrap().pulls.clone()
     }
+
+    /// Makes ImageStatus and ImageFsInfo hang until [`FakeImageService::thaw`].
+    pub fn freeze(&self) {
+        self.script.lock().unwrap().frozen = Some(Arc::new(Notify::new()));
+    }
+
+    pub fn thaw(&self) {
+        if let Some(frozen) = self.script.lock().unwrap().frozen.take() {
+            frozen.notify_waiters();
+        }
+    }
+
+    async fn wait_while_frozen(&self) {
+        let frozen = self.script.lock().unwrap().frozen.clone();
+        if let Some(frozen) = frozen {
+            frozen.notified().await;
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -78,6 +98,7 @@ impl ImageService for FakeImageService {
         request: Request<ImageStatusRequest>,
     ) -> Result<Response<ImageStatusResponse>, Status> {
         let name = request.into_inner().image.unwrap_or_default().image;
+        self.wait_while_frozen().await;
         let mut script = self.script.lock().unwrap();
         script.status_calls += 1;
         if let Some(status) = &script.status_error {
@@ -120,6 +141,7 @@ impl ImageService for FakeImageService {
     }
 
     async fn image_fs_info(&self, _: Request<ImageFsInfoRequest>) -> Result<Response<ImageFsInfoResponse>, Status> {
+        self.wait_while_frozen().await;
         let usage = FilesystemUsage::default();
         Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![] }))
     }

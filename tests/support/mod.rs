@@ -51,8 +51,11 @@ impl InProcessDaemon {
         let runtime = Arc::new(CriClient::new(&endpoint, Duration::from_secs(10)));
         let manager = Arc::new(ImageManager::new(runtime, config));
         let (listener, _socket_file) = cri_imaged::listener::bind(socket).await.expect("daemon binds");
-        let options =
-            ServeOptions { drain_timeout: Duration::from_secs(5), health_probe_interval: Duration::from_millis(50) };
+        let options = ServeOptions {
+            drain_timeout: Duration::from_secs(5),
+            health_probe_interval: Duration::from_millis(50),
+            health_probe_timeout: Duration::from_millis(500),
+        };
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let shutdown = async {

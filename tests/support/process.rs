@@ -89,7 +89,7 @@ impl DaemonProcess {
             .arg(socket)
             .arg("--runtime-endpoint")
             .arg(runtime_socket)
-            .args(["--health-probe-interval", "100ms", "--shutdown-timeout", "5s"])
+            .args(["--health-probe-interval", "100ms", "--health-probe-timeout", "200ms", "--shutdown-timeout", "2s"])
             .args(extra)
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())

@@ -1,5 +1,5 @@
-//! Generates the cri-imaged API and a descriptor set for server reflection, and a client for
-//! containerd's image events.
+//! Generates the cri-imaged API and a descriptor set for server reflection, and containerd's
+//! event service: the client the daemon watches image events with, the server its tests fake.
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_protos(&["proto/imagemanager/v1/image_manager.proto"], &["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(false)
+        .build_server(true)
         .compile_protos(&["proto/containerd/services/events/v1/events.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())

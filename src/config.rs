@@ -60,6 +60,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub presence_cache: bool,
 
+    /// A remembered answer is trusted while the cache was proven current (a marker event sent
+    /// through containerd's event stream came back) at most this long ago; 0s proves every hit,
+    /// so that no removal that has returned is ever missed. Under traffic the proof is renewed
+    /// ahead of time, so hits rarely wait.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero)]
+    pub presence_cache_max_staleness: Duration,
+
     /// Threads serving requests. One (the default) is fastest here: the daemon mostly waits on
     /// the runtime, and one thread never pays for waking another.
     #[arg(long, value_name = "N", default_value = "1")]
@@ -153,7 +160,7 @@ impl ServeArgs {
             mode: self.registry_rate_limit_mode,
         };
         let scheduler = SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout };
-        Ok(ManagerConfig { scheduler, backoff, rate_limits })
+        Ok(ManagerConfig { scheduler, backoff, rate_limits, presence_max_staleness: self.presence_cache_max_staleness })
     }
 }
 
@@ -168,6 +175,14 @@ pub enum DurationError {
 
 /// Parses `500ms`, `30s`, `2m`, `1h`; zero is refused because every duration here is a bound.
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    match parse_duration_or_zero(text)? {
+        Duration::ZERO => Err(DurationError::Zero(text.to_owned())),
+        duration => Ok(duration),
+    }
+}
+
+/// As [`parse_duration`], where zero means "none at all".
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, DurationError> {
     let malformed = || DurationError::Malformed(text.to_owned());
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(malformed)?;
     let (number, unit) = text.split_at(split);
@@ -179,9 +194,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         "h" => Duration::from_secs(value.checked_mul(3600).ok_or_else(malformed)?),
         _ => return Err(malformed()),
     };
-    if duration.is_zero() {
-        return Err(DurationError::Zero(text.to_owned()));
-    }
     Ok(duration)
 }
 
@@ -203,6 +215,7 @@ mod tests {
             assert_eq!(parse_duration(bad), Err(DurationError::Malformed(bad.to_owned())), "{bad:?}");
         }
         assert_eq!(parse_duration("0s"), Err(DurationError::Zero("0s".to_owned())));
+        assert_eq!(parse_duration_or_zero("0s"), Ok(Duration::ZERO));
     }
 
     #[test]
@@ -216,6 +229,7 @@ mod tests {
         assert_eq!(args.health_probe_interval, Duration::from_secs(5));
         assert_eq!(args.health_probe_timeout, Duration::from_secs(3));
         assert!(args.presence_cache);
+        assert_eq!(args.presence_cache_max_staleness, crate::presence::DEFAULT_MAX_STALENESS);
         assert_eq!(args.worker_threads.get(), 1);
     }
 

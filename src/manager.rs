@@ -16,7 +16,7 @@ use crate::{
     messages::{self, reason},
     metrics::Metrics,
     policy::{self, Decision, PullPolicy},
-    presence::PresenceCache,
+    presence::{Lookup, PresenceCache},
     pull::{PullError, Pulled, RuntimePull},
     ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
     reference::{self, ImageReference, ReferenceError},
@@ -29,6 +29,9 @@ pub struct ManagerConfig {
     pub scheduler: SchedulerConfig,
     pub backoff: BackoffConfig,
     pub rate_limits: RateLimitConfig,
+    /// How long ago the presence cache may last have been proven current for a hit to be
+    /// trusted; zero proves every hit (see [`crate::presence`]).
+    pub presence_max_staleness: Duration,
 }
 
 impl Default for ManagerConfig {
@@ -39,6 +42,7 @@ impl Default for ManagerConfig {
             scheduler: SchedulerConfig { max_parallel: Some(serial), pull_timeout: None },
             backoff: BackoffConfig::KUBELET,
             rate_limits: RateLimitConfig::kubelet(),
+            presence_max_staleness: crate::presence::DEFAULT_MAX_STALENESS,
         }
     }
 }
@@ -161,7 +165,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             runtime,
             scheduler: PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.clone()),
             backoff: Mutex::new(BackoffStore::new(config.backoff)),
-            presence: Arc::new(PresenceCache::new(metrics.clone())),
+            presence: Arc::new(PresenceCache::new(metrics.clone(), config.presence_max_staleness)),
             metrics,
         }
     }
@@ -268,8 +272,17 @@ impl<R: ImageRuntime> ImageManager<R> {
 impl<R: ImageRuntime> ImageManager<R> {
     /// The runtime's ImageStatus, answered from the presence cache when it can be.
     async fn image_status(&self, image: &str, spec: &ImageSpec) -> Result<Option<PresentImage>, EnsureError> {
-        if let Some(found) = self.presence.get(spec) {
-            return Ok(Some(found));
+        let asked_at = Instant::now();
+        match self.presence.lookup(spec, asked_at) {
+            Lookup::Fresh(found) => return Ok(Some(found)),
+            Lookup::Unproven => {
+                if self.presence.prove_current_since(asked_at).await
+                    && let Lookup::Fresh(found) = self.presence.lookup(spec, asked_at)
+                {
+                    return Ok(Some(found));
+                }
+            }
+            Lookup::Miss => {}
         }
         let ticket = self.presence.ticket();
         let present = self.runtime.image_status(spec.clone()).await.map_err(|source| {

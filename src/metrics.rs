@@ -86,6 +86,7 @@ pub struct Metrics {
     presence_hits: Counter,
     presence_invalidations: Counter,
     presence_watching: Gauge,
+    presence_barriers: Counter,
 }
 
 impl Default for Metrics {
@@ -137,6 +138,12 @@ impl Default for Metrics {
             "1 while the runtime's image events are watched and presence answers are remembered",
             presence_watching.clone(),
         );
+        let presence_barriers = Counter::default();
+        registry.register(
+            "presence_cache_barriers",
+            "Marker events published to prove the presence cache current (see --presence-cache-max-staleness)",
+            presence_barriers.clone(),
+        );
         Self {
             registry,
             pull_duration,
@@ -152,6 +159,7 @@ impl Default for Metrics {
             presence_hits,
             presence_invalidations,
             presence_watching,
+            presence_barriers,
         }
     }
 }
@@ -223,6 +231,10 @@ impl Metrics {
 
     pub fn presence_invalidated(&self) {
         self.presence_invalidations.inc();
+    }
+
+    pub fn presence_barrier(&self) {
+        self.presence_barriers.inc();
     }
 
     pub fn presence_watching(&self, watching: bool) {

@@ -2,31 +2,62 @@
 //! events are watched (see [`crate::runtime_events`]), so that asking about a present image again
 //! costs no runtime call.
 //!
-//! Correctness rests on two rules. Any image event forgets everything: events are rare, and
-//! forgetting all needs no agreement between our names and the runtime's normalised ones. And an
+//! Correctness rests on three rules. Any image event forgets everything: events are rare, and
+//! forgetting all needs no agreement between our names and the runtime's normalised ones. An
 //! answer is remembered only if no event came between asking and remembering (a [`Ticket`] of the
-//! generation); otherwise a deletion racing the question could be undone by a stale answer.
+//! generation); otherwise a deletion racing the question could be undone by a stale answer. And a
+//! remembered answer is trusted only while the cache is proven current: events reach us after
+//! the removal that caused them has returned, so the watcher publishes a marker event and waits
+//! for it to come back (a barrier); containerd delivers events in order, so every event published
+//! before the marker has been applied by then. A hit is trusted while the newest barrier that came
+//! back started at most `max_staleness` ago; with zero, every hit waits for a barrier that
+//! started after it was asked (strict).
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
 };
 
 use k8s_cri::v1::ImageSpec;
+use tokio::{
+    sync::{Notify, watch},
+    time::Instant,
+};
 
 use crate::{cri::PresentImage, metrics::Metrics};
 
 /// The most images remembered; past it the cache starts over. Nodes hold far fewer.
 pub const CAPACITY: usize = 4096;
+/// The default of `--presence-cache-max-staleness`.
+pub const DEFAULT_MAX_STALENESS: Duration = Duration::from_millis(100);
+/// How long a hit waits for a barrier before asking the runtime instead.
+pub const PROOF_WAIT: Duration = Duration::from_secs(1);
 
 /// Proof of which generation an answer was asked in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket(u64);
 
+/// What the cache can say about an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// Present, and the cache is proven current within the allowed staleness.
+    Fresh(PresentImage),
+    /// Remembered, but not proven current recently enough: prove it, or ask the runtime.
+    Unproven,
+    /// Not remembered: ask the runtime.
+    Miss,
+}
+
 /// What the runtime said is present, while its events are watched.
 pub struct PresenceCache {
     state: Mutex<State>,
     metrics: Arc<Metrics>,
+    max_staleness: Duration,
+    /// Asks the watcher for a barrier; many asks before it starts one make one barrier.
+    barrier_wanted: Notify,
+    /// Moves on whenever `current_as_of` or `watching` changes, to wake those waiting for proof.
+    proofs: watch::Sender<()>,
 }
 
 #[derive(Default)]
@@ -35,6 +66,10 @@ struct State {
     watching: bool,
     /// Moves on at every event and every change of `watching`.
     generation: u64,
+    /// When the newest barrier that came back was started: every image event published before
+    /// then has been applied. Kept under the same lock as `images`, so that a lookup never pairs
+    /// an image from before an event with a proof from after it.
+    current_as_of: Option<Instant>,
     /// By runtime handler, then image (as sent to the runtime); annotations do not change
     /// presence. Nested so that a lookup on the hot path allocates nothing.
     images: HashMap<String, HashMap<String, PresentImage>>,
@@ -44,25 +79,93 @@ impl State {
     fn len(&self) -> usize {
         self.images.values().map(HashMap::len).sum()
     }
+
+    fn forget(&mut self) {
+        self.generation += 1;
+        self.images.clear();
+    }
 }
 
 impl PresenceCache {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { state: Mutex::new(State::default()), metrics }
+    /// A cache that trusts a hit while it was proven current at most `max_staleness` ago.
+    pub fn new(metrics: Arc<Metrics>, max_staleness: Duration) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            metrics,
+            max_staleness,
+            barrier_wanted: Notify::new(),
+            proofs: watch::Sender::new(()),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The image, if the runtime said it has it and nothing has changed since.
-    pub fn get(&self, spec: &ImageSpec) -> Option<PresentImage> {
+    /// The image, if the runtime said it has it, nothing has changed since, and the cache is
+    /// proven current within the allowed staleness as of `now`.
+    pub fn lookup(&self, spec: &ImageSpec, now: Instant) -> Lookup {
         let state = self.state();
-        let found = state.images.get(&spec.runtime_handler).and_then(|images| images.get(&spec.image)).cloned();
-        if found.is_some() {
-            self.metrics.presence_hit();
+        let Some(found) = state.images.get(&spec.runtime_handler).and_then(|images| images.get(&spec.image)) else {
+            return Lookup::Miss;
+        };
+        let Some(age) = state.current_as_of.map(|as_of| now.saturating_duration_since(as_of)) else {
+            return Lookup::Unproven;
+        };
+        if age > self.max_staleness {
+            return Lookup::Unproven;
         }
-        found
+        // Half way to stale: prove it again now, so that steady traffic never waits.
+        if age * 2 > self.max_staleness {
+            self.barrier_wanted.notify_one();
+        }
+        self.metrics.presence_hit();
+        Lookup::Fresh(found.clone())
+    }
+
+    /// Waits until a barrier started at or after `since` has come back, asking the watcher for
+    /// one; false when events are not watched or no proof came within [`PROOF_WAIT`].
+    pub async fn prove_current_since(&self, since: Instant) -> bool {
+        let mut proofs = self.proofs.subscribe();
+        let proven = async {
+            loop {
+                {
+                    let state = self.state();
+                    if state.current_as_of.is_some_and(|as_of| as_of >= since) {
+                        return true;
+                    }
+                    if !state.watching {
+                        return false;
+                    }
+                }
+                self.barrier_wanted.notify_one();
+                if proofs.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(PROOF_WAIT, proven).await.unwrap_or(false)
+    }
+
+    /// The metrics the cache and its watcher keep.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// For the watcher: resolves when someone wants the cache proven current.
+    pub async fn barrier_wanted(&self) {
+        self.barrier_wanted.notified().await;
+    }
+
+    /// For the watcher: a barrier started at `started` came back, so every event published
+    /// before then has been applied.
+    pub fn proven_current_as_of(&self, started: Instant) {
+        let mut state = self.state();
+        if state.watching && state.current_as_of.is_none_or(|as_of| as_of < started) {
+            state.current_as_of = Some(started);
+        }
+        drop(state);
+        self.proofs.send_replace(());
     }
 
     /// A ticket to remember an answer about to be asked for; `None` while events are not watched.
@@ -83,21 +186,22 @@ impl PresenceCache {
         state.images.entry(spec.runtime_handler.clone()).or_default().insert(spec.image.clone(), image);
     }
 
-    /// An image event: forget everything.
+    /// An image changed, by an event or by a removal that went through us: forget everything.
     pub fn image_changed(&self) {
-        let mut state = self.state();
-        state.generation += 1;
-        state.images.clear();
+        self.state().forget();
         self.metrics.presence_invalidated();
     }
 
-    /// The subscription to image events became live or was lost; either way, start empty.
+    /// The subscription to image events became live or was lost; either way, start empty and
+    /// unproven.
     pub fn set_watching(&self, watching: bool) {
         let mut state = self.state();
         state.watching = watching;
-        state.generation += 1;
-        state.images.clear();
+        state.current_as_of = None;
+        state.forget();
+        drop(state);
         self.metrics.presence_watching(watching);
+        self.proofs.send_replace(());
     }
 
     /// Whether answers are being remembered.
@@ -117,81 +221,4 @@ impl PresenceCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn spec(image: &str) -> ImageSpec {
-        ImageSpec { image: image.into(), ..Default::default() }
-    }
-
-    fn present(id: &str) -> PresentImage {
-        PresentImage { id: id.into(), size: 1 }
-    }
-
-    fn watching_cache() -> PresenceCache {
-        let cache = PresenceCache::new(Arc::default());
-        cache.set_watching(true);
-        cache
-    }
-
-    #[test]
-    fn nothing_is_remembered_until_events_are_watched() {
-        let cache = PresenceCache::new(Arc::default());
-        assert_eq!(cache.ticket(), None, "no ticket, so callers ask the runtime every time");
-        cache.set_watching(true);
-        let ticket = cache.ticket().expect("watching");
-        cache.remember(ticket, &spec("busybox:1"), present("sha256:a"));
-        assert_eq!(cache.get(&spec("busybox:1")), Some(present("sha256:a")));
-    }
-
-    #[test]
-    fn any_image_event_forgets_every_image() {
-        let cache = watching_cache();
-        for image in ["busybox:1", "nginx:1"] {
-            cache.remember(cache.ticket().expect("watching"), &spec(image), present(image));
-        }
-        cache.image_changed();
-        assert!(cache.is_empty());
-        assert_eq!(cache.get(&spec("nginx:1")), None);
-    }
-
-    #[test]
-    fn an_answer_asked_before_an_event_is_not_remembered_after_it() {
-        let cache = watching_cache();
-        let ticket = cache.ticket().expect("watching");
-        // The image is deleted while the runtime's (now stale) answer is on its way.
-        cache.image_changed();
-        cache.remember(ticket, &spec("busybox:1"), present("sha256:a"));
-        assert_eq!(cache.get(&spec("busybox:1")), None);
-    }
-
-    #[test]
-    fn losing_the_event_stream_forgets_everything_and_stops_remembering() {
-        let cache = watching_cache();
-        let ticket = cache.ticket().expect("watching");
-        cache.remember(ticket, &spec("busybox:1"), present("sha256:a"));
-        cache.set_watching(false);
-        assert!(cache.is_empty());
-        assert_eq!(cache.ticket(), None);
-        cache.remember(ticket, &spec("busybox:1"), present("sha256:a"));
-        assert!(cache.is_empty(), "a ticket from before the loss is void");
-    }
-
-    #[test]
-    fn runtime_handlers_are_told_apart() {
-        let cache = watching_cache();
-        let gvisor = ImageSpec { runtime_handler: "runsc".into(), ..spec("busybox:1") };
-        cache.remember(cache.ticket().expect("watching"), &gvisor, present("sha256:a"));
-        assert_eq!(cache.get(&spec("busybox:1")), None);
-        assert_eq!(cache.get(&gvisor), Some(present("sha256:a")));
-    }
-
-    #[test]
-    fn a_full_cache_starts_over_instead_of_growing() {
-        let cache = watching_cache();
-        for index in 0..=CAPACITY {
-            cache.remember(cache.ticket().expect("watching"), &spec(&format!("image-{index}:1")), present("id"));
-        }
-        assert_eq!(cache.len(), 1, "the image after the full cache is the only one kept");
-    }
-}
+mod tests;

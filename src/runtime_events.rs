@@ -3,16 +3,27 @@
 //! containerd sends a stream's headers only with its first event, so a subscription gives no sign
 //! of being registered. We publish a marker event of our own until it comes back on the stream:
 //! from then on every image event reaches us, and only then does the cache remember anything.
+//! Each marker is also a barrier: containerd hands events to a subscriber in the order they were
+//! published, so when a marker comes back, every event published before it was sent has been
+//! applied, and the cache is current as of the moment we sent it. The cache asks for barriers
+//! as it needs them (see [`crate::presence`]).
 //! Runtimes without containerd's event service (CRI-O) answer UNIMPLEMENTED; the cache then stays
 //! off and every presence check asks the runtime, as the kubelet does.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    hash::{BuildHasher, RandomState},
+    sync::Arc,
+    time::Duration,
+};
 
+use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::presence::PresenceCache;
 
-mod proto {
+/// containerd's event service, as far as cri-imaged uses it (the server is for tests' fakes).
+pub mod proto {
     tonic::include_proto!("containerd.services.events.v1");
 }
 
@@ -20,6 +31,10 @@ use proto::{PublishRequest, SubscribeRequest, events_client::EventsClient};
 
 /// The topic of our marker event.
 const MARKER_TOPIC: &str = "/cri-imaged/watching";
+/// How a marker's payload is typed: a `google.protobuf.StringValue`, which `ctr events` can show.
+const MARKER_TYPE: &str = "type.googleapis.com/google.protobuf.StringValue";
+/// The most markers awaited at once; older ones are given up as lost.
+const MARKERS_IN_FLIGHT: usize = 64;
 /// Publishing needs a namespace; the CRI's is the one cri-imaged works in.
 const NAMESPACE: &str = "k8s.io";
 /// How often the marker is published while the stream is silent, and how many times.
@@ -52,8 +67,9 @@ impl From<tonic::Status> for WatchError {
 /// subscribing again after failures (the runtime restarted, say).
 pub async fn watch(channel: Channel, cache: Arc<PresenceCache>) {
     let mut retry = RETRY_MIN;
+    let mut markers = Markers::new(cache.clone());
     loop {
-        let error = watch_once(channel.clone(), &cache).await;
+        let error = watch_once(channel.clone(), &cache, &mut markers).await;
         if cache.is_watching() {
             retry = RETRY_MIN;
         }
@@ -68,14 +84,15 @@ pub async fn watch(channel: Channel, cache: Arc<PresenceCache>) {
     }
 }
 
-/// Subscribes, waits for proof that the subscription is live, then follows the stream.
-async fn watch_once(channel: Channel, cache: &PresenceCache) -> WatchError {
+/// Subscribes, waits for proof that the subscription is live, then follows the stream, sending
+/// a barrier whenever the cache asks for one.
+async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Markers) -> WatchError {
     let mut client = EventsClient::new(channel);
     let filters = vec![r#"topic~="^/images/""#.to_owned(), format!(r#"topic=="{MARKER_TOPIC}""#)];
     let mut subscriber = client.clone();
     let subscribe = subscriber.subscribe(SubscribeRequest { filters });
     tokio::pin!(subscribe);
-    let mut markers = tokio::time::interval(MARKER_INTERVAL);
+    let mut ticks = tokio::time::interval(MARKER_INTERVAL);
     let mut published = 0;
     let mut stream = loop {
         tokio::select! {
@@ -84,11 +101,11 @@ async fn watch_once(channel: Channel, cache: &PresenceCache) -> WatchError {
                 Ok(response) => break response.into_inner(),
                 Err(status) => return status.into(),
             },
-            _ = markers.tick() => {
+            _ = ticks.tick() => {
                 if published == MARKER_ATTEMPTS {
                     return WatchError::MarkerLost;
                 }
-                if let Err(status) = publish_marker(&mut client).await {
+                if let Err(status) = markers.publish(&mut client).await {
                     return status.into();
                 }
                 published += 1;
@@ -96,27 +113,118 @@ async fn watch_once(channel: Channel, cache: &PresenceCache) -> WatchError {
         }
     };
     loop {
-        let envelope = match stream.message().await {
-            Ok(Some(envelope)) => envelope,
-            Ok(None) => return WatchError::Ended,
-            Err(status) => return status.into(),
+        let envelope = tokio::select! {
+            biased;
+            message = stream.message() => match message {
+                Ok(Some(envelope)) => envelope,
+                Ok(None) => return WatchError::Ended,
+                Err(status) => return status.into(),
+            },
+            () = cache.barrier_wanted() => {
+                if let Err(status) = markers.publish(&mut client).await {
+                    return status.into();
+                }
+                continue;
+            }
+            // A server that answers the subscription before any event (unlike containerd) gets
+            // markers until one comes back.
+            _ = ticks.tick(), if !cache.is_watching() => {
+                if published == MARKER_ATTEMPTS {
+                    return WatchError::MarkerLost;
+                }
+                if let Err(status) = markers.publish(&mut client).await {
+                    return status.into();
+                }
+                published += 1;
+                continue;
+            }
         };
         // Whatever comes first proves the subscription is registered.
         if !cache.is_watching() {
             cache.set_watching(true);
             tracing::info!("watching the runtime's image events; presence answers are remembered");
         }
-        if envelope.topic != MARKER_TOPIC {
+        if envelope.topic == MARKER_TOPIC {
+            markers.returned(envelope.event.as_ref());
+        } else {
             tracing::debug!(topic = %envelope.topic, namespace = %envelope.namespace, "image event");
             cache.image_changed();
         }
     }
 }
 
-async fn publish_marker(client: &mut EventsClient<Channel>) -> Result<(), tonic::Status> {
-    let empty = prost_types::Any { type_url: "type.googleapis.com/google.protobuf.Empty".into(), value: Vec::new() };
-    let mut request = tonic::Request::new(PublishRequest { topic: MARKER_TOPIC.into(), event: Some(empty) });
-    request.metadata_mut().insert("containerd-namespace", tonic::metadata::MetadataValue::from_static(NAMESPACE));
-    request.set_timeout(Duration::from_secs(5));
-    client.publish(request).await.map(drop)
+/// Our marker events: numbered, tagged with this process's nonce (another cri-imaged on the same
+/// containerd sees them too), and remembered until they come back.
+struct Markers {
+    cache: Arc<PresenceCache>,
+    nonce: u64,
+    next: u64,
+    /// Sent and not yet back, oldest first: number and when it was sent.
+    in_flight: VecDeque<(u64, Instant)>,
+}
+
+impl Markers {
+    fn new(cache: Arc<PresenceCache>) -> Self {
+        Self { cache, nonce: RandomState::new().hash_one(std::process::id()), next: 0, in_flight: VecDeque::new() }
+    }
+
+    fn payload(&self, number: u64) -> String {
+        format!("cri-imaged {:016x} {number}", self.nonce)
+    }
+
+    async fn publish(&mut self, client: &mut EventsClient<Channel>) -> Result<(), tonic::Status> {
+        let number = self.next;
+        self.next += 1;
+        if self.in_flight.len() == MARKERS_IN_FLIGHT {
+            self.in_flight.pop_front();
+        }
+        // Sent before containerd can see it: the proof never claims more than it shows.
+        self.in_flight.push_back((number, Instant::now()));
+        let event =
+            prost_types::Any { type_url: MARKER_TYPE.into(), value: encode_string_value(&self.payload(number)) };
+        let mut request = tonic::Request::new(PublishRequest { topic: MARKER_TOPIC.into(), event: Some(event) });
+        request.metadata_mut().insert("containerd-namespace", tonic::metadata::MetadataValue::from_static(NAMESPACE));
+        request.set_timeout(Duration::from_secs(5));
+        client.publish(request).await?;
+        self.cache.metrics().presence_barrier();
+        Ok(())
+    }
+
+    /// A marker came back: if it is ours, the cache is current as of when it was sent.
+    fn returned(&mut self, event: Option<&prost_types::Any>) {
+        let Some(number) = event.and_then(|event| decode_string_value(&event.value)).and_then(|text| {
+            let (nonce, number) = text.strip_prefix("cri-imaged ")?.split_once(' ')?;
+            (u64::from_str_radix(nonce, 16).ok()? == self.nonce).then(|| number.parse::<u64>().ok())?
+        }) else {
+            return;
+        };
+        // Markers come back in order; any older one still awaited was lost.
+        while let Some(&(awaited, sent)) = self.in_flight.front() {
+            if awaited > number {
+                break;
+            }
+            self.in_flight.pop_front();
+            if awaited == number {
+                self.cache.proven_current_as_of(sent);
+            }
+        }
+    }
+}
+
+/// A `google.protobuf.StringValue` (field 1, a string), encoded by hand.
+fn encode_string_value(text: &str) -> Vec<u8> {
+    let mut out = vec![0x0a];
+    prost::encoding::encode_varint(text.len() as u64, &mut out);
+    out.extend_from_slice(text.as_bytes());
+    out
+}
+
+fn decode_string_value(mut bytes: &[u8]) -> Option<String> {
+    let (&tag, rest) = bytes.split_first()?;
+    bytes = rest;
+    if tag != 0x0a {
+        return None;
+    }
+    let length = usize::try_from(prost::encoding::decode_varint(&mut bytes).ok()?).ok()?;
+    String::from_utf8(bytes.get(..length)?.to_vec()).ok()
 }

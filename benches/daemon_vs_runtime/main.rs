@@ -8,7 +8,9 @@
 //!
 //! Sections: start-up (exec → SERVING), the presence path (EnsureImageExists on a present image
 //! against ImageStatus, alternating), the herd (N callers for one absent image, both ways, with
-//! the registry's and containerd's own counts), and memory (idle, herd peak, backoff entries).
+//! the registry's and containerd's own counts), memory (idle, herd peak, backoff entries), and
+//! staleness (how long after an image is removed behind cri-imaged's back it may still be
+//! called present).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -26,6 +28,7 @@ use std::{
 };
 
 use clap::Parser;
+use cri_imaged::presence::DEFAULT_MAX_STALENESS;
 use cri_imaged::{
     api::{
         EnsureImageExistsRequest, EnsureImageExistsResponse, PodRef, PullPolicy,
@@ -34,7 +37,7 @@ use cri_imaged::{
     cri::{CriClient, ImageRuntime, PullSpec, RuntimeEndpoint},
     server::IMAGE_MANAGER_SERVICE,
 };
-use k8s_cri::v1::ImageSpec;
+use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
@@ -77,6 +80,7 @@ enum Section {
     Presence,
     Herd,
     Backoff,
+    Staleness,
 }
 
 /// How much of everything to do.
@@ -88,6 +92,8 @@ struct Sizes {
     herds: &'static [usize],
     backoff_entries: usize,
     startups: usize,
+    /// Removals behind the daemon's back, per staleness setting.
+    removals: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -97,6 +103,7 @@ const FULL: Sizes = Sizes {
     herds: &[200, 1000],
     backoff_entries: 100_000,
     startups: 20,
+    removals: 300,
 };
 
 const QUICK: Sizes = Sizes {
@@ -106,6 +113,7 @@ const QUICK: Sizes = Sizes {
     herds: &[20],
     backoff_entries: 1_000,
     startups: 3,
+    removals: 3,
 };
 
 fn main() -> ExitCode {
@@ -116,7 +124,7 @@ fn main() -> ExitCode {
         (&QUICK, "target/bench/daemon_vs_runtime.quick.md")
     };
     let sections = if args.only.is_empty() {
-        vec![Section::Startup, Section::Presence, Section::Herd, Section::Backoff]
+        vec![Section::Startup, Section::Presence, Section::Herd, Section::Backoff, Section::Staleness]
     } else {
         args.only.clone()
     };
@@ -145,6 +153,7 @@ struct Images {
 impl Images {
     fn seed(stack: &LocalStack, sizes: &Sizes) -> Self {
         stack.seed("bench/present:v1", "present");
+        stack.seed("bench/removed:v1", "removed behind the daemon's back");
         let mut herds = Vec::new();
         for &size in sizes.herds {
             let through = format!("bench/herd-{size}-through:v1");
@@ -205,6 +214,10 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::Backoff) {
         eprintln!("backoff store: {} entries", sizes.backoff_entries);
         backoff(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Staleness) {
+        eprintln!("staleness: {} removals behind the daemon's back per setting", sizes.removals);
+        staleness(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);
@@ -414,13 +427,15 @@ fn straight_to_containerd(direct: &Arc<CriClient>, image: &str) -> PresenceCall 
 async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
     let (image, sizes) = (bench.images.present.as_str(), bench.sizes);
     let uncached = Daemon::start(bench, "uncached", &["--presence-cache=false"]).await;
-    for client in [&daemon.client, &uncached.client] {
+    let strict = Daemon::start(bench, "strict", &["--presence-cache-max-staleness=0s"]).await;
+    for client in [&daemon.client, &uncached.client, &strict.client] {
         ensure(client, image, "warm-up").await.expect("the present image is pulled");
     }
-    let sides: [(&str, PresenceCall); 3] = [
+    let sides: [(&str, PresenceCall); 4] = [
         ("containerd directly", straight_to_containerd(&bench.direct, image)),
         ("cri-imaged", through_daemon(&daemon.client, image)),
         ("cri-imaged --presence-cache=false", through_daemon(&uncached.client, image)),
+        ("cri-imaged --presence-cache-max-staleness=0s", through_daemon(&strict.client, image)),
     ];
     let mut table = Table::new(
         "Presence path: EnsureImageExists (IfNotPresent, image present) through cri-imaged vs ImageStatus on containerd",
@@ -480,6 +495,70 @@ async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
                 met: rps_ratio >= 0.9,
             });
         }
+    }
+    findings.tables.push(table);
+}
+
+/// For each staleness setting: an image is pulled on containerd, answered from cri-imaged's
+/// memory, removed on containerd directly (behind cri-imaged's back), and then asked about with
+/// policy Never, back to back, until cri-imaged says it is absent. The window is how long after
+/// the removal returned the last "present" answer was asked.
+async fn staleness(bench: &Bench, findings: &mut Findings) {
+    let image = bench.stack.image("bench/removed:v1");
+    let spec = || k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
+    let mut containerd = ImageServiceClient::new(unix_channel(&bench.stack.containerd_socket));
+    let mut table = Table::new(
+        "Staleness: removals behind cri-imaged's back (on containerd directly), then EnsureImageExists(Never) until absent",
+        &[
+            "--presence-cache-max-staleness",
+            "removals",
+            "removals answered present after",
+            "stale answers",
+            "window p99",
+            "window max",
+        ],
+    );
+    for setting in [format!("{}ms", DEFAULT_MAX_STALENESS.as_millis()), "0s".to_owned()] {
+        let daemon = Daemon::start(
+            bench,
+            &format!("staleness-{setting}"),
+            &[&format!("--presence-cache-max-staleness={setting}")],
+        )
+        .await;
+        let mut client = daemon.client.clone();
+        let (mut windows, mut stale_answers) = (Vec::new(), 0usize);
+        for _ in 0..bench.sizes.removals {
+            let pull = PullSpec { image: spec(), ..Default::default() };
+            bench.direct.pull_image(pull).await.expect("containerd pulls");
+            for _ in 0..2 {
+                ensure(&client, &image, "staleness").await.expect("present");
+            }
+            containerd.remove_image(RemoveImageRequest { image: Some(spec()) }).await.expect("containerd removes");
+            let removed = Instant::now();
+            let mut window = Duration::ZERO;
+            for _ in 0..100_000 {
+                let asked = removed.elapsed();
+                let mut never = ensure_request(&image, "staleness");
+                never.pull_policy = PullPolicy::Never as i32;
+                if client.ensure_image_exists(never).await.is_err() {
+                    break;
+                }
+                stale_answers += 1;
+                window = asked;
+            }
+            windows.push(window);
+        }
+        windows.sort();
+        let stale_removals = windows.iter().filter(|window| !window.is_zero()).count();
+        let quantile = |q: f64| windows[((windows.len() - 1) as f64 * q).round() as usize];
+        table.row(vec![
+            setting,
+            windows.len().to_string(),
+            stale_removals.to_string(),
+            stale_answers.to_string(),
+            report::duration(quantile(0.99)),
+            report::duration(quantile(1.0)),
+        ]);
     }
     findings.tables.push(table);
 }

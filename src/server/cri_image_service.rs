@@ -2,7 +2,8 @@
 //! (`--image-endpoint`) pulls through cri-imaged without knowing it.
 //!
 //! ListImages, ImageStatus, RemoveImage and ImageFsInfo are forwarded with their bytes untouched;
-//! PullImage goes through the scheduler and the registry limits.
+//! PullImage goes through the scheduler and the registry limits. A RemoveImage empties the
+//! presence cache before its answer is sent, so no answer after it can call the image present.
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
@@ -15,6 +16,7 @@ use crate::{
     cri::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
     manager::ImageManager,
     passthrough::RawCodec,
+    presence::PresenceCache,
 };
 
 /// The service's gRPC name.
@@ -24,25 +26,27 @@ pub const CRI_IMAGE_SERVICE: &str = "runtime.v1.ImageService";
 const FORWARDED: [&str; 4] = [
     "/runtime.v1.ImageService/ListImages",
     "/runtime.v1.ImageService/ImageStatus",
-    "/runtime.v1.ImageService/RemoveImage",
+    REMOVE_IMAGE,
     "/runtime.v1.ImageService/ImageFsInfo",
 ];
+const REMOVE_IMAGE: &str = "/runtime.v1.ImageService/RemoveImage";
 const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
 
 /// The service; cheap to clone.
 pub struct CriImageService<R> {
     manager: Arc<ImageManager<R>>,
+    presence: Arc<PresenceCache>,
 }
 
 impl<R> CriImageService<R> {
-    pub fn new(manager: Arc<ImageManager<R>>) -> Self {
-        Self { manager }
+    pub fn new(manager: Arc<ImageManager<R>>, presence: Arc<PresenceCache>) -> Self {
+        Self { manager, presence }
     }
 }
 
 impl<R> Clone for CriImageService<R> {
     fn clone(&self) -> Self {
-        Self { manager: self.manager.clone() }
+        Self { manager: self.manager.clone(), presence: self.presence.clone() }
     }
 }
 
@@ -65,9 +69,17 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         let manager = self.manager.clone();
         let path = request.uri().path().to_owned();
         if let Some(method) = FORWARDED.into_iter().find(|method| *method == path) {
+            let presence = (method == REMOVE_IMAGE).then(|| self.presence.clone());
             let forward = tower::service_fn(move |call: Request<Bytes>| {
-                let manager = manager.clone();
-                async move { manager.runtime().forward_raw(method, call.into_inner()).await.map(Response::new) }
+                let (manager, presence) = (manager.clone(), presence.clone());
+                async move {
+                    let answer = manager.runtime().forward_raw(method, call.into_inner()).await;
+                    // Whether or not it succeeded, the removal may have changed what is present.
+                    if let Some(presence) = presence {
+                        presence.image_changed();
+                    }
+                    answer.map(Response::new)
+                }
             });
             let mut grpc = tonic::server::Grpc::new(RawCodec)
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));

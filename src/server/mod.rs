@@ -90,7 +90,7 @@ pub async fn serve<R: ImageRuntime>(
         options.health_probe_timeout,
     ));
 
-    let cri_image_service = CriImageService::new(manager.clone());
+    let cri_image_service = CriImageService::new(manager.clone(), manager.presence().clone());
     let image_manager = ImageManagerServer::new(ImageManagerService::new(manager))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

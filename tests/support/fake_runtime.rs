@@ -1,4 +1,5 @@
-//! A scripted CRI ImageService: k8s-cri's generated server on a unix socket.
+//! A scripted CRI ImageService: k8s-cri's generated server on a unix socket, optionally with
+//! containerd's event service beside it.
 
 use std::{
     collections::HashMap,
@@ -19,6 +20,8 @@ use tokio::{
 };
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
+
+use super::fake_events::FakeEvents;
 
 /// What the fake answers and what it saw.
 #[derive(Default)]
@@ -50,6 +53,9 @@ pub struct Script {
 #[derive(Clone, Default)]
 pub struct FakeImageService {
     pub script: Arc<Mutex<Script>>,
+    /// Image events, published as containerd publishes them (served only by
+    /// [`FakeRuntime::start_with_events`]).
+    pub events: FakeEvents,
 }
 
 impl FakeImageService {
@@ -65,6 +71,13 @@ impl FakeImageService {
 
     pub fn pulls(&self) -> Vec<PullImageRequest> {
         self.script.lock().unwrap().pulls.clone()
+    }
+
+    /// Removes `name` as a client on the runtime's own socket would (ctr, crictl on containerd):
+    /// the image goes and an `/images/delete` event is published.
+    pub fn remove(&self, name: &str) {
+        self.script.lock().unwrap().images.remove(name);
+        self.events.publish("/images/delete", None);
     }
 
     /// Makes ImageStatus and ImageFsInfo hang until [`FakeImageService::thaw`].
@@ -136,7 +149,11 @@ impl ImageService for FakeImageService {
         Ok(Response::new(PullImageResponse { image_ref: id }))
     }
 
-    async fn remove_image(&self, _: Request<RemoveImageRequest>) -> Result<Response<RemoveImageResponse>, Status> {
+    async fn remove_image(
+        &self,
+        request: Request<RemoveImageRequest>,
+    ) -> Result<Response<RemoveImageResponse>, Status> {
+        self.remove(&request.into_inner().image.unwrap_or_default().image);
         Ok(Response::new(RemoveImageResponse {}))
     }
 
@@ -156,12 +173,23 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
-    /// Serves `service` on `socket`.
+    /// Serves `service` on `socket`, without containerd's event service (as CRI-O).
     pub fn start(socket: &Path, service: FakeImageService) -> Self {
+        Self::serve(socket, service, false)
+    }
+
+    /// Serves `service` and its events on `socket`, as containerd does.
+    pub fn start_with_events(socket: &Path, service: FakeImageService) -> Self {
+        Self::serve(socket, service, true)
+    }
+
+    fn serve(socket: &Path, service: FakeImageService, with_events: bool) -> Self {
         let _ = std::fs::remove_file(socket);
         let listener = UnixListener::bind(socket).expect("fake runtime binds its socket");
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tonic::transport::Server::builder().add_service(ImageServiceServer::new(service.clone()));
+        let server = tonic::transport::Server::builder()
+            .add_service(ImageServiceServer::new(service.clone()))
+            .add_optional_service(with_events.then(|| service.events.server()));
         let task = tokio::spawn(async move {
             let incoming = UnixListenerStream::new(listener);
             server

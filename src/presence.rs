@@ -11,7 +11,10 @@
 //! for it to come back (a barrier); containerd delivers events in order, so every event published
 //! before the marker has been applied by then. A hit is trusted while the newest barrier that came
 //! back started at most `max_staleness` ago; with zero, every hit waits for a barrier that
-//! started after it was asked (strict).
+//! started after it was asked (strict). Last, containerd's CRI plugin applies each image event to
+//! its own image store (what ImageStatus reads) on its own schedule, so the watcher forgets
+//! everything once more [`SETTLE`] after the last event: an answer the plugin gave before it had
+//! caught up is not kept longer than that.
 
 use std::{
     collections::HashMap,
@@ -31,6 +34,9 @@ use crate::{cri::PresentImage, metrics::Metrics};
 pub const CAPACITY: usize = 4096;
 /// The default of `--presence-cache-max-staleness`.
 pub const DEFAULT_MAX_STALENESS: Duration = Duration::from_millis(100);
+/// After the last image event, when the cache is emptied once more: by then the runtime's CRI
+/// layer has applied the same event to the store its ImageStatus answers from.
+pub const SETTLE: Duration = Duration::from_secs(1);
 /// How long a hit waits for a barrier before asking the runtime instead.
 pub const PROOF_WAIT: Duration = Duration::from_secs(1);
 

@@ -20,7 +20,7 @@ use std::{
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use crate::presence::PresenceCache;
+use crate::presence::{PresenceCache, SETTLE};
 
 /// containerd's event service, as far as cri-imaged uses it (the server is for tests' fakes).
 pub mod proto {
@@ -35,6 +35,9 @@ const MARKER_TOPIC: &str = "/cri-imaged/watching";
 const MARKER_TYPE: &str = "type.googleapis.com/google.protobuf.StringValue";
 /// The most markers awaited at once; older ones are given up as lost.
 const MARKERS_IN_FLIGHT: usize = 64;
+/// A marker not back within this long means the stream has stalled: subscribe again rather than
+/// let every hit wait for a proof that will not come.
+const MARKER_DEADLINE: Duration = Duration::from_secs(2);
 /// Publishing needs a namespace; the CRI's is the one cri-imaged works in.
 const NAMESPACE: &str = "k8s.io";
 /// How often the marker is published while the stream is silent, and how many times.
@@ -53,7 +56,7 @@ pub enum WatchError {
     Stream(tonic::Status),
     #[error("the image event stream ended")]
     Ended,
-    #[error("our marker event never came back on the stream")]
+    #[error("our marker event did not come back on the stream")]
     MarkerLost,
 }
 
@@ -88,6 +91,7 @@ pub async fn watch(channel: Channel, cache: Arc<PresenceCache>) {
 /// a barrier whenever the cache asks for one.
 async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Markers) -> WatchError {
     let mut client = EventsClient::new(channel);
+    markers.in_flight.clear();
     let filters = vec![r#"topic~="^/images/""#.to_owned(), format!(r#"topic=="{MARKER_TOPIC}""#)];
     let mut subscriber = client.clone();
     let subscribe = subscriber.subscribe(SubscribeRequest { filters });
@@ -112,6 +116,8 @@ async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Marke
             }
         }
     };
+    // Armed by each image event: forget once more when the runtime's CRI layer has caught up.
+    let mut settle_at: Option<Instant> = None;
     loop {
         let envelope = tokio::select! {
             biased;
@@ -120,22 +126,32 @@ async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Marke
                 Ok(None) => return WatchError::Ended,
                 Err(status) => return status.into(),
             },
+            () = tokio::time::sleep_until(settle_at.unwrap_or_else(Instant::now)), if settle_at.is_some() => {
+                settle_at = None;
+                cache.image_changed();
+                continue;
+            }
             () = cache.barrier_wanted() => {
                 if let Err(status) = markers.publish(&mut client).await {
                     return status.into();
                 }
                 continue;
             }
-            // A server that answers the subscription before any event (unlike containerd) gets
-            // markers until one comes back.
-            _ = ticks.tick(), if !cache.is_watching() => {
-                if published == MARKER_ATTEMPTS {
+            _ = ticks.tick() => {
+                if markers.oldest_sent().is_some_and(|sent| sent.elapsed() > MARKER_DEADLINE) {
                     return WatchError::MarkerLost;
                 }
-                if let Err(status) = markers.publish(&mut client).await {
-                    return status.into();
+                // A server that answers the subscription before any event (unlike containerd)
+                // gets markers until one comes back.
+                if !cache.is_watching() {
+                    if published == MARKER_ATTEMPTS {
+                        return WatchError::MarkerLost;
+                    }
+                    if let Err(status) = markers.publish(&mut client).await {
+                        return status.into();
+                    }
+                    published += 1;
                 }
-                published += 1;
                 continue;
             }
         };
@@ -149,6 +165,7 @@ async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Marke
         } else {
             tracing::debug!(topic = %envelope.topic, namespace = %envelope.namespace, "image event");
             cache.image_changed();
+            settle_at = Some(Instant::now() + SETTLE);
         }
     }
 }
@@ -166,6 +183,11 @@ struct Markers {
 impl Markers {
     fn new(cache: Arc<PresenceCache>) -> Self {
         Self { cache, nonce: RandomState::new().hash_one(std::process::id()), next: 0, in_flight: VecDeque::new() }
+    }
+
+    /// When the oldest marker still awaited was sent.
+    fn oldest_sent(&self) -> Option<Instant> {
+        self.in_flight.front().map(|&(_, sent)| sent)
     }
 
     fn payload(&self, number: u64) -> String {

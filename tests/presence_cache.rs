@@ -127,3 +127,49 @@ async fn a_lost_event_stream_forgets_and_asks_the_runtime_until_it_is_back() {
     cached.runtime.service.script.lock().unwrap().images.clear();
     cached.assert_absent().await;
 }
+
+#[tokio::test]
+async fn an_answer_given_before_the_cri_layer_caught_up_with_an_event_is_forgotten_soon_after() {
+    let mut cached = cached(&[]).await;
+    // containerd's metadata has lost the image, but its CRI layer has not applied the event yet.
+    let invalidations = cached.metric("cri_imaged_presence_cache_invalidations_total").await;
+    cached.runtime.service.events.publish("/images/delete", None);
+    for _ in 0..250 {
+        if cached.metric("cri_imaged_presence_cache_invalidations_total").await > invalidations {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..2 {
+        call(&mut cached.client, ensure(IMAGE, IF_NOT_PRESENT)).await.expect("the CRI layer still says present");
+    }
+    // The CRI layer catches up; containerd publishes nothing more.
+    cached.runtime.service.script.lock().unwrap().images.remove(IMAGE);
+    for _ in 0..250 {
+        if call(&mut cached.client, ensure(IMAGE, NEVER)).await.is_err() {
+            return cached.assert_absent().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the stale answer was kept for 5s:\n{}", cached.daemon.log_text());
+}
+
+#[tokio::test]
+async fn a_stalled_event_stream_is_given_up_rather_than_waited_on() {
+    let mut cached = cached(&["--presence-cache-max-staleness", "0s"]).await;
+    cached.runtime.service.events.hold();
+    let asked = cached.runtime.service.script.lock().unwrap().status_calls;
+    // No proof comes back: after waiting a while for one, the runtime answers.
+    call(&mut cached.client, ensure(IMAGE, IF_NOT_PRESENT)).await.expect("present");
+    assert_eq!(cached.runtime.service.script.lock().unwrap().status_calls, asked + 1, "the runtime was asked");
+    // A marker unanswered for long ends the subscription; hits stop waiting for proofs.
+    for _ in 0..250 {
+        if cached.metric("cri_imaged_presence_cache_watching").await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(cached.metric("cri_imaged_presence_cache_watching").await, 0, "{}", cached.daemon.log_text());
+    assert!(cached.daemon.log_text().contains("our marker event did not come back"), "{}", cached.daemon.log_text());
+    cached.runtime.service.events.release();
+}

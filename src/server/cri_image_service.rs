@@ -56,6 +56,15 @@ impl<R> NamedService for CriImageService<R> {
 
 type HttpResponse = http::Response<Body>;
 
+/// Empties the presence cache when dropped.
+struct ForgetOnDrop(Arc<PresenceCache>);
+
+impl Drop for ForgetOnDrop {
+    fn drop(&mut self) {
+        self.0.image_changed();
+    }
+}
+
 impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R> {
     type Response = HttpResponse;
     type Error = Infallible;
@@ -73,12 +82,10 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
             let forward = tower::service_fn(move |call: Request<Bytes>| {
                 let (manager, presence) = (manager.clone(), presence.clone());
                 async move {
-                    let answer = manager.runtime().forward_raw(method, call.into_inner()).await;
-                    // Whether or not it succeeded, the removal may have changed what is present.
-                    if let Some(presence) = presence {
-                        presence.image_changed();
-                    }
-                    answer.map(Response::new)
+                    // Whether the removal succeeds, fails or is cancelled half way, it may have
+                    // changed what is present: forget before answering, or when given up on.
+                    let _forget = presence.map(ForgetOnDrop);
+                    manager.runtime().forward_raw(method, call.into_inner()).await.map(Response::new)
                 }
             });
             let mut grpc = tonic::server::Grpc::new(RawCodec)

@@ -127,18 +127,28 @@ pub fn reason(status: &tonic::Status) -> String {
     info.reason.clone()
 }
 
-/// Waits, at most `limit`, until the health of `service` on `socket` is `wanted`.
+/// Waits, at most `limit`, until the health of `service` on `socket` is `wanted`. A service not
+/// registered yet (the daemon's first probe has not run) is waited for too.
 pub async fn wait_for_health(socket: &Path, service: &str, wanted: ServingStatus, limit: Duration) {
     let mut client = HealthClient::new(unix_channel(socket));
     let watch = async {
-        let request = HealthCheckRequest { service: service.into() };
-        let mut stream = client.watch(request).await.expect("health watch").into_inner();
-        while let Some(update) = stream.message().await.expect("health stream") {
-            if update.status == wanted as i32 {
-                return;
+        loop {
+            let request = HealthCheckRequest { service: service.into() };
+            let mut stream = match client.watch(request).await {
+                Ok(stream) => stream.into_inner(),
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                Err(status) => panic!("health watch: {status:?}"),
+            };
+            while let Some(update) = stream.message().await.expect("health stream") {
+                if update.status == wanted as i32 {
+                    return;
+                }
             }
+            panic!("health stream ended before {service} became {wanted:?}");
         }
-        panic!("health stream ended before {service} became {wanted:?}");
     };
     tokio::time::timeout(limit, watch)
         .await

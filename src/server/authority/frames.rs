@@ -12,9 +12,11 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// defaults) leaves at the protocol's initial value. Also the size of the frames we write.
 pub const MAX_FRAME_SIZE: usize = 16_384;
 
-/// The most header-block bytes gathered for one request before the connection is ended. h2 itself
-/// refuses header lists over 16 KiB per stream; this only bounds what a client can make us hold.
-pub const MAX_HEADER_BLOCK: usize = 256 * 1024;
+/// The most header-block bytes gathered for one request, and the most the re-encoding may grow
+/// to, before the connection is ended. hyper refuses header lists over 16 KiB per stream (431),
+/// so this only bounds what a client can make us hold; and four frames stay under h2's limit of
+/// five CONTINUATION frames per block, so such a request still gets its own 431.
+pub const MAX_HEADER_BLOCK: usize = 64 * 1024;
 
 const FRAME_HEADER_LEN: usize = 9;
 const HEADERS: u8 = 0x1;
@@ -197,14 +199,14 @@ impl FrameRewriter {
     /// Writes the rewritten block as one HEADERS frame and as many CONTINUATIONs as it needs.
     fn finish_block(&mut self, out: &mut BytesMut) -> Result<(), FrameError> {
         let Some(pending) = self.pending.take() else { return Err(FrameError::UnexpectedContinuation) };
-        let mut block = BytesMut::with_capacity(pending.fragment.len() * 2);
+        let mut block = BytesMut::with_capacity((pending.fragment.len() * 2).min(MAX_HEADER_BLOCK));
         if let Some(priority) = pending.priority {
             block.put_slice(&priority);
         }
-        self.hpack.rewrite(&pending.fragment, &mut block)?;
-        if block.len() > MAX_HEADER_BLOCK {
-            return Err(FrameError::HeaderBlockTooLarge);
-        }
+        self.hpack.rewrite(&pending.fragment, &mut block, MAX_HEADER_BLOCK).map_err(|error| match error {
+            HpackError::TooLarge(_) => FrameError::HeaderBlockTooLarge,
+            other => FrameError::Hpack(other),
+        })?;
 
         let mut flags = if pending.end_stream { END_STREAM } else { 0 };
         if pending.priority.is_some() {

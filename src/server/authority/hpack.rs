@@ -97,6 +97,9 @@ pub enum HpackError {
     TableSizeTooLarge(usize),
     #[error("dynamic table size update after the first header field")]
     LateTableSizeUpdate,
+    /// Fields named by index re-encode as literals: a small block can grow large.
+    #[error("re-encoded header block exceeds {0} bytes")]
+    TooLarge(usize),
     #[error(transparent)]
     Huffman(#[from] HuffmanError),
 }
@@ -184,13 +187,16 @@ enum Indexing {
 
 impl BlockRewriter {
     /// Decodes `block` and appends its re-encoding to `out`, leaving out an `:authority` that is
-    /// not a valid URI authority (h2 would reset the stream for it). Returns how many fields were
-    /// left out.
-    pub fn rewrite(&mut self, block: &[u8], out: &mut BytesMut) -> Result<usize, HpackError> {
+    /// not a valid URI authority (h2 would reset the stream for it); fails once `out` would hold
+    /// more than `limit` bytes. Returns how many fields were left out.
+    pub fn rewrite(&mut self, block: &[u8], out: &mut BytesMut, limit: usize) -> Result<usize, HpackError> {
         let mut input = block;
         let mut dropped = 0;
         let mut first_field = true;
         while let Some(&first) = input.first() {
+            if out.len() > limit {
+                return Err(HpackError::TooLarge(limit));
+            }
             if first & 0x80 != 0 {
                 let index = decode_integer(&mut input, 7)?;
                 self.write_indexed(index, out, &mut dropped)?;
@@ -225,6 +231,9 @@ impl BlockRewriter {
                 }
             }
             first_field = false;
+        }
+        if out.len() > limit {
+            return Err(HpackError::TooLarge(limit));
         }
         Ok(dropped)
     }

@@ -1,5 +1,7 @@
 use super::*;
 
+const LIMIT: usize = 64 * 1024;
+
 fn bytes(hex: &str) -> Vec<u8> {
     (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
 }
@@ -34,7 +36,7 @@ fn fields(mut block: &[u8]) -> Vec<(String, String)> {
 
 fn rewrite(rewriter: &mut BlockRewriter, hex: &str) -> (Vec<(String, String)>, usize) {
     let mut out = BytesMut::new();
-    let dropped = rewriter.rewrite(&bytes(hex), &mut out).expect("valid block");
+    let dropped = rewriter.rewrite(&bytes(hex), &mut out, LIMIT).expect("valid block");
     (fields(&out), dropped)
 }
 
@@ -147,7 +149,7 @@ fn keeps_a_valid_authority_and_the_never_indexed_flag() {
     let mut rewriter = BlockRewriter::default();
     // `:authority localhost` literal without indexing; `authorization secret` never indexed.
     let mut out = BytesMut::new();
-    let dropped = rewriter.rewrite(&bytes("01096c6f63616c686f73741f0806736563726574"), &mut out).expect("valid");
+    let dropped = rewriter.rewrite(&bytes("01096c6f63616c686f73741f0806736563726574"), &mut out, LIMIT).expect("valid");
     assert_eq!(dropped, 0);
     assert_eq!(fields(&out), list(&[(":authority", "localhost"), ("authorization", "secret")]));
     assert_eq!(out[out.len() - 9] & 0xf0, 0x10, "authorization stays never-indexed");
@@ -157,11 +159,11 @@ fn keeps_a_valid_authority_and_the_never_indexed_flag() {
 fn writes_no_dynamic_table_state_for_the_server() {
     let mut rewriter = BlockRewriter::default();
     let mut out = BytesMut::new();
-    rewriter.rewrite(&bytes("828684410f7777772e6578616d706c652e636f6d"), &mut out).expect("valid");
+    rewriter.rewrite(&bytes("828684410f7777772e6578616d706c652e636f6d"), &mut out, LIMIT).expect("valid");
     let first = out.clone();
     out.clear();
     // The same request again, now by dynamic index: the server gets the same self-contained bytes.
-    rewriter.rewrite(&bytes("828684be"), &mut out).expect("valid");
+    rewriter.rewrite(&bytes("828684be"), &mut out, LIMIT).expect("valid");
     assert_eq!(out, first);
 }
 
@@ -178,7 +180,7 @@ fn refuses_invalid_blocks() {
     ];
     for (hex, expected) in cases {
         let mut out = BytesMut::new();
-        assert_eq!(BlockRewriter::default().rewrite(&bytes(hex), &mut out), Err(expected), "{hex}");
+        assert_eq!(BlockRewriter::default().rewrite(&bytes(hex), &mut out, LIMIT), Err(expected), "{hex}");
     }
 }
 
@@ -190,7 +192,7 @@ fn a_smaller_table_evicts_and_an_entry_larger_than_the_table_empties_it() {
     // Size update to 40: the 57-byte entry goes; then a 64-byte entry is not kept.
     rewrite(&mut rewriter, "3f0940046e616d650a6c6f6e672076616c7565");
     assert_eq!((rewriter.table.size, rewriter.table.entries.len()), (0, 0));
-    assert_eq!(rewriter.rewrite(&bytes("be"), &mut BytesMut::new()), Err(HpackError::BadIndex(62)));
+    assert_eq!(rewriter.rewrite(&bytes("be"), &mut BytesMut::new(), LIMIT), Err(HpackError::BadIndex(62)));
 }
 
 #[test]
@@ -204,4 +206,17 @@ fn integers_round_trip_at_every_prefix() {
             assert!(input.is_empty());
         }
     }
+}
+
+#[test]
+fn a_small_block_that_names_a_large_entry_many_times_is_refused_before_it_grows() {
+    let mut rewriter = BlockRewriter::default();
+    // One 4,000-byte entry, then a block of 16,384 one-byte references to it: 65 MB re-encoded.
+    let mut insert = vec![0x40, 0x03, b'x', b'-', b'a', 0x7f, 0xa1, 0x1e];
+    insert.extend_from_slice(&[b'v'; 4000]);
+    rewriter.rewrite(&insert, &mut BytesMut::new(), LIMIT).expect("one large entry is fine");
+    let mut out = BytesMut::new();
+    let references = vec![0xbe; 16_384];
+    assert_eq!(rewriter.rewrite(&references, &mut out, LIMIT), Err(HpackError::TooLarge(LIMIT)));
+    assert!(out.len() <= LIMIT + 4100, "stopped at the limit: {} bytes", out.len());
 }

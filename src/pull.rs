@@ -4,8 +4,9 @@
 
 use std::{
     future::Future,
+    hash::{BuildHasher, RandomState},
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, LazyLock},
     task::{Context, Poll},
     time::Duration,
 };
@@ -25,25 +26,29 @@ pub struct PullKey {
     pub image: String,
     pub runtime_handler: String,
     /// Who the pull is for, as the registry sees it: callers whose credentials differ are never
-    /// merged. It holds the credentials themselves, so it is never printed.
-    credential: String,
+    /// merged. A 128-bit hash keyed at random per process, so the key holds no secret and cannot
+    /// be matched against a guess from outside; `None` without credentials.
+    credential: Option<u128>,
 }
+
+/// The two independently keyed hashers whose outputs make a credential's 128-bit identity.
+static CREDENTIAL_HASHERS: LazyLock<[RandomState; 2]> = LazyLock::new(|| [RandomState::new(), RandomState::new()]);
 
 impl PullKey {
     pub fn of(spec: &PullSpec) -> Self {
         let written = &spec.image.image;
         let image = ImageReference::parse_normalized(written).map_or_else(|_| written.clone(), |r| r.to_string());
-        let credential = spec.auth.as_ref().map_or_else(String::new, |auth| {
-            [
+        let credential = spec.auth.as_ref().map(|auth| {
+            let fields = (
                 &auth.server_address,
                 &auth.username,
                 &auth.password,
                 &auth.auth,
                 &auth.identity_token,
                 &auth.registry_token,
-            ]
-            .map(String::as_str)
-            .join("\0")
+            );
+            let [high, low] = CREDENTIAL_HASHERS.each_ref().map(|hasher| hasher.hash_one(fields));
+            u128::from(high) << 64 | u128::from(low)
         });
         Self { image, runtime_handler: spec.image.runtime_handler.clone(), credential }
     }
@@ -54,7 +59,7 @@ impl std::fmt::Debug for PullKey {
         f.debug_struct("PullKey")
             .field("image", &self.image)
             .field("runtime_handler", &self.runtime_handler)
-            .field("credential", &if self.credential.is_empty() { "none" } else { "<redacted>" })
+            .field("credential", &if self.credential.is_some() { "<hashed>" } else { "none" })
             .finish()
     }
 }
@@ -167,6 +172,11 @@ mod tests {
         assert_ne!(alice, PullKey::of(&spec("registry.local/app:v1", login("bob", "b-secret"))));
         assert_ne!(alice, PullKey::of(&spec("registry.local/app:v1", login("alice", "another"))));
         assert_ne!(alice, PullKey::of(&spec("registry.local/app:v1", None)));
+        // Field boundaries count: moving a character from one field to the next is another login.
+        assert_ne!(
+            PullKey::of(&spec("registry.local/app:v1", login("al", "ice"))),
+            PullKey::of(&spec("registry.local/app:v1", login("ali", "ce")))
+        );
     }
 
     #[test]
@@ -174,6 +184,6 @@ mod tests {
         let key = PullKey::of(&spec("registry.local/app:v1", login("alice", "a-secret")));
         let printed = format!("{key:?}");
         assert!(!printed.contains("a-secret") && !printed.contains("alice"), "{printed}");
-        assert!(printed.contains("<redacted>"), "{printed}");
+        assert!(printed.contains("<hashed>"), "{printed}");
     }
 }

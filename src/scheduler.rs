@@ -3,11 +3,20 @@
 //!
 //! Each pull runs in its own task: a caller that gives up never aborts a pull others wait for.
 //! A pull still queued when every caller has gone is dropped, so the queue moves on.
+//!
+//! Callers differ in what a registry rate limit does to them: EnsureImageExists (the kubelet's
+//! way) fails at once, a CRI PullImage waits for a token. A shared pull waits if any caller that
+//! joined it before it was admitted would wait: the pull runs anyway for that caller, so sharing
+//! it costs the registry nothing more, and every caller's own deadline still bounds its wait.
+//! (Taking a token per caller would refuse most of a herd; keying pulls by mode would pull twice.)
 
 use std::{
     collections::HashMap,
     num::NonZeroUsize,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -43,7 +52,15 @@ pub struct Scheduled {
     pub joined: bool,
 }
 
-type Slot = Arc<watch::Sender<Option<SharedResult>>>;
+/// One pull under way, shared by its callers.
+struct PullSlot {
+    result: watch::Sender<Option<SharedResult>>,
+    /// Whether a caller that joined would rather wait for a registry token than fail. Set and read
+    /// under the in-flight lock, so no caller joins after the pull decided it was refused.
+    waits_for_rate_limit: AtomicBool,
+}
+
+type Slot = Arc<PullSlot>;
 
 struct Shared {
     service: PullService,
@@ -72,10 +89,16 @@ impl PullScheduler {
         let (mut receiver, joined) = {
             let mut in_flight = self.shared.in_flight();
             match in_flight.get(&key) {
-                Some(slot) => (slot.subscribe(), true),
+                Some(slot) => {
+                    if spec.wait_for_rate_limit {
+                        slot.waits_for_rate_limit.store(true, Ordering::Relaxed);
+                    }
+                    (slot.result.subscribe(), true)
+                }
                 None => {
-                    let (sender, receiver) = watch::channel(None);
-                    let slot = Arc::new(sender);
+                    let (result, receiver) = watch::channel(None);
+                    let waits_for_rate_limit = AtomicBool::new(spec.wait_for_rate_limit);
+                    let slot = Arc::new(PullSlot { result, waits_for_rate_limit });
                     in_flight.insert(key.clone(), slot.clone());
                     tokio::spawn(run(self.shared.clone(), key, spec, slot));
                     (receiver, false)
@@ -111,13 +134,22 @@ impl Shared {
         acquired
     }
 
+    /// One upstream pull, bounded by the pull timeout; dropping it on expiry cancels the request.
+    async fn call(&self, spec: PullSpec) -> Result<Pulled, PullError> {
+        let call = self.service.clone().oneshot(spec);
+        match self.pull_timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
+            None => call.await,
+        }
+    }
+
     /// Resolves once nobody waits for `key` any more, having removed it from the in-flight map.
     async fn unwanted(&self, key: &PullKey, slot: &Slot) {
         loop {
-            slot.closed().await;
+            slot.result.closed().await;
             let mut in_flight = self.in_flight();
             // A caller may have joined between the last receiver going and the lock.
-            if slot.receiver_count() == 0 {
+            if slot.result.receiver_count() == 0 {
                 in_flight.remove(key);
                 return;
             }
@@ -125,17 +157,26 @@ impl Shared {
     }
 }
 
-async fn run(shared: Arc<Shared>, key: PullKey, spec: PullSpec, slot: Slot) {
+async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) {
     let Some(permit) = shared.acquire(&key, &slot).await else {
         tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
         return;
     };
     shared.metrics.pull_started();
-    let call = shared.service.clone().oneshot(spec);
-    let result = match shared.pull_timeout {
-        // Dropping the call on expiry cancels the upstream request.
-        Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
-        None => call.await,
+    let result = loop {
+        spec.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
+        let result = shared.call(spec.clone()).await;
+        let mut in_flight = shared.in_flight();
+        // Refused at once, but a caller who would wait has joined meanwhile: wait for it.
+        if matches!(result, Err(PullError::RateLimited))
+            && !spec.wait_for_rate_limit
+            && slot.waits_for_rate_limit.load(Ordering::Relaxed)
+        {
+            continue;
+        }
+        // Forget the key before publishing, so a request arriving later starts a fresh pull.
+        in_flight.remove(&key);
+        break result;
     };
     shared.metrics.pull_finished(match &result {
         Ok(_) => PullResult::Success,
@@ -144,9 +185,7 @@ async fn run(shared: Arc<Shared>, key: PullKey, spec: PullSpec, slot: Slot) {
         Err(_) => PullResult::Failure,
     });
     drop(permit);
-    // Forget the key before publishing, so a request arriving later starts a fresh pull.
-    shared.in_flight().remove(&key);
-    slot.send_replace(Some(result.map_err(Arc::new)));
+    slot.result.send_replace(Some(result.map_err(Arc::new)));
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@ struct Upstream {
     gate: Option<Notify>,
     duration: Duration,
     order: std::sync::Mutex<Vec<String>>,
+    /// Behind an exhausted registry limit: a pull that will not wait for a token is refused.
+    rate_limited: bool,
+    refused: AtomicUsize,
 }
 
 impl Upstream {
@@ -36,6 +39,10 @@ impl Upstream {
     }
 
     async fn pull(&self, spec: PullSpec) -> Result<Pulled, PullError> {
+        if self.rate_limited && !spec.wait_for_rate_limit {
+            self.refused.fetch_add(1, SeqCst);
+            return Err(PullError::RateLimited);
+        }
         self.calls.fetch_add(1, SeqCst);
         self.order.lock().unwrap().push(spec.image.image.clone());
         let now = self.running.fetch_add(1, SeqCst) + 1;
@@ -248,4 +255,45 @@ async fn a_pull_after_the_last_one_finished_goes_upstream_again() {
     scheduler.pull(spec("busybox:latest", "")).await.result.expect("first");
     scheduler.pull(spec("busybox:latest", "")).await.result.expect("second");
     assert_eq!(upstream.calls.load(SeqCst), 2);
+}
+
+/// A CRI PullImage (waits for a token) joining an EnsureImageExists pull (fails at once) that is
+/// queued behind another: the shared pull waits, and both callers get the image.
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_would_wait_for_the_rate_limit_makes_the_pull_it_joins_wait_for_everyone() {
+    let upstream = Arc::new(Upstream { gate: Some(Notify::new()), rate_limited: true, ..Default::default() });
+    let scheduler = scheduler(&upstream, Some(1));
+    let waiting = |image: &str| PullSpec { wait_for_rate_limit: true, ..spec(image, "") };
+    let pull = |spec: PullSpec| {
+        let scheduler = scheduler.clone();
+        tokio::spawn(async move { scheduler.pull(spec).await })
+    };
+    let holder = pull(waiting("first:1"));
+    settle().await;
+    let ensure = pull(spec("herd:1", ""));
+    settle().await;
+    let cri = pull(waiting("herd:1"));
+    settle().await;
+    let gate = upstream.gate.as_ref().expect("gated");
+    gate.notify_one();
+    settle().await;
+    gate.notify_one();
+    assert!(holder.await.expect("task").result.is_ok());
+    let (ensure, cri) = (ensure.await.expect("task"), cri.await.expect("task"));
+    assert!(ensure.result.is_ok(), "the EnsureImageExists caller shares the waiting pull: {:?}", ensure.result);
+    assert!(cri.result.is_ok() && cri.joined, "the CRI caller joined and got the image: {:?}", cri.result);
+    assert_eq!(upstream.refused.load(SeqCst), 0, "nobody was refused");
+    assert_eq!(upstream.calls.load(SeqCst), 2, "one upstream pull per image");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_no_caller_would_wait_for_is_refused_at_the_rate_limit() {
+    let upstream = Arc::new(Upstream { rate_limited: true, ..Default::default() });
+    let scheduler = scheduler(&upstream, Some(1));
+    let (first, second) = tokio::join!(scheduler.pull(spec("herd:1", "")), scheduler.pull(spec("herd:1", "")));
+    for scheduled in [first, second] {
+        let refused = scheduled.result.as_ref().err().is_some_and(|error| matches!(**error, PullError::RateLimited));
+        assert!(refused, "{:?}", scheduled.result);
+    }
+    assert_eq!(upstream.refused.load(SeqCst), 1, "one shared refusal");
 }

@@ -1,6 +1,6 @@
 //! The container runtime behind a small trait, and its CRI `runtime.v1.ImageService` client.
 
-use std::{future::Future, path::PathBuf, time::Duration};
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 
@@ -15,7 +15,10 @@ use tonic::{
     transport::{Channel, Endpoint, Uri},
 };
 
-use crate::passthrough::RawCodec;
+use crate::{
+    passthrough::RawCodec,
+    reference::{self, ImageReference},
+};
 
 /// The largest message exchanged with the runtime, as the kubelet allows (16 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -103,6 +106,9 @@ pub struct PresentImage {
 pub struct PullSpec {
     /// The image, with the default tag applied.
     pub image: ImageSpec,
+    /// The same image parsed once where the request came in, normalised; `None` when it does not
+    /// parse (a CRI PullImage may name an image only the runtime understands).
+    pub reference: Option<Arc<ImageReference>>,
     /// Registry credentials, passed to the runtime as they are. Never logged.
     pub auth: Option<AuthConfig>,
     /// The pod's sandbox config, passed to the runtime as it is.
@@ -110,6 +116,15 @@ pub struct PullSpec {
     /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,
     /// where the kubelet throttles its own pulls.
     pub wait_for_rate_limit: bool,
+}
+
+impl PullSpec {
+    /// A pull of `image`, its reference parsed here, once, with the default tag (the runtime
+    /// reads an untagged name as `:latest`).
+    pub fn for_image(image: ImageSpec) -> Self {
+        let reference = reference::parse_with_default_tag(&image.image).ok().map(|(reference, _)| Arc::new(reference));
+        Self { image, reference, ..Default::default() }
+    }
 }
 
 /// The image half of a container runtime, as cri-imaged uses it.

@@ -244,7 +244,12 @@ impl<R: ImageRuntime> ImageManager<R> {
 
         tracing::info!(policy = policy.as_str(), "{}", messages::pulling(image));
         let started = Instant::now();
-        let pull = PullSpec { image: spec, sandbox_config: request.sandbox_config, ..Default::default() };
+        let pull = PullSpec {
+            image: spec,
+            reference: Some(Arc::new(reference)),
+            sandbox_config: request.sandbox_config,
+            ..Default::default()
+        };
         let scheduled = self.scheduler.pull(pull).await;
         let pulled = match scheduled.result {
             Ok(pulled) => pulled,

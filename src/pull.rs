@@ -14,10 +14,7 @@ use std::{
 use tokio::time::Instant;
 use tower::{Service, util::BoxCloneSyncService};
 
-use crate::{
-    cri::{ImageRuntime, PullSpec, RuntimeError},
-    reference::ImageReference,
-};
+use crate::cri::{ImageRuntime, PullSpec, RuntimeError};
 
 /// What identifies one pull, so that identical concurrent pulls can share it.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -36,8 +33,7 @@ static CREDENTIAL_HASHERS: LazyLock<[RandomState; 2]> = LazyLock::new(|| [Random
 
 impl PullKey {
     pub fn of(spec: &PullSpec) -> Self {
-        let written = &spec.image.image;
-        let image = ImageReference::parse_normalized(written).map_or_else(|_| written.clone(), |r| r.to_string());
+        let image = spec.reference.as_ref().map_or_else(|| spec.image.image.clone(), ToString::to_string);
         let credential = spec.auth.as_ref().map(|auth| {
             let fields = (
                 &auth.server_address,
@@ -150,7 +146,7 @@ mod tests {
     use super::*;
 
     fn spec(image: &str, auth: Option<AuthConfig>) -> PullSpec {
-        PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, auth, ..Default::default() }
+        PullSpec { auth, ..PullSpec::for_image(ImageSpec { image: image.into(), ..Default::default() }) }
     }
 
     fn login(username: &str, password: &str) -> Option<AuthConfig> {
@@ -163,6 +159,7 @@ mod tests {
         assert_eq!(short, PullKey::of(&spec("docker.io/library/busybox:latest", None)));
         assert_eq!(short, PullKey::of(&spec("index.docker.io/library/busybox:latest", None)));
         assert_ne!(short, PullKey::of(&spec("busybox:1.36", None)));
+        assert_eq!(short, PullKey::of(&spec("busybox", None)), "the default tag is part of the reference");
     }
 
     #[test]

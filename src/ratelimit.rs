@@ -228,8 +228,8 @@ where
         let limits = self.limits.clone();
         let inner = self.inner.clone();
         Box::pin(async move {
-            let host = ImageReference::parse_normalized(&spec.image.image).ok().map(|r| r.domain().to_owned());
-            limits.admit(host.as_deref(), spec.wait_for_rate_limit).await?;
+            let host = spec.reference.as_deref().map(ImageReference::domain);
+            limits.admit(host, spec.wait_for_rate_limit).await?;
             inner.oneshot(spec).await
         })
     }

@@ -159,10 +159,12 @@ pub fn apply_default_tag(image: &str) -> Result<String, ReferenceError> {
     parse_with_default_tag(image).map(|(_, tagged)| tagged)
 }
 
-/// Parses `image` (normalised) and returns it with the default tag applied as written.
+/// Parses `image` (normalised) and returns it with the default tag applied, both parsed and as
+/// written.
 pub fn parse_with_default_tag(image: &str) -> Result<(ImageReference, String), ReferenceError> {
-    let reference = ImageReference::parse_normalized(image)?;
+    let mut reference = ImageReference::parse_normalized(image)?;
     let tagged = if reference.tag().is_none() && reference.digest().is_none() {
+        reference.tag = Some(DEFAULT_TAG.to_owned());
         format!("{image}:{DEFAULT_TAG}")
     } else {
         image.to_owned()

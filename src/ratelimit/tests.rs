@@ -20,7 +20,7 @@ fn upstream(
 }
 
 fn spec(image: &str) -> PullSpec {
-    PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, ..Default::default() }
+    PullSpec::for_image(ImageSpec { image: image.into(), ..Default::default() })
 }
 
 async fn pull<S>(service: &S, image: &str) -> Result<Pulled, PullError>

@@ -70,7 +70,7 @@ impl Upstream {
 
 fn spec(image: &str, handler: &str) -> PullSpec {
     let image = ImageSpec { image: image.into(), runtime_handler: handler.into(), ..Default::default() };
-    PullSpec { image, ..Default::default() }
+    PullSpec::for_image(image)
 }
 
 fn scheduler(upstream: &Arc<Upstream>, max_parallel: Option<usize>) -> PullScheduler {

@@ -97,8 +97,7 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
                 let manager = manager.clone();
                 async move {
                     let PullImageRequest { image, auth, sandbox_config } = call.into_inner();
-                    let spec =
-                        PullSpec { image: image.unwrap_or_default(), auth, sandbox_config, ..Default::default() };
+                    let spec = PullSpec { auth, sandbox_config, ..PullSpec::for_image(image.unwrap_or_default()) };
                     let pulled = manager.pull_image(spec).await.map_err(|error| Status::from(CriPullError(error)))?;
                     Ok(Response::new(PullImageResponse { image_ref: pulled.image_ref }))
                 }

@@ -6,10 +6,10 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
-    cri::RuntimeEndpoint,
-    manager::ManagerConfig,
-    ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
-    scheduler::SchedulerConfig,
+    ensure::ManagerConfig,
+    pull::ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
+    pull::scheduler::SchedulerConfig,
+    runtime::RuntimeEndpoint,
 };
 
 /// Where the daemon listens unless told otherwise.
@@ -117,13 +117,31 @@ pub struct ServeArgs {
 
     /// A pull over the limit fails at once with `pull QPS exceeded` (fail, the kubelet's way) or
     /// waits for a token, bounded by the caller's deadline (wait).
-    #[arg(long, value_name = "MODE", value_enum, default_value_t = RateLimitMode::Fail)]
-    pub registry_rate_limit_mode: RateLimitMode,
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = RateLimitModeArg::Fail)]
+    pub registry_rate_limit_mode: RateLimitModeArg,
 
     /// A bucket of its own for one registry host, as HOST=QPS:BURST (repeatable), e.g.
     /// docker.io=2:5 or registry.local:5000=20:40.
     #[arg(long, value_name = "HOST=QPS:BURST", value_parser = ratelimit::parse_host_limit)]
     pub registry_qps_per_host: Vec<(String, RateLimit)>,
+}
+
+/// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RateLimitModeArg {
+    /// Fail at once with `pull QPS exceeded`, as the kubelet does.
+    Fail,
+    /// Wait until a token frees up, bounded by the caller's deadline.
+    Wait,
+}
+
+impl From<RateLimitModeArg> for RateLimitMode {
+    fn from(mode: RateLimitModeArg) -> Self {
+        match mode {
+            RateLimitModeArg::Fail => Self::Fail,
+            RateLimitModeArg::Wait => Self::Wait,
+        }
+    }
 }
 
 /// Flags that contradict each other or cannot work.
@@ -157,7 +175,7 @@ impl ServeArgs {
         let rate_limits = RateLimitConfig {
             global: RateLimit::try_new(self.registry_qps, self.registry_burst)?,
             per_host: self.registry_qps_per_host.clone(),
-            mode: self.registry_rate_limit_mode,
+            mode: self.registry_rate_limit_mode.into(),
         };
         let scheduler = SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout };
         Ok(ManagerConfig { scheduler, backoff, rate_limits, presence_max_staleness: self.presence_cache_max_staleness })

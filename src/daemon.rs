@@ -4,11 +4,10 @@ use std::sync::Arc;
 
 use crate::{
     config::{ConfigError, ServeArgs},
-    cri::CriClient,
+    ensure::ImageManager,
     listener::{self, ListenError},
-    manager::ImageManager,
     metrics::{self, MetricsServerError},
-    runtime_events,
+    runtime::CriClient,
     server::{self, ServeError, ServeOptions},
 };
 
@@ -55,7 +54,8 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let runtime = CriClient::new(&args.runtime_endpoint, args.runtime_request_timeout);
     let events = runtime.channel();
     let manager = Arc::new(ImageManager::new(Arc::new(runtime), config));
-    let watcher = args.presence_cache.then(|| tokio::spawn(runtime_events::watch(events, manager.presence().clone())));
+    let watcher =
+        args.presence_cache.then(|| tokio::spawn(crate::runtime::events::watch(events, manager.presence().clone())));
     tracing::info!(
         listen = %args.listen.display(),
         runtime_endpoint = %args.runtime_endpoint,

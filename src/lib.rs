@@ -2,43 +2,38 @@
 //!
 //! # Layout
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
-//! - [`config`]: the command line, with every default.
-//! - [`daemon`]: the `serve` command, wiring everything together; signals and shutdown.
+//! - [`config`]: the command line, with every default; each part validates its own config type.
+//! - [`daemon`]: the `serve` command, the composition root that builds every part; signals and
+//!   shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
-//!   health, reflection, caller deadlines;
-//!   `server::status` is the one place errors become gRPC statuses.
-//! - [`manager`]: EnsureImageExists step by step, over the runtime trait: decide, back off, pull.
+//!   health, reflection, caller and drain deadlines, the accept path that serves any
+//!   `:authority`; `server::status` is the one place errors become gRPC statuses.
+//! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide, back off, pull.
+//! - [`presence`]: the presence cache, trusted only while proven current.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
-//! - [`scheduler`]: the fair parallel-pull cap and single-flight.
-//! - [`pull`]: one upstream pull as a tower service, and the single-flight key.
-//! - [`ratelimit`]: registry rate limits as a governor-backed tower layer.
+//! - [`pull`]: one upstream pull as a tower service, its key, the registry rate limits and the
+//!   scheduler (fair parallel cap, single-flight).
+//! - [`runtime`]: the runtime trait, the CRI client, its endpoint, the pass-through codec and
+//!   containerd's image events.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
-//! - [`presence`]: the presence cache, remembering present images while their events are watched.
-//! - [`runtime_events`]: containerd's image events, which keep the presence cache honest.
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
-//! - [`cri`]: the runtime trait and the CRI `runtime.v1.ImageService` client.
-//! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`telemetry`]: logging set-up.
 
 pub mod api;
 pub mod backoff;
 pub mod config;
-pub mod cri;
 pub mod daemon;
+pub mod ensure;
 pub mod listener;
-pub mod manager;
 pub mod messages;
 pub mod metrics;
-pub mod passthrough;
 pub mod policy;
 pub mod presence;
 pub mod pull;
-pub mod ratelimit;
 pub mod reference;
-pub mod runtime_events;
-pub mod scheduler;
+pub mod runtime;
 pub mod server;
 pub mod telemetry;

@@ -28,7 +28,7 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{cri::PresentImage, metrics::Metrics};
+use crate::{metrics::Metrics, runtime::PresentImage};
 
 /// The most images remembered; past it the cache starts over. Nodes hold far fewer.
 pub const CAPACITY: usize = 4096;

@@ -6,7 +6,7 @@ mod support;
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use cri_imaged::{manager::ManagerConfig, passthrough::RawCodec};
+use cri_imaged::{ensure::ManagerConfig, runtime::passthrough::RawCodec};
 use k8s_cri::v1::{
     AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
     RemoveImageRequest, image_service_client::ImageServiceClient,

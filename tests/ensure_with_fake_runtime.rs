@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use cri_imaged::api::PullPolicy;
-use cri_imaged::manager::ManagerConfig;
+use cri_imaged::ensure::ManagerConfig;
 use k8s_cri::v1::PodSandboxConfig;
 use support::{FakeStack, call, ensure, fake_runtime::FakeRuntime, reason, wait_for_health};
 use tonic::{Code, Status};

@@ -6,7 +6,7 @@ mod support;
 
 use std::{num::NonZeroUsize, sync::Arc, time::Duration};
 
-use cri_imaged::{api::PullPolicy, manager::ManagerConfig, scheduler::SchedulerConfig};
+use cri_imaged::{api::PullPolicy, ensure::ManagerConfig, pull::scheduler::SchedulerConfig};
 use support::{FakeStack, call, ensure, raw_grpc_call, reason};
 use tokio::sync::Notify;
 use tonic::Code;
@@ -156,7 +156,7 @@ async fn a_failed_pull_is_backed_off_with_retry_info_and_no_upstream_call() {
 #[tokio::test]
 async fn a_pull_over_the_registry_limit_fails_with_resource_exhausted_and_backs_off() {
     let mut config = ManagerConfig::default();
-    config.rate_limits.global = cri_imaged::ratelimit::RateLimit::try_new(0.001, 1).expect("valid");
+    config.rate_limits.global = cri_imaged::pull::ratelimit::RateLimit::try_new(0.001, 1).expect("valid");
     let stack = stack(config).await;
     let mut client = stack.daemon.client();
     call(&mut client, pod_request("first:v1", 1)).await.expect("the burst admits one pull");

@@ -34,7 +34,7 @@ use cri_imaged::{
         EnsureImageExistsRequest, EnsureImageExistsResponse, PodRef, PullPolicy,
         image_manager_client::ImageManagerClient,
     },
-    cri::{CriClient, ImageRuntime, PullSpec, RuntimeEndpoint},
+    runtime::{CriClient, ImageRuntime, PullSpec, RuntimeEndpoint},
     server::IMAGE_MANAGER_SERVICE,
 };
 use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};

@@ -11,8 +11,8 @@ use std::{
 
 use cri_imaged::{
     backoff::{BackoffConfig, BackoffStore},
-    cri::RuntimeError,
     pull::PullError,
+    runtime::RuntimeError,
 };
 use tokio::time::Instant;
 

@@ -13,10 +13,10 @@ use tonic::{Request, Response, Status, body::Body, server::NamedService};
 
 use super::status::CriPullError;
 use crate::{
-    cri::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
-    manager::ImageManager,
-    passthrough::RawCodec,
+    ensure::ImageManager,
     presence::PresenceCache,
+    runtime::passthrough::RawCodec,
+    runtime::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
 };
 
 /// The service's gRPC name.

@@ -5,8 +5,8 @@ use std::{sync::Arc, time::Duration};
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::{
-    cri::{ImageRuntime, RuntimeError},
-    manager::ImageManager,
+    ensure::ImageManager,
+    runtime::{ImageRuntime, RuntimeError},
 };
 
 /// The health service name of our API.

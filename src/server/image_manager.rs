@@ -6,8 +6,8 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     api::{self, image_manager_server},
-    cri::ImageRuntime,
-    manager::{EnsureRequest, ImageManager},
+    ensure::{EnsureRequest, ImageManager},
+    runtime::ImageRuntime,
 };
 
 /// The gRPC face of an [`ImageManager`].

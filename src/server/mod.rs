@@ -25,8 +25,8 @@ pub use self::{
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},
-    cri::{ImageRuntime, MAX_MESSAGE_BYTES},
-    manager::ImageManager,
+    ensure::ImageManager,
+    runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
 };
 
 /// How the server behaves, beyond what it serves.

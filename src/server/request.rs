@@ -2,7 +2,7 @@
 
 use crate::{
     api::{self, PullPolicy as WirePolicy},
-    manager::{EnsureRequest, PodRef},
+    ensure::{EnsureRequest, PodRef},
     policy::PullPolicy,
 };
 

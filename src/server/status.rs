@@ -14,7 +14,7 @@ use super::{
 };
 use std::sync::Arc;
 
-use crate::{cri::RuntimeError, manager::EnsureError, pull::PullError};
+use crate::{ensure::EnsureError, pull::PullError, runtime::RuntimeError};
 
 /// The `domain` of our `ErrorInfo` details.
 pub const ERROR_DOMAIN: &str = "cri-imaged";

@@ -14,8 +14,8 @@ use std::{
 
 use cri_imaged::{
     api::{EnsureImageExistsRequest, EnsureImageExistsResponse, image_manager_client::ImageManagerClient},
-    cri::{CriClient, RuntimeEndpoint},
-    manager::{ImageManager, ManagerConfig},
+    ensure::{ImageManager, ManagerConfig},
+    runtime::{CriClient, RuntimeEndpoint},
     server::{self, ServeOptions},
 };
 use hyper_util::rt::TokioIo;

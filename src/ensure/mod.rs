@@ -12,15 +12,15 @@ use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
     backoff::{BackoffConfig, BackoffStore},
-    cri::{ImageRuntime, PresentImage, PullSpec, RuntimeError},
     messages::{self, reason},
     metrics::Metrics,
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
+    pull::ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
+    pull::scheduler::{PullScheduler, SchedulerConfig},
     pull::{PullError, Pulled, RuntimePull},
-    ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
     reference::{self, ImageReference, ReferenceError},
-    scheduler::{PullScheduler, SchedulerConfig},
+    runtime::{ImageRuntime, PresentImage, PullSpec, RuntimeError},
 };
 
 /// How the manager pulls; [`ManagerConfig::default`] is the kubelet's behaviour.

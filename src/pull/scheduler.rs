@@ -27,9 +27,9 @@ use tokio::{
 use tower::ServiceExt;
 
 use crate::{
-    cri::PullSpec,
     metrics::{Metrics, PullResult},
     pull::{PullError, PullKey, PullService, Pulled},
+    runtime::PullSpec,
 };
 
 /// How pulls are scheduled.

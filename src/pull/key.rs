@@ -1,20 +1,11 @@
-//! One upstream pull as a tower service: the runtime's PullImage, then the image's size.
-//!
-//! Layers (rate limits) wrap [`RuntimePull`]; the scheduler calls the stack as a [`PullService`].
+//! What makes two pulls the same pull, so that identical concurrent pulls can share one.
 
 use std::{
-    future::Future,
     hash::{BuildHasher, RandomState},
-    pin::Pin,
-    sync::{Arc, LazyLock},
-    task::{Context, Poll},
-    time::Duration,
+    sync::LazyLock,
 };
 
-use tokio::time::Instant;
-use tower::{Service, util::BoxCloneSyncService};
-
-use crate::cri::{ImageRuntime, PullSpec, RuntimeError};
+use crate::runtime::PullSpec;
 
 /// What identifies one pull, so that identical concurrent pulls can share it.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -57,85 +48,6 @@ impl std::fmt::Debug for PullKey {
             .field("runtime_handler", &self.runtime_handler)
             .field("credential", &if self.credential.is_some() { "<hashed>" } else { "none" })
             .finish()
-    }
-}
-
-/// A finished pull.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pulled {
-    /// The runtime's image ref.
-    pub image_ref: String,
-    /// Size as the runtime reports it after the pull; 0 when unknown.
-    pub image_size: u64,
-    /// The runtime's PullImage call alone.
-    pub pull_duration: Duration,
-}
-
-/// Why a pull failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PullError {
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    /// The registry rate limit refused the pull (the kubelet's words).
-    #[error("pull QPS exceeded")]
-    RateLimited,
-    /// `--image-pull-timeout` ran out; the upstream call was cancelled.
-    #[error("image pull did not finish within {0:?} (--image-pull-timeout); the pull was cancelled")]
-    TimedOut(Duration),
-    /// The task running the pull ended without a result.
-    #[error("the pull ended without a result")]
-    Abandoned,
-}
-
-/// The future every pull service in the stack returns.
-pub type PullFuture = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
-
-/// The pull stack as the scheduler holds it.
-pub type PullService = BoxCloneSyncService<PullSpec, Pulled, PullError>;
-
-/// The innermost pull service: PullImage on the runtime, then ImageStatus for the size.
-pub struct RuntimePull<R> {
-    runtime: Arc<R>,
-}
-
-impl<R> RuntimePull<R> {
-    pub fn new(runtime: Arc<R>) -> Self {
-        Self { runtime }
-    }
-}
-
-impl<R> Clone for RuntimePull<R> {
-    fn clone(&self) -> Self {
-        Self { runtime: self.runtime.clone() }
-    }
-}
-
-impl<R: ImageRuntime> Service<PullSpec> for RuntimePull<R> {
-    type Response = Pulled;
-    type Error = PullError;
-    type Future = PullFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), PullError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, spec: PullSpec) -> Self::Future {
-        let runtime = self.runtime.clone();
-        Box::pin(async move {
-            let image = spec.image.clone();
-            let started = Instant::now();
-            let image_ref = runtime.pull_image(spec).await?;
-            let pull_duration = started.elapsed();
-            // The size is best effort, as in the kubelet: a failed look-up reports 0.
-            let image_size = match runtime.image_status(image).await {
-                Ok(found) => found.map_or(0, |found| found.size),
-                Err(error) => {
-                    tracing::debug!(%error, "image size look-up after pull failed");
-                    0
-                }
-            };
-            Ok(Pulled { image_ref, image_size, pull_duration })
-        })
     }
 }
 

@@ -1,7 +1,7 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::cri::PresentImage;
+use crate::runtime::PresentImage;
 
 /// A runtime whose answers the test scripts, and which records what it was asked.
 #[derive(Default)]

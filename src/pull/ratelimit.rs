@@ -21,14 +21,14 @@ use governor::{
 use tower::{Layer, Service, ServiceExt};
 
 use crate::{
-    cri::PullSpec,
     metrics::Metrics,
     pull::{PullError, PullFuture, Pulled},
     reference::ImageReference,
+    runtime::PullSpec,
 };
 
 /// What happens to a pull over the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RateLimitMode {
     /// Fail at once with `pull QPS exceeded`, as the kubelet does.
     #[default]

@@ -1,0 +1,104 @@
+//! The pull path: one upstream pull as a tower service (the runtime's PullImage, then the image's
+//! size), wrapped in layers and run by the scheduler.
+//!
+//! - [`key`]: what makes two pulls the same pull.
+//! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
+//! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
+//!   [`PullService`].
+
+mod key;
+pub mod ratelimit;
+pub mod scheduler;
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+use tower::{Service, util::BoxCloneSyncService};
+
+pub use self::key::PullKey;
+use crate::runtime::{ImageRuntime, PullSpec, RuntimeError};
+
+/// A finished pull.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pulled {
+    /// The runtime's image ref.
+    pub image_ref: String,
+    /// Size as the runtime reports it after the pull; 0 when unknown.
+    pub image_size: u64,
+    /// The runtime's PullImage call alone.
+    pub pull_duration: Duration,
+}
+
+/// Why a pull failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The registry rate limit refused the pull (the kubelet's words).
+    #[error("pull QPS exceeded")]
+    RateLimited,
+    /// `--image-pull-timeout` ran out; the upstream call was cancelled.
+    #[error("image pull did not finish within {0:?} (--image-pull-timeout); the pull was cancelled")]
+    TimedOut(Duration),
+    /// The task running the pull ended without a result.
+    #[error("the pull ended without a result")]
+    Abandoned,
+}
+
+/// The future every pull service in the stack returns.
+pub type PullFuture = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
+
+/// The pull stack as the scheduler holds it.
+pub type PullService = BoxCloneSyncService<PullSpec, Pulled, PullError>;
+
+/// The innermost pull service: PullImage on the runtime, then ImageStatus for the size.
+pub struct RuntimePull<R> {
+    runtime: Arc<R>,
+}
+
+impl<R> RuntimePull<R> {
+    pub fn new(runtime: Arc<R>) -> Self {
+        Self { runtime }
+    }
+}
+
+impl<R> Clone for RuntimePull<R> {
+    fn clone(&self) -> Self {
+        Self { runtime: self.runtime.clone() }
+    }
+}
+
+impl<R: ImageRuntime> Service<PullSpec> for RuntimePull<R> {
+    type Response = Pulled;
+    type Error = PullError;
+    type Future = PullFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), PullError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, spec: PullSpec) -> Self::Future {
+        let runtime = self.runtime.clone();
+        Box::pin(async move {
+            let image = spec.image.clone();
+            let started = Instant::now();
+            let image_ref = runtime.pull_image(spec).await?;
+            let pull_duration = started.elapsed();
+            // The size is best effort, as in the kubelet: a failed look-up reports 0.
+            let image_size = match runtime.image_status(image).await {
+                Ok(found) => found.map_or(0, |found| found.size),
+                Err(error) => {
+                    tracing::debug!(%error, "image size look-up after pull failed");
+                    0
+                }
+            };
+            Ok(Pulled { image_ref, image_size, pull_duration })
+        })
+    }
+}

@@ -1,0 +1,163 @@
+//! The container runtime: what cri-imaged needs of it (a small trait, so the core is testable
+//! with fakes) and how it talks to it.
+//!
+//! - [`client`]: the CRI `runtime.v1.ImageService` client over a unix socket.
+//! - [`endpoint`]: where the runtime listens.
+//! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
+//! - [`events`]: containerd's image events, which keep the presence cache honest.
+
+mod client;
+mod endpoint;
+pub mod events;
+pub mod passthrough;
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use k8s_cri::v1::{AuthConfig, ImageSpec, PodSandboxConfig};
+
+pub use self::{
+    client::CriClient,
+    endpoint::{EndpointError, RuntimeEndpoint},
+};
+use crate::reference::{self, ImageReference};
+
+/// The largest message exchanged with the runtime, as the kubelet allows (16 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a runtime call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The runtime answered with a gRPC error, or the connection to it failed.
+    #[error("rpc error: code = {} desc = {}", go_code_name(.0.code()), .0.message())]
+    Status(tonic::Status),
+    /// The runtime did not answer within the request deadline.
+    #[error("rpc error: code = DeadlineExceeded desc = context deadline exceeded (after {0:?})")]
+    Timeout(Duration),
+    /// The runtime reported success for a pull but named no image.
+    #[error("imageRef of image {0:?} is not set")]
+    EmptyImageRef(String),
+}
+
+impl RuntimeError {
+    /// The gRPC code this failure carries.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            Self::Status(status) => status.code(),
+            Self::Timeout(_) => tonic::Code::DeadlineExceeded,
+            Self::EmptyImageRef(_) => tonic::Code::Unknown,
+        }
+    }
+
+    /// The runtime's own message, without the `rpc error:` wrapping.
+    pub fn runtime_message(&self) -> String {
+        match self {
+            Self::Status(status) => status.message().to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<tonic::Status> for RuntimeError {
+    fn from(status: tonic::Status) -> Self {
+        Self::Status(status)
+    }
+}
+
+/// grpc-go's names for codes, so our messages read like the kubelet's `rpc error: code = …`.
+fn go_code_name(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::Ok => "OK",
+        tonic::Code::Cancelled => "Canceled",
+        tonic::Code::Unknown => "Unknown",
+        tonic::Code::InvalidArgument => "InvalidArgument",
+        tonic::Code::DeadlineExceeded => "DeadlineExceeded",
+        tonic::Code::NotFound => "NotFound",
+        tonic::Code::AlreadyExists => "AlreadyExists",
+        tonic::Code::PermissionDenied => "PermissionDenied",
+        tonic::Code::ResourceExhausted => "ResourceExhausted",
+        tonic::Code::FailedPrecondition => "FailedPrecondition",
+        tonic::Code::Aborted => "Aborted",
+        tonic::Code::OutOfRange => "OutOfRange",
+        tonic::Code::Unimplemented => "Unimplemented",
+        tonic::Code::Internal => "Internal",
+        tonic::Code::Unavailable => "Unavailable",
+        tonic::Code::DataLoss => "DataLoss",
+        tonic::Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// An image the runtime has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresentImage {
+    /// The runtime's id for the image; the kubelet's image ref.
+    pub id: String,
+    /// Size in bytes, as the runtime reports it.
+    pub size: u64,
+}
+
+/// What one upstream pull needs. No `Debug`: it carries credentials.
+#[derive(Clone, Default)]
+pub struct PullSpec {
+    /// The image, with the default tag applied.
+    pub image: ImageSpec,
+    /// The same image parsed once where the request came in, normalised; `None` when it does not
+    /// parse (a CRI PullImage may name an image only the runtime understands).
+    pub reference: Option<Arc<ImageReference>>,
+    /// Registry credentials, passed to the runtime as they are. Never logged.
+    pub auth: Option<AuthConfig>,
+    /// The pod's sandbox config, passed to the runtime as it is.
+    pub sandbox_config: Option<PodSandboxConfig>,
+    /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,
+    /// where the kubelet throttles its own pulls.
+    pub wait_for_rate_limit: bool,
+}
+
+impl PullSpec {
+    /// A pull of `image`, its reference parsed here, once, with the default tag (the runtime
+    /// reads an untagged name as `:latest`).
+    pub fn for_image(image: ImageSpec) -> Self {
+        let reference = reference::parse_with_default_tag(&image.image).ok().map(|(reference, _)| Arc::new(reference));
+        Self { image, reference, ..Default::default() }
+    }
+}
+
+/// The image half of a container runtime, as cri-imaged uses it.
+pub trait ImageRuntime: Send + Sync + 'static {
+    /// The image if the runtime has it, `None` if not.
+    fn image_status(&self, image: ImageSpec)
+    -> impl Future<Output = Result<Option<PresentImage>, RuntimeError>> + Send;
+
+    /// Pulls the image and returns the runtime's image ref.
+    fn pull_image(&self, spec: PullSpec) -> impl Future<Output = Result<String, RuntimeError>> + Send;
+
+    /// A cheap call that succeeds while the runtime serves images; used for health.
+    fn probe(&self) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Forwards one unary `runtime.v1.ImageService` call (`path` such as
+    /// `/runtime.v1.ImageService/ListImages`) with its message bytes untouched; the runtime's
+    /// error comes back unchanged.
+    fn forward_raw(
+        &self,
+        path: &'static str,
+        message: Bytes,
+    ) -> impl Future<Output = Result<Bytes, tonic::Status>> + Send {
+        async move {
+            let _ = message;
+            Err(tonic::Status::unimplemented(format!("this runtime does not forward {path}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_errors_read_like_grpc_go() {
+        let error = RuntimeError::from(tonic::Status::not_found("no such image"));
+        assert_eq!(error.to_string(), "rpc error: code = NotFound desc = no such image");
+        let cancelled = RuntimeError::from(tonic::Status::cancelled("gone"));
+        assert_eq!(cancelled.to_string(), "rpc error: code = Canceled desc = gone");
+    }
+}

@@ -1,14 +1,26 @@
-//! The `serve` command: wires the listener, the runtime client, the manager and the server.
+//! The composition root: builds every part of the daemon, hands each its collaborators, and
+//! runs the `serve` command until it is told to stop.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
+
+use tokio::net::UnixListener;
+use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
+    backoff::BackoffStore,
     config::{ConfigError, ServeArgs},
-    ensure::ImageManager,
+    ensure::{ImageManager, ManagerConfig},
     listener::{self, ListenError},
-    metrics::{self, MetricsServerError},
-    runtime::CriClient,
+    metrics::{self, Metrics, MetricsServerError},
+    presence::PresenceCache,
+    pull::{
+        RuntimePull,
+        ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
+        scheduler::PullScheduler,
+    },
+    runtime::{CriClient, ImageRuntime, RuntimeEndpoint, events},
     server::{self, ServeError, ServeOptions},
+    shutdown::{self, Shutdown},
 };
 
 /// Why the daemon stopped with an error.
@@ -39,23 +51,75 @@ pub fn async_runtime(args: &ServeArgs) -> std::io::Result<tokio::runtime::Runtim
     builder.enable_all().build()
 }
 
+/// Every shared part of a daemon, built here and nowhere else: each gets its collaborators.
+pub struct Parts<R> {
+    pub runtime: Arc<R>,
+    pub metrics: Arc<Metrics>,
+    pub presence: Arc<PresenceCache>,
+    pub manager: Arc<ImageManager<R>>,
+}
+
+impl<R: ImageRuntime> Parts<R> {
+    /// The pull path (rate limits around the runtime's pull, run by the scheduler), the backoff
+    /// store, the presence cache and the manager over them, all counting into one set of metrics.
+    pub fn build(runtime: Arc<R>, config: ManagerConfig) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        let presence = Arc::new(PresenceCache::new(metrics.clone(), config.presence_max_staleness));
+        let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.clone());
+        let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
+        let scheduler = PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.clone());
+        let backoff = BackoffStore::new(config.backoff);
+        let manager =
+            Arc::new(ImageManager::new(runtime.clone(), scheduler, backoff, presence.clone(), metrics.clone()));
+        Self { runtime, metrics, presence, manager }
+    }
+}
+
+/// What a daemon serves with, besides its socket.
+pub struct Settings {
+    pub runtime_endpoint: RuntimeEndpoint,
+    /// Deadline of runtime calls other than pulls.
+    pub runtime_request_timeout: Duration,
+    pub manager: ManagerConfig,
+    pub serve: ServeOptions,
+    /// Whether to watch containerd's image events and remember presence answers.
+    pub presence_cache: bool,
+    /// Where to serve `/metrics`, already bound.
+    pub metrics: Option<tokio::net::TcpListener>,
+}
+
+/// Builds every part for `settings` and serves `listener` until `shutdown` is requested, then
+/// drains. `main` and the tests' in-process daemon both start here.
+pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdown) -> Result<(), DaemonError> {
+    let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
+    let parts = Parts::build(runtime.clone(), settings.manager);
+    if settings.presence_cache {
+        tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));
+    }
+    if let Some(listener) = settings.metrics {
+        let served = metrics::serve(listener, parts.metrics.clone(), shutdown.clone().requested());
+        tokio::spawn(async move {
+            if let Err(error) = served.await {
+                tracing::error!(%error, "metrics endpoint stopped");
+            }
+        });
+    }
+    server::serve(listener, &parts, settings.serve, shutdown).await?;
+    Ok(())
+}
+
 /// Serves until SIGTERM or SIGINT, then drains and returns.
 pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
 
-    let config = args.manager_config()?;
+    let manager = args.manager_config()?;
     let (listener, socket_file) = listener::bind(&args.listen).await?;
-    let metrics_listener = match args.metrics_listen {
+    let metrics = match args.metrics_listen {
         Some(addr) => Some(metrics::bind(addr).await?),
         None => None,
     };
-    let runtime = CriClient::new(&args.runtime_endpoint, args.runtime_request_timeout);
-    let events = runtime.channel();
-    let manager = Arc::new(ImageManager::new(Arc::new(runtime), config));
-    let watcher =
-        args.presence_cache.then(|| tokio::spawn(crate::runtime::events::watch(events, manager.presence().clone())));
     tracing::info!(
         listen = %args.listen.display(),
         runtime_endpoint = %args.runtime_endpoint,
@@ -63,40 +127,27 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         version = env!("CARGO_PKG_VERSION"),
         "cri-imaged serving"
     );
-
-    // One stop signal for every server.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until_stopped = move || {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|stopped| *stopped).await;
-        }
-    };
+    let (trigger, shutdown) = shutdown::channel();
     tokio::spawn(async move {
         tokio::select! {
             _ = terminate.recv() => tracing::info!("received SIGTERM"),
             _ = interrupt.recv() => tracing::info!("received SIGINT"),
         }
-        stop.send_replace(true);
+        trigger.request();
     });
-    let metrics_server = metrics_listener.map(|listener| {
-        let served = metrics::serve(listener, manager.metrics().clone(), until_stopped());
-        tokio::spawn(async move {
-            if let Err(error) = served.await {
-                tracing::error!(%error, "metrics endpoint stopped");
-            }
-        })
-    });
-
-    let options = ServeOptions {
-        drain_timeout: args.shutdown_timeout,
-        health_probe_interval: args.health_probe_interval,
-        health_probe_timeout: args.health_probe_timeout,
+    let settings = Settings {
+        runtime_endpoint: args.runtime_endpoint,
+        runtime_request_timeout: args.runtime_request_timeout,
+        manager,
+        serve: ServeOptions {
+            drain_timeout: args.shutdown_timeout,
+            health_probe_interval: args.health_probe_interval,
+            health_probe_timeout: args.health_probe_timeout,
+        },
+        presence_cache: args.presence_cache,
+        metrics,
     };
-    server::serve(listener, manager, options, until_stopped()).await?;
-    for task in [metrics_server, watcher].into_iter().flatten() {
-        task.abort();
-    }
+    serve(listener, settings, shutdown).await?;
     // The socket file would otherwise look like a stale daemon to the next start; a successor
     // that bound the path while we drained keeps its own.
     socket_file.remove_if_ours();

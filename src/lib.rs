@@ -20,6 +20,7 @@
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
+//! - [`shutdown`]: the one stop signal every loop and server observes.
 //! - [`telemetry`]: logging set-up.
 
 pub mod api;
@@ -36,4 +37,5 @@ pub mod pull;
 pub mod reference;
 pub mod runtime;
 pub mod server;
+pub mod shutdown;
 pub mod telemetry;

@@ -8,7 +8,6 @@ use std::{
 
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 use tokio::time::Instant;
-use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
     backoff::{BackoffConfig, BackoffStore},
@@ -16,9 +15,9 @@ use crate::{
     metrics::Metrics,
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
-    pull::ratelimit::{RateLimitConfig, RateLimitLayer, RegistryLimits, TokioClock},
+    pull::ratelimit::RateLimitConfig,
     pull::scheduler::{PullScheduler, SchedulerConfig},
-    pull::{PullError, Pulled, RuntimePull},
+    pull::{PullError, Pulled},
     reference::{self, ImageReference, ReferenceError},
     runtime::{ImageRuntime, PresentImage, PullSpec, RuntimeError},
 };
@@ -157,33 +156,15 @@ pub struct ImageManager<R> {
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
-    pub fn new(runtime: Arc<R>, config: ManagerConfig) -> Self {
-        let metrics = Arc::new(Metrics::default());
-        let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.clone());
-        let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
-        Self {
-            runtime,
-            scheduler: PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.clone()),
-            backoff: Mutex::new(BackoffStore::new(config.backoff)),
-            presence: Arc::new(PresenceCache::new(metrics.clone(), config.presence_max_staleness)),
-            metrics,
-        }
-    }
-
-    /// The metrics this manager and its pull path keep.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
-    /// What the runtime said it has; it remembers only while someone watches the runtime's image
-    /// events for it (see [`crate::runtime_events::watch`]).
-    pub fn presence(&self) -> &Arc<PresenceCache> {
-        &self.presence
-    }
-
-    /// The runtime this manager pulls through.
-    pub fn runtime(&self) -> &R {
-        &self.runtime
+    /// A manager over its collaborators, which [`crate::daemon::Parts::build`] makes.
+    pub fn new(
+        runtime: Arc<R>,
+        scheduler: PullScheduler,
+        backoff: BackoffStore<Arc<PullError>>,
+        presence: Arc<PresenceCache>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { runtime, scheduler, backoff: Mutex::new(backoff), presence, metrics }
     }
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {

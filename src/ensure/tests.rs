@@ -53,8 +53,29 @@ impl ImageRuntime for ScriptedRuntime {
     }
 }
 
-fn manager(runtime: ScriptedRuntime) -> ImageManager<ScriptedRuntime> {
-    ImageManager::new(Arc::new(runtime), ManagerConfig::default())
+/// The manager as the daemon builds it, with the scripted runtime under it in reach.
+struct Built {
+    manager: Arc<ImageManager<ScriptedRuntime>>,
+    runtime: Arc<ScriptedRuntime>,
+}
+
+impl std::ops::Deref for Built {
+    type Target = ImageManager<ScriptedRuntime>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.manager
+    }
+}
+
+impl Built {
+    fn runtime(&self) -> &ScriptedRuntime {
+        &self.runtime
+    }
+}
+
+fn manager(runtime: ScriptedRuntime) -> Built {
+    let parts = crate::daemon::Parts::build(Arc::new(runtime), ManagerConfig::default());
+    Built { manager: parts.manager, runtime: parts.runtime }
 }
 
 fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {

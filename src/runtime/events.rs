@@ -20,7 +20,10 @@ use std::{
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use crate::presence::{PresenceCache, SETTLE};
+use crate::{
+    presence::{PresenceCache, SETTLE},
+    shutdown::Shutdown,
+};
 
 /// containerd's event service, as far as cri-imaged uses it (the server is for tests' fakes).
 pub mod proto {
@@ -67,12 +70,17 @@ impl From<tonic::Status> for WatchError {
 }
 
 /// Keeps `cache` watching the runtime's image events for as long as the runtime offers them,
-/// subscribing again after failures (the runtime restarted, say).
-pub async fn watch(channel: Channel, cache: Arc<PresenceCache>) {
+/// subscribing again after failures (the runtime restarted, say), until shutdown.
+pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdown) {
+    let stopping = shutdown.requested();
+    tokio::pin!(stopping);
     let mut retry = RETRY_MIN;
     let mut markers = Markers::new(cache.clone());
     loop {
-        let error = watch_once(channel.clone(), &cache, &mut markers).await;
+        let error = tokio::select! {
+            error = watch_once(channel.clone(), &cache, &mut markers) => error,
+            () = &mut stopping => return cache.set_watching(false),
+        };
         if cache.is_watching() {
             retry = RETRY_MIN;
         }
@@ -82,7 +90,10 @@ pub async fn watch(channel: Channel, cache: Arc<PresenceCache>) {
             return;
         }
         tracing::warn!(%error, retry_in = ?retry, "presence checks ask the runtime until image events are watched again");
-        tokio::time::sleep(retry).await;
+        tokio::select! {
+            () = tokio::time::sleep(retry) => {}
+            () = &mut stopping => return,
+        }
         retry = retry.saturating_mul(2).min(RETRY_MAX);
     }
 }

@@ -34,19 +34,22 @@ const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
 
 /// The service; cheap to clone.
 pub struct CriImageService<R> {
+    /// Pulls go through the manager (scheduler, single-flight, limits).
     manager: Arc<ImageManager<R>>,
+    /// Everything else is forwarded to the runtime.
+    runtime: Arc<R>,
     presence: Arc<PresenceCache>,
 }
 
 impl<R> CriImageService<R> {
-    pub fn new(manager: Arc<ImageManager<R>>, presence: Arc<PresenceCache>) -> Self {
-        Self { manager, presence }
+    pub fn new(manager: Arc<ImageManager<R>>, runtime: Arc<R>, presence: Arc<PresenceCache>) -> Self {
+        Self { manager, runtime, presence }
     }
 }
 
 impl<R> Clone for CriImageService<R> {
     fn clone(&self) -> Self {
-        Self { manager: self.manager.clone(), presence: self.presence.clone() }
+        Self { manager: self.manager.clone(), runtime: self.runtime.clone(), presence: self.presence.clone() }
     }
 }
 
@@ -79,13 +82,14 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         let path = request.uri().path().to_owned();
         if let Some(method) = FORWARDED.into_iter().find(|method| *method == path) {
             let presence = (method == REMOVE_IMAGE).then(|| self.presence.clone());
+            let runtime = self.runtime.clone();
             let forward = tower::service_fn(move |call: Request<Bytes>| {
-                let (manager, presence) = (manager.clone(), presence.clone());
+                let (runtime, presence) = (runtime.clone(), presence.clone());
                 async move {
                     // Whether the removal succeeds, fails or is cancelled half way, it may have
                     // changed what is present: forget before answering, or when given up on.
                     let _forget = presence.map(ForgetOnDrop);
-                    manager.runtime().forward_raw(method, call.into_inner()).await.map(Response::new)
+                    runtime.forward_raw(method, call.into_inner()).await.map(Response::new)
                 }
             });
             let mut grpc = tonic::server::Grpc::new(RawCodec)

@@ -5,27 +5,32 @@ use std::{sync::Arc, time::Duration};
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::{
-    ensure::ImageManager,
     runtime::{ImageRuntime, RuntimeError},
+    shutdown::Shutdown,
 };
 
 /// The health service name of our API.
 pub const IMAGE_MANAGER_SERVICE: &str = "imagemanager.v1.ImageManager";
 
 /// Probes the runtime every `interval`, each probe bounded by `timeout` (a frozen runtime is
-/// not a serving one), and reports the image service's health, logging changes.
+/// not a serving one), and reports the image service's health, logging changes; until shutdown.
 pub async fn probe_runtime<R: ImageRuntime>(
-    manager: Arc<ImageManager<R>>,
+    runtime: Arc<R>,
     reporter: HealthReporter,
-    interval: Duration,
-    timeout: Duration,
+    (interval, timeout): (Duration, Duration),
+    shutdown: Shutdown,
 ) {
     let mut last: Option<ServingStatus> = None;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stopping = shutdown.requested();
+    tokio::pin!(stopping);
     loop {
-        ticker.tick().await;
-        let result = match tokio::time::timeout(timeout, manager.runtime().probe()).await {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = &mut stopping => return,
+        }
+        let result = match tokio::time::timeout(timeout, runtime.probe()).await {
             Ok(result) => result,
             Err(_) => Err(RuntimeError::Timeout(timeout)),
         };

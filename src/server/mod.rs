@@ -8,7 +8,7 @@ mod image_manager;
 mod request;
 mod status;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use tokio::net::UnixListener;
 use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
@@ -25,8 +25,9 @@ pub use self::{
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},
-    ensure::ImageManager,
+    daemon::Parts,
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
+    shutdown::Shutdown,
 };
 
 /// How the server behaves, beyond what it serves.
@@ -72,26 +73,26 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
     ADVERTISED_SERVICES.into_iter().fold(builder, |builder, name| builder.with_service_name(name))
 }
 
-/// Serves until `shutdown` completes, then drains for at most `options.drain_timeout`.
+/// Serves `parts` until `shutdown` is requested, then drains for at most `options.drain_timeout`.
 pub async fn serve<R: ImageRuntime>(
     listener: UnixListener,
-    manager: Arc<ImageManager<R>>,
+    parts: &Parts<R>,
     options: ServeOptions,
-    shutdown: impl Future<Output = ()> + Send,
+    shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    let prober = tokio::spawn(health::probe_runtime(
-        manager.clone(),
+    tokio::spawn(health::probe_runtime(
+        parts.runtime.clone(),
         reporter.clone(),
-        options.health_probe_interval,
-        options.health_probe_timeout,
+        (options.health_probe_interval, options.health_probe_timeout),
+        shutdown.clone(),
     ));
 
-    let cri_image_service = CriImageService::new(manager.clone(), manager.presence().clone());
-    let image_manager = ImageManagerServer::new(ImageManagerService::new(manager))
+    let cri_image_service = CriImageService::new(parts.manager.clone(), parts.runtime.clone(), parts.presence.clone());
+    let image_manager = ImageManagerServer::new(ImageManagerService::new(parts.manager.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
@@ -99,7 +100,7 @@ pub async fn serve<R: ImageRuntime>(
     let signal = {
         let draining = draining.clone();
         async move {
-            shutdown.await;
+            shutdown.requested().await;
             tracing::info!("shutting down: no new requests; draining in-flight ones");
             draining.notify_one();
         }
@@ -130,6 +131,5 @@ pub async fn serve<R: ImageRuntime>(
             }
         }
     };
-    prober.abort();
     result
 }

@@ -8,18 +8,19 @@ pub mod stack;
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
     time::Duration,
 };
 
 use cri_imaged::{
     api::{EnsureImageExistsRequest, EnsureImageExistsResponse, image_manager_client::ImageManagerClient},
-    ensure::{ImageManager, ManagerConfig},
-    runtime::{CriClient, RuntimeEndpoint},
-    server::{self, ServeOptions},
+    daemon::Settings,
+    ensure::ManagerConfig,
+    runtime::RuntimeEndpoint,
+    server::ServeOptions,
+    shutdown::ShutdownTrigger,
 };
 use hyper_util::rt::TokioIo;
-use tokio::{net::UnixStream, sync::oneshot, task::JoinHandle};
+use tokio::{net::UnixStream, task::JoinHandle};
 use tonic::transport::{Channel, Endpoint, Uri};
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 use tonic_types::StatusExt;
@@ -33,10 +34,11 @@ pub fn unix_channel(path: &Path) -> Channel {
     }))
 }
 
-/// cri-imaged served in this process against a runtime socket.
+/// cri-imaged served in this process against a runtime socket, started the way `main` starts it
+/// (the same composition root, the event watcher included).
 pub struct InProcessDaemon {
     pub socket: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<ShutdownTrigger>,
     task: JoinHandle<()>,
 }
 
@@ -48,21 +50,23 @@ impl InProcessDaemon {
 
     /// As [`InProcessDaemon::start`], with `config`; probes health every 50 ms.
     pub async fn start_with(socket: &Path, runtime_socket: &Path, config: ManagerConfig) -> Self {
-        let endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
-        let runtime = Arc::new(CriClient::new(&endpoint, Duration::from_secs(10)));
-        let manager = Arc::new(ImageManager::new(runtime, config));
+        let runtime_endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
         let (listener, _socket_file) = cri_imaged::listener::bind(socket).await.expect("daemon binds");
-        let options = ServeOptions {
-            drain_timeout: Duration::from_secs(5),
-            health_probe_interval: Duration::from_millis(50),
-            health_probe_timeout: Duration::from_millis(500),
+        let settings = Settings {
+            runtime_endpoint,
+            runtime_request_timeout: Duration::from_secs(10),
+            manager: config,
+            serve: ServeOptions {
+                drain_timeout: Duration::from_secs(5),
+                health_probe_interval: Duration::from_millis(50),
+                health_probe_timeout: Duration::from_millis(500),
+            },
+            presence_cache: true,
+            metrics: None,
         };
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, shutdown) = cri_imaged::shutdown::channel();
         let task = tokio::spawn(async move {
-            let shutdown = async {
-                let _ = stopped.await;
-            };
-            server::serve(listener, manager, options, shutdown).await.expect("daemon serves");
+            cri_imaged::daemon::serve(listener, settings, shutdown).await.expect("daemon serves");
         });
         Self { socket: socket.to_owned(), stop: Some(stop), task }
     }
@@ -73,7 +77,7 @@ impl InProcessDaemon {
 
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            stop.request();
         }
         let _ = (&mut self.task).await;
     }

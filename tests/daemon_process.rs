@@ -115,6 +115,26 @@ async fn a_runtime_call_that_times_out_is_deadline_exceeded_not_cancelled() {
     runtime.service.thaw();
 }
 
+#[tokio::test]
+async fn an_open_health_watch_does_not_hold_the_drain_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let flags = ["--shutdown-timeout", "20s"];
+    let mut daemon = DaemonProcess::spawn(&dir.path().join("cri-imaged.sock"), &runtime.socket, &flags);
+    daemon.wait_until_serving().await;
+    let mut health = HealthClient::new(support::unix_channel(&daemon.socket));
+    let request = HealthCheckRequest { service: String::new() };
+    let mut watch = health.watch(request).await.expect("watch").into_inner();
+    watch.message().await.expect("first status").expect("a status");
+
+    daemon.send_sigterm();
+    let ended = tokio::time::timeout(Duration::from_secs(5), watch.message()).await.expect("the stream ends");
+    let status = ended.expect_err("ended with a status");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("shutting down"), "{status:?}");
+    assert!(daemon.wait_for_exit(Duration::from_secs(5)).await.success(), "{}", daemon.log_text());
+}
+
 /// Polls `condition` every 10 ms for at most 5 s.
 async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     for _ in 0..500 {

@@ -7,6 +7,7 @@ mod health;
 mod image_manager;
 mod request;
 mod status;
+mod streams;
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,7 +15,7 @@ use tokio::net::UnixListener;
 use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
 use tonic::transport::Server;
 
-use self::authority::AuthorityTolerant;
+use self::{authority::AuthorityTolerant, streams::EndOnShutdown};
 pub use self::{
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{CallerDeadline, DeadlineLayer, DrainDeadline, parse_grpc_timeout},
@@ -98,7 +99,7 @@ pub async fn serve<R: ImageRuntime>(
 
     let draining = Arc::new(tokio::sync::Notify::new());
     let signal = {
-        let draining = draining.clone();
+        let (draining, shutdown) = (draining.clone(), shutdown.clone());
         async move {
             shutdown.requested().await;
             tracing::info!("shutting down: no new requests; draining in-flight ones");
@@ -110,7 +111,7 @@ pub async fn serve<R: ImageRuntime>(
     let (drain_deadline, drained) = tokio::sync::watch::channel(None);
     let server = Server::builder()
         .layer(DeadlineLayer::new(drained))
-        .add_service(health_service)
+        .add_service(EndOnShutdown::new(health_service, shutdown.clone()))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(image_manager)

@@ -11,6 +11,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use super::{
     deadline::{CallerDeadline, DrainDeadline},
     request::RequestError,
+    streams::StreamShutDown,
 };
 use std::sync::Arc;
 
@@ -78,6 +79,13 @@ impl From<CallerDeadline> for Status {
 
 impl From<DrainDeadline> for Status {
     fn from(error: DrainDeadline) -> Self {
+        let details = ErrorDetails::with_error_info(SHUTTING_DOWN, ERROR_DOMAIN, HashMap::new());
+        Status::with_error_details(Code::Unavailable, error.to_string(), details)
+    }
+}
+
+impl From<StreamShutDown> for Status {
+    fn from(error: StreamShutDown) -> Self {
         let details = ErrorDetails::with_error_info(SHUTTING_DOWN, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(Code::Unavailable, error.to_string(), details)
     }

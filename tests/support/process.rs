@@ -83,13 +83,16 @@ impl DaemonProcess {
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
         let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
         let stderr = std::fs::File::create(&log).expect("daemon log file");
+        // Quick probes and a short drain, unless the test sets its own.
+        let defaults =
+            [("--health-probe-interval", "100ms"), ("--health-probe-timeout", "200ms"), ("--shutdown-timeout", "2s")];
         let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
             .arg("serve")
             .arg("--listen")
             .arg(socket)
             .arg("--runtime-endpoint")
             .arg(runtime_socket)
-            .args(["--health-probe-interval", "100ms", "--health-probe-timeout", "200ms", "--shutdown-timeout", "2s"])
+            .args(defaults.iter().filter(|(flag, _)| !extra.contains(flag)).flat_map(|(flag, value)| [flag, value]))
             .args(extra)
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())

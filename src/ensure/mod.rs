@@ -10,7 +10,7 @@ use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 use tokio::time::Instant;
 
 use crate::{
-    backoff::{BackoffConfig, BackoffStore},
+    backoff::{BackoffConfig, BackoffKey, BackoffStore},
     messages::{self, reason},
     metrics::Metrics,
     policy::{self, Decision, PullPolicy},
@@ -183,46 +183,13 @@ impl<R: ImageRuntime> ImageManager<R> {
     )]
     pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
         let image = &request.image;
-        let (reference, tagged) = parse_image(image).inspect_err(|error| tracing::warn!("{error}"))?;
+        let (reference, spec) = with_default_tag(&request)?;
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
-        let spec = ImageSpec {
-            image: tagged,
-            annotations: request.pod.annotations.clone(),
-            runtime_handler: request.runtime_handler.clone(),
-            ..Default::default()
-        };
-
         let present = self.image_status(image, &spec).await?;
-
-        let decision = policy::decide(policy, present.is_some());
-        self.metrics.ensure_decided(policy, present.is_some(), decision == Decision::Pull);
-        match (decision, present) {
-            (Decision::UsePresent, Some(found)) => {
-                let message = messages::already_present(image);
-                // The kubelet records this as an event, not a log line; the caller gets it in the
-                // answer. At info it would be a line per container start.
-                tracing::debug!(policy = policy.as_str(), image_ref = %found.id, "{message}");
-                return Ok(EnsureOutcome { image_ref: found.id, message, pull: None, image_size: found.size });
-            }
-            (Decision::RefuseNeverPull, _) | (Decision::UsePresent, None) => {
-                let message = messages::never_pull(image);
-                tracing::warn!("{message}");
-                return Err(EnsureError::NeverPull { message });
-            }
-            (Decision::Pull, _) => {}
+        if let Some(outcome) = self.decide(image, policy, present)? {
+            return Ok(outcome);
         }
-
-        // Backoff is per pod, as in the kubelet. A caller without a pod uid (an agent pre-pulling)
-        // gets none: one shared key would let one agent's failure refuse another's pulls.
-        let backoff_key = (!request.pod.uid.is_empty()).then(|| self.backoff().key(&request.pod.uid, image));
-        let backing_off = backoff_key.and_then(|key| self.backoff().check(key, Instant::now()));
-        if let Some(backing_off) = backing_off {
-            let message = messages::back_off(image, &backing_off.last_error);
-            tracing::info!(retry_after = ?backing_off.remaining, "{message}");
-            self.metrics.backoff_refused();
-            return Err(EnsureError::BackOff { message, retry_after: backing_off.remaining });
-        }
-
+        let backoff_key = self.check_backoff(&request.pod.uid, image)?;
         tracing::info!(policy = policy.as_str(), "{}", messages::pulling(image));
         let started = Instant::now();
         let pull = PullSpec {
@@ -232,26 +199,78 @@ impl<R: ImageRuntime> ImageManager<R> {
             ..Default::default()
         };
         let scheduled = self.scheduler.pull(pull).await;
-        let pulled = match scheduled.result {
-            Ok(pulled) => pulled,
-            Err(error) => {
-                tracing::warn!("{}", messages::pull_failed(image, &error));
-                if let Some(key) = backoff_key {
-                    let mut backoff = self.backoff();
-                    backoff.record_failure(key, error.clone(), Instant::now());
-                    self.metrics.backoff_size(backoff.len());
-                }
-                return Err(classify_pull_error(image, error));
+        match scheduled.result {
+            Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
+            Err(error) => Err(self.record_failed(image, error, backoff_key)),
+        }
+    }
+
+    /// Decides from presence and policy: the answer when the present image is used or the
+    /// policy forbids a pull, `None` when a pull is needed.
+    fn decide(
+        &self,
+        image: &str,
+        policy: PullPolicy,
+        present: Option<PresentImage>,
+    ) -> Result<Option<EnsureOutcome>, EnsureError> {
+        let decision = policy::decide(policy, present.is_some());
+        self.metrics.ensure_decided(policy, present.is_some(), decision == Decision::Pull);
+        match (decision, present) {
+            (Decision::UsePresent, Some(found)) => {
+                let message = messages::already_present(image);
+                // The kubelet records this as an event, not a log line; the caller gets it in the
+                // answer. At info it would be a line per container start.
+                tracing::debug!(policy = policy.as_str(), image_ref = %found.id, "{message}");
+                Ok(Some(EnsureOutcome { image_ref: found.id, message, pull: None, image_size: found.size }))
             }
-        };
+            (Decision::RefuseNeverPull, _) | (Decision::UsePresent, None) => {
+                let message = messages::never_pull(image);
+                tracing::warn!("{message}");
+                Err(EnsureError::NeverPull { message })
+            }
+            (Decision::Pull, _) => Ok(None),
+        }
+    }
+
+    /// Refuses a pull while the pod's last pull of the image is backing off; otherwise the key
+    /// to record the pull's failure under. Backoff is per pod, as in the kubelet: a caller
+    /// without a pod uid (an agent pre-pulling) gets none, since one shared key would let one
+    /// agent's failure refuse another's pulls.
+    fn check_backoff(&self, pod_uid: &str, image: &str) -> Result<Option<BackoffKey>, EnsureError> {
+        if pod_uid.is_empty() {
+            return Ok(None);
+        }
+        let backoff = self.backoff();
+        let key = backoff.key(pod_uid, image);
+        let Some(backing_off) = backoff.check(key, Instant::now()) else { return Ok(Some(key)) };
+        drop(backoff);
+        let message = messages::back_off(image, &backing_off.last_error);
+        tracing::info!(retry_after = ?backing_off.remaining, "{message}");
+        self.metrics.backoff_refused();
+        Err(EnsureError::BackOff { message, retry_after: backing_off.remaining })
+    }
+
+    /// A pull succeeded: the kubelet's message, the metrics, and stale backoff entries gone.
+    fn record_pulled(&self, image: &str, pulled: Pulled, started: Instant, joined: bool) -> EnsureOutcome {
         let times = PullTimes { pull: pulled.pull_duration, total: started.elapsed() };
         let message = messages::pulled(image, times.pull, times.total, pulled.image_size);
-        tracing::info!(image_ref = %pulled.image_ref, image_size = pulled.image_size, joined = scheduled.joined, "{message}");
+        tracing::info!(image_ref = %pulled.image_ref, image_size = pulled.image_size, joined, "{message}");
         self.metrics.pulled_for_request(times.total, pulled.image_size);
         let mut backoff = self.backoff();
         backoff.gc(Instant::now());
         self.metrics.backoff_size(backoff.len());
-        Ok(EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size })
+        EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size }
+    }
+
+    /// A pull failed: logged, backed off for the pod, and classified as the kubelet does.
+    fn record_failed(&self, image: &str, error: Arc<PullError>, backoff_key: Option<BackoffKey>) -> EnsureError {
+        tracing::warn!("{}", messages::pull_failed(image, &error));
+        if let Some(key) = backoff_key {
+            let mut backoff = self.backoff();
+            backoff.record_failure(key, error.clone(), Instant::now());
+            self.metrics.backoff_size(backoff.len());
+        }
+        classify_pull_error(image, error)
     }
 }
 
@@ -301,12 +320,23 @@ impl<R: ImageRuntime> ImageManager<R> {
     }
 }
 
-/// Validates `image` and applies the default tag.
-fn parse_image(image: &str) -> Result<(ImageReference, String), EnsureError> {
-    reference::parse_with_default_tag(image).map_err(|source| EnsureError::InvalidImageName {
-        message: messages::invalid_image_name(image, &source),
-        source,
-    })
+/// Validates the image and applies the default tag: the parsed reference (default tag
+/// included) and the spec for the runtime (the image as written, tagged; the pod's annotations
+/// and runtime handler).
+fn with_default_tag(request: &EnsureRequest) -> Result<(ImageReference, ImageSpec), EnsureError> {
+    let (reference, tagged) = reference::parse_with_default_tag(&request.image).map_err(|source| {
+        let error =
+            EnsureError::InvalidImageName { message: messages::invalid_image_name(&request.image, &source), source };
+        tracing::warn!("{error}");
+        error
+    })?;
+    let spec = ImageSpec {
+        image: tagged,
+        annotations: request.pod.annotations.clone(),
+        runtime_handler: request.runtime_handler.clone(),
+        ..Default::default()
+    };
+    Ok((reference, spec))
 }
 
 #[cfg(test)]

@@ -64,13 +64,13 @@ impl<R: ImageRuntime> Parts<R> {
     /// store, the presence cache and the manager over them, all counting into one set of metrics.
     pub fn build(runtime: Arc<R>, config: ManagerConfig) -> Self {
         let metrics = Arc::new(Metrics::default());
-        let presence = Arc::new(PresenceCache::new(metrics.clone(), config.presence_max_staleness));
-        let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.clone());
+        let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
+        let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
         let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
-        let scheduler = PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.clone());
+        let scheduler = PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.pulls.clone());
         let backoff = BackoffStore::new(config.backoff);
         let manager =
-            Arc::new(ImageManager::new(runtime.clone(), scheduler, backoff, presence.clone(), metrics.clone()));
+            Arc::new(ImageManager::new(runtime.clone(), scheduler, backoff, presence.clone(), metrics.ensure.clone()));
         Self { runtime, metrics, presence, manager }
     }
 }

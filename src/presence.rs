@@ -28,7 +28,10 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{metrics::Metrics, runtime::PresentImage};
+pub mod metrics;
+
+use self::metrics::PresenceMetrics;
+use crate::runtime::PresentImage;
 
 /// The most images remembered; past it the cache starts over. Nodes hold far fewer.
 pub const CAPACITY: usize = 4096;
@@ -58,7 +61,7 @@ pub enum Lookup {
 /// What the runtime said is present, while its events are watched.
 pub struct PresenceCache {
     state: Mutex<State>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<PresenceMetrics>,
     max_staleness: Duration,
     /// Asks the watcher for a barrier; many asks before it starts one make one barrier.
     barrier_wanted: Notify,
@@ -94,7 +97,7 @@ impl State {
 
 impl PresenceCache {
     /// A cache that trusts a hit while it was proven current at most `max_staleness` ago.
-    pub fn new(metrics: Arc<Metrics>, max_staleness: Duration) -> Self {
+    pub fn new(metrics: Arc<PresenceMetrics>, max_staleness: Duration) -> Self {
         Self {
             state: Mutex::new(State::default()),
             metrics,
@@ -125,7 +128,7 @@ impl PresenceCache {
         if age * 2 > self.max_staleness {
             self.barrier_wanted.notify_one();
         }
-        self.metrics.presence_hit();
+        self.metrics.hit();
         Lookup::Fresh(found.clone())
     }
 
@@ -154,7 +157,7 @@ impl PresenceCache {
     }
 
     /// The metrics the cache and its watcher keep.
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &PresenceMetrics {
         &self.metrics
     }
 
@@ -195,7 +198,7 @@ impl PresenceCache {
     /// An image changed, by an event or by a removal that went through us: forget everything.
     pub fn image_changed(&self) {
         self.state().forget();
-        self.metrics.presence_invalidated();
+        self.metrics.invalidated();
     }
 
     /// The subscription to image events became live or was lost; either way, start empty and
@@ -206,7 +209,7 @@ impl PresenceCache {
         state.current_as_of = None;
         state.forget();
         drop(state);
-        self.metrics.presence_watching(watching);
+        self.metrics.watching(watching);
         self.proofs.send_replace(());
     }
 

@@ -9,10 +9,12 @@ use std::{
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 use tokio::time::Instant;
 
+pub mod metrics;
+
+use self::metrics::EnsureMetrics;
 use crate::{
     backoff::{BackoffConfig, BackoffKey, BackoffStore},
     messages::{self, reason},
-    metrics::Metrics,
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
     pull::ratelimit::RateLimitConfig,
@@ -152,7 +154,7 @@ pub struct ImageManager<R> {
     /// Remembers the failed pull's error itself, shared by every pod that joined the pull.
     backoff: Mutex<BackoffStore<Arc<PullError>>>,
     presence: Arc<PresenceCache>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<EnsureMetrics>,
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
@@ -162,7 +164,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         scheduler: PullScheduler,
         backoff: BackoffStore<Arc<PullError>>,
         presence: Arc<PresenceCache>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<EnsureMetrics>,
     ) -> Self {
         Self { runtime, scheduler, backoff: Mutex::new(backoff), presence, metrics }
     }
@@ -214,7 +216,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         present: Option<PresentImage>,
     ) -> Result<Option<EnsureOutcome>, EnsureError> {
         let decision = policy::decide(policy, present.is_some());
-        self.metrics.ensure_decided(policy, present.is_some(), decision == Decision::Pull);
+        self.metrics.decided(policy, present.is_some(), decision == Decision::Pull);
         match (decision, present) {
             (Decision::UsePresent, Some(found)) => {
                 let message = messages::already_present(image);

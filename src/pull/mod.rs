@@ -7,6 +7,7 @@
 //!   [`PullService`].
 
 mod key;
+pub mod metrics;
 pub mod ratelimit;
 pub mod scheduler;
 

@@ -21,8 +21,7 @@ use governor::{
 use tower::{Layer, Service, ServiceExt};
 
 use crate::{
-    metrics::Metrics,
-    pull::{PullError, PullFuture, Pulled},
+    pull::{PullError, PullFuture, Pulled, metrics::PullMetrics},
     reference::ImageReference,
     runtime::PullSpec,
 };
@@ -134,11 +133,11 @@ pub struct RegistryLimits<C: Clock> {
     per_host: HashMap<String, Limiter<C>>,
     mode: RateLimitMode,
     clock: C,
-    metrics: Arc<Metrics>,
+    metrics: Arc<PullMetrics>,
 }
 
 impl<C: Clock + Clone> RegistryLimits<C> {
-    pub fn new(config: &RateLimitConfig, clock: C, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &RateLimitConfig, clock: C, metrics: Arc<PullMetrics>) -> Self {
         let limiter = |limit: &RateLimit| RateLimiter::direct_with_clock(limit.quota(), clock.clone());
         Self {
             global: config.global.as_ref().map(limiter),
@@ -165,7 +164,7 @@ impl<C: Clock + Clone> RegistryLimits<C> {
         loop {
             let Err(until_free) = self.take(host) else { return Ok(()) };
             if !counted {
-                self.metrics.pull_throttled();
+                self.metrics.throttled();
                 counted = true;
             }
             if !wait {

@@ -27,8 +27,10 @@ use tokio::{
 use tower::ServiceExt;
 
 use crate::{
-    metrics::{Metrics, PullResult},
-    pull::{PullError, PullKey, PullService, Pulled},
+    pull::{
+        PullError, PullKey, PullService, Pulled,
+        metrics::{PullMetrics, PullResult},
+    },
     runtime::PullSpec,
 };
 
@@ -67,7 +69,7 @@ struct Shared {
     slots: Option<Arc<Semaphore>>,
     pull_timeout: Option<Duration>,
     in_flight: Mutex<HashMap<PullKey, Slot>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<PullMetrics>,
 }
 
 /// The scheduler; cheap to clone.
@@ -77,7 +79,7 @@ pub struct PullScheduler {
 }
 
 impl PullScheduler {
-    pub fn new(service: PullService, config: SchedulerConfig, metrics: Arc<Metrics>) -> Self {
+    pub fn new(service: PullService, config: SchedulerConfig, metrics: Arc<PullMetrics>) -> Self {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
         let in_flight = Mutex::new(HashMap::new());
         Self { shared: Arc::new(Shared { service, slots, pull_timeout: config.pull_timeout, in_flight, metrics }) }
@@ -106,7 +108,7 @@ impl PullScheduler {
             }
         };
         if joined {
-            self.shared.metrics.pull_joined();
+            self.shared.metrics.joined();
         }
         let result = match receiver.wait_for(Option::is_some).await {
             Ok(value) => value.clone().unwrap_or_else(|| Err(Arc::new(PullError::Abandoned))),
@@ -125,12 +127,12 @@ impl Shared {
     async fn acquire(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
         let Some(slots) = &self.slots else { return Some(None) };
         let queued_at = Instant::now();
-        self.metrics.pull_queued();
+        self.metrics.queued();
         let acquired = tokio::select! {
             permit = slots.clone().acquire_owned() => permit.ok().map(Some),
             () = self.unwanted(key, slot) => None,
         };
-        self.metrics.pull_dequeued(queued_at.elapsed());
+        self.metrics.dequeued(queued_at.elapsed());
         acquired
     }
 
@@ -162,7 +164,7 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
         tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
         return;
     };
-    shared.metrics.pull_started();
+    shared.metrics.started();
     let result = loop {
         spec.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
         let result = shared.call(spec.clone()).await;
@@ -178,7 +180,7 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
         in_flight.remove(&key);
         break result;
     };
-    shared.metrics.pull_finished(match &result {
+    shared.metrics.finished(match &result {
         Ok(_) => PullResult::Success,
         Err(PullError::RateLimited) => PullResult::RateLimited,
         Err(PullError::TimedOut(_)) => PullResult::TimedOut,

@@ -219,7 +219,7 @@ impl Markers {
         request.metadata_mut().insert("containerd-namespace", tonic::metadata::MetadataValue::from_static(NAMESPACE));
         request.set_timeout(Duration::from_secs(5));
         client.publish(request).await?;
-        self.cache.metrics().presence_barrier();
+        self.cache.metrics().barrier();
         Ok(())
     }
 

@@ -1,0 +1,121 @@
+//! The pull path's metrics: upstream pulls by result, in flight, queued, joined, throttled.
+
+use std::time::Duration;
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+use crate::metrics::Labels;
+
+/// Queue waits are usually short; these buckets see milliseconds to minutes.
+const QUEUE_WAIT_BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+
+/// How an upstream pull ended, as the `result` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullResult {
+    Success,
+    Failure,
+    RateLimited,
+    TimedOut,
+}
+
+impl PullResult {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Failure => "failure",
+            Self::RateLimited => "rate_limited",
+            Self::TimedOut => "timed_out",
+        }
+    }
+}
+
+/// What the scheduler and the rate limits count.
+#[derive(Debug, Clone)]
+pub struct PullMetrics {
+    pulls: Family<Labels, Counter>,
+    in_flight: Gauge,
+    queue_depth: Gauge,
+    queue_wait: Histogram,
+    joins: Counter,
+    throttled: Counter,
+}
+
+impl PullMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            pulls: Family::default(),
+            in_flight: Gauge::default(),
+            queue_depth: Gauge::default(),
+            queue_wait: Histogram::new(QUEUE_WAIT_BUCKETS),
+            joins: Counter::default(),
+            throttled: Counter::default(),
+        };
+        registry.register("pulls", "Upstream PullImage calls, by result", metrics.pulls.clone());
+        registry.register("pulls_in_flight", "Upstream pulls running now", metrics.in_flight.clone());
+        registry.register("pull_queue_depth", "Pulls waiting for a parallel-pull slot", metrics.queue_depth.clone());
+        registry.register("pull_queue_wait_seconds", "Time pulls waited for a slot", metrics.queue_wait.clone());
+        registry.register(
+            "pull_joins",
+            "Requests that joined a pull already under way (single-flight)",
+            metrics.joins.clone(),
+        );
+        registry.register(
+            "pulls_throttled",
+            "Pulls refused or delayed by a registry rate limit",
+            metrics.throttled.clone(),
+        );
+        metrics
+    }
+
+    pub fn queued(&self) {
+        self.queue_depth.inc();
+    }
+
+    pub fn dequeued(&self, waited: Duration) {
+        self.queue_depth.dec();
+        self.queue_wait.observe(waited.as_secs_f64());
+    }
+
+    pub fn started(&self) {
+        self.in_flight.inc();
+    }
+
+    pub fn finished(&self, result: PullResult) {
+        self.in_flight.dec();
+        self.pulls.get_or_create(&vec![("result", result.label())]).inc();
+    }
+
+    pub fn joined(&self) {
+        self.joins.inc();
+    }
+
+    pub fn throttled(&self) {
+        self.throttled.inc();
+    }
+
+    /// Upstream pulls that ended with `result` so far.
+    pub fn pulls_total(&self, result: PullResult) -> u64 {
+        self.pulls.get_or_create(&vec![("result", result.label())]).get()
+    }
+
+    /// Requests that joined a pull under way so far.
+    pub fn joins_total(&self) -> u64 {
+        self.joins.get()
+    }
+
+    /// Pulls refused or delayed by a rate limit so far.
+    pub fn throttled_total(&self) -> u64 {
+        self.throttled.get()
+    }
+}
+
+impl Default for PullMetrics {
+    /// Registered nowhere: for parts tested alone.
+    fn default() -> Self {
+        Self::register(&mut Registry::default())
+    }
+}

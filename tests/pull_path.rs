@@ -7,6 +7,7 @@ mod support;
 use std::{num::NonZeroUsize, sync::Arc, time::Duration};
 
 use cri_imaged::{api::PullPolicy, ensure::ManagerConfig, pull::scheduler::SchedulerConfig};
+use k8s_cri::v1::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
 use support::{FakeStack, call, ensure, raw_grpc_call, reason};
 use tokio::sync::Notify;
 use tonic::Code;
@@ -168,4 +169,44 @@ async fn a_pull_over_the_registry_limit_fails_with_resource_exhausted_and_backs_
     let backed_off = call(&mut client, pod_request("second:v1", 2)).await.expect_err("backing off");
     assert_eq!(reason(&backed_off), "ImagePullBackOff", "a throttled pull counts as a failed one");
     assert_eq!(stack.runtime.service.pulls().len(), 1);
+}
+
+/// A CRI PullImage (which waits for a registry token) joins an EnsureImageExists pull (which fails
+/// at once over the limit) while it is queued: the shared pull waits for a token, and both get
+/// the image from one upstream pull.
+#[tokio::test]
+async fn a_mixed_herd_shares_one_pull_that_waits_for_the_registry_limit() {
+    let mut config = ManagerConfig::default();
+    config.rate_limits.global = cri_imaged::pull::ratelimit::RateLimit::try_new(1.0, 1).expect("valid");
+    let stack = stack(config).await;
+    let gate = Arc::new(Notify::new());
+    stack.runtime.service.script.lock().unwrap().pull_gate = Some(gate.clone());
+    let mut client = stack.daemon.client();
+    // The only token (the next comes a second later) and the only slot go to the first pull.
+    let first = tokio::spawn(async move { call(&mut client, pod_request("first:v1", 1)).await });
+    for _ in 0..500 {
+        if !stack.runtime.service.pulls().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut client = stack.daemon.client();
+    let ensure = tokio::spawn(async move { call(&mut client, pod_request("herd:v1", 2)).await });
+    // The EnsureImageExists caller starts the herd's pull (queued behind the first); then the CRI
+    // caller joins it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut cri = ImageServiceClient::new(support::unix_channel(&stack.daemon.socket));
+    let spec = Some(ImageSpec { image: "herd:v1".into(), ..Default::default() });
+    let cri_pull =
+        tokio::spawn(async move { cri.pull_image(PullImageRequest { image: spec, ..Default::default() }).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stack.runtime.service.script.lock().unwrap().pull_gate = None;
+    gate.notify_waiters();
+    first.await.expect("task").expect("the first pull");
+    ensure.await.expect("task").expect("the EnsureImageExists caller gets the image");
+    cri_pull.await.expect("task").expect("the CRI caller gets the image");
+    let herd_pulls =
+        stack.runtime.service.pulls().iter().filter(|pull| pull.image.as_ref().unwrap().image == "herd:v1").count();
+    assert_eq!(herd_pulls, 1, "one upstream pull for the herd");
 }

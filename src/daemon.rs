@@ -91,6 +91,17 @@ pub struct Settings {
 /// Builds every part for `settings` and serves `listener` until `shutdown` is requested, then
 /// drains. `main` and the tests' in-process daemon both start here.
 pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdown) -> Result<(), DaemonError> {
+    // The background parts stop when shutdown is requested, and also when serving ends early
+    // (an error): the forwarder holds their trigger, and dropping it stops them.
+    let (parts_trigger, parts_shutdown) = shutdown::channel();
+    let forwarder = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.requested().await;
+            parts_trigger.request();
+        }
+    });
+    let shutdown = parts_shutdown;
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
     let parts = Parts::build(runtime.clone(), settings.manager);
     if settings.presence_cache {
@@ -104,8 +115,9 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             }
         });
     }
-    server::serve(listener, &parts, settings.serve, shutdown).await?;
-    Ok(())
+    let served = server::serve(listener, &parts, settings.serve, shutdown).await;
+    forwarder.abort();
+    Ok(served?)
 }
 
 /// Serves until SIGTERM or SIGINT, then drains and returns.

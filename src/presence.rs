@@ -1,5 +1,5 @@
 //! The presence cache: images the runtime said it has, remembered only while the runtime's image
-//! events are watched (see [`crate::runtime_events`]), so that asking about a present image again
+//! events are watched (see [`crate::runtime::events`]), so that asking about a present image again
 //! costs no runtime call.
 //!
 //! Correctness rests on three rules. Any image event forgets everything: events are rare, and

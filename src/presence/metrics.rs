@@ -30,7 +30,7 @@ impl PresenceMetrics {
         );
         registry.register(
             "presence_cache_invalidations",
-            "Runtime image events that emptied the presence cache",
+            "Times the presence cache was emptied: image events, removals through cri-imaged, and once more after an event settles",
             metrics.invalidations.clone(),
         );
         registry.register(

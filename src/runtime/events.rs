@@ -102,13 +102,12 @@ pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdo
 /// a barrier whenever the cache asks for one.
 async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Markers) -> WatchError {
     let mut client = EventsClient::new(channel);
-    markers.in_flight.clear();
+    markers.new_subscription();
     let filters = vec![r#"topic~="^/images/""#.to_owned(), format!(r#"topic=="{MARKER_TOPIC}""#)];
     let mut subscriber = client.clone();
     let subscribe = subscriber.subscribe(SubscribeRequest { filters });
     tokio::pin!(subscribe);
     let mut ticks = tokio::time::interval(MARKER_INTERVAL);
-    let mut published = 0;
     let mut stream = loop {
         tokio::select! {
             biased;
@@ -117,13 +116,9 @@ async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Marke
                 Err(status) => return status.into(),
             },
             _ = ticks.tick() => {
-                if published == MARKER_ATTEMPTS {
-                    return WatchError::MarkerLost;
+                if let Err(error) = markers.prove_live(&mut client).await {
+                    return error;
                 }
-                if let Err(status) = markers.publish(&mut client).await {
-                    return status.into();
-                }
-                published += 1;
             }
         }
     };
@@ -154,14 +149,8 @@ async fn watch_once(channel: Channel, cache: &PresenceCache, markers: &mut Marke
                 }
                 // A server that answers the subscription before any event (unlike containerd)
                 // gets markers until one comes back.
-                if !cache.is_watching() {
-                    if published == MARKER_ATTEMPTS {
-                        return WatchError::MarkerLost;
-                    }
-                    if let Err(status) = markers.publish(&mut client).await {
-                        return status.into();
-                    }
-                    published += 1;
+                if !cache.is_watching() && let Err(error) = markers.prove_live(&mut client).await {
+                    return error;
                 }
                 continue;
             }
@@ -189,11 +178,29 @@ struct Markers {
     next: u64,
     /// Sent and not yet back, oldest first: number and when it was sent.
     in_flight: VecDeque<(u64, Instant)>,
+    /// Markers sent on this subscription to prove it live.
+    liveness_attempts: u32,
 }
 
 impl Markers {
     fn new(cache: Arc<PresenceCache>) -> Self {
-        Self { cache, nonce: RandomState::new().hash_one(std::process::id()), next: 0, in_flight: VecDeque::new() }
+        let nonce = RandomState::new().hash_one(std::process::id());
+        Self { cache, nonce, next: 0, in_flight: VecDeque::new(), liveness_attempts: 0 }
+    }
+
+    /// Forgets the markers of an earlier subscription.
+    fn new_subscription(&mut self) {
+        self.in_flight.clear();
+        self.liveness_attempts = 0;
+    }
+
+    /// Sends a marker to prove the subscription live, at most [`MARKER_ATTEMPTS`] times.
+    async fn prove_live(&mut self, client: &mut EventsClient<Channel>) -> Result<(), WatchError> {
+        if self.liveness_attempts == MARKER_ATTEMPTS {
+            return Err(WatchError::MarkerLost);
+        }
+        self.liveness_attempts += 1;
+        Ok(self.publish(client).await?)
     }
 
     /// When the oldest marker still awaited was sent.

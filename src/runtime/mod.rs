@@ -99,7 +99,7 @@ pub struct PresentImage {
 /// What one upstream pull needs. No `Debug`: it carries credentials.
 #[derive(Clone, Default)]
 pub struct PullSpec {
-    /// The image, with the default tag applied.
+    /// The image as the runtime gets it (EnsureImageExists applies the default tag first).
     pub image: ImageSpec,
     /// The same image parsed once where the request came in, normalised; `None` when it does not
     /// parse (a CRI PullImage may name an image only the runtime understands).

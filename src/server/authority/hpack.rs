@@ -1,8 +1,8 @@
 //! HPACK (RFC 7541) as far as the rewrite needs it: decode a client's header blocks against a
-//! mirror of the client's dynamic table, and re-encode them without any table state.
+//! mirror of the client's dynamic table, and re-encode them against a mirror of the server's.
 //!
-//! The re-encoded block refers only to the static table and never inserts, so the server's decoder
-//! keeps an empty dynamic table and cannot disagree with the client's, whatever we drop.
+//! The two tables are separate: what we drop never reaches the server, so its table holds only
+//! what we sent it, and repeated fields still reach h2 as one-byte references.
 
 use std::collections::VecDeque;
 
@@ -121,15 +121,20 @@ impl Name {
         }
     }
 
-    fn len(&self) -> usize {
+    fn as_bytes(&self) -> &[u8] {
         match self {
-            Name::Static(index) => STATIC_TABLE[usize::from(*index) - 1].0.len(),
-            Name::Literal(name) => name.len(),
+            Name::Static(index) => STATIC_TABLE[usize::from(*index) - 1].0.as_bytes(),
+            Name::Literal(name) => name,
         }
+    }
+
+    fn len(&self) -> usize {
+        self.as_bytes().len()
     }
 }
 
-/// The client's dynamic table, mirrored: newest first.
+/// A dynamic table, newest first: the client's as its encoder keeps it, or the server's as its
+/// decoder keeps it.
 #[derive(Debug)]
 struct DynamicTable {
     entries: VecDeque<(Name, Bytes)>,
@@ -138,8 +143,19 @@ struct DynamicTable {
 }
 
 impl DynamicTable {
+    fn new() -> Self {
+        Self { entries: VecDeque::new(), size: 0, max_size: MAX_TABLE_SIZE }
+    }
+
     fn get(&self, index: usize) -> Option<&(Name, Bytes)> {
         self.entries.get(index)
+    }
+
+    /// Where the exact field is, if the table holds it.
+    fn position(&self, name: &Name, value: &[u8]) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|(held, held_value)| held_value.as_ref() == value && held.as_bytes() == name.as_bytes())
     }
 
     fn insert(&mut self, name: Name, value: Bytes) {
@@ -168,12 +184,16 @@ impl DynamicTable {
 /// Decodes one connection's header blocks, in order, and re-encodes each for the server.
 #[derive(Debug)]
 pub struct BlockRewriter {
+    /// The client's table: what its blocks refer to.
     table: DynamicTable,
+    /// The server's table: what our blocks have put in it. Its size stays at the HTTP/2 default,
+    /// which our server never changes, so no size update is ever sent.
+    server_table: DynamicTable,
 }
 
 impl Default for BlockRewriter {
     fn default() -> Self {
-        Self { table: DynamicTable { entries: VecDeque::new(), size: 0, max_size: MAX_TABLE_SIZE } }
+        Self { table: DynamicTable::new(), server_table: DynamicTable::new() }
     }
 }
 
@@ -224,7 +244,7 @@ impl BlockRewriter {
                 if name.is_authority() && !is_valid_authority(&value) {
                     dropped += 1;
                 } else {
-                    write_literal(&name, &value, indexing == Indexing::Never, out);
+                    self.emit(&name, &value, indexing == Indexing::Never, out);
                 }
                 if indexing == Indexing::Incremental {
                     self.table.insert(name, value);
@@ -238,7 +258,7 @@ impl BlockRewriter {
         Ok(dropped)
     }
 
-    fn write_indexed(&self, index: usize, out: &mut BytesMut, dropped: &mut usize) -> Result<(), HpackError> {
+    fn write_indexed(&mut self, index: usize, out: &mut BytesMut, dropped: &mut usize) -> Result<(), HpackError> {
         match index {
             0 => return Err(HpackError::BadIndex(0)),
             1..=61 => {
@@ -250,15 +270,35 @@ impl BlockRewriter {
                 }
             }
             _ => {
-                let (name, value) = self.table.get(index - 62).ok_or(HpackError::BadIndex(index))?;
-                if name.is_authority() && !is_valid_authority(value) {
+                let (name, value) = self.table.get(index - 62).ok_or(HpackError::BadIndex(index))?.clone();
+                if name.is_authority() && !is_valid_authority(&value) {
                     *dropped += 1;
                 } else {
-                    write_literal(name, value, false, out);
+                    self.emit(&name, &value, false, out);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Writes one field for the server: by reference when its table holds it; else as a literal
+    /// that it adds (a never-indexed field, or one too large to keep, stays out of its table).
+    fn emit(&mut self, name: &Name, value: &Bytes, never_indexed: bool, out: &mut BytesMut) {
+        if never_indexed || name.len() + value.len() + ENTRY_OVERHEAD > MAX_TABLE_SIZE / 2 {
+            return write_literal(name, value, never_indexed, out);
+        }
+        if let Some(position) = self.server_table.position(name, value) {
+            return encode_integer(62 + position, 7, 0x80, out);
+        }
+        match name {
+            Name::Static(index) => encode_integer(usize::from(*index), 6, 0x40, out),
+            Name::Literal(name) => {
+                out.put_u8(0x40);
+                encode_string(name, out);
+            }
+        }
+        encode_string(value, out);
+        self.server_table.insert(name.clone(), value.clone());
     }
 
     fn name_at(&self, index: usize) -> Result<Name, HpackError> {

@@ -6,38 +6,69 @@ fn bytes(hex: &str) -> Vec<u8> {
     (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
 }
 
-/// Reads a re-encoded block: only the representations the rewriter writes, no table.
-fn fields(mut block: &[u8]) -> Vec<(String, String)> {
-    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).expect("utf-8");
-    let raw_string = |input: &mut &[u8]| {
-        assert_eq!(input[0] & 0x80, 0, "strings are written raw, not Huffman-coded");
-        let length = decode_integer(input, 7).expect("length");
-        let (value, rest) = input.split_at(length);
-        *input = rest;
-        value.to_vec()
-    };
-    let mut out = Vec::new();
-    while let Some(&first) = block.first() {
-        if first & 0x80 != 0 {
-            let index = decode_integer(&mut block, 7).expect("index");
-            let (name, value) = STATIC_TABLE[index - 1];
-            out.push((name.to_owned(), value.to_owned()));
-            continue;
-        }
-        assert_eq!(first & 0xe0, 0, "only literals without indexing or never indexed: {first:#x}");
-        let name = match decode_integer(&mut block, 4).expect("name index") {
-            0 => text(&raw_string(&mut block)),
-            index => STATIC_TABLE[index - 1].0.to_owned(),
-        };
-        out.push((name, text(&raw_string(&mut block))));
-    }
-    out
+/// The server's side of the connection, decoding what the rewriter writes with a table of its
+/// own, independently of the rewriter's code: indexed fields, literals (incrementally indexed,
+/// without indexing or never indexed), raw strings.
+#[derive(Default)]
+struct Server {
+    table: Vec<(String, String)>,
 }
 
-fn rewrite(rewriter: &mut BlockRewriter, hex: &str) -> (Vec<(String, String)>, usize) {
-    let mut out = BytesMut::new();
-    let dropped = rewriter.rewrite(&bytes(hex), &mut out, LIMIT).expect("valid block");
-    (fields(&out), dropped)
+impl Server {
+    fn read(&mut self, mut block: &[u8]) -> Vec<(String, String)> {
+        let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).expect("utf-8");
+        let raw_string = |input: &mut &[u8]| {
+            assert_eq!(input[0] & 0x80, 0, "strings are written raw, not Huffman-coded");
+            let length = decode_integer(input, 7).expect("length");
+            let (value, rest) = input.split_at(length);
+            *input = rest;
+            value.to_vec()
+        };
+        let mut out = Vec::new();
+        while let Some(&first) = block.first() {
+            if first & 0x80 != 0 {
+                let index = decode_integer(&mut block, 7).expect("index");
+                out.push(self.field(index));
+                continue;
+            }
+            assert!(first & 0xe0 != 0x20, "no table size updates are written");
+            let (prefix, indexed) = if first & 0xc0 == 0x40 { (6, true) } else { (4, false) };
+            let name = match decode_integer(&mut block, prefix).expect("name index") {
+                0 => text(&raw_string(&mut block)),
+                index => self.field(index).0,
+            };
+            let field = (name, text(&raw_string(&mut block)));
+            if indexed {
+                self.table.insert(0, field.clone());
+            }
+            out.push(field);
+        }
+        let size: usize = self.table.iter().map(|(name, value)| name.len() + value.len() + 32).sum();
+        assert!(size <= MAX_TABLE_SIZE, "these tests never fill the server's table");
+        out
+    }
+
+    fn field(&self, index: usize) -> (String, String) {
+        match index {
+            1..=61 => (STATIC_TABLE[index - 1].0.to_owned(), STATIC_TABLE[index - 1].1.to_owned()),
+            _ => self.table[index - 62].clone(),
+        }
+    }
+}
+
+/// One connection: the rewriter, and the server reading what it writes.
+#[derive(Default)]
+struct Connection {
+    rewriter: BlockRewriter,
+    server: Server,
+}
+
+impl Connection {
+    fn rewrite(&mut self, hex: &str) -> (Vec<(String, String)>, usize) {
+        let mut out = BytesMut::new();
+        let dropped = self.rewriter.rewrite(&bytes(hex), &mut out, LIMIT).expect("valid block");
+        (self.server.read(&out), dropped)
+    }
 }
 
 fn list(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -60,18 +91,18 @@ fn follows_the_rfc_request_examples_across_the_dynamic_table() {
             "828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf",
         ],
     ] {
-        let mut rewriter = BlockRewriter::default();
+        let mut connection = Connection::default();
         let authority = (":authority", "www.example.com");
-        let (first, _) = rewrite(&mut rewriter, blocks[0]);
+        let (first, _) = connection.rewrite(blocks[0]);
         assert_eq!(first, list(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), authority]));
-        assert_eq!(rewriter.table.size, 57);
-        let (second, _) = rewrite(&mut rewriter, blocks[1]);
+        assert_eq!(connection.rewriter.table.size, 57);
+        let (second, _) = connection.rewrite(blocks[1]);
         assert_eq!(
             second,
             list(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), authority, ("cache-control", "no-cache")])
         );
-        assert_eq!(rewriter.table.size, 110);
-        let (third, dropped) = rewrite(&mut rewriter, blocks[2]);
+        assert_eq!(connection.rewriter.table.size, 110);
+        let (third, dropped) = connection.rewrite(blocks[2]);
         assert_eq!(
             third,
             list(&[
@@ -82,28 +113,28 @@ fn follows_the_rfc_request_examples_across_the_dynamic_table() {
                 ("custom-key", "custom-value")
             ])
         );
-        assert_eq!((rewriter.table.size, dropped), (164, 0), "a valid authority is kept");
+        assert_eq!((connection.rewriter.table.size, dropped), (164, 0), "a valid authority is kept");
     }
 }
 
 /// RFC 7541 C.5: a 256-byte table (set by a size update) that evicts its oldest entries.
 #[test]
 fn evicts_the_oldest_entries_as_the_rfc_response_examples_do() {
-    let mut rewriter = BlockRewriter::default();
+    let mut connection = Connection::default();
     let date = ("date", "Mon, 21 Oct 2013 20:13:21 GMT");
     let location = ("location", "https://www.example.com");
-    let (first, _) = rewrite(
-        &mut rewriter,
-        "3fe1014803333032580770726976617465611d4d6f6e2c203231204f637420323031332032303a31333a323120474d546e1768747470733a2f2f7777772e6578616d706c652e636f6d",
+    let (first, _) = connection.rewrite("3fe1014803333032580770726976617465611d4d6f6e2c203231204f637420323031332032303a31333a323120474d546e1768747470733a2f2f7777772e6578616d706c652e636f6d",
     );
     assert_eq!(first, list(&[(":status", "302"), ("cache-control", "private"), date, location]));
-    assert_eq!(rewriter.table.size, 222);
-    let (second, _) = rewrite(&mut rewriter, "4803333037c1c0bf");
+    assert_eq!(connection.rewriter.table.size, 222);
+    let (second, _) = connection.rewrite("4803333037c1c0bf");
     assert_eq!(second, list(&[(":status", "307"), ("cache-control", "private"), date, location]));
-    assert_eq!((rewriter.table.size, rewriter.table.entries.len()), (222, 4), ":status 302 was evicted");
-    let (third, _) = rewrite(
-        &mut rewriter,
-        "88c1611d4d6f6e2c203231204f637420323031332032303a31333a323220474d54c05a04677a69707738666f6f3d4153444a4b48514b425a584f5157454f50495541585157454f49553b206d61782d6167653d333630303b2076657273696f6e3d31",
+    assert_eq!(
+        (connection.rewriter.table.size, connection.rewriter.table.entries.len()),
+        (222, 4),
+        ":status 302 was evicted"
+    );
+    let (third, _) = connection.rewrite("88c1611d4d6f6e2c203231204f637420323031332032303a31333a323220474d54c05a04677a69707738666f6f3d4153444a4b48514b425a584f5157454f50495541585157454f49553b206d61782d6167653d333630303b2076657273696f6e3d31",
     );
     assert_eq!(
         third,
@@ -116,7 +147,7 @@ fn evicts_the_oldest_entries_as_the_rfc_response_examples_do() {
             ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"),
         ])
     );
-    assert_eq!(rewriter.table.size, 215);
+    assert_eq!(connection.rewriter.table.size, 215);
 }
 
 /// `:authority /run/cri-imaged/cri-imaged.sock`, with incremental indexing by static name.
@@ -124,47 +155,52 @@ const SOCKET_AUTHORITY: &str = "411f2f72756e2f6372692d696d616765642f6372692d696d
 
 #[test]
 fn leaves_out_a_socket_path_authority_and_every_later_reference_to_it() {
-    let mut rewriter = BlockRewriter::default();
-    let (first, dropped) = rewrite(&mut rewriter, &format!("8386{SOCKET_AUTHORITY}84"));
+    let mut connection = Connection::default();
+    let (first, dropped) = connection.rewrite(&format!("8386{SOCKET_AUTHORITY}84"));
     assert_eq!(first, list(&[(":method", "POST"), (":scheme", "http"), (":path", "/")]));
     assert_eq!(dropped, 1);
-    assert_eq!(rewriter.table.size, 10 + 31 + 32, "the client's table still holds it, so ours does");
+    assert_eq!(connection.rewriter.table.size, 10 + 31 + 32, "the client's table still holds it, so ours does");
     // The second request names it by its dynamic index, 62.
-    let (second, dropped) = rewrite(&mut rewriter, "8386be84");
+    let (second, dropped) = connection.rewrite("8386be84");
     assert_eq!(second, list(&[(":method", "POST"), (":scheme", "http"), (":path", "/")]));
     assert_eq!(dropped, 1);
 }
 
 #[test]
 fn leaves_out_an_empty_authority_however_it_is_written() {
-    let mut rewriter = BlockRewriter::default();
+    let mut connection = Connection::default();
     // Static entry 1 (`:authority` with no value), then a literal name with an empty value.
-    let (fields, dropped) = rewrite(&mut rewriter, "838681000a3a617574686f726974790084");
+    let (fields, dropped) = connection.rewrite("838681000a3a617574686f726974790084");
     assert_eq!(fields, list(&[(":method", "POST"), (":scheme", "http"), (":path", "/")]));
     assert_eq!(dropped, 2);
 }
 
 #[test]
 fn keeps_a_valid_authority_and_the_never_indexed_flag() {
-    let mut rewriter = BlockRewriter::default();
+    let mut connection = Connection::default();
     // `:authority localhost` literal without indexing; `authorization secret` never indexed.
     let mut out = BytesMut::new();
-    let dropped = rewriter.rewrite(&bytes("01096c6f63616c686f73741f0806736563726574"), &mut out, LIMIT).expect("valid");
+    let block = bytes("01096c6f63616c686f73741f0806736563726574");
+    let dropped = connection.rewriter.rewrite(&block, &mut out, LIMIT).expect("valid");
     assert_eq!(dropped, 0);
-    assert_eq!(fields(&out), list(&[(":authority", "localhost"), ("authorization", "secret")]));
+    let fields = connection.server.read(&out);
+    assert_eq!(fields, list(&[(":authority", "localhost"), ("authorization", "secret")]));
     assert_eq!(out[out.len() - 9] & 0xf0, 0x10, "authorization stays never-indexed");
+    assert_eq!(connection.server.table.len(), 1, "and out of the server's table");
 }
 
 #[test]
-fn writes_no_dynamic_table_state_for_the_server() {
-    let mut rewriter = BlockRewriter::default();
-    let mut out = BytesMut::new();
-    rewriter.rewrite(&bytes("828684410f7777772e6578616d706c652e636f6d"), &mut out, LIMIT).expect("valid");
-    let first = out.clone();
-    out.clear();
-    // The same request again, now by dynamic index: the server gets the same self-contained bytes.
-    rewriter.rewrite(&bytes("828684be"), &mut out, LIMIT).expect("valid");
-    assert_eq!(out, first);
+fn repeated_fields_reach_the_server_as_references_to_its_own_table() {
+    let mut connection = Connection::default();
+    let mut first = BytesMut::new();
+    let block = bytes("828684410f7777772e6578616d706c652e636f6d");
+    connection.rewriter.rewrite(&block, &mut first, LIMIT).expect("valid");
+    let expected = connection.server.read(&first);
+    // The same request again, by the client's dynamic index: one byte per field for the server.
+    let mut again = BytesMut::new();
+    connection.rewriter.rewrite(&bytes("828684be"), &mut again, LIMIT).expect("valid");
+    assert_eq!(again.as_ref(), [0x82, 0x86, 0x84, 0xbe]);
+    assert_eq!(connection.server.read(&again), expected);
 }
 
 #[test]
@@ -186,13 +222,14 @@ fn refuses_invalid_blocks() {
 
 #[test]
 fn a_smaller_table_evicts_and_an_entry_larger_than_the_table_empties_it() {
-    let mut rewriter = BlockRewriter::default();
-    rewrite(&mut rewriter, "828684410f7777772e6578616d706c652e636f6d");
-    assert_eq!(rewriter.table.entries.len(), 1);
+    let mut connection = Connection::default();
+    connection.rewrite("828684410f7777772e6578616d706c652e636f6d");
+    assert_eq!(connection.rewriter.table.entries.len(), 1);
     // Size update to 40: the 57-byte entry goes; then a 64-byte entry is not kept.
-    rewrite(&mut rewriter, "3f0940046e616d650a6c6f6e672076616c7565");
-    assert_eq!((rewriter.table.size, rewriter.table.entries.len()), (0, 0));
-    assert_eq!(rewriter.rewrite(&bytes("be"), &mut BytesMut::new(), LIMIT), Err(HpackError::BadIndex(62)));
+    connection.rewrite("3f0940046e616d650a6c6f6e672076616c7565");
+    assert_eq!((connection.rewriter.table.size, connection.rewriter.table.entries.len()), (0, 0));
+    let stale = connection.rewriter.rewrite(&bytes("be"), &mut BytesMut::new(), LIMIT);
+    assert_eq!(stale, Err(HpackError::BadIndex(62)));
 }
 
 #[test]
@@ -210,13 +247,13 @@ fn integers_round_trip_at_every_prefix() {
 
 #[test]
 fn a_small_block_that_names_a_large_entry_many_times_is_refused_before_it_grows() {
-    let mut rewriter = BlockRewriter::default();
+    let mut connection = Connection::default();
     // One 4,000-byte entry, then a block of 16,384 one-byte references to it: 65 MB re-encoded.
     let mut insert = vec![0x40, 0x03, b'x', b'-', b'a', 0x7f, 0xa1, 0x1e];
     insert.extend_from_slice(&[b'v'; 4000]);
-    rewriter.rewrite(&insert, &mut BytesMut::new(), LIMIT).expect("one large entry is fine");
+    connection.rewriter.rewrite(&insert, &mut BytesMut::new(), LIMIT).expect("one large entry is fine");
     let mut out = BytesMut::new();
     let references = vec![0xbe; 16_384];
-    assert_eq!(rewriter.rewrite(&references, &mut out, LIMIT), Err(HpackError::TooLarge(LIMIT)));
+    assert_eq!(connection.rewriter.rewrite(&references, &mut out, LIMIT), Err(HpackError::TooLarge(LIMIT)));
     assert!(out.len() <= LIMIT + 4100, "stopped at the limit: {} bytes", out.len());
 }

@@ -3,7 +3,7 @@
 
 use bytes::{Buf, BufMut, BytesMut};
 
-use super::hpack::{BlockRewriter, HpackError};
+use super::hpack::{BlockRewriter, HpackError, Rewrite};
 
 /// What every HTTP/2 client sends first (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -53,7 +53,10 @@ struct PendingBlock {
     end_stream: bool,
     /// Stream dependency and weight, when the HEADERS frame carried them.
     priority: Option<[u8; 5]>,
+    /// The block itself, padding removed.
     fragment: BytesMut,
+    /// The frames as received, for a block the server may read as written.
+    frames: BytesMut,
 }
 
 #[derive(Debug)]
@@ -137,12 +140,11 @@ impl FrameRewriter {
                                 input.reserve(FRAME_HEADER_LEN + len - input.len());
                                 return Ok(());
                             }
-                            input.advance(FRAME_HEADER_LEN);
-                            let payload = input.split_to(len);
+                            let frame = input.split_to(FRAME_HEADER_LEN + len);
                             if kind == HEADERS {
-                                self.start_block(stream_id, flags, payload)?;
+                                self.start_block(stream_id, flags, frame)?;
                             } else {
-                                self.continue_block(payload)?;
+                                self.continue_block(frame)?;
                             }
                             if flags & END_HEADERS != 0 {
                                 self.finish_block(out)?;
@@ -159,7 +161,8 @@ impl FrameRewriter {
         }
     }
 
-    fn start_block(&mut self, stream_id: u32, flags: u8, mut payload: BytesMut) -> Result<(), FrameError> {
+    fn start_block(&mut self, stream_id: u32, flags: u8, frame: BytesMut) -> Result<(), FrameError> {
+        let mut payload = &frame[FRAME_HEADER_LEN..];
         let padding = if flags & PADDED != 0 {
             if payload.is_empty() {
                 return Err(FrameError::BadPadding);
@@ -181,32 +184,44 @@ impl FrameRewriter {
         if padding > payload.len() {
             return Err(FrameError::BadPadding);
         }
-        payload.truncate(payload.len() - padding);
-        self.pending =
-            Some(PendingBlock { stream_id, end_stream: flags & END_STREAM != 0, priority, fragment: payload });
+        let fragment = BytesMut::from(&payload[..payload.len() - padding]);
+        let end_stream = flags & END_STREAM != 0;
+        self.pending = Some(PendingBlock { stream_id, end_stream, priority, fragment, frames: frame });
         Ok(())
     }
 
-    fn continue_block(&mut self, payload: BytesMut) -> Result<(), FrameError> {
+    fn continue_block(&mut self, frame: BytesMut) -> Result<(), FrameError> {
         let pending = self.pending.as_mut().ok_or(FrameError::UnexpectedContinuation)?;
-        if pending.fragment.len() + payload.len() > MAX_HEADER_BLOCK {
+        if pending.fragment.len() + frame.len() - FRAME_HEADER_LEN > MAX_HEADER_BLOCK {
             return Err(FrameError::HeaderBlockTooLarge);
         }
-        pending.fragment.unsplit(payload);
+        pending.fragment.extend_from_slice(&frame[FRAME_HEADER_LEN..]);
+        pending.frames.unsplit(frame);
         Ok(())
     }
 
-    /// Writes the rewritten block as one HEADERS frame and as many CONTINUATIONs as it needs.
+    /// Writes the block as received, or rewritten as one HEADERS frame and as many CONTINUATIONs
+    /// as it needs.
     fn finish_block(&mut self, out: &mut BytesMut) -> Result<(), FrameError> {
         let Some(pending) = self.pending.take() else { return Err(FrameError::UnexpectedContinuation) };
-        let mut block = BytesMut::with_capacity((pending.fragment.len() * 2).min(MAX_HEADER_BLOCK));
-        if let Some(priority) = pending.priority {
-            block.put_slice(&priority);
+        let mut rewritten = BytesMut::new();
+        let rewrite =
+            self.hpack.rewrite(&pending.fragment, &mut rewritten, MAX_HEADER_BLOCK).map_err(|error| match error {
+                HpackError::TooLarge(_) => FrameError::HeaderBlockTooLarge,
+                other => FrameError::Hpack(other),
+            })?;
+        if rewrite == Rewrite::Verbatim {
+            out.put(pending.frames);
+            return Ok(());
         }
-        self.hpack.rewrite(&pending.fragment, &mut block, MAX_HEADER_BLOCK).map_err(|error| match error {
-            HpackError::TooLarge(_) => FrameError::HeaderBlockTooLarge,
-            other => FrameError::Hpack(other),
-        })?;
+        let mut block = match pending.priority {
+            Some(priority) => {
+                let mut block = BytesMut::from(&priority[..]);
+                block.put(rewritten);
+                block
+            }
+            None => rewritten,
+        };
 
         let mut flags = if pending.end_stream { END_STREAM } else { 0 };
         if pending.priority.is_some() {

@@ -6,23 +6,28 @@ fn bytes(hex: &str) -> Vec<u8> {
     (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
 }
 
-/// The server's side of the connection, decoding what the rewriter writes with a table of its
-/// own, independently of the rewriter's code: indexed fields, literals (incrementally indexed,
-/// without indexing or never indexed), raw strings.
+/// The server's side of the connection, decoding what reaches it with a table of its own,
+/// independently of the rewriter's code.
 #[derive(Default)]
 struct Server {
     table: Vec<(String, String)>,
+    max_size: Option<usize>,
 }
 
 impl Server {
     fn read(&mut self, mut block: &[u8]) -> Vec<(String, String)> {
-        let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).expect("utf-8");
-        let raw_string = |input: &mut &[u8]| {
-            assert_eq!(input[0] & 0x80, 0, "strings are written raw, not Huffman-coded");
+        let string = |input: &mut &[u8]| {
+            let huffman = input[0] & 0x80 != 0;
             let length = decode_integer(input, 7).expect("length");
-            let (value, rest) = input.split_at(length);
+            let (raw, rest) = input.split_at(length);
             *input = rest;
-            value.to_vec()
+            let mut decoded = Vec::new();
+            if huffman {
+                super::huffman::decode(raw, &mut decoded).expect("huffman");
+            } else {
+                decoded.extend_from_slice(raw);
+            }
+            String::from_utf8(decoded).expect("utf-8")
         };
         let mut out = Vec::new();
         while let Some(&first) = block.first() {
@@ -31,21 +36,32 @@ impl Server {
                 out.push(self.field(index));
                 continue;
             }
-            assert!(first & 0xe0 != 0x20, "no table size updates are written");
+            if first & 0xe0 == 0x20 {
+                self.max_size = Some(decode_integer(&mut block, 5).expect("size"));
+                self.evict();
+                continue;
+            }
             let (prefix, indexed) = if first & 0xc0 == 0x40 { (6, true) } else { (4, false) };
             let name = match decode_integer(&mut block, prefix).expect("name index") {
-                0 => text(&raw_string(&mut block)),
+                0 => string(&mut block),
                 index => self.field(index).0,
             };
-            let field = (name, text(&raw_string(&mut block)));
+            let field = (name, string(&mut block));
             if indexed {
                 self.table.insert(0, field.clone());
+                self.evict();
             }
             out.push(field);
         }
-        let size: usize = self.table.iter().map(|(name, value)| name.len() + value.len() + 32).sum();
-        assert!(size <= MAX_TABLE_SIZE, "these tests never fill the server's table");
         out
+    }
+
+    fn evict(&mut self) {
+        let size =
+            |table: &[(String, String)]| table.iter().map(|(name, value)| name.len() + value.len() + 32).sum::<usize>();
+        while size(&self.table) > self.max_size.unwrap_or(MAX_TABLE_SIZE) {
+            self.table.pop();
+        }
     }
 
     fn field(&self, index: usize) -> (String, String) {
@@ -56,7 +72,7 @@ impl Server {
     }
 }
 
-/// One connection: the rewriter, and the server reading what it writes.
+/// One connection: the rewriter, and the server reading what reaches it.
 #[derive(Default)]
 struct Connection {
     rewriter: BlockRewriter,
@@ -64,10 +80,17 @@ struct Connection {
 }
 
 impl Connection {
+    /// Rewrites a block; returns the fields the server reads and how many were left out.
     fn rewrite(&mut self, hex: &str) -> (Vec<(String, String)>, usize) {
+        let block = bytes(hex);
         let mut out = BytesMut::new();
-        let dropped = self.rewriter.rewrite(&bytes(hex), &mut out, LIMIT).expect("valid block");
-        (self.server.read(&out), dropped)
+        match self.rewriter.rewrite(&block, &mut out, LIMIT).expect("valid block") {
+            Rewrite::Verbatim => {
+                assert!(out.is_empty());
+                (self.server.read(&block), 0)
+            }
+            Rewrite::Rewritten { dropped } => (self.server.read(&out), dropped),
+        }
     }
 }
 
@@ -176,31 +199,36 @@ fn leaves_out_an_empty_authority_however_it_is_written() {
 }
 
 #[test]
-fn keeps_a_valid_authority_and_the_never_indexed_flag() {
+fn a_block_with_nothing_to_leave_out_reaches_the_server_as_written() {
     let mut connection = Connection::default();
     // `:authority localhost` literal without indexing; `authorization secret` never indexed.
+    let (fields, dropped) = connection.rewrite("01096c6f63616c686f73741f0806736563726574");
+    assert_eq!((fields, dropped), (list(&[(":authority", "localhost"), ("authorization", "secret")]), 0));
     let mut out = BytesMut::new();
-    let block = bytes("01096c6f63616c686f73741f0806736563726574");
-    let dropped = connection.rewriter.rewrite(&block, &mut out, LIMIT).expect("valid");
-    assert_eq!(dropped, 0);
-    let fields = connection.server.read(&out);
-    assert_eq!(fields, list(&[(":authority", "localhost"), ("authorization", "secret")]));
-    assert_eq!(out[out.len() - 9] & 0xf0, 0x10, "authorization stays never-indexed");
-    assert_eq!(connection.server.table.len(), 1, "and out of the server's table");
+    assert_eq!(connection.rewriter.rewrite(&bytes("82"), &mut out, LIMIT), Ok(Rewrite::Verbatim));
 }
 
 #[test]
-fn repeated_fields_reach_the_server_as_references_to_its_own_table() {
+fn after_the_first_rewrite_every_block_is_re_encoded_and_keeps_never_indexed_fields_so() {
     let mut connection = Connection::default();
-    let mut first = BytesMut::new();
-    let block = bytes("828684410f7777772e6578616d706c652e636f6d");
-    connection.rewriter.rewrite(&block, &mut first, LIMIT).expect("valid");
-    let expected = connection.server.read(&first);
-    // The same request again, by the client's dynamic index: one byte per field for the server.
+    connection.rewrite(&format!("8386{SOCKET_AUTHORITY}84"));
+    let mut out = BytesMut::new();
+    let block = bytes("01096c6f63616c686f73741f0806736563726574");
+    assert_eq!(connection.rewriter.rewrite(&block, &mut out, LIMIT), Ok(Rewrite::Rewritten { dropped: 0 }));
+    assert_eq!(connection.server.read(&out), list(&[(":authority", "localhost"), ("authorization", "secret")]));
+    assert_eq!(out[out.len() - 9] & 0xf0, 0x10, "authorization stays never-indexed");
+}
+
+#[test]
+fn once_re_encoding_repeated_fields_reach_the_server_as_references_to_its_own_table() {
+    let mut connection = Connection::default();
+    let (first, _) = connection.rewrite(&format!("8386{SOCKET_AUTHORITY}4005782d6170700176"));
+    assert_eq!(first, list(&[(":method", "POST"), (":scheme", "http"), ("x-app", "v")]));
+    // The same request again, by the client's dynamic indexes: one byte per field for the server.
     let mut again = BytesMut::new();
-    connection.rewriter.rewrite(&bytes("828684be"), &mut again, LIMIT).expect("valid");
-    assert_eq!(again.as_ref(), [0x82, 0x86, 0x84, 0xbe]);
-    assert_eq!(connection.server.read(&again), expected);
+    connection.rewriter.rewrite(&bytes("8386bfbe"), &mut again, LIMIT).expect("valid");
+    assert_eq!(again.as_ref(), [0x82 + 1, 0x86, 0xbe]);
+    assert_eq!(connection.server.read(&again), first);
 }
 
 #[test]
@@ -248,12 +276,45 @@ fn integers_round_trip_at_every_prefix() {
 #[test]
 fn a_small_block_that_names_a_large_entry_many_times_is_refused_before_it_grows() {
     let mut connection = Connection::default();
-    // One 4,000-byte entry, then a block of 16,384 one-byte references to it: 65 MB re-encoded.
+    // Re-encoding from here on; then one 4,000-byte entry, then 1,024 one-byte references to it:
+    // 4 MB re-encoded.
+    connection.rewrite(&format!("8386{SOCKET_AUTHORITY}84"));
     let mut insert = vec![0x40, 0x03, b'x', b'-', b'a', 0x7f, 0xa1, 0x1e];
     insert.extend_from_slice(&[b'v'; 4000]);
     connection.rewriter.rewrite(&insert, &mut BytesMut::new(), LIMIT).expect("one large entry is fine");
     let mut out = BytesMut::new();
-    let references = vec![0xbe; 16_384];
+    let references = vec![0xbe; MAX_FIELDS];
     assert_eq!(connection.rewriter.rewrite(&references, &mut out, LIMIT), Err(HpackError::TooLarge(LIMIT)));
     assert!(out.len() <= LIMIT + 4100, "stopped at the limit: {} bytes", out.len());
+}
+
+#[test]
+fn a_block_of_more_fields_than_any_server_accepts_is_refused() {
+    let block = vec![0x82; MAX_FIELDS + 1];
+    let result = BlockRewriter::default().rewrite(&block, &mut BytesMut::new(), LIMIT);
+    assert_eq!(result, Err(HpackError::TooManyFields));
+}
+
+#[test]
+fn a_connection_that_starts_verbatim_re_encodes_against_the_table_the_server_built() {
+    let mut connection = Connection::default();
+    // RFC 7541 C.4's first two requests reach the server as written and fill its table.
+    connection.rewrite("828684418cf1e3c2e5f23a6ba0ab90f4ff");
+    connection.rewrite("828684be5886a8eb10649cbf");
+    // Then a socket-path authority, and `cache-control: no-cache` by the client's index 63.
+    let (fields, dropped) = connection.rewrite(&format!("8386{SOCKET_AUTHORITY}bf"));
+    assert_eq!(dropped, 1);
+    assert_eq!(fields, list(&[(":method", "POST"), (":scheme", "http"), ("cache-control", "no-cache")]));
+    // And later blocks refer to entries from both eras.
+    let (fields, dropped) = connection.rewrite("8286c0bf");
+    assert_eq!(dropped, 0);
+    assert_eq!(
+        fields,
+        list(&[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":authority", "www.example.com"),
+            ("cache-control", "no-cache")
+        ])
+    );
 }

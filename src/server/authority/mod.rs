@@ -3,9 +3,10 @@
 //! grpc-go before kubernetes/kubernetes#123463 (every kubelet and crictl of that era), Python
 //! grpcio, grpc-java and grpcurl send the unix socket's path, or nothing usable, as the HTTP/2
 //! `:authority`, and h2 resets any stream whose `:authority` is not a URI authority. A unix socket
-//! has no authority to check, so each accepted connection's incoming bytes are rewritten before h2
-//! reads them: header blocks are decoded and re-encoded without such a field (see [`hpack`]),
-//! every other frame passes through untouched. What the server writes back is not touched.
+//! has no authority to check, so each accepted connection's incoming bytes are read before h2
+//! reads them: header blocks are decoded, and from the first one that carries such a field they
+//! are re-encoded without it (see [`hpack`]); a connection that never sends one reaches h2 as
+//! written. Every other frame passes through untouched, and so does what the server writes back.
 
 mod frames;
 mod hpack;

@@ -15,14 +15,13 @@ use tokio::net::UnixListener;
 use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
 use tonic::transport::Server;
 
-use self::{authority::AuthorityTolerant, streams::EndOnShutdown};
-pub use self::{
+pub use self::health::IMAGE_MANAGER_SERVICE;
+use self::{
+    authority::AuthorityTolerant,
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
-    deadline::{CallerDeadline, DeadlineLayer, DrainDeadline, parse_grpc_timeout},
-    health::IMAGE_MANAGER_SERVICE,
+    deadline::{DeadlineLayer, DrainDeadline},
     image_manager::ImageManagerService,
-    request::RequestError,
-    status::ERROR_DOMAIN,
+    streams::EndOnShutdown,
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},

@@ -22,7 +22,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
-pub use self::frames::{FrameError, FrameRewriter};
+use self::frames::{FrameError, FrameRewriter};
 
 /// How much is read from the socket at a time.
 const READ_CHUNK: usize = 16 * 1024;

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # local-stack.sh - throwaway, loopback-only test stack for cri-imaged:
 #   * a distribution v2 registry (docker-registry) on 127.0.0.1:<free port>, plain HTTP, no auth
+#     (or HTTP Basic auth against an htpasswd file: start --htpasswd FILE, see "Authenticated registry")
 #   * a private containerd (runs as root) whose CRI plugin (runtime.v1) pulls from that registry
 #
 # Usage:
-#   local-stack.sh start DIR                  start both daemons in the background, write DIR/stack.env
+#   local-stack.sh start [--htpasswd FILE] DIR
+#                                             start both daemons in the background, write DIR/stack.env;
+#                                             with --htpasswd the registry demands HTTP Basic auth (see below)
 #   local-stack.sh stop  DIR                  stop them (TERM, then KILL), unmount leftovers; idempotent
-#   local-stack.sh seed  [--user USER] DIR NAME:TAG [TEXT]
+#   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed [--user USER] DIR NAME:TAG [TEXT]
 #                                             build a 1-layer OCI image (config User = USER), push it, print its
 #                                             manifest digest
-#   local-stack.sh seed-critest DIR           push the images critest's "Image Manager" specs pull (see below)
+#   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed-critest DIR
+#                                             push the images critest's "Image Manager" specs pull (see below)
 #
 # DIR must consist of [A-Za-z0-9._/+-] only (it is pasted into TOML/YAML/skopeo refs unquoted) and must be
 # short enough that DIR/containerd.sock.ttrpc fits in a unix socket path (< 108 bytes).
@@ -48,6 +52,32 @@
 # fixed digest of the upstream multi-arch index (busybox based); content with that digest cannot be rebuilt,
 # so that spec fails with "not found" unless the real upstream blobs are mirrored into the registry.
 #
+# Authenticated registry (start --htpasswd FILE):
+#   FILE holds "user:hash" lines (blank lines and lines starting with # are skipped); every hash must be bcrypt
+#   ($2y$/$2a$/$2b$ - distribution 2.8 verifies nothing else), e.g. with htpasswd(1) from Debian's apache2-utils:
+#     htpasswd -Bbn alice s3cret >users.htpasswd;  htpasswd -Bb users.htpasswd bob hunter2
+#   start copies FILE to DIR/registry.htpasswd (the registry reads it once, at start) and adds to registry.yml
+#     auth: {htpasswd: {realm: cri-imaged-local, path: DIR/registry.htpasswd}}
+#   Every /v2/ request without valid Basic credentials then gets 401 + WWW-Authenticate: Basic
+#   realm="cri-imaged-local"; the readiness probe expects that 401. stack.env gains
+#   REGISTRY_HTPASSWD=DIR/registry.htpasswd and REGISTRY_REALM=cri-imaged-local (absent without --htpasswd).
+#   A later start without --htpasswd runs the registry open again (and removes DIR/registry.htpasswd).
+#   seed / seed-critest push with env REGISTRY_CREDS=USER:PASS (required for such a stack), handed to skopeo
+#   in a 0600 auth file inside DIR/seed.*, not on its command line.
+#   containerd 1.6 needs no extra config: the AuthConfig of CRI PullImage (crictl pull --creds USER:PASS)
+#   answers the Basic challenge. A credentialed pull sends each first request of a resolve and of a fetch
+#   without credentials (401), then repeats it with them; bad credentials are retried 5 times (6 x 401).
+#   Log level is debug in this mode (the registry's env override REGISTRY_LOG_LEVEL=info turns it down),
+#   because the access log's <user> field stays "-" and no info line names the user of a *successful*
+#   request; at debug each authenticated manifest request logs "msg=GetImageManifest auth.user.name=USER".
+#   A rejected login logs (level=error) "error authenticating user \"USER\": authentication failure" - the
+#   same for a wrong password and an unknown user. Credentials used by containerd's pulls, in order:
+#     grep -E 'useragent="?containerd/' "$REGISTRY_LOG" | sed -nE \
+#       -e 's/.*msg="error authenticating user \\"([^"\\]*)\\": authentication failure".*/fail \1/p' \
+#       -e 's/.* msg=GetImageManifest auth\.user\.name=("?)([^" ]*)\1 .*/ok \2/p' | uniq
+#   A pull without credentials leaves only a 401 line and a warning "... invalid authorization credential"
+#   (as does the first request of every credentialed pull). Passwords appear in neither log.
+#
 # Environment knobs: START_TIMEOUT (s, default 30), STOP_TIMEOUT (s, default 10), GRPCURL (default grpcurl),
 # CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry).
 
@@ -71,11 +101,13 @@ note() {
 
 usage() {
     cat >&2 <<EOF
-usage: $PROG start DIR                     start registry + containerd (CRI) in the background
+usage: $PROG start [--htpasswd FILE] DIR   start registry + containerd (CRI) in the background
+                                           (--htpasswd: registry demands Basic auth, bcrypt entries)
        $PROG stop  DIR                     stop them; idempotent
        $PROG seed  [--user USER] DIR NAME:TAG [CONTENT]
                                            push a 1-layer OCI image, print its manifest digest
        $PROG seed-critest DIR              push critest's "Image Manager" images (gcr.io/k8s-staging-cri-tools/...)
+       (seed/seed-critest push with env REGISTRY_CREDS=USER:PASS if set; required for an --htpasswd stack)
 EOF
     exit 2
 }
@@ -270,11 +302,12 @@ log_tail() {
 
 write_registry_config() {
     local port=$1
-    cat >"$DIR/registry.yml" <<EOF
+    {
+    cat <<EOF
 # generated by $PROG - do not edit
 version: 0.1
 log:
-  level: info
+  level: $REG_LOG_LEVEL
   formatter: text
   accesslog:
     disabled: false      # Apache combined format on stdout -> registry.log
@@ -292,6 +325,38 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 EOF
+    if [[ $REG_AUTH == htpasswd ]]; then
+        cat <<EOF
+auth:
+  htpasswd:
+    realm: $REG_REALM
+    path: $DIR/registry.htpasswd
+EOF
+    fi
+    } >"$DIR/registry.yml"
+}
+
+# check_htpasswd FILE: every entry is user:bcrypt-hash (distribution 2.8 only verifies bcrypt; anything
+# else would make every login with that user fail, which is hard to tell from a wrong password).
+check_htpasswd() {
+    local f=$1 line n=0 entries=0 user hash
+    [[ -f $f && -r $f ]] || die "htpasswd file not readable: $f"
+    while IFS= read -r line || [[ -n $line ]]; do
+        n=$((n + 1))
+        line=${line%$'\r'}
+        # distribution trims whitespace, skips empty lines and lines starting with #
+        [[ $line =~ ^[[:space:]]*$ || $line =~ ^[[:space:]]*# ]] && continue
+        [[ $line == *:* ]] || die "$f:$n: not a user:hash entry"
+        user=${line%%:*}
+        hash=${line#*:}
+        hash=${hash%"${hash##*[![:space:]]}"}
+        user=${user#"${user%%[![:space:]]*}"}
+        [[ -n $user ]] || die "$f:$n: empty user name"
+        [[ $hash =~ ^\$2[aby]\$[0-9][0-9]\$[./A-Za-z0-9]{53}$ ]] ||
+            die "$f:$n: hash of user '$user' is not bcrypt (the registry only accepts bcrypt; use htpasswd -B)"
+        entries=$((entries + 1))
+    done <"$f"
+    ((entries > 0)) || die "$f: no user:hash entries"
 }
 
 # Only `server`: containerd 1.6 counts a [host] entry for the same URL as a second endpoint and would
@@ -382,6 +447,13 @@ EOF
 # readiness probes
 
 registry_ready() {
+    if [[ $REG_AUTH == htpasswd ]]; then
+        # no credentials here: an authenticating registry answers GET /v2/ with 401 + a Basic challenge
+        local code
+        code=$(curl -sS --noproxy '*' --max-time 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/v2/" 2>/dev/null) || return 1
+        [[ $code == 401 ]]
+        return
+    fi
     curl -fsS --noproxy '*' --max-time 2 -o /dev/null "http://127.0.0.1:$1/v2/" 2>/dev/null
 }
 
@@ -399,6 +471,9 @@ cri_ready() {
 # ---------------------------------------------------------------------------------------------------------
 # subcommands
 
+REG_AUTH=none               # none | htpasswd (start --htpasswd FILE)
+REG_REALM=cri-imaged-local  # Basic realm of the authenticated registry
+REG_LOG_LEVEL=info          # debug with --htpasswd: only debug lines name the user of a successful request
 STARTED_PIDS=() # pids returned by launch
 LAUNCHED=()     # names whose launch has begun (a signal can arrive before launch returns the pid)
 START_OK=no
@@ -424,6 +499,16 @@ start_cleanup() {
 }
 
 cmd_start() {
+    local htpasswd_src=""
+    if [[ ${1-} == --htpasswd ]]; then
+        (($# >= 2)) || usage
+        htpasswd_src=$2
+        shift 2
+        [[ -n $htpasswd_src ]] || die "--htpasswd needs a file"
+        check_htpasswd "$htpasswd_src"
+        REG_AUTH=htpasswd
+        REG_LOG_LEVEL=debug
+    fi
     (($# == 1)) || usage
     need_root
     need_cmd "$CONTAINERD_BIN" "$REGISTRY_BIN" setsid python3 curl awk
@@ -451,6 +536,15 @@ cmd_start() {
     done
     write_containerd_config
     write_probe_proto
+    if [[ $REG_AUTH == htpasswd ]]; then
+        # a private copy: FILE may live anywhere (its path is not pasted into YAML) and may change later
+        if [[ $(realpath -- "$htpasswd_src") != "$DIR/registry.htpasswd" ]]; then
+            (umask 077 && cp -f -- "$htpasswd_src" "$DIR/registry.htpasswd.tmp")
+            mv -f -- "$DIR/registry.htpasswd.tmp" "$DIR/registry.htpasswd"
+        fi
+    else
+        rm -f -- "$DIR/registry.htpasswd"
+    fi
 
     trap start_cleanup EXIT
     trap 'exit 130' INT
@@ -516,6 +610,11 @@ cmd_start() {
         echo "CONTAINERD_PID=$ctd_pid"
         echo "CONTAINERD_LOG=$DIR/containerd.log"
         echo "STACK_DIR=$DIR"
+        # (no REGISTRY_AUTH key: docker-registry reads REGISTRY_AUTH* from its environment as config overrides)
+        if [[ $REG_AUTH == htpasswd ]]; then
+            echo "REGISTRY_HTPASSWD=$DIR/registry.htpasswd"
+            echo "REGISTRY_REALM=$REG_REALM"
+        fi
     } >"$DIR/stack.env.tmp"
     mv -f -- "$DIR/stack.env.tmp" "$DIR/stack.env"
     START_OK=yes
@@ -585,10 +684,22 @@ seed_prepare() {
     [[ -n $SEED_REGISTRY ]] || die "REGISTRY not set in $DIR/stack.env"
     read -r SEED_ARCH SEED_VARIANT <<<"$(go_arch)"
     [[ -n $SEED_ARCH ]] || die "could not determine the image architecture"
+    if [[ -n ${REGISTRY_CREDS:-} ]]; then
+        [[ $REGISTRY_CREDS == ?*:* ]] || die "REGISTRY_CREDS must be USER:PASS"
+    elif grep -q '^REGISTRY_HTPASSWD=' "$DIR/stack.env"; then
+        die "the registry in $DIR demands authentication (htpasswd): set REGISTRY_CREDS=USER:PASS"
+    fi
     SEED_WORK=$(mktemp -d "$DIR/seed.XXXXXX")
     # shellcheck disable=SC2064 # expand $SEED_WORK now
     trap "rm -rf -- '$SEED_WORK'" EXIT
     printf '{"default":[{"type":"insecureAcceptAnything"}]}\n' >"$SEED_WORK/policy.json"
+    SEED_AUTH=()
+    if [[ -n ${REGISTRY_CREDS:-} ]]; then
+        # containers-auth.json: {"auths": {"HOST:PORT": {"auth": base64(USER:PASS)}}}, readable by root only
+        (umask 077 && printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$SEED_REGISTRY" \
+            "$(printf '%s' "$REGISTRY_CREDS" | base64 -w0)" >"$SEED_WORK/auth.json")
+        SEED_AUTH=(--dest-authfile "$SEED_WORK/auth.json")
+    fi
 }
 
 # seed_image NAME:TAG CONTENT USER: build a reproducible 1-layer OCI image (hello.txt = CONTENT; config User =
@@ -641,7 +752,7 @@ seed_image() {
         "$manifest_digest" "$manifest_size" "$tag" >"$work/layout/index.json"
     printf '{"imageLayoutVersion":"1.0.0"}' >"$work/layout/oci-layout"
 
-    skopeo --policy "$SEED_WORK/policy.json" copy --quiet --dest-tls-verify=false \
+    skopeo --policy "$SEED_WORK/policy.json" copy --quiet --dest-tls-verify=false "${SEED_AUTH[@]}" \
         --digestfile "$work/pushed.digest" \
         "oci:$work/layout:$tag" "docker://$SEED_REGISTRY/$name:$tag" >&2 ||
         die "skopeo copy to $SEED_REGISTRY/$name:$tag failed"

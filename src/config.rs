@@ -14,6 +14,8 @@ use crate::{
 
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "/run/cri-imaged/cri-imaged.sock";
+/// cri-imaged's own state.
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/cri-imaged";
 /// containerd's usual CRI socket.
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 
@@ -124,6 +126,27 @@ pub struct ServeArgs {
     /// docker.io=2:5 or registry.local:5000=20:40.
     #[arg(long, value_name = "HOST=QPS:BURST", value_parser = ratelimit::parse_host_limit)]
     pub registry_qps_per_host: Vec<(String, RateLimit)>,
+
+    /// cri-imaged's state directory, as the kubelet's --root-dir: the first place the node's
+    /// docker config (config.json, then .dockercfg) is looked for.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_ROOT_DIR)]
+    pub root_dir: PathBuf,
+
+    /// The node's docker config (a config.json, or a file named .dockercfg), whose credentials
+    /// every pod may use; re-read when it changes. Unset: the kubelet's search (the root dir, the
+    /// working directory, $HOME/.docker and /.docker for config.json, then .dockercfg in the root
+    /// dir, the working directory, $HOME and /).
+    #[arg(long, value_name = "PATH")]
+    pub node_docker_config: Option<PathBuf>,
+
+    /// The kubelet's credential-provider config (kind CredentialProviderConfig, YAML or JSON);
+    /// needs --image-credential-provider-bin-dir.
+    #[arg(long, value_name = "PATH", requires = "image_credential_provider_bin_dir")]
+    pub image_credential_provider_config: Option<PathBuf>,
+
+    /// Where the credential-provider plugins named in the config are.
+    #[arg(long, value_name = "DIR", requires = "image_credential_provider_config")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
 }
 
 /// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].

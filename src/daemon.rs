@@ -9,7 +9,12 @@ use tower::{Layer, util::BoxCloneSyncService};
 use crate::{
     backoff::BackoffStore,
     config::{ConfigError, ServeArgs},
-    ensure::{ImageManager, ManagerConfig},
+    credentials::{
+        NodeCredentials,
+        node::{NodeConfigError, NodeDockerConfig},
+        plugin::{self, Plugins, config::PluginConfigError},
+    },
+    ensure::{Collaborators, ImageManager, ManagerConfig},
     listener::{self, ListenError},
     metrics::{self, Metrics, MetricsServerError},
     presence::PresenceCache,
@@ -36,6 +41,34 @@ pub enum DaemonError {
     Metrics(#[from] MetricsServerError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
+    #[error(transparent)]
+    NodeDockerConfig(#[from] NodeConfigError),
+    #[error(transparent)]
+    CredentialProviders(#[from] PluginConfigError),
+}
+
+/// The node's credentials as the flags ask: its docker config (a given file or the kubelet's
+/// search) and its credential-provider plugins, read now so that a bad file stops the start.
+pub fn node_credentials(args: &ServeArgs) -> Result<NodeCredentials, DaemonError> {
+    let docker_config = match &args.node_docker_config {
+        Some(path) => NodeDockerConfig::explicit(path.clone())?,
+        None => {
+            let working_dir = std::env::current_dir().unwrap_or_else(|_| "/".into());
+            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+            NodeDockerConfig::search(&args.root_dir, &working_dir, home.as_deref())?
+        }
+    };
+    let providers = match (&args.image_credential_provider_config, &args.image_credential_provider_bin_dir) {
+        (Some(config), Some(bin_dir)) => plugin::config::load(config, bin_dir)?,
+        _ => Vec::new(),
+    };
+    if let Some(path) = docker_config.path() {
+        tracing::info!(path = %path.display(), "node credentials from this docker config");
+    }
+    for provider in &providers {
+        tracing::info!(name = %provider.name, match_images = ?provider.match_images, "credential provider plugin");
+    }
+    Ok(NodeCredentials::new(docker_config, Plugins::new(providers)))
 }
 
 /// The async runtime `serve` runs on: a single thread unless told otherwise.
@@ -62,15 +95,21 @@ pub struct Parts<R> {
 impl<R: ImageRuntime> Parts<R> {
     /// The pull path (rate limits around the runtime's pull, run by the scheduler), the backoff
     /// store, the presence cache and the manager over them, all counting into one set of metrics.
-    pub fn build(runtime: Arc<R>, config: ManagerConfig) -> Self {
+    pub fn build(runtime: Arc<R>, config: ManagerConfig, node_credentials: Arc<NodeCredentials>) -> Self {
         let metrics = Arc::new(Metrics::default());
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
         let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
         let scheduler = PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.pulls.clone());
         let backoff = BackoffStore::new(config.backoff);
-        let manager =
-            Arc::new(ImageManager::new(runtime.clone(), scheduler, backoff, presence.clone(), metrics.ensure.clone()));
+        let manager = Arc::new(ImageManager::new(Collaborators {
+            runtime: runtime.clone(),
+            scheduler,
+            backoff,
+            presence: presence.clone(),
+            node_credentials,
+            metrics: metrics.ensure.clone(),
+        }));
         Self { runtime, metrics, presence, manager }
     }
 }
@@ -81,6 +120,8 @@ pub struct Settings {
     /// Deadline of runtime calls other than pulls.
     pub runtime_request_timeout: Duration,
     pub manager: ManagerConfig,
+    /// The node's docker config and credential plugins, already read.
+    pub node_credentials: Arc<NodeCredentials>,
     pub serve: ServeOptions,
     /// Whether to watch containerd's image events and remember presence answers.
     pub presence_cache: bool,
@@ -103,7 +144,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     });
     let shutdown = parts_shutdown;
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
-    let parts = Parts::build(runtime.clone(), settings.manager);
+    let parts = Parts::build(runtime.clone(), settings.manager, settings.node_credentials);
     if settings.presence_cache {
         tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));
     }
@@ -127,6 +168,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
 
     let manager = args.manager_config()?;
+    let node_credentials = Arc::new(node_credentials(&args)?);
     let (listener, socket_file) = listener::bind(&args.listen).await?;
     let metrics = match args.metrics_listen {
         Some(addr) => Some(metrics::bind(addr).await?),
@@ -151,6 +193,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         runtime_endpoint: args.runtime_endpoint,
         runtime_request_timeout: args.runtime_request_timeout,
         manager,
+        node_credentials,
         serve: ServeOptions {
             drain_timeout: args.shutdown_timeout,
             health_probe_interval: args.health_probe_interval,

@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
 //! - [`config`]: the command line, with every default; each part validates its own config type.
+//! - [`credentials`]: pull credentials the kubelet's way: pod secrets, the node's docker config
+//!   and credential-provider plugins, matched to images by the keyring.
 //! - [`daemon`]: the `serve` command, the composition root that builds every part; signals and
 //!   shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
@@ -26,6 +28,7 @@
 pub mod api;
 pub mod backoff;
 pub mod config;
+pub mod credentials;
 pub mod daemon;
 pub mod ensure;
 pub mod listener;

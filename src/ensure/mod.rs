@@ -14,11 +14,15 @@ pub mod metrics;
 use self::metrics::EnsureMetrics;
 use crate::{
     backoff::{BackoffConfig, BackoffKey, BackoffStore},
+    credentials::{
+        self, Credential, NodeCredentials,
+        secrets::{self, PullSecret, SecretError},
+    },
     messages::{self, reason},
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
     pull::ratelimit::RateLimitConfig,
-    pull::scheduler::{PullScheduler, SchedulerConfig},
+    pull::scheduler::{PullScheduler, Scheduled, SchedulerConfig},
     pull::{PullError, Pulled},
     reference::{self, ImageReference, ReferenceError},
     runtime::{ImageRuntime, PresentImage, PullSpec, RuntimeError},
@@ -69,6 +73,8 @@ pub struct EnsureRequest {
     pub container_name: String,
     pub runtime_handler: String,
     pub sandbox_config: Option<PodSandboxConfig>,
+    /// The pod's image pull secrets, read only when a pull is needed (as the kubelet does).
+    pub pull_secrets: Vec<PullSecret>,
 }
 
 /// A successful answer.
@@ -102,6 +108,9 @@ pub enum EnsureError {
     ImageInspect { message: String, source: RuntimeError },
     #[error("{message}")]
     NeverPull { message: String },
+    /// A pull secret that cannot be read; nothing was pulled.
+    #[error("{source}")]
+    InvalidPullSecret { source: SecretError },
     #[error("{message}")]
     BackOff { message: String, retry_after: Duration },
     #[error("{message}")]
@@ -120,7 +129,7 @@ impl EnsureError {
             Self::ImageInspect { .. } => reason::IMAGE_INSPECT_ERROR,
             Self::NeverPull { .. } => reason::ERR_IMAGE_NEVER_PULL,
             Self::BackOff { .. } => reason::IMAGE_PULL_BACK_OFF,
-            Self::Pull { .. } => reason::ERR_IMAGE_PULL,
+            Self::Pull { .. } | Self::InvalidPullSecret { .. } => reason::ERR_IMAGE_PULL,
             Self::RegistryUnavailable { .. } => reason::REGISTRY_UNAVAILABLE,
             Self::SignatureValidationFailed { .. } => reason::SIGNATURE_VALIDATION_FAILED,
         }
@@ -154,19 +163,25 @@ pub struct ImageManager<R> {
     /// Remembers the failed pull's error itself, shared by every pod that joined the pull.
     backoff: Mutex<BackoffStore<Arc<PullError>>>,
     presence: Arc<PresenceCache>,
+    /// The node's docker config and credential plugins, used after the pod's secrets.
+    node_credentials: Arc<NodeCredentials>,
     metrics: Arc<EnsureMetrics>,
 }
 
+/// What an [`ImageManager`] works with, each built by [`crate::daemon::Parts::build`].
+pub struct Collaborators<R> {
+    pub runtime: Arc<R>,
+    pub scheduler: PullScheduler,
+    pub backoff: BackoffStore<Arc<PullError>>,
+    pub presence: Arc<PresenceCache>,
+    pub node_credentials: Arc<NodeCredentials>,
+    pub metrics: Arc<EnsureMetrics>,
+}
+
 impl<R: ImageRuntime> ImageManager<R> {
-    /// A manager over its collaborators, which [`crate::daemon::Parts::build`] makes.
-    pub fn new(
-        runtime: Arc<R>,
-        scheduler: PullScheduler,
-        backoff: BackoffStore<Arc<PullError>>,
-        presence: Arc<PresenceCache>,
-        metrics: Arc<EnsureMetrics>,
-    ) -> Self {
-        Self { runtime, scheduler, backoff: Mutex::new(backoff), presence, metrics }
+    pub fn new(parts: Collaborators<R>) -> Self {
+        let Collaborators { runtime, scheduler, backoff, presence, node_credentials, metrics } = parts;
+        Self { runtime, scheduler, backoff: Mutex::new(backoff), presence, node_credentials, metrics }
     }
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
@@ -192,7 +207,12 @@ impl<R: ImageRuntime> ImageManager<R> {
             return Ok(outcome);
         }
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
-        tracing::info!(policy = policy.as_str(), "{}", messages::pulling(image));
+        let pod_keyring = secrets::keyring(&request.pull_secrets).map_err(|source| {
+            tracing::warn!(error = %source, "pull secret refused");
+            EnsureError::InvalidPullSecret { source }
+        })?;
+        let credentials = credentials::for_pull(&reference.name(), &pod_keyring, &self.node_credentials).await;
+        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{}", messages::pulling(image));
         let started = Instant::now();
         let pull = PullSpec {
             image: spec,
@@ -200,11 +220,36 @@ impl<R: ImageRuntime> ImageManager<R> {
             sandbox_config: request.sandbox_config,
             ..Default::default()
         };
-        let scheduled = self.scheduler.pull(pull).await;
+        let scheduled = self.pull_with_each(pull, &credentials).await;
         match scheduled.result {
             Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
             Err(error) => Err(self.record_failed(image, error, backoff_key)),
         }
+    }
+
+    /// The kubelet's pull with credentials: without any, one anonymous pull; otherwise each in
+    /// turn until one succeeds, never falling back to an anonymous pull. Each attempt is its own
+    /// shared pull (its key holds the credential's hash), so callers with the same credential
+    /// share it and callers with different ones never do.
+    async fn pull_with_each(&self, spec: PullSpec, credentials: &[Arc<Credential>]) -> Scheduled {
+        if credentials.is_empty() {
+            return self.scheduler.pull(spec).await;
+        }
+        let mut failures = Vec::with_capacity(credentials.len());
+        let mut joined = false;
+        for credential in credentials {
+            let attempt = PullSpec { auth: Some(credential.auth.clone()), ..spec.clone() };
+            let scheduled = self.scheduler.pull(attempt).await;
+            joined |= scheduled.joined;
+            match scheduled.result {
+                Ok(pulled) => return Scheduled { result: Ok(pulled), joined },
+                Err(error) => {
+                    tracing::debug!(credentials = %credential.source, %error, "pull with these credentials failed");
+                    failures.push(error);
+                }
+            }
+        }
+        Scheduled { result: Err(PullError::every_credential_failed(failures)), joined }
     }
 
     /// Decides from presence and policy: the answer when the present image is used or the

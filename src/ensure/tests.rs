@@ -74,7 +74,8 @@ impl Built {
 }
 
 fn manager(runtime: ScriptedRuntime) -> Built {
-    let parts = crate::daemon::Parts::build(Arc::new(runtime), ManagerConfig::default());
+    let node_credentials = Arc::new(crate::credentials::NodeCredentials::none());
+    let parts = crate::daemon::Parts::build(Arc::new(runtime), ManagerConfig::default(), node_credentials);
     Built { manager: parts.manager, runtime: parts.runtime }
 }
 
@@ -91,6 +92,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
         container_name: "app".into(),
         runtime_handler: "runc".into(),
         sandbox_config: Some(PodSandboxConfig { hostname: "web-0".into(), ..Default::default() }),
+        pull_secrets: Vec::new(),
     }
 }
 

@@ -26,14 +26,7 @@ impl PullKey {
     pub fn of(spec: &PullSpec) -> Self {
         let image = spec.reference.as_ref().map_or_else(|| spec.image.image.clone(), ToString::to_string);
         let credential = spec.auth.as_ref().map(|auth| {
-            let fields = (
-                &auth.server_address,
-                &auth.username,
-                &auth.password,
-                &auth.auth,
-                &auth.identity_token,
-                &auth.registry_token,
-            );
+            let fields = auth.fields();
             let [high, low] = CREDENTIAL_HASHERS.each_ref().map(|hasher| hasher.hash_one(fields));
             u128::from(high) << 64 | u128::from(low)
         });
@@ -53,16 +46,19 @@ impl std::fmt::Debug for PullKey {
 
 #[cfg(test)]
 mod tests {
-    use k8s_cri::v1::{AuthConfig, ImageSpec};
+    use std::sync::Arc;
+
+    use k8s_cri::v1::ImageSpec;
 
     use super::*;
+    use crate::credentials::RegistryAuth;
 
-    fn spec(image: &str, auth: Option<AuthConfig>) -> PullSpec {
+    fn spec(image: &str, auth: Option<Arc<RegistryAuth>>) -> PullSpec {
         PullSpec { auth, ..PullSpec::for_image(ImageSpec { image: image.into(), ..Default::default() }) }
     }
 
-    fn login(username: &str, password: &str) -> Option<AuthConfig> {
-        Some(AuthConfig { username: username.into(), password: password.into(), ..Default::default() })
+    fn login(username: &str, password: &str) -> Option<Arc<RegistryAuth>> {
+        Some(Arc::new(RegistryAuth::login(username.into(), password.into())))
     }
 
     #[test]

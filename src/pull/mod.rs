@@ -50,6 +50,29 @@ pub enum PullError {
     /// The task running the pull ended without a result.
     #[error("the pull ended without a result")]
     Abandoned,
+    /// Each credential was tried and each pull failed: the kubelet's aggregate error, every
+    /// distinct message once, in order.
+    #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    EveryCredentialFailed(Vec<Arc<PullError>>),
+}
+
+impl PullError {
+    /// The kubelet's aggregate of `failures`: a repeated message counts once, and a single
+    /// distinct one stands alone, as it is.
+    pub fn every_credential_failed(failures: Vec<Arc<PullError>>) -> Arc<PullError> {
+        let mut distinct: Vec<(String, Arc<PullError>)> = Vec::with_capacity(failures.len());
+        for failure in failures {
+            let message = failure.to_string();
+            if !distinct.iter().any(|(seen, _)| *seen == message) {
+                distinct.push((message, failure));
+            }
+        }
+        match distinct.len() {
+            0 => Arc::new(PullError::Abandoned),
+            1 => distinct.remove(0).1,
+            _ => Arc::new(PullError::EveryCredentialFailed(distinct.into_iter().map(|(_, error)| error).collect())),
+        }
+    }
 }
 
 /// The future every pull service in the stack returns.

@@ -85,8 +85,11 @@ impl ImageRuntime for CriClient {
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {
         let name = spec.image.image.clone();
-        let request =
-            PullImageRequest { image: Some(spec.image), auth: spec.auth, sandbox_config: spec.sandbox_config };
+        let request = PullImageRequest {
+            image: Some(spec.image),
+            auth: spec.auth.map(|auth| auth.to_cri()),
+            sandbox_config: spec.sandbox_config,
+        };
         // Pulls are unbounded here, as in the kubelet; the caller decides how long to wait.
         let response = self.client.clone().pull_image(request).await?.into_inner();
         if response.image_ref.is_empty() {

@@ -14,13 +14,16 @@ pub mod passthrough;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use k8s_cri::v1::{AuthConfig, ImageSpec, PodSandboxConfig};
+use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 
 pub use self::{
     client::CriClient,
     endpoint::{EndpointError, RuntimeEndpoint},
 };
-use crate::reference::{self, ImageReference};
+use crate::{
+    credentials::RegistryAuth,
+    reference::{self, ImageReference},
+};
 
 /// The largest message exchanged with the runtime, as the kubelet allows (16 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -105,7 +108,7 @@ pub struct PullSpec {
     /// parse (a CRI PullImage may name an image only the runtime understands).
     pub reference: Option<Arc<ImageReference>>,
     /// Registry credentials, passed to the runtime as they are. Never logged.
-    pub auth: Option<AuthConfig>,
+    pub auth: Option<Arc<RegistryAuth>>,
     /// The pod's sandbox config, passed to the runtime as it is.
     pub sandbox_config: Option<PodSandboxConfig>,
     /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,

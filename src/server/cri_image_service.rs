@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status, body::Body, server::NamedService};
 
 use super::status::CriPullError;
 use crate::{
+    credentials::RegistryAuth,
     ensure::ImageManager,
     presence::PresenceCache,
     runtime::passthrough::RawCodec,
@@ -101,6 +102,7 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
                 let manager = manager.clone();
                 async move {
                     let PullImageRequest { image, auth, sandbox_config } = call.into_inner();
+                    let auth = auth.map(|auth| Arc::new(RegistryAuth::from_cri(auth)));
                     let spec = PullSpec { auth, sandbox_config, ..PullSpec::for_image(image.unwrap_or_default()) };
                     let pulled = manager.pull_image(spec).await.map_err(|error| Status::from(CriPullError(error)))?;
                     Ok(Response::new(PullImageResponse { image_ref: pulled.image_ref }))

@@ -1,7 +1,11 @@
 //! Translation of wire requests into the manager's types; refuses what cannot be translated.
 
+use secrecy::SecretString;
+use zeroize::Zeroize;
+
 use crate::{
     api::{self, PullPolicy as WirePolicy},
+    credentials::{SecretCoordinates, secrets::PullSecret},
     ensure::{EnsureRequest, PodRef},
     policy::PullPolicy,
 };
@@ -34,8 +38,8 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             Err(_) => return Err(RequestError::UnknownPullPolicy(wire.pull_policy)),
         };
         let pod = wire.pod.unwrap_or_default();
-        // Pull secrets are accepted on the wire; credentials are not used yet.
         Ok(Self {
+            pull_secrets: wire.pull_secrets.into_iter().map(pull_secret).collect(),
             image: wire.image,
             pull_policy,
             pod: PodRef { namespace: pod.namespace, name: pod.name, uid: pod.uid, annotations: pod.annotations },
@@ -43,6 +47,17 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             runtime_handler: wire.runtime_handler,
             sandbox_config: wire.pod_sandbox_config,
         })
+    }
+}
+
+/// A wire pull secret, its content moved into a secret string and the wire copy wiped.
+fn pull_secret(mut wire: api::PullSecret) -> PullSecret {
+    let content = SecretString::from(wire.docker_config_json.as_str());
+    wire.docker_config_json.zeroize();
+    PullSecret {
+        coordinates: SecretCoordinates { uid: wire.uid, namespace: wire.namespace, name: wire.name },
+        kind: wire.r#type,
+        content,
     }
 }
 

@@ -66,6 +66,7 @@ impl From<CriPullError> for Status {
             PullError::Runtime(RuntimeError::EmptyImageRef(_)) => Status::unknown(error.to_string()),
             PullError::RateLimited => Status::resource_exhausted(error.to_string()),
             PullError::Abandoned => Status::internal(error.to_string()),
+            PullError::EveryCredentialFailed(_) => Status::new(pull_error_code(&error), error.to_string()),
         }
     }
 }
@@ -93,23 +94,34 @@ impl From<StreamShutDown> for Status {
 
 fn ensure_error_code(error: &EnsureError) -> Code {
     match error {
-        EnsureError::InvalidImageName { .. } => Code::InvalidArgument,
+        EnsureError::InvalidImageName { .. } | EnsureError::InvalidPullSecret { .. } => Code::InvalidArgument,
         EnsureError::NeverPull { .. } => Code::FailedPrecondition,
         EnsureError::ImageInspect { source: RuntimeError::Timeout(_), .. } => Code::DeadlineExceeded,
         EnsureError::ImageInspect { .. } | EnsureError::RegistryUnavailable { .. } | EnsureError::BackOff { .. } => {
             Code::Unavailable
         }
         EnsureError::SignatureValidationFailed { .. } => Code::PermissionDenied,
-        EnsureError::Pull { source, .. } => match &**source {
-            // The runtime's code, where it tells the caller something it can act on.
-            PullError::Runtime(runtime) => match runtime.code() {
-                code @ (Code::NotFound | Code::Unauthenticated | Code::PermissionDenied) => code,
-                _ => Code::Unknown,
-            },
-            PullError::RateLimited => Code::ResourceExhausted,
-            PullError::TimedOut(_) => Code::DeadlineExceeded,
-            PullError::Abandoned => Code::Internal,
+        EnsureError::Pull { source, .. } => pull_error_code(source),
+    }
+}
+
+/// A failed pull's code for an EnsureImageExists caller.
+fn pull_error_code(error: &PullError) -> Code {
+    match error {
+        // The runtime's code, where it tells the caller something it can act on.
+        PullError::Runtime(runtime) => match runtime.code() {
+            code @ (Code::NotFound | Code::Unauthenticated | Code::PermissionDenied) => code,
+            _ => Code::Unknown,
         },
+        PullError::RateLimited => Code::ResourceExhausted,
+        PullError::TimedOut(_) => Code::DeadlineExceeded,
+        PullError::Abandoned => Code::Internal,
+        // One code when every attempt agrees on it.
+        PullError::EveryCredentialFailed(failures) => {
+            let mut codes = failures.iter().map(|failure| pull_error_code(failure));
+            let first = codes.next().unwrap_or(Code::Unknown);
+            if codes.all(|code| code == first) { first } else { Code::Unknown }
+        }
     }
 }
 

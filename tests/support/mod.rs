@@ -8,11 +8,13 @@ pub mod stack;
 
 use std::{
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use cri_imaged::{
     api::{EnsureImageExistsRequest, EnsureImageExistsResponse, image_manager_client::ImageManagerClient},
+    credentials::NodeCredentials,
     daemon::Settings,
     ensure::ManagerConfig,
     runtime::RuntimeEndpoint,
@@ -50,12 +52,23 @@ impl InProcessDaemon {
 
     /// As [`InProcessDaemon::start`], with `config`; probes health every 50 ms.
     pub async fn start_with(socket: &Path, runtime_socket: &Path, config: ManagerConfig) -> Self {
+        Self::start_with_credentials(socket, runtime_socket, config, NodeCredentials::none()).await
+    }
+
+    /// As [`InProcessDaemon::start_with`], with the node's own credentials.
+    pub async fn start_with_credentials(
+        socket: &Path,
+        runtime_socket: &Path,
+        config: ManagerConfig,
+        node_credentials: NodeCredentials,
+    ) -> Self {
         let runtime_endpoint = RuntimeEndpoint::parse(&runtime_socket.to_string_lossy()).expect("runtime socket path");
         let (listener, _socket_file) = cri_imaged::listener::bind(socket).await.expect("daemon binds");
         let settings = Settings {
             runtime_endpoint,
             runtime_request_timeout: Duration::from_secs(10),
             manager: config,
+            node_credentials: Arc::new(node_credentials),
             serve: ServeOptions {
                 drain_timeout: Duration::from_secs(5),
                 health_probe_interval: Duration::from_millis(50),

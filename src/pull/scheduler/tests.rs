@@ -146,8 +146,8 @@ async fn callers_with_different_credentials_are_not_merged() {
     let upstream = Upstream::slow(Duration::from_secs(1));
     let scheduler = scheduler(&upstream, None);
     let with_login = |user: &str| {
-        let auth = k8s_cri::v1::AuthConfig { username: user.into(), password: "pw".into(), ..Default::default() };
-        PullSpec { auth: Some(auth), ..spec("registry.local/app:v1", "") }
+        let auth = crate::credentials::RegistryAuth::login(user.into(), "pw".into());
+        PullSpec { auth: Some(Arc::new(auth)), ..spec("registry.local/app:v1", "") }
     };
     let (a, b, c) = tokio::join!(
         scheduler.pull(with_login("alice")),

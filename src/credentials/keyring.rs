@@ -1,0 +1,117 @@
+//! The kubelet's keyring: which credentials apply to an image.
+//!
+//! A key is a registry host, optionally with a port and a path (`registry.local:5000/team`),
+//! written with or without a scheme. An image matches a key when the ports are equal, the hosts
+//! have as many dot-separated labels and each label matches its glob (`*.example.com`), and the
+//! key's path is a prefix of the image's. Keys are visited most specific first (reverse lexical
+//! order) and every matching key contributes its credentials, in the order they were added.
+//! When no key matches and the image is on Docker Hub, the `index.docker.io` credentials apply.
+
+mod glob;
+mod url;
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use self::url::SchemelessUrl;
+use super::Credential;
+
+/// The key Docker Hub's credentials are stored under (`https://index.docker.io/v1/` becomes it).
+const DEFAULT_REGISTRY_KEY: &str = "index.docker.io";
+
+/// Credentials by registry key.
+#[derive(Default)]
+pub struct Keyring {
+    /// Keyed by the normalised key; iterated in reverse, most specific first.
+    keys: BTreeMap<String, KeyCredentials>,
+}
+
+struct KeyCredentials {
+    /// The key as a lookup parses it; `None` when it does not parse and so matches nothing.
+    parsed: Option<SchemelessUrl>,
+    credentials: Vec<Arc<Credential>>,
+}
+
+impl Keyring {
+    /// Adds `credential` under the registry key `location` as a docker config writes it. A key
+    /// that is not a URL is skipped (the kubelet logs and ignores it too); returns whether it was
+    /// added.
+    pub fn add(&mut self, location: &str, credential: Arc<Credential>) -> bool {
+        let Some(key) = normalise_key(location) else {
+            tracing::warn!(key = %location.escape_debug(), "docker config key is not a URL; ignored");
+            return false;
+        };
+        self.keys
+            .entry(key)
+            .or_insert_with_key(|key| KeyCredentials { parsed: SchemelessUrl::parse(key), credentials: Vec::new() })
+            .credentials
+            .push(credential);
+        true
+    }
+
+    /// Every credential whose key matches `image` (a repository name such as
+    /// `registry.local:5000/team/app`, without tag or digest), most specific key first.
+    pub fn lookup(&self, image: &str) -> Vec<Arc<Credential>> {
+        let mut found = Vec::new();
+        if let Some(target) = SchemelessUrl::parse(image) {
+            for entry in self.keys.values().rev() {
+                if entry.parsed.as_ref().is_some_and(|key| key.matches(&target)) {
+                    found.extend(entry.credentials.iter().cloned());
+                }
+            }
+        }
+        if found.is_empty()
+            && is_default_registry(image)
+            && let Some(docker_hub) = self.keys.get(DEFAULT_REGISTRY_KEY)
+        {
+            found.extend(docker_hub.credentials.iter().cloned());
+        }
+        found
+    }
+
+    /// How many keys hold credentials.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// The key a docker config location is stored under: host and port, and the path without a
+/// leading `/v1/` or `/v2/` (both mean the registry itself, as in docker's own lookup).
+pub fn normalise_key(location: &str) -> Option<String> {
+    let parsed = if location.starts_with("https://") || location.starts_with("http://") {
+        SchemelessUrl::parse_with_scheme(location)?
+    } else {
+        SchemelessUrl::parse(location)?
+    };
+    let path = parsed.path();
+    let path = if path.starts_with("/v2/") || path.starts_with("/v1/") { &path[3..] } else { path };
+    Some(if path.is_empty() || path == "/" { parsed.host().to_owned() } else { format!("{}{path}", parsed.host()) })
+}
+
+/// Whether `image` is pulled from Docker Hub, judging by its name as docker does: a single
+/// component, `docker.io/…` or `index.docker.io/…`, or a first component without `.` or `:`.
+pub fn is_default_registry(image: &str) -> bool {
+    let (first, rest) = match image.split_once('/') {
+        Some((first, rest)) => (first, Some(rest)),
+        None => (image, None),
+    };
+    if first.is_empty() {
+        return false;
+    }
+    rest.is_none() || first == "docker.io" || first == "index.docker.io" || !first.contains(['.', ':'])
+}
+
+/// Whether the key `glob` (which may hold wildcards in its host) matches `target`; both are
+/// schemeless. Either failing to parse is no match.
+pub fn urls_match(glob: &str, target: &str) -> bool {
+    match (SchemelessUrl::parse(glob), SchemelessUrl::parse(target)) {
+        (Some(glob), Some(target)) => glob.matches(&target),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

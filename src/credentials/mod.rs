@@ -1,0 +1,109 @@
+//! Registry credentials for pulls, found the kubelet's way: the pod's pull secrets first, then
+//! the node's own (its docker config and credential-provider plugins).
+//!
+//! - [`auth`]: a credential's fields, redacted and wiped on drop.
+//! - [`dockercfg`]: docker config documents (`config.json`, `.dockercfg`, pull secrets).
+//! - [`keyring`]: which credentials apply to an image (pure).
+//! - [`secrets`]: a pod's pull secrets as a keyring.
+//! - [`node`]: the node's docker config file, re-read when it changes.
+//! - [`plugin`]: the kubelet's credential-provider plugins: config, exec and cache.
+
+pub mod auth;
+pub mod dockercfg;
+pub mod keyring;
+pub mod node;
+pub mod plugin;
+pub mod secrets;
+
+use std::sync::Arc;
+
+pub use self::{auth::RegistryAuth, keyring::Keyring};
+
+/// Where a credential came from: logged by name, and recorded for pulls it made.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CredentialSource {
+    /// A pod's pull secret.
+    Secret(SecretCoordinates),
+    /// The node's docker config file.
+    NodeConfig,
+    /// A credential-provider plugin, by its name in the config.
+    Plugin(String),
+}
+
+/// Which secret a credential came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct SecretCoordinates {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for CredentialSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Secret(secret) => write!(f, "pull secret {}/{}", secret.namespace, secret.name),
+            Self::NodeConfig => f.write_str("the node's docker config"),
+            Self::Plugin(name) => write!(f, "credential provider {name:?}"),
+        }
+    }
+}
+
+/// One credential to try, and where it came from.
+#[derive(Debug)]
+pub struct Credential {
+    pub auth: Arc<RegistryAuth>,
+    pub source: CredentialSource,
+}
+
+/// The node's own credentials: its docker config and its credential-provider plugins.
+pub struct NodeCredentials {
+    docker_config: node::NodeDockerConfig,
+    plugins: plugin::Plugins,
+}
+
+impl NodeCredentials {
+    pub fn new(docker_config: node::NodeDockerConfig, plugins: plugin::Plugins) -> Self {
+        Self { docker_config, plugins }
+    }
+
+    /// No docker config, no plugins: every pull without a pod secret is anonymous.
+    pub fn none() -> Self {
+        Self::new(node::NodeDockerConfig::none(), plugin::Plugins::none())
+    }
+
+    /// The node's credentials for `image` (a repository name without tag or digest), as the
+    /// kubelet orders them: the docker config's matches, then the plugins'. Each is a keyring of
+    /// its own (most specific key first, Docker Hub's fallback applied apart); the plugins' answers
+    /// share one, in config order.
+    pub async fn lookup(&self, image: &str) -> Vec<Arc<Credential>> {
+        let mut docker_config = Keyring::default();
+        for (key, credential) in self.docker_config.current().iter() {
+            docker_config.add(key, credential.clone());
+        }
+        let mut plugins = Keyring::default();
+        for (key, credential) in self.plugins.provide(image).await {
+            plugins.add(&key, credential);
+        }
+        let mut found = docker_config.lookup(image);
+        found.extend(plugins.lookup(image));
+        found
+    }
+}
+
+/// Everything to try for `image`, in order: the pod's keyring, then the node's. Unlike the
+/// kubelet, a login found twice (under two keys, or in two sources) is tried once: a second try
+/// could only fail as the first did, and would cost the registry a request.
+pub async fn for_pull(image: &str, pod: &Keyring, node: &NodeCredentials) -> Vec<Arc<Credential>> {
+    let mut found = pod.lookup(image);
+    found.extend(node.lookup(image).await);
+    let mut seen: Vec<[&str; 6]> = Vec::with_capacity(found.len());
+    let mut unique = Vec::with_capacity(found.len());
+    for credential in &found {
+        let fields = credential.auth.fields();
+        if !seen.contains(&fields) {
+            seen.push(fields);
+            unique.push(credential.clone());
+        }
+    }
+    unique
+}

@@ -1,0 +1,169 @@
+//! The node's docker config: the credentials every pod on the node may use, read from a
+//! `config.json` (or the older `.dockercfg`) the kubelet's way and re-read when the file changes.
+//!
+//! Without `--node-docker-config`, the first file found wins, in the kubelet's order: `config.json`
+//! in the root dir, the working directory, `$HOME/.docker` and `/.docker`; then `.dockercfg` in
+//! the root dir, the working directory, `$HOME` and `/`.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, PoisonError},
+    time::SystemTime,
+};
+
+use super::{
+    Credential, CredentialSource,
+    dockercfg::{self, DockerConfigError, Shape},
+};
+
+/// The node's entries: each registry key with its credential.
+pub type Entries = Arc<Vec<(String, Arc<Credential>)>>;
+
+/// Why the node's docker config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeConfigError {
+    #[error("cannot read the node docker config {path}: {error}")]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("the node docker config {path} {error}")]
+    Parse { path: PathBuf, error: DockerConfigError },
+}
+
+/// One place a config may be, and how it is written.
+#[derive(Debug, Clone)]
+struct Candidate {
+    path: PathBuf,
+    shape: Shape,
+}
+
+/// What identifies one version of a file, so that a change is noticed without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileVersion {
+    path: PathBuf,
+    inode: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+struct Loaded {
+    version: Option<FileVersion>,
+    entries: Entries,
+    /// A version that failed to read, so that it is reported once rather than on every pull.
+    failed: Option<FileVersion>,
+}
+
+/// The node's docker config, kept current.
+pub struct NodeDockerConfig {
+    candidates: Vec<Candidate>,
+    loaded: Mutex<Loaded>,
+}
+
+impl NodeDockerConfig {
+    /// No node credentials.
+    pub fn none() -> Self {
+        Self::from_candidates(Vec::new())
+    }
+
+    /// Exactly `path`; a file named `.dockercfg` is read in that format, anything else as a
+    /// `config.json`. The file must exist and parse now.
+    pub fn explicit(path: PathBuf) -> Result<Self, NodeConfigError> {
+        let shape = if path.file_name().is_some_and(|name| name == ".dockercfg") {
+            Shape::Dockercfg
+        } else {
+            Shape::ConfigJson
+        };
+        let config = Self::from_candidates(vec![Candidate { path: path.clone(), shape }]);
+        if config.load()?.is_none() {
+            let error = std::io::Error::from(std::io::ErrorKind::NotFound);
+            return Err(NodeConfigError::Read { path, error });
+        }
+        Ok(config)
+    }
+
+    /// The kubelet's search, from `root_dir`, `working_dir` and `home`. A file that is found
+    /// but does not read or parse is an error now, not silently passed over.
+    pub fn search(root_dir: &Path, working_dir: &Path, home: Option<&Path>) -> Result<Self, NodeConfigError> {
+        let mut json_dirs = vec![root_dir.to_owned(), working_dir.to_owned()];
+        let mut cfg_dirs = json_dirs.clone();
+        if let Some(home) = home {
+            json_dirs.push(home.join(".docker"));
+            cfg_dirs.push(home.to_owned());
+        }
+        json_dirs.push(PathBuf::from("/.docker"));
+        cfg_dirs.push(PathBuf::from("/"));
+        let json =
+            json_dirs.into_iter().map(|dir| Candidate { path: dir.join("config.json"), shape: Shape::ConfigJson });
+        let cfg = cfg_dirs.into_iter().map(|dir| Candidate { path: dir.join(".dockercfg"), shape: Shape::Dockercfg });
+        let config = Self::from_candidates(json.chain(cfg).collect());
+        config.load()?;
+        Ok(config)
+    }
+
+    fn from_candidates(candidates: Vec<Candidate>) -> Self {
+        Self { candidates, loaded: Mutex::new(Loaded { version: None, entries: Entries::default(), failed: None }) }
+    }
+
+    /// Where the credentials now in use were read from, if anywhere.
+    pub fn path(&self) -> Option<PathBuf> {
+        self.loaded.lock().unwrap_or_else(PoisonError::into_inner).version.as_ref().map(|version| version.path.clone())
+    }
+
+    /// The current entries: re-read when the file found first is another file, or the same file
+    /// changed. A file that no longer parses keeps the entries read before, with a warning.
+    pub fn current(&self) -> Entries {
+        if let Err(error) = self.load() {
+            tracing::warn!(%error, "keeping the node credentials read before");
+        }
+        self.loaded.lock().unwrap_or_else(PoisonError::into_inner).entries.clone()
+    }
+
+    /// Reloads when the first file found is not the one loaded; returns where it read from.
+    fn load(&self) -> Result<Option<PathBuf>, NodeConfigError> {
+        let found = self.candidates.iter().find_map(|candidate| Some((candidate, version_of(&candidate.path)?)));
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        let version = found.as_ref().map(|(_, version)| version.clone());
+        if loaded.version == version || (version.is_some() && loaded.failed == version) {
+            return Ok(loaded.version.as_ref().map(|version| version.path.clone()));
+        }
+        let Some((candidate, version)) = found else {
+            tracing::info!("no node docker config found; node credentials cleared");
+            *loaded = Loaded { version: None, entries: Entries::default(), failed: None };
+            return Ok(None);
+        };
+        let read = std::fs::read(&candidate.path)
+            .map_err(|error| NodeConfigError::Read { path: candidate.path.clone(), error })
+            .and_then(|mut document| {
+                let parsed = dockercfg::parse(&document, candidate.shape)
+                    .map_err(|error| NodeConfigError::Parse { path: candidate.path.clone(), error });
+                zeroize::Zeroize::zeroize(&mut document);
+                parsed
+            });
+        let entries = match read {
+            Ok(entries) => entries,
+            Err(error) => {
+                loaded.failed = Some(version);
+                return Err(error);
+            }
+        };
+        tracing::info!(path = %candidate.path.display(), registries = entries.len(), "node docker config read");
+        let entries = entries
+            .into_iter()
+            .map(|entry| {
+                (entry.key, Arc::new(Credential { auth: Arc::new(entry.auth), source: CredentialSource::NodeConfig }))
+            })
+            .collect();
+        *loaded = Loaded { version: Some(version.clone()), entries: Arc::new(entries), failed: None };
+        Ok(Some(version.path))
+    }
+}
+
+/// The file's version, or `None` when there is no regular file at `path`.
+fn version_of(path: &Path) -> Option<FileVersion> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
+    Some(FileVersion {
+        path: path.to_owned(),
+        inode: metadata.ino(),
+        len: metadata.len(),
+        modified: metadata.modified().ok(),
+    })
+}

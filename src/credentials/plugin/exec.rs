@@ -1,0 +1,137 @@
+//! Running one credential-provider plugin: the request on stdin, the response on stdout.
+
+use std::{process::Stdio, time::Duration};
+
+use secrecy::SecretString;
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
+
+use super::config::ProviderConfig;
+
+/// The kubelet's catch-all bound on one plugin run.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most of a plugin's stderr quoted in an error.
+const MAX_STDERR_QUOTED: usize = 1024;
+
+/// What a plugin answered.
+pub struct PluginResponse {
+    pub cache_key_type: CacheKeyType,
+    /// `None`: the provider's default applies.
+    pub cache_duration: Option<Duration>,
+    /// Registry key (may hold globs) → username and password.
+    pub auth: Vec<(String, SecretString, SecretString)>,
+}
+
+/// What a response is cached under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKeyType {
+    Image,
+    Registry,
+    Global,
+}
+
+/// Why a plugin gave nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("cannot start {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("did not finish within {0:?}; killed")]
+    TimedOut(Duration),
+    #[error("exited with {status}: {stderr}")]
+    Failed { status: std::process::ExitStatus, stderr: String },
+    #[error(
+        "apiVersion from credential plugin response did not match expected apiVersion:{expected}, actual apiVersion:{actual}"
+    )]
+    ApiVersion { expected: String, actual: String },
+    #[error("error decoding credential provider plugin response from stdout")]
+    Decode,
+    #[error("credential provider plugin did not return a valid cacheKeyType: {0:?}")]
+    CacheKeyType(String),
+    #[error("I/O with the plugin failed: {0}")]
+    Io(#[source] std::io::Error),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Response {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    cache_key_type: String,
+    cache_duration: Option<String>,
+    #[serde(default)]
+    auth: std::collections::BTreeMap<String, AuthEntry>,
+}
+
+#[derive(Deserialize)]
+struct AuthEntry {
+    #[serde(default)]
+    username: SecretString,
+    #[serde(default)]
+    password: SecretString,
+}
+
+/// Runs `provider` for `image` and reads its answer.
+pub async fn run(provider: &ProviderConfig, image: &str) -> Result<PluginResponse, ExecError> {
+    let request = serde_json::json!({
+        "kind": "CredentialProviderRequest",
+        "apiVersion": provider.api_version,
+        "image": image,
+    })
+    .to_string();
+    let mut child = tokio::process::Command::new(&provider.executable)
+        .args(&provider.args)
+        .envs(provider.env.iter().map(|(name, value)| (name, value)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(ExecError::Spawn)?;
+    let mut stdin = child.stdin.take().ok_or_else(|| ExecError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
+    let exchange = async {
+        // A plugin that exits without reading its request is judged by its exit status.
+        let _ = stdin.write_all(request.as_bytes()).await;
+        drop(stdin);
+        child.wait_with_output().await.map_err(ExecError::Io)
+    };
+    let output =
+        tokio::time::timeout(EXEC_TIMEOUT, exchange).await.map_err(|_| ExecError::TimedOut(EXEC_TIMEOUT))??;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stderr = stderr.trim();
+        let quoted = match stderr.char_indices().nth(MAX_STDERR_QUOTED) {
+            Some((cut, _)) => format!("{}…", &stderr[..cut]),
+            None => stderr.to_owned(),
+        };
+        return Err(ExecError::Failed { status: output.status, stderr: quoted });
+    }
+    let mut stdout = output.stdout;
+    let decoded = decode(&stdout, &provider.api_version);
+    zeroize::Zeroize::zeroize(&mut stdout);
+    decoded
+}
+
+fn decode(stdout: &[u8], api_version: &str) -> Result<PluginResponse, ExecError> {
+    let response: Response = serde_json::from_slice(stdout).map_err(|_| ExecError::Decode)?;
+    if response.api_version != api_version {
+        return Err(ExecError::ApiVersion { expected: api_version.to_owned(), actual: response.api_version });
+    }
+    if response.kind != "CredentialProviderResponse" {
+        return Err(ExecError::Decode);
+    }
+    let cache_key_type = match response.cache_key_type.as_str() {
+        "Image" => CacheKeyType::Image,
+        "Registry" => CacheKeyType::Registry,
+        "Global" => CacheKeyType::Global,
+        other => return Err(ExecError::CacheKeyType(other.to_owned())),
+    };
+    let cache_duration = match response.cache_duration.as_deref() {
+        None => None,
+        Some(text) => Some(super::duration::parse(text).map_err(|_| ExecError::Decode)?),
+    };
+    let auth = response.auth.into_iter().map(|(key, entry)| (key, entry.username, entry.password)).collect();
+    Ok(PluginResponse { cache_key_type, cache_duration, auth })
+}

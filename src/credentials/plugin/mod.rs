@@ -1,0 +1,179 @@
+//! The kubelet's credential-provider plugins: executables that answer "which credentials for
+//! this image?", each run for the images its `matchImages` cover, its answers cached by the key
+//! type it asks for and concurrent asks for one image sharing one run.
+//!
+//! - [`config`]: the config file.
+//! - [`exec`]: one run of a plugin.
+//! - [`duration`]: Go's duration syntax.
+
+pub mod config;
+pub mod duration;
+pub mod exec;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+use tokio::time::Instant;
+
+use self::{
+    config::ProviderConfig,
+    exec::{CacheKeyType, PluginResponse},
+};
+use super::{Credential, CredentialSource, RegistryAuth, keyring};
+
+/// The cache key shared by every image when a plugin answers with `Global`.
+const GLOBAL_CACHE_KEY: &str = "global";
+
+/// Far enough ahead to stand for "never expires".
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A plugin's answer as keyring entries.
+type Answer = Arc<Vec<(String, Arc<Credential>)>>;
+
+/// One run's answer and how long it may be cached, under which key.
+#[derive(Clone)]
+struct Ran {
+    answer: Answer,
+    cache_for: Option<(String, Duration)>,
+}
+
+/// Every configured plugin, in config order.
+pub struct Plugins {
+    providers: Vec<Provider>,
+}
+
+impl Plugins {
+    pub fn new(configs: Vec<ProviderConfig>) -> Self {
+        Self { providers: configs.into_iter().map(Provider::new).collect() }
+    }
+
+    pub fn none() -> Self {
+        Self::new(Vec::new())
+    }
+
+    /// The entries every plugin whose `matchImages` cover `image` gives for it. A plugin that
+    /// fails logs a warning and gives nothing.
+    pub async fn provide(&self, image: &str) -> Vec<(String, Arc<Credential>)> {
+        let mut entries = Vec::new();
+        for provider in &self.providers {
+            entries.extend(provider.provide(image).await.iter().cloned());
+        }
+        entries
+    }
+}
+
+/// Answers by cache key, each until it expires.
+#[derive(Default)]
+struct AnswerCache {
+    entries: HashMap<String, CacheEntry>,
+}
+
+struct CacheEntry {
+    answer: Answer,
+    expires_at: Instant,
+}
+
+impl AnswerCache {
+    /// The answer for `image`: cached by image, else by its registry, else the global one.
+    /// Expired answers are dropped on the way (an answer is good until its expiry, inclusive).
+    fn get(&mut self, image: &str, now: Instant) -> Option<Answer> {
+        self.entries.retain(|_, entry| entry.expires_at >= now);
+        [image, registry_of(image), GLOBAL_CACHE_KEY]
+            .into_iter()
+            .find_map(|key| self.entries.get(key).map(|entry| entry.answer.clone()))
+    }
+
+    /// Keeps `answer` under `key` for `duration` from `now`.
+    fn insert(&mut self, key: String, answer: Answer, now: Instant, duration: Duration) {
+        // A duration too far out to add is as good as forever.
+        let expires_at = now.checked_add(duration).unwrap_or_else(|| now + FOREVER);
+        self.entries.insert(key, CacheEntry { answer, expires_at });
+    }
+}
+
+/// One plugin, its cache and its runs under way.
+struct Provider {
+    config: Arc<ProviderConfig>,
+    cache: Mutex<AnswerCache>,
+    in_flight: Mutex<HashMap<String, Shared<BoxFuture<'static, Ran>>>>,
+}
+
+impl Provider {
+    fn new(config: ProviderConfig) -> Self {
+        Self { config: Arc::new(config), cache: Mutex::default(), in_flight: Mutex::default() }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, AnswerCache> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What the plugin gives for `image`: nothing when its `matchImages` do not cover it, the
+    /// cached answer while there is one, else the answer of a run shared with concurrent asks.
+    async fn provide(&self, image: &str) -> Answer {
+        if !self.config.match_images.iter().any(|glob| keyring::urls_match(glob, image)) {
+            return Answer::default();
+        }
+        if let Some(cached) = self.cache().get(image, Instant::now()) {
+            return cached;
+        }
+        let run = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+            let start = || run(self.config.clone(), image.to_owned()).boxed().shared();
+            in_flight.entry(image.to_owned()).or_insert_with(start).clone()
+        };
+        let ran = run.await;
+        if let Some((key, duration)) = ran.cache_for {
+            self.cache().insert(key, ran.answer.clone(), Instant::now(), duration);
+        }
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(image);
+        ran.answer
+    }
+}
+
+/// Runs the plugin once for `image`.
+async fn run(config: Arc<ProviderConfig>, image: String) -> Ran {
+    match exec::run(&config, &image).await {
+        Ok(response) => {
+            tracing::debug!(provider = %config.name, registries = response.auth.len(), "credential provider answered");
+            ran(&config, &image, response)
+        }
+        Err(error) => {
+            tracing::warn!(provider = %config.name, %error, "Failed getting credential from external registry credential provider");
+            Ran { answer: Answer::default(), cache_for: None }
+        }
+    }
+}
+
+/// The answer as entries, and its cache key and lifetime: the response's duration, else the
+/// provider's default; zero caches nothing.
+fn ran(config: &ProviderConfig, image: &str, response: PluginResponse) -> Ran {
+    let source = CredentialSource::Plugin(config.name.clone());
+    let answer = response
+        .auth
+        .into_iter()
+        .map(|(key, username, password)| {
+            let auth = Arc::new(RegistryAuth::login(username, password));
+            (key, Arc::new(Credential { auth, source: source.clone() }))
+        })
+        .collect();
+    let key = match response.cache_key_type {
+        CacheKeyType::Image => image,
+        CacheKeyType::Registry => registry_of(image),
+        CacheKeyType::Global => GLOBAL_CACHE_KEY,
+    };
+    let duration = response.cache_duration.unwrap_or(config.default_cache_duration);
+    let cache_for = (!duration.is_zero()).then(|| (key.to_owned(), duration));
+    Ran { answer: Arc::new(answer), cache_for }
+}
+
+/// The registry part of an image name: everything before the first `/`.
+fn registry_of(image: &str) -> &str {
+    image.split_once('/').map_or(image, |(registry, _)| registry)
+}
+
+#[cfg(test)]
+mod tests;

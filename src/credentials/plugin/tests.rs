@@ -1,0 +1,167 @@
+use std::{os::unix::fs::PermissionsExt, path::Path};
+
+use secrecy::ExposeSecret;
+
+use super::*;
+
+fn answer(key: &str) -> Answer {
+    let auth = Arc::new(RegistryAuth::login("user".into(), "password".into()));
+    Arc::new(vec![(key.to_owned(), Arc::new(Credential { auth, source: CredentialSource::Plugin("p".into()) }))])
+}
+
+fn keys(answer: &Answer) -> Vec<&str> {
+    answer.iter().map(|(key, _)| key.as_str()).collect()
+}
+
+#[test]
+fn cached_answers_are_found_by_image_then_registry_then_globally() {
+    let now = Instant::now();
+    let hour = Duration::from_secs(3600);
+    let mut cache = AnswerCache::default();
+    cache.insert("test.registry.io".into(), answer("by-registry"), now, hour);
+    cache.insert("test.registry.io/foo/bar".into(), answer("by-image"), now, hour);
+    assert_eq!(keys(&cache.get("test.registry.io/foo/bar", now).expect("cached")), ["by-image"]);
+    assert_eq!(keys(&cache.get("test.registry.io/other", now).expect("cached")), ["by-registry"]);
+    assert!(cache.get("other.registry.io/foo", now).is_none());
+    cache.insert(GLOBAL_CACHE_KEY.into(), answer("global"), now, hour);
+    assert_eq!(keys(&cache.get("other.registry.io/foo", now).expect("cached")), ["global"]);
+}
+
+#[test]
+fn cached_answers_expire_after_their_duration() {
+    let now = Instant::now();
+    let mut cache = AnswerCache::default();
+    cache.insert("test.registry.io".into(), answer("a"), now, Duration::from_secs(60));
+    assert!(cache.get("test.registry.io/foo", now + Duration::from_secs(1)).is_some());
+    assert!(cache.get("test.registry.io/foo", now + Duration::from_secs(60)).is_some(), "good until its expiry");
+    assert!(cache.get("test.registry.io/foo", now + Duration::from_secs(61)).is_none());
+    assert!(cache.entries.is_empty(), "expired answers are dropped");
+    cache.insert("forever".into(), answer("b"), now, Duration::MAX);
+    assert!(cache.get("forever", now + Duration::from_secs(3600 * 24 * 365)).is_some());
+}
+
+/// A plugin script that counts its runs in `dir/runs` and answers `response` (a JSON object
+/// without kind and apiVersion), after `delay` seconds.
+fn plugin(dir: &Path, name: &str, response: &str, delay: &str) -> ProviderConfig {
+    let executable = dir.join(name);
+    let runs = dir.join("runs");
+    let script = format!(
+        "#!/bin/sh\ncat > {request}\necho run >> {runs}\nsleep {delay}\nprintf '%s' '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",{response}}}'\n",
+        request = dir.join("request").display(),
+        runs = runs.display(),
+    );
+    std::fs::write(&executable, script).expect("script written");
+    std::fs::set_permissions(&executable, std::fs::Permissions::from_mode(0o755)).expect("executable");
+    ProviderConfig {
+        name: name.into(),
+        executable,
+        match_images: vec!["*.registry.io".into()],
+        default_cache_duration: Duration::from_secs(600),
+        api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
+        args: Vec::new(),
+        env: Vec::new(),
+    }
+}
+
+fn runs(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("runs")).map_or(0, |text| text.lines().count())
+}
+
+const REGISTRY_ANSWER: &str =
+    r#""cacheKeyType":"Registry","auth":{"*.registry.io":{"username":"plugin-user","password":"plugin-pass"}}"#;
+
+#[tokio::test]
+async fn a_plugin_is_asked_once_per_cache_duration_and_gets_the_kubelets_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = Plugins::new(vec![plugin(dir.path(), "registry-plugin", REGISTRY_ANSWER, "0")]);
+    let first = plugins.provide("test.registry.io/foo/bar").await;
+    assert_eq!(first.len(), 1);
+    let (key, credential) = &first[0];
+    assert_eq!(key, "*.registry.io");
+    assert_eq!(credential.auth.username.expose_secret(), "plugin-user");
+    assert_eq!(credential.auth.password.expose_secret(), "plugin-pass");
+    assert_eq!(credential.source, CredentialSource::Plugin("registry-plugin".into()));
+    let request = std::fs::read_to_string(dir.path().join("request")).expect("request read");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&request).expect("JSON"),
+        serde_json::json!({"kind": "CredentialProviderRequest", "apiVersion": "credentialprovider.kubelet.k8s.io/v1", "image": "test.registry.io/foo/bar"})
+    );
+    assert_eq!(plugins.provide("test.registry.io/other").await.len(), 1, "same registry, from the cache");
+    assert_eq!(runs(dir.path()), 1);
+    assert!(plugins.provide("registry.local/app").await.is_empty(), "not in matchImages");
+    assert_eq!(runs(dir.path()), 1, "not run for an image it does not cover");
+}
+
+#[tokio::test]
+async fn concurrent_asks_for_one_image_share_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = Plugins::new(vec![plugin(dir.path(), "slow", REGISTRY_ANSWER, "0.3")]);
+    let asks = (0..5).map(|_| plugins.provide("test.registry.io/foo/bar"));
+    let answers = futures_util::future::join_all(asks).await;
+    assert!(answers.iter().all(|answer| answer.len() == 1));
+    assert_eq!(runs(dir.path()), 1);
+}
+
+#[tokio::test]
+async fn a_zero_cache_duration_caches_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let response = REGISTRY_ANSWER.replace("\"Registry\"", "\"Global\",\"cacheDuration\":\"0s\"");
+    let plugins = Plugins::new(vec![plugin(dir.path(), "uncached", &response, "0")]);
+    for _ in 0..2 {
+        assert_eq!(plugins.provide("test.registry.io/foo").await.len(), 1);
+    }
+    assert_eq!(runs(dir.path()), 2);
+}
+
+#[tokio::test]
+async fn a_failing_or_confused_plugin_gives_nothing_and_the_others_still_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut failing = plugin(dir.path(), "failing", REGISTRY_ANSWER, "0");
+    std::fs::write(&failing.executable, "#!/bin/sh\necho 'no credentials for you' >&2\nexit 3\n").expect("script");
+    let wrong_version = plugin(dir.path(), "wrong-version", REGISTRY_ANSWER, "0");
+    let bad_key_type = plugin(dir.path(), "bad-key-type", &REGISTRY_ANSWER.replace("Registry", "Pod"), "0");
+    let mut missing = plugin(dir.path(), "missing", REGISTRY_ANSWER, "0");
+    missing.executable = dir.path().join("not-there");
+    let wrong_version =
+        ProviderConfig { api_version: "credentialprovider.kubelet.k8s.io/v1beta1".into(), ..wrong_version };
+    failing.name = "failing".into();
+    let good = plugin(&tempfile::tempdir().expect("tempdir").keep(), "good", REGISTRY_ANSWER, "0");
+    let plugins = Plugins::new(vec![failing, wrong_version, bad_key_type, missing, good]);
+    let answer = plugins.provide("test.registry.io/foo").await;
+    let sources: Vec<_> = answer.iter().map(|(_, credential)| credential.source.clone()).collect();
+    assert_eq!(sources, [CredentialSource::Plugin("good".into())]);
+}
+
+#[tokio::test]
+async fn exec_errors_say_what_went_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let failing = plugin(dir.path(), "failing", REGISTRY_ANSWER, "0");
+    std::fs::write(&failing.executable, "#!/bin/sh\necho 'token endpoint refused' >&2\nexit 3\n").expect("script");
+    let error = exec::run(&failing, "test.registry.io/foo").await.err().expect("fails");
+    assert_eq!(error.to_string(), "exited with exit status: 3: token endpoint refused");
+    let wrong = ProviderConfig {
+        api_version: "credentialprovider.kubelet.k8s.io/v1beta1".into(),
+        ..plugin(dir.path(), "ok", REGISTRY_ANSWER, "0")
+    };
+    let error = exec::run(&wrong, "test.registry.io/foo").await.err().expect("fails");
+    assert_eq!(
+        error.to_string(),
+        "apiVersion from credential plugin response did not match expected apiVersion:credentialprovider.kubelet.k8s.io/v1beta1, actual apiVersion:credentialprovider.kubelet.k8s.io/v1"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_gets_the_host_environment_with_its_own_on_top() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = plugin(dir.path(), "env", REGISTRY_ANSWER, "0");
+    let script = std::fs::read_to_string(&config.executable).expect("script");
+    let script = script.replacen("cat >", &format!("env > {}\ncat >", dir.path().join("env").display()), 1);
+    std::fs::write(&config.executable, script).expect("script");
+    config.env = vec![("PLUGIN_REGION".into(), "eu-1".into()), ("HOME".into(), "/plugin-home".into())];
+    config.args = vec!["get-credentials".into()];
+    assert_eq!(Plugins::new(vec![config]).provide("test.registry.io/foo").await.len(), 1);
+    let env = std::fs::read_to_string(dir.path().join("env")).expect("env written");
+    assert!(env.lines().any(|line| line == "PLUGIN_REGION=eu-1"), "{env}");
+    assert!(env.lines().any(|line| line == "HOME=/plugin-home"), "the config overrides the host: {env}");
+    assert!(env.lines().any(|line| line.starts_with("PATH=")), "the host's environment is kept: {env}");
+}

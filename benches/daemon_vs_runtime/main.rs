@@ -15,6 +15,7 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod credentials;
 mod load;
 mod memory;
 mod report;
@@ -81,6 +82,7 @@ enum Section {
     Herd,
     Backoff,
     Staleness,
+    Credentials,
 }
 
 /// How much of everything to do.
@@ -124,7 +126,14 @@ fn main() -> ExitCode {
         (&QUICK, "target/bench/daemon_vs_runtime.quick.md")
     };
     let sections = if args.only.is_empty() {
-        vec![Section::Startup, Section::Presence, Section::Herd, Section::Backoff, Section::Staleness]
+        vec![
+            Section::Startup,
+            Section::Presence,
+            Section::Herd,
+            Section::Backoff,
+            Section::Staleness,
+            Section::Credentials,
+        ]
     } else {
         args.only.clone()
     };
@@ -218,6 +227,10 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::Staleness) {
         eprintln!("staleness: {} removals behind the daemon's back per setting", sizes.removals);
         staleness(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Credentials) {
+        eprintln!("credentials: {} secrets of {} registries", credentials::SECRETS, credentials::ENTRIES);
+        pull_credentials(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);
@@ -397,14 +410,98 @@ type PresenceFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// EnsureImageExists(IfNotPresent) for a present image through `client`.
 fn through_daemon(client: &ImageManagerClient<Channel>, image: &str) -> PresenceCall {
-    let (client, image) = (client.clone(), image.to_owned());
+    calling(client, ensure_request(image, "presence"), false)
+}
+
+/// `request` through `client`, each caller as a pod of its own; every answer must say whether
+/// the image was `pulled`.
+fn calling(client: &ImageManagerClient<Channel>, request: EnsureImageExistsRequest, pulled: bool) -> PresenceCall {
+    let client = client.clone();
     Arc::new(move |caller| {
-        let call = ensure(&client, &image, &format!("presence-{caller}"));
+        let mut request = request.clone();
+        if let Some(pod) = &mut request.pod {
+            pod.uid = format!("{}-{caller}", pod.uid);
+        }
+        let mut client = client.clone();
         Box::pin(async move {
-            let response = call.await.map_err(|status| status.to_string())?;
-            if response.pulled { Err("pulled an image that was present".to_owned()) } else { Ok(()) }
+            let response = client.ensure_image_exists(request).await.map_err(|status| status.to_string())?;
+            match (response.into_inner().pulled, pulled) {
+                (true, false) => Err("pulled an image that was present".to_owned()),
+                (false, true) => Err("did not pull with policy Always".to_owned()),
+                _ => Ok(()),
+            }
         })
     })
+}
+
+/// A pod's 100 pull secrets of 50 registries each, against none: on the presence path (carried,
+/// never read), on the pull path (Always: read and matched, then a real pull), and the lookup
+/// alone, in process.
+async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
+    let (image, sizes) = (bench.images.present.as_str(), bench.sizes);
+    // No registry limit: every Always call must reach containerd.
+    let daemon = Daemon::start(bench, "credentials", &["--registry-qps", "0"]).await;
+    ensure(&daemon.client, image, "warm-up").await.expect("the present image is pulled");
+    let secrets = credentials::pull_secrets(&bench.stack.registry);
+    let request = ensure_request(image, "credentials");
+    let with_secrets = EnsureImageExistsRequest { pull_secrets: secrets.clone(), ..request.clone() };
+    let always = |request: &EnsureImageExistsRequest| EnsureImageExistsRequest {
+        pull_policy: PullPolicy::Always as i32,
+        ..request.clone()
+    };
+    let secrets_label = format!("{} secrets × {} registries", credentials::SECRETS, credentials::ENTRIES);
+    let mut table = Table::new(
+        "Pull credentials: EnsureImageExists with a pod's pull secrets against the same call without",
+        &["path", "concurrency", "secrets", "p50", "p99", "req/s", "p50 / no secrets"],
+    );
+    let paths = [
+        ("presence (IfNotPresent, present)", request.clone(), with_secrets.clone(), false, sizes.concurrencies),
+        ("pull (Always, warm)", always(&request), always(&with_secrets), true, &sizes.concurrencies[..1]),
+    ];
+    for (path, without, with, pulled, concurrencies) in paths {
+        let sides = [
+            ("none", calling(&daemon.client, without, pulled)),
+            (secrets_label.as_str(), calling(&daemon.client, with, pulled)),
+        ];
+        for &concurrency in concurrencies {
+            let runs = take_turns(&sides, concurrency, sizes).await;
+            let baseline = runs[0].quantile_us(0.5);
+            for ((label, _), run) in sides.iter().zip(&runs) {
+                table.row(vec![
+                    path.to_owned(),
+                    concurrency.to_string(),
+                    (*label).to_owned(),
+                    report::micros(run.quantile_us(0.5)),
+                    report::micros(run.quantile_us(0.99)),
+                    format!("{:.0}", run.requests_per_second()),
+                    report::ratio(run.quantile_us(0.5).into(), baseline.into()),
+                ]);
+            }
+        }
+    }
+    findings.tables.push(table);
+
+    let image_name = format!("{}/bench/present", bench.stack.registry);
+    let rounds = if sizes.pairs > 1 { 200 } else { 5 };
+    let cost = credentials::lookup_cost(&ALLOCATOR, &secrets, &image_name, rounds).await;
+    assert_eq!(cost.found, 1, "exactly the one entry for the bench's registry matches");
+    let mut lookup = Table::new(
+        format!("Credential lookup in process: {secrets_label} read into a keyring and matched, per pull"),
+        &["measure", "value"],
+    );
+    lookup.row(vec!["time per lookup".into(), report::duration(cost.per_lookup)]);
+    lookup.row(vec!["allocations per lookup".into(), format!("{:.0}", cost.allocations_per_lookup)]);
+    lookup.row(vec![
+        "allocations per registry entry".into(),
+        format!("{:.1}", cost.allocations_per_lookup / (credentials::SECRETS * credentials::ENTRIES) as f64),
+    ]);
+    findings.tables.push(lookup);
+    findings.verdicts.push(Verdict {
+        what: format!("credential lookup for one pull with {secrets_label}"),
+        target: "≤ 10 ms".into(),
+        measured: report::duration(cost.per_lookup),
+        met: cost.per_lookup <= Duration::from_millis(10),
+    });
 }
 
 /// CRI ImageStatus for a present image, straight to containerd.
@@ -442,24 +539,7 @@ async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
         &["concurrency", "path", "p50", "p99", "req/s", "p50 / direct", "req/s / direct"],
     );
     for &concurrency in sizes.concurrencies {
-        let mut runs: Vec<Run> = sides.iter().map(|_| Run::default()).collect();
-        // Warm every path (connections, caches) first; then take turns, reversing the order each
-        // round (A B C C B A ...) so that drift over time falls on every side alike.
-        for (_, call) in &sides {
-            load::closed_loop(concurrency, sizes.turn / 2, call_of(call)).await;
-        }
-        for round in 0..sizes.pairs * 2 {
-            let order: Vec<usize> =
-                if round % 2 == 0 { (0..sides.len()).collect() } else { (0..sides.len()).rev().collect() };
-            for side in order {
-                runs[side].absorb(load::closed_loop(concurrency, sizes.turn, call_of(&sides[side].1)).await);
-            }
-        }
-        for ((path, _), run) in sides.iter().zip(&mut runs) {
-            assert!(run.errors.is_empty(), "{path}: {} errors, first: {}", run.errors.len(), run.errors[0]);
-            assert!(!run.latencies_us.is_empty(), "{path}: no call completed");
-            run.sort();
-        }
+        let runs = take_turns(&sides, concurrency, sizes).await;
         let direct = (runs[0].quantile_us(0.5), runs[0].requests_per_second());
         for ((path, _), run) in sides.iter().zip(&runs) {
             table.row(vec![
@@ -561,6 +641,29 @@ async fn staleness(bench: &Bench, findings: &mut Findings) {
         ]);
     }
     findings.tables.push(table);
+}
+
+/// Runs each side in a closed loop of `concurrency` callers, taking turns: every side is warmed
+/// (connections, caches) first, then the order reverses each round (A B C C B A ...) so that
+/// drift over time falls on every side alike. Each side's run, sorted, without errors.
+async fn take_turns(sides: &[(&str, PresenceCall)], concurrency: usize, sizes: &Sizes) -> Vec<Run> {
+    let mut runs: Vec<Run> = sides.iter().map(|_| Run::default()).collect();
+    for (_, call) in sides {
+        load::closed_loop(concurrency, sizes.turn / 2, call_of(call)).await;
+    }
+    for round in 0..sizes.pairs * 2 {
+        let order: Vec<usize> =
+            if round % 2 == 0 { (0..sides.len()).collect() } else { (0..sides.len()).rev().collect() };
+        for side in order {
+            runs[side].absorb(load::closed_loop(concurrency, sizes.turn, call_of(&sides[side].1)).await);
+        }
+    }
+    for ((path, _), run) in sides.iter().zip(&mut runs) {
+        assert!(run.errors.is_empty(), "{path}: {} errors, first: {}", run.errors.len(), run.errors[0]);
+        assert!(!run.latencies_us.is_empty(), "{path}: no call completed");
+        run.sort();
+    }
+    runs
 }
 
 /// A presence call in the shape the closed loop takes.

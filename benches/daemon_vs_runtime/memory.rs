@@ -47,11 +47,18 @@ pub fn reset_peak(pid: u32) {
 pub struct CountingAllocator {
     bytes: AtomicUsize,
     allocations: AtomicUsize,
+    /// Every allocation and reallocation ever made.
+    made: AtomicUsize,
 }
 
 impl CountingAllocator {
     pub const fn new() -> Self {
-        Self { bytes: AtomicUsize::new(0), allocations: AtomicUsize::new(0) }
+        Self { bytes: AtomicUsize::new(0), allocations: AtomicUsize::new(0), made: AtomicUsize::new(0) }
+    }
+
+    /// How many allocations (reallocations included) were made since start.
+    pub fn allocations_made(&self) -> usize {
+        self.made.load(Ordering::Relaxed)
     }
 
     fn live(&self) -> (usize, usize) {
@@ -66,6 +73,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         if !pointer.is_null() {
             self.bytes.fetch_add(layout.size(), Ordering::Relaxed);
             self.allocations.fetch_add(1, Ordering::Relaxed);
+            self.made.fetch_add(1, Ordering::Relaxed);
         }
         pointer
     }
@@ -81,6 +89,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
         if !moved.is_null() {
             self.bytes.fetch_add(new_size, Ordering::Relaxed);
             self.bytes.fetch_sub(layout.size(), Ordering::Relaxed);
+            self.made.fetch_add(1, Ordering::Relaxed);
         }
         moved
     }

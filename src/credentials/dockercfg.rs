@@ -41,13 +41,13 @@ pub enum DockerConfigError {
     Syntax(String),
     #[error("is not a JSON object")]
     NotAnObject,
-    #[error("\"auths\" is not a JSON object")]
+    #[error("has an \"auths\" that is not a JSON object")]
     AuthsNotAnObject,
-    #[error("the entry for {0:?} is not a JSON object")]
+    #[error("has an entry for {0:?} that is not a JSON object")]
     EntryNotAnObject(String),
-    #[error("the entry for {registry:?}: field {field:?} is not a string")]
+    #[error("has an entry for {registry:?} whose {field:?} is not a string")]
     FieldNotAString { registry: String, field: &'static str },
-    #[error("the entry for {registry:?}: {error}")]
+    #[error("has an entry for {registry:?} that cannot be used: {error}")]
     Auth { registry: String, error: AuthError },
 }
 

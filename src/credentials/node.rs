@@ -167,3 +167,85 @@ fn version_of(path: &Path) -> Option<FileVersion> {
         modified: metadata.modified().ok(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    fn users(config: &NodeDockerConfig) -> Vec<String> {
+        let entries = config.current();
+        let mut users: Vec<String> = entries
+            .iter()
+            .map(|(key, credential)| format!("{key}={}", credential.auth.username.expose_secret()))
+            .collect();
+        users.sort();
+        users
+    }
+
+    fn write_login(path: &Path, registry: &str, user: &str) {
+        let document = serde_json::json!({"auths": {registry: {"username": user, "password": "pw"}}});
+        std::fs::write(path, document.to_string()).expect("written");
+    }
+
+    #[test]
+    fn a_given_file_must_exist_and_parse() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = NodeDockerConfig::explicit(dir.path().join("config.json")).err().expect("missing");
+        assert!(missing.to_string().starts_with("cannot read the node docker config"), "{missing}");
+        std::fs::write(dir.path().join("config.json"), "{").expect("written");
+        let broken = NodeDockerConfig::explicit(dir.path().join("config.json")).err().expect("broken");
+        assert!(
+            broken.to_string().ends_with("is not valid JSON (unexpected end of input at line 1 column 1)"),
+            "{broken}"
+        );
+    }
+
+    #[test]
+    fn a_file_named_dockercfg_is_read_as_the_bare_map() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(".dockercfg");
+        std::fs::write(&path, r#"{"registry.local": {"username": "old-style", "password": "pw"}}"#).expect("written");
+        assert_eq!(users(&NodeDockerConfig::explicit(path).expect("readable")), ["registry.local=old-style"]);
+    }
+
+    #[test]
+    fn the_search_takes_the_first_config_json_then_the_first_dockercfg() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (root_dir, working_dir, home) =
+            (root.path().join("root"), root.path().join("cwd"), root.path().join("home"));
+        for dir in [&root_dir, &working_dir, &home.join(".docker")] {
+            std::fs::create_dir_all(dir).expect("dir");
+        }
+        let search = || NodeDockerConfig::search(&root_dir, &working_dir, Some(&home)).expect("readable");
+        assert!(users(&search()).is_empty(), "nothing to find");
+        std::fs::write(home.join(".dockercfg"), r#"{"r.local": {"username": "home-cfg"}}"#).expect("written");
+        assert_eq!(users(&search()), ["r.local=home-cfg"]);
+        write_login(&home.join(".docker/config.json"), "r.local", "home-json");
+        assert_eq!(users(&search()), ["r.local=home-json"], "any config.json before any .dockercfg");
+        write_login(&working_dir.join("config.json"), "r.local", "cwd");
+        assert_eq!(users(&search()), ["r.local=cwd"]);
+        write_login(&root_dir.join("config.json"), "r.local", "root-dir");
+        let config = search();
+        assert_eq!(users(&config), ["r.local=root-dir"]);
+        assert_eq!(config.path(), Some(root_dir.join("config.json")));
+    }
+
+    #[test]
+    fn a_changed_file_is_read_again_and_a_broken_one_keeps_what_was_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.json");
+        write_login(&path, "registry.local", "before");
+        let config = NodeDockerConfig::explicit(path.clone()).expect("readable");
+        assert_eq!(users(&config), ["registry.local=before"]);
+        write_login(&path, "registry.local", "after-the-change");
+        assert_eq!(users(&config), ["registry.local=after-the-change"]);
+        std::fs::write(&path, "{ not json").expect("written");
+        assert_eq!(users(&config), ["registry.local=after-the-change"], "kept");
+        write_login(&path, "registry.local", "fixed");
+        assert_eq!(users(&config), ["registry.local=fixed"]);
+        std::fs::remove_file(&path).expect("removed");
+        assert!(users(&config).is_empty(), "a removed file takes its credentials with it");
+    }
+}

@@ -75,3 +75,98 @@ pub fn keyring(secrets: &[PullSecret]) -> Result<Keyring, SecretError> {
     }
     Ok(keyring)
 }
+
+#[cfg(test)]
+mod tests {
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    const AUTH: &str = "dXNlcjpwYXNzd29yZA=="; // user:password
+
+    fn secret(name: &str, kind: &str, content: &str) -> PullSecret {
+        let coordinates = SecretCoordinates { uid: format!("uid-{name}"), namespace: "ns1".into(), name: name.into() };
+        PullSecret { coordinates, kind: kind.into(), content: content.into() }
+    }
+
+    fn found(secrets: &[PullSecret], image: &str) -> Vec<(String, String, CredentialSource)> {
+        let keyring = keyring(secrets).expect("readable");
+        let found = keyring.lookup(image);
+        found
+            .iter()
+            .map(|credential| {
+                let auth = &credential.auth;
+                (
+                    auth.username.expose_secret().to_owned(),
+                    auth.password.expose_secret().to_owned(),
+                    credential.source.clone(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn both_secret_types_give_their_logins_tagged_with_the_secret() {
+        let json_auth = format!(r#"{{"auths": {{"test.registry.io": {{"auth": "{AUTH}"}}}}}}"#);
+        let cfg_auth = format!(r#"{{"test.registry.io": {{"auth": "{AUTH}"}}}}"#);
+        let json_login = r#"{"auths": {"test.registry.io": {"username": "user", "password": "password"}}}"#;
+        let cfg_login = r#"{"test.registry.io": {"username": "user", "password": "password"}}"#;
+        for (kind, content) in [
+            (DOCKER_CONFIG_JSON, json_auth.as_str()),
+            (DOCKERCFG, cfg_auth.as_str()),
+            (DOCKER_CONFIG_JSON, json_login),
+            (DOCKERCFG, cfg_login),
+            ("", json_login),
+        ] {
+            let source = CredentialSource::Secret(SecretCoordinates {
+                uid: "uid-s1".into(),
+                namespace: "ns1".into(),
+                name: "s1".into(),
+            });
+            let expected = [("user".to_owned(), "password".to_owned(), source)];
+            assert_eq!(found(&[secret("s1", kind, content)], "test.registry.io"), expected, "{kind} {content}");
+        }
+    }
+
+    #[test]
+    fn a_secret_read_as_the_other_type_or_of_another_type_or_empty_gives_nothing() {
+        let cfg_login = r#"{"test.registry.io": {"username": "user", "password": "password"}}"#;
+        let cases = [
+            secret("json-as-cfg", DOCKERCFG, r#"{"auths": {"test.registry.io": {"username": "user"}}}"#),
+            secret("cfg-as-json", DOCKER_CONFIG_JSON, cfg_login),
+            secret("opaque", "Opaque", cfg_login),
+            secret("empty", DOCKER_CONFIG_JSON, ""),
+        ];
+        for case in cases {
+            let name = case.coordinates.name.clone();
+            assert!(found(&[case], "test.registry.io").is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn logins_from_several_secrets_come_most_specific_key_first_then_in_secret_order() {
+        let login = |registry: &str, user: &str| {
+            format!(r#"{{"auths": {{"{registry}": {{"username": "{user}", "password": "p"}}}}}}"#)
+        };
+        let secrets = [
+            secret("first", DOCKER_CONFIG_JSON, &login("registry.local", "first")),
+            secret("second", DOCKER_CONFIG_JSON, &login("registry.local", "second")),
+            secret("team", DOCKER_CONFIG_JSON, &login("registry.local/team", "team")),
+        ];
+        let users: Vec<String> =
+            found(&secrets, "registry.local/team/app").into_iter().map(|(user, _, _)| user).collect();
+        assert_eq!(users, ["team", "first", "second"]);
+    }
+
+    #[test]
+    fn an_unreadable_secret_is_named_and_its_content_is_not_quoted() {
+        let secrets =
+            [secret("good", DOCKER_CONFIG_JSON, "{}"), secret("bad", DOCKERCFG, r#"{"r.io": {"auth": "hunter2!"}}"#)];
+        let error = keyring(&secrets).err().expect("refused");
+        assert_eq!(error.namespace, "ns1");
+        assert_eq!(error.name, "bad");
+        let message = error.to_string();
+        assert!(message.starts_with("pull secret ns1/bad: its .dockercfg has an entry for \"r.io\" that cannot be used: auth field is not base64"), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+}

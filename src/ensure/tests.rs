@@ -1,7 +1,7 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::runtime::PresentImage;
+use crate::{credentials::NodeCredentials, runtime::PresentImage};
 
 /// A runtime whose answers the test scripts, and which records what it was asked.
 #[derive(Default)]
@@ -11,6 +11,8 @@ struct ScriptedRuntime {
     pull_result: Mutex<Option<Result<String, tonic::Status>>>,
     pulls: Mutex<Vec<PullSpec>>,
     status_calls: Mutex<Vec<ImageSpec>>,
+    /// When set, the registry lets only this user pull: anyone else gets a 401.
+    registry_user: Mutex<Option<String>>,
 }
 
 impl ScriptedRuntime {
@@ -23,6 +25,20 @@ impl ScriptedRuntime {
     fn pulling_to(self, result: Result<&str, tonic::Status>) -> Self {
         *self.pull_result.lock().unwrap() = Some(result.map(str::to_owned));
         self
+    }
+
+    /// A registry that serves `sha256:private` to `user` only.
+    fn private_for(user: &str) -> Self {
+        let runtime = Self::default().pulling_to(Ok("sha256:private"));
+        *runtime.registry_user.lock().unwrap() = Some(user.into());
+        runtime
+    }
+
+    /// Who each pull was made as, in order; `None` for an anonymous pull.
+    fn pulled_as(&self) -> Vec<Option<String>> {
+        use secrecy::ExposeSecret;
+        let pulls = self.pulls.lock().unwrap();
+        pulls.iter().map(|pull| pull.auth.as_ref().map(|auth| auth.username.expose_secret().to_owned())).collect()
     }
 }
 
@@ -37,7 +53,14 @@ impl ImageRuntime for ScriptedRuntime {
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {
         let name = spec.image.image.clone();
+        let user = spec.auth.as_ref().map(|auth| secrecy::ExposeSecret::expose_secret(&auth.username).to_owned());
         self.pulls.lock().unwrap().push(spec);
+        if let Some(allowed) = self.registry_user.lock().unwrap().clone()
+            && user.as_deref() != Some(allowed.as_str())
+        {
+            let who = user.unwrap_or_else(|| "anonymous".into());
+            return Err(tonic::Status::unknown(format!("pull as {who}: 401 Unauthorized")).into());
+        }
         let result = self.pull_result.lock().unwrap().clone().expect("the test scripted no pull");
         let image_ref = result?;
         if image_ref.is_empty() {
@@ -74,8 +97,11 @@ impl Built {
 }
 
 fn manager(runtime: ScriptedRuntime) -> Built {
-    let node_credentials = Arc::new(crate::credentials::NodeCredentials::none());
-    let parts = crate::daemon::Parts::build(Arc::new(runtime), ManagerConfig::default(), node_credentials);
+    manager_with_node_credentials(runtime, NodeCredentials::none())
+}
+
+fn manager_with_node_credentials(runtime: ScriptedRuntime, node_credentials: NodeCredentials) -> Built {
+    let parts = crate::daemon::Parts::build(Arc::new(runtime), ManagerConfig::default(), Arc::new(node_credentials));
     Built { manager: parts.manager, runtime: parts.runtime }
 }
 
@@ -261,4 +287,153 @@ async fn after_the_backoff_window_the_pull_is_tried_again_and_the_next_window_do
     let refused = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("20s window");
     assert_eq!(refused.reason(), "ImagePullBackOff");
     assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
+}
+
+/// A `kubernetes.io/dockerconfigjson` secret `name` holding one login for `registry`.
+fn secret(name: &str, registry: &str, user: &str) -> PullSecret {
+    let document = serde_json::json!({ "auths": { registry: { "username": user, "password": format!("{user}-pw") } } });
+    PullSecret {
+        coordinates: crate::credentials::SecretCoordinates {
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            name: name.into(),
+        },
+        kind: secrets::DOCKER_CONFIG_JSON.into(),
+        content: document.to_string().into(),
+    }
+}
+
+fn private_request(secrets: Vec<PullSecret>) -> EnsureRequest {
+    EnsureRequest { pull_secrets: secrets, ..request("registry.local/team/app:v1", Some(PullPolicy::IfNotPresent)) }
+}
+
+#[tokio::test]
+async fn without_credentials_one_anonymous_pull_is_made() {
+    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let other_registry = secret("elsewhere", "other.registry", "alice");
+    let error = manager.ensure_image_exists(private_request(vec![other_registry])).await.expect_err("anonymous");
+    assert_eq!(manager.runtime().pulled_as(), [None]);
+    assert_eq!(error.to_string(), "rpc error: code = Unknown desc = pull as anonymous: 401 Unauthorized");
+}
+
+#[tokio::test]
+async fn a_matching_pull_secret_is_used() {
+    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let outcome = manager.ensure_image_exists(private_request(vec![secret("pull", "registry.local", "alice")])).await;
+    assert_eq!(outcome.expect("pulled").image_ref, "sha256:private");
+    assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned())]);
+}
+
+#[tokio::test]
+async fn credentials_are_tried_in_turn_until_one_pulls() {
+    let manager = manager(ScriptedRuntime::private_for("bob"));
+    let secrets = vec![
+        secret("wrong", "registry.local", "alice"),
+        secret("right", "registry.local", "bob"),
+        secret("unused", "registry.local", "carol"),
+    ];
+    let outcome = manager.ensure_image_exists(private_request(secrets)).await.expect("the second pulls");
+    assert!(outcome.pull.is_some());
+    assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned()), Some("bob".to_owned())]);
+}
+
+#[tokio::test]
+async fn the_most_specific_key_is_tried_first_whatever_the_secret_order() {
+    let manager = manager(ScriptedRuntime::private_for("team"));
+    let secrets =
+        vec![secret("registry-wide", "registry.local", "wide"), secret("team", "registry.local/team", "team")];
+    manager.ensure_image_exists(private_request(secrets)).await.expect("pulled");
+    assert_eq!(manager.runtime().pulled_as(), [Some("team".to_owned())]);
+}
+
+#[tokio::test]
+async fn when_every_credential_fails_each_error_is_listed_and_nothing_is_tried_anonymously() {
+    let manager = manager(ScriptedRuntime::private_for("nobody-here"));
+    let secrets = vec![secret("a", "registry.local", "alice"), secret("b", "registry.local", "bob")];
+    let error = manager.ensure_image_exists(private_request(secrets)).await.expect_err("both fail");
+    assert_eq!(error.reason(), "ErrImagePull");
+    assert_eq!(
+        error.to_string(),
+        "[rpc error: code = Unknown desc = pull as alice: 401 Unauthorized, rpc error: code = Unknown desc = pull as bob: 401 Unauthorized]"
+    );
+    assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned()), Some("bob".to_owned())]);
+}
+
+#[tokio::test]
+async fn identical_failures_read_as_one_as_in_the_kubelets_aggregate() {
+    let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::unknown("401 Unauthorized")));
+    let manager = manager(runtime);
+    let secrets = vec![secret("a", "registry.local", "alice"), secret("b", "registry.local", "bob")];
+    let error = manager.ensure_image_exists(private_request(secrets)).await.expect_err("both fail");
+    assert_eq!(error.to_string(), "rpc error: code = Unknown desc = 401 Unauthorized");
+    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn one_login_found_in_two_secrets_is_tried_once() {
+    let manager = manager(ScriptedRuntime::private_for("nobody-here"));
+    let secrets = vec![secret("a", "registry.local", "alice"), secret("a-again", "registry.local/team", "alice")];
+    manager.ensure_image_exists(private_request(secrets)).await.expect_err("fails");
+    assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned())]);
+}
+
+#[tokio::test]
+async fn the_nodes_docker_config_comes_after_the_pods_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    let node = serde_json::json!({"auths": {"registry.local": {"auth": "bm9kZTpub2RlLXB3"}}});
+    std::fs::write(&config, node.to_string()).unwrap();
+    let node_credentials = NodeCredentials::new(
+        crate::credentials::node::NodeDockerConfig::explicit(config).expect("readable"),
+        crate::credentials::plugin::Plugins::none(),
+    );
+    let manager = manager_with_node_credentials(ScriptedRuntime::private_for("node"), node_credentials);
+    let outcome = manager.ensure_image_exists(private_request(vec![secret("pod", "registry.local", "pod")])).await;
+    assert_eq!(outcome.expect("the node's login pulls").image_ref, "sha256:private");
+    assert_eq!(manager.runtime().pulled_as(), [Some("pod".to_owned()), Some("node".to_owned())]);
+    let pulls = manager.runtime().pulls.lock().unwrap();
+    assert_eq!(secrecy::ExposeSecret::expose_secret(&pulls[1].auth.as_ref().unwrap().password), "node-pw");
+}
+
+#[tokio::test]
+async fn a_secret_that_does_not_parse_is_refused_without_pulling_or_backing_off() {
+    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let mut broken = secret("broken", "registry.local", "alice");
+    broken.content = r#"{"auths": {"registry.local": {"password": "hunter2", }}}"#.into();
+    for _ in 0..2 {
+        let error = manager.ensure_image_exists(private_request(vec![broken.clone()])).await.expect_err("refused");
+        assert!(matches!(error, EnsureError::InvalidPullSecret { .. }), "{error:?}");
+        assert_eq!(error.reason(), "ErrImagePull");
+        assert_eq!(
+            error.to_string(),
+            "pull secret default/broken: its .dockerconfigjson is not valid JSON (syntax error at line 1 column 54)"
+        );
+    }
+    assert!(manager.runtime().pulls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn pull_secrets_are_not_read_when_the_present_image_is_used() {
+    let manager = manager(ScriptedRuntime::with_present("sha256:abc", 1));
+    let mut broken = secret("broken", "registry.local", "alice");
+    broken.content = "not json".into();
+    let outcome = manager.ensure_image_exists(private_request(vec![broken])).await.expect("used as present");
+    assert_eq!(outcome.image_ref, "sha256:abc");
+}
+
+#[tokio::test]
+async fn pods_with_one_login_share_a_pull_and_pods_with_different_logins_never_do() {
+    let runtime = ScriptedRuntime::default().pulling_to(Ok("sha256:private"));
+    let manager = manager(runtime);
+    let mut requests = Vec::new();
+    for (pod, user) in [("a", "alice"), ("b", "alice"), ("c", "bob"), ("d", "bob"), ("e", "alice")] {
+        let mut request = private_request(vec![secret(pod, "registry.local", user)]);
+        request.pod.uid = format!("pod-{pod}");
+        requests.push(manager.ensure_image_exists(request));
+    }
+    let outcomes = futures_util::future::join_all(requests).await;
+    assert!(outcomes.iter().all(Result::is_ok));
+    let mut pulled_as = manager.runtime().pulled_as();
+    pulled_as.sort();
+    assert_eq!(pulled_as, [Some("alice".to_owned()), Some("bob".to_owned())], "one pull per login");
 }

@@ -74,6 +74,36 @@ mod tests {
     }
 
     #[test]
+    fn pull_secrets_keep_their_coordinates_type_and_content() {
+        use secrecy::ExposeSecret;
+        let secret = api::PullSecret {
+            name: "regcred".into(),
+            namespace: "team".into(),
+            docker_config_json: r#"{"auths": {}}"#.into(),
+            uid: "6c1d".into(),
+            r#type: "kubernetes.io/dockercfg".into(),
+        };
+        let wire =
+            api::EnsureImageExistsRequest { image: "busybox".into(), pull_secrets: vec![secret], ..Default::default() };
+        let request = EnsureRequest::try_from(wire).expect("valid");
+        let [secret] = request.pull_secrets.as_slice() else { panic!("one secret") };
+        let expected = SecretCoordinates { uid: "6c1d".into(), namespace: "team".into(), name: "regcred".into() };
+        assert_eq!(secret.coordinates, expected);
+        assert_eq!(secret.kind, "kubernetes.io/dockercfg");
+        assert_eq!(secret.content.expose_secret(), r#"{"auths": {}}"#);
+        assert!(!format!("{secret:?}").contains("auths"), "Debug shows no content");
+    }
+
+    #[test]
+    fn a_wire_pull_secret_never_prints_its_content() {
+        let secret =
+            api::PullSecret { name: "regcred".into(), docker_config_json: "hunter2".into(), ..Default::default() };
+        let printed =
+            format!("{:?}", api::EnsureImageExistsRequest { pull_secrets: vec![secret], ..Default::default() });
+        assert!(!printed.contains("hunter2") && printed.contains("regcred"), "{printed}");
+    }
+
+    #[test]
     fn unspecified_pull_policy_is_left_for_the_manager_to_default() {
         let wire = api::EnsureImageExistsRequest { image: "busybox".into(), ..Default::default() };
         let request = EnsureRequest::try_from(wire).expect("valid");

@@ -171,6 +171,40 @@ mod tests {
     }
 
     #[test]
+    fn failed_credentials_keep_a_code_all_their_attempts_agree_on() {
+        let failed = |codes: &[Code]| {
+            let failures = codes.iter().map(|&code| {
+                let status = Status::new(code, format!("{code:?} upstream"));
+                std::sync::Arc::new(PullError::Runtime(RuntimeError::from(status)))
+            });
+            let source = PullError::every_credential_failed(failures.collect());
+            Status::from(EnsureError::Pull { message: source.to_string(), source })
+        };
+        assert_eq!(failed(&[Code::Unauthenticated, Code::Unauthenticated]).code(), Code::Unauthenticated);
+        assert_eq!(failed(&[Code::Unauthenticated, Code::NotFound]).code(), Code::Unknown);
+        let status = failed(&[Code::NotFound, Code::PermissionDenied]);
+        assert_eq!(reason_of(&status), "ErrImagePull");
+        assert_eq!(
+            status.message(),
+            "[rpc error: code = NotFound desc = NotFound upstream, rpc error: code = PermissionDenied desc = PermissionDenied upstream]"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_pull_secret_is_an_invalid_argument_with_the_pull_reason() {
+        let source = crate::credentials::secrets::SecretError {
+            namespace: "default".into(),
+            name: "regcred".into(),
+            data_key: ".dockerconfigjson",
+            error: crate::credentials::dockercfg::DockerConfigError::NotAnObject,
+        };
+        let status = Status::from(EnsureError::InvalidPullSecret { source });
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(reason_of(&status), "ErrImagePull");
+        assert_eq!(status.message(), "pull secret default/regcred: its .dockerconfigjson is not a JSON object");
+    }
+
+    #[test]
     fn back_off_is_unavailable_with_retry_info() {
         let retry_after = std::time::Duration::from_secs(17);
         let status = Status::from(EnsureError::BackOff { message: "Back-off pulling image".into(), retry_after });

@@ -103,6 +103,35 @@ impl DaemonProcess {
         Self { socket: socket.to_owned(), log, child }
     }
 
+    /// As [`DaemonProcess::spawn_logging`], with `HOME` and the working directory set to `home`:
+    /// the kubelet's search for the node's docker config (`--root-dir`, the working directory,
+    /// `$HOME/.docker`, `/.docker`, then `.dockercfg` in the same places with `$HOME` and `/`) then
+    /// sees only what the test put there, and `/` (root's own, not the user's, on this machine).
+    pub fn spawn_at_home(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str, home: &Path) -> Self {
+        let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
+        let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
+        let stderr = std::fs::File::create(&log).expect("daemon log file");
+        let defaults =
+            [("--health-probe-interval", "100ms"), ("--health-probe-timeout", "200ms"), ("--shutdown-timeout", "2s")];
+        let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(socket)
+            .arg("--runtime-endpoint")
+            .arg(runtime_socket)
+            .args(defaults.iter().filter(|(flag, _)| !extra.contains(flag)).flat_map(|(flag, value)| [flag, value]))
+            .args(extra)
+            .env("RUST_LOG", rust_log)
+            .env("HOME", home)
+            .current_dir(home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("cri-imaged starts");
+        Self { socket: socket.to_owned(), log, child }
+    }
+
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -61,7 +61,7 @@ fn auth_that_does_not_decode_to_user_colon_password_is_refused() {
     let error = one_entry(serde_json::json!({"auth": "cGFudHM=", "email": "foo@example.com"})).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the entry for \"registry.local\": unable to parse auth field, must be formatted as base64(username:password)"
+        "has an entry for \"registry.local\" that cannot be used: unable to parse auth field, must be formatted as base64(username:password)"
     );
 }
 
@@ -93,22 +93,22 @@ fn malformed_documents_are_refused_without_quoting_them() {
     let cases = [
         (r#"{"auths": "#, Shape::ConfigJson, "is not valid JSON (unexpected end of input at line 1 column 10)"),
         (r#"["hunter2"]"#, Shape::ConfigJson, "is not a JSON object"),
-        (r#"{"auths": ["hunter2"]}"#, Shape::ConfigJson, "\"auths\" is not a JSON object"),
-        (r#"{"r.local": "hunter2"}"#, Shape::Dockercfg, "the entry for \"r.local\" is not a JSON object"),
+        (r#"{"auths": ["hunter2"]}"#, Shape::ConfigJson, "has an \"auths\" that is not a JSON object"),
+        (r#"{"r.local": "hunter2"}"#, Shape::Dockercfg, "has an entry for \"r.local\" that is not a JSON object"),
         (
             r#"{"r.local": {"password": 1234}}"#,
             Shape::Dockercfg,
-            "the entry for \"r.local\": field \"password\" is not a string",
+            "has an entry for \"r.local\" whose \"password\" is not a string",
         ),
         (
             r#"{"r.local": {"email": false}}"#,
             Shape::Dockercfg,
-            "the entry for \"r.local\": field \"email\" is not a string",
+            "has an entry for \"r.local\" whose \"email\" is not a string",
         ),
         (
             r#"{"r.local": {"auth": "hunter2!"}}"#,
             Shape::Dockercfg,
-            "the entry for \"r.local\": auth field is not base64 (Invalid symbol 33, offset 7.)",
+            "has an entry for \"r.local\" that cannot be used: auth field is not base64 (Invalid symbol 33, offset 7.)",
         ),
     ];
     for (document, shape, expected) in cases {

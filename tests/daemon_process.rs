@@ -191,6 +191,51 @@ async fn an_invalid_flag_value_fails_at_start_with_a_clear_message() {
 }
 
 #[tokio::test]
+async fn an_unusable_node_docker_config_or_credential_provider_config_stops_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("config.json");
+    std::fs::write(&broken, r#"{"auths": {"registry.local": {"auth": "bm8tY29sb24="}}}"#).expect("written");
+    let plugins = dir.path().join("providers.yaml");
+    std::fs::write(&plugins, "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: []\n")
+        .expect("written");
+    let bin_dir = dir.path().to_str().expect("utf-8 path");
+    let cases: [(&[&str], String); 3] = [
+        (
+            &["--node-docker-config", "/nonexistent/config.json"],
+            "cri-imaged: cannot read the node docker config /nonexistent/config.json".to_owned(),
+        ),
+        (
+            &["--node-docker-config", broken.to_str().expect("utf-8 path")],
+            format!(
+                "cri-imaged: the node docker config {} has an entry for \"registry.local\" that cannot be used: unable to parse auth field, must be formatted as base64(username:password)",
+                broken.display()
+            ),
+        ),
+        (
+            &[
+                "--image-credential-provider-config",
+                plugins.to_str().expect("utf-8 path"),
+                "--image-credential-provider-bin-dir",
+                bin_dir,
+            ],
+            format!(
+                "cri-imaged: the credential provider config {}: providers: at least 1 item in plugins is required",
+                plugins.display()
+            ),
+        ),
+    ];
+    for (flags, expected) in cases {
+        let root_dir = dir.path().join("root");
+        let flags = [&["--root-dir", root_dir.to_str().expect("utf-8 path")], flags].concat();
+        let mut daemon = DaemonProcess::spawn(&dir.path().join("s.sock"), &dir.path().join("r.sock"), &flags);
+        let status = daemon.wait_for_exit(Duration::from_secs(10)).await;
+        assert_eq!(status.code(), Some(1), "{flags:?}");
+        assert!(daemon.log_text().contains(&expected), "{flags:?}: {}", daemon.log_text());
+        assert!(!dir.path().join("s.sock").exists(), "nothing was served");
+    }
+}
+
+#[tokio::test]
 async fn grpcurl_lists_describes_and_calls_the_api_with_error_details() {
     let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
     let dir = tempfile::tempdir().expect("tempdir");

@@ -77,7 +77,7 @@ pub async fn lookup_cost(
     let started = Instant::now();
     let mut found = 0;
     for _ in 0..rounds {
-        let keyring = secrets::keyring(&pull_secrets).expect("the bench's secrets parse");
+        let keyring = secrets::keyring_for(image_name, &pull_secrets).expect("the bench's secrets parse");
         found = credentials::for_pull(image_name, &keyring, &node).await.len();
     }
     let elapsed = started.elapsed();

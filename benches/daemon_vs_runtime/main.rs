@@ -450,8 +450,11 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
         ..request.clone()
     };
     let secrets_label = format!("{} secrets × {} registries", credentials::SECRETS, credentials::ENTRIES);
+    let request_kib = prost::Message::encoded_len(&with_secrets) / 1024;
     let mut table = Table::new(
-        "Pull credentials: EnsureImageExists with a pod's pull secrets against the same call without",
+        format!(
+            "Pull credentials: EnsureImageExists with a pod's pull secrets ({request_kib} KiB a request) against the same call without"
+        ),
         &["path", "concurrency", "secrets", "p50", "p99", "req/s", "p50 / no secrets"],
     );
     let paths = [

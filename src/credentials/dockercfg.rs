@@ -88,15 +88,28 @@ fn read_document(value: &mut Value, shape: Shape) -> Result<Vec<Entry>, DockerCo
             Some(_) => return Err(DockerConfigError::AuthsNotAnObject),
         },
     };
-    registries.iter_mut().map(|(key, entry)| read_entry(key, entry)).collect()
+    let mut entries = Vec::with_capacity(registries.len());
+    let mut failure = None;
+    // Taken out one by one so that each key moves into its entry; each value is wiped once read,
+    // the rest after a failure too.
+    for (key, mut entry) in std::mem::take(registries) {
+        if failure.is_none() {
+            match read_entry(key, &mut entry) {
+                Ok(read) => entries.push(read),
+                Err(error) => failure = Some(error),
+            }
+        }
+        wipe(&mut entry);
+    }
+    failure.map_or(Ok(entries), Err)
 }
 
-fn read_entry(key: &str, entry: &mut Value) -> Result<Entry, DockerConfigError> {
-    let Value::Object(fields) = entry else { return Err(DockerConfigError::EntryNotAnObject(quoted(key))) };
+fn read_entry(key: String, entry: &mut Value) -> Result<Entry, DockerConfigError> {
+    let Value::Object(fields) = entry else { return Err(DockerConfigError::EntryNotAnObject(quoted(&key))) };
     let mut text = |name: &'static str| match field(fields, name) {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(value)) => Ok(std::mem::take(value)),
-        Some(_) => Err(DockerConfigError::FieldNotAString { registry: quoted(key), field: name }),
+        Some(_) => Err(DockerConfigError::FieldNotAString { registry: quoted(&key), field: name }),
     };
     let mut username = text("username")?;
     let mut password = text("password")?;
@@ -108,19 +121,17 @@ fn read_entry(key: &str, entry: &mut Value) -> Result<Entry, DockerConfigError> 
         password.zeroize();
         let decoded = decode_auth(&auth);
         auth.zeroize();
-        (username, password) = decoded.map_err(|error| DockerConfigError::Auth { registry: quoted(key), error })?;
+        (username, password) = decoded.map_err(|error| DockerConfigError::Auth { registry: quoted(&key), error })?;
     }
-    Ok(Entry { key: key.to_owned(), auth: RegistryAuth::login(username.into(), password.into()) })
+    Ok(Entry { key, auth: RegistryAuth::login(username.into(), password.into()) })
 }
 
 /// The field `name`, matched exactly when present, else in any case (Go's decoding).
 fn field<'a>(object: &'a mut Map<String, Value>, name: &str) -> Option<&'a mut Value> {
-    let key = if object.contains_key(name) {
-        name.to_owned()
-    } else {
-        object.keys().find(|key| key.eq_ignore_ascii_case(name))?.clone()
-    };
-    object.get_mut(&key)
+    if object.contains_key(name) {
+        return object.get_mut(name);
+    }
+    object.iter_mut().find_map(|(key, value)| key.eq_ignore_ascii_case(name).then_some(value))
 }
 
 /// Decodes `auth`: base64 of `username:password`, padded when it ends in `=` and unpadded

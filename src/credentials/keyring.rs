@@ -23,6 +23,17 @@ const DEFAULT_REGISTRY_KEY: &str = "index.docker.io";
 pub struct Keyring {
     /// Keyed by the normalised key; iterated in reverse, most specific first.
     keys: BTreeMap<String, KeyCredentials>,
+    keeps: Keeps,
+}
+
+/// Which credentials a keyring keeps.
+#[derive(Default)]
+enum Keeps {
+    #[default]
+    Everything,
+    /// Only those that can apply to one image (parsed; `None` when it does not parse): keys that
+    /// match it, and Docker Hub's for the fallback.
+    OnlyFor(Option<SchemelessUrl>),
 }
 
 struct KeyCredentials {
@@ -32,6 +43,13 @@ struct KeyCredentials {
 }
 
 impl Keyring {
+    /// A keyring for lookups of `image` alone: whatever cannot apply to it is dropped as it is
+    /// added, so a pod's many secrets cost little more than reading them. Its lookup of `image`
+    /// answers as a full keyring's would.
+    pub fn for_image(image: &str) -> Self {
+        Self { keys: BTreeMap::new(), keeps: Keeps::OnlyFor(SchemelessUrl::parse(image)) }
+    }
+
     /// Adds `credential` under the registry key `location` as a docker config writes it. A key
     /// that is not a URL is skipped (the kubelet logs and ignores it too); returns whether it was
     /// added.
@@ -40,11 +58,21 @@ impl Keyring {
             tracing::warn!(key = %location.escape_debug(), "docker config key is not a URL; ignored");
             return false;
         };
-        self.keys
-            .entry(key)
-            .or_insert_with_key(|key| KeyCredentials { parsed: SchemelessUrl::parse(key), credentials: Vec::new() })
-            .credentials
-            .push(credential);
+        if let Some(entry) = self.keys.get_mut(&key) {
+            entry.credentials.push(credential);
+            return true;
+        }
+        let parsed = SchemelessUrl::parse(&key);
+        if let Keeps::OnlyFor(image) = &self.keeps {
+            let applies = match (&parsed, image) {
+                (Some(parsed), Some(image)) => parsed.matches(image),
+                _ => false,
+            };
+            if !applies && key != DEFAULT_REGISTRY_KEY {
+                return true;
+            }
+        }
+        self.keys.insert(key, KeyCredentials { parsed, credentials: vec![credential] });
         true
     }
 

@@ -22,8 +22,8 @@ pub use self::{auth::RegistryAuth, keyring::Keyring};
 /// Where a credential came from: logged by name, and recorded for pulls it made.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CredentialSource {
-    /// A pod's pull secret.
-    Secret(SecretCoordinates),
+    /// A pod's pull secret, shared by every credential it holds.
+    Secret(Arc<SecretCoordinates>),
     /// The node's docker config file.
     NodeConfig,
     /// A credential-provider plugin, by its name in the config.
@@ -76,11 +76,11 @@ impl NodeCredentials {
     /// its own (most specific key first, Docker Hub's fallback applied apart); the plugins' answers
     /// share one, in config order.
     pub async fn lookup(&self, image: &str) -> Vec<Arc<Credential>> {
-        let mut docker_config = Keyring::default();
+        let mut docker_config = Keyring::for_image(image);
         for (key, credential) in self.docker_config.current().iter() {
             docker_config.add(key, credential.clone());
         }
-        let mut plugins = Keyring::default();
+        let mut plugins = Keyring::for_image(image);
         for (key, credential) in self.plugins.provide(image).await {
             plugins.add(&key, credential);
         }

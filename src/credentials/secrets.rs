@@ -44,17 +44,20 @@ pub struct SecretError {
     pub error: DockerConfigError,
 }
 
-/// The pod's keyring: every entry of every secret of a docker config type, each under its key,
-/// in secret order. Secrets of other types, and empty ones, are skipped as the kubelet skips
-/// them (a pod may name any secret); one that does not parse fails the whole keyring.
-pub fn keyring(secrets: &[PullSecret]) -> Result<Keyring, SecretError> {
-    let mut keyring = Keyring::default();
+/// The pod's keyring for `image`: every entry of every secret of a docker config type that can
+/// apply to it, each under its key, in secret order. Secrets of other types, and empty ones, are
+/// skipped as the kubelet skips them (a pod may name any secret); one that does not parse fails
+/// the whole keyring, whether or not its entries apply.
+pub fn keyring_for(image: &str, secrets: &[PullSecret]) -> Result<Keyring, SecretError> {
+    let mut keyring = Keyring::for_image(image);
     for secret in secrets {
         let (shape, data_key) = match secret.kind.as_str() {
             "" | DOCKER_CONFIG_JSON => (Shape::ConfigJson, ".dockerconfigjson"),
             DOCKERCFG => (Shape::Dockercfg, ".dockercfg"),
             other => {
-                tracing::debug!(secret = %CredentialSource::Secret(secret.coordinates.clone()), kind = other, "not a docker config secret; skipped");
+                let coordinates = &secret.coordinates;
+                let secret = format_args!("{}/{}", coordinates.namespace, coordinates.name);
+                tracing::debug!(%secret, kind = other, "not a docker config secret; skipped");
                 continue;
             }
         };
@@ -68,8 +71,9 @@ pub fn keyring(secrets: &[PullSecret]) -> Result<Keyring, SecretError> {
             data_key,
             error,
         })?;
+        let coordinates = Arc::new(secret.coordinates.clone());
         for entry in entries {
-            let source = CredentialSource::Secret(secret.coordinates.clone());
+            let source = CredentialSource::Secret(coordinates.clone());
             keyring.add(&entry.key, Arc::new(Credential { auth: Arc::new(entry.auth), source }));
         }
     }
@@ -90,7 +94,7 @@ mod tests {
     }
 
     fn found(secrets: &[PullSecret], image: &str) -> Vec<(String, String, CredentialSource)> {
-        let keyring = keyring(secrets).expect("readable");
+        let keyring = keyring_for(image, secrets).expect("readable");
         let found = keyring.lookup(image);
         found
             .iter()
@@ -118,11 +122,11 @@ mod tests {
             (DOCKERCFG, cfg_login),
             ("", json_login),
         ] {
-            let source = CredentialSource::Secret(SecretCoordinates {
+            let source = CredentialSource::Secret(Arc::new(SecretCoordinates {
                 uid: "uid-s1".into(),
                 namespace: "ns1".into(),
                 name: "s1".into(),
-            });
+            }));
             let expected = [("user".to_owned(), "password".to_owned(), source)];
             assert_eq!(found(&[secret("s1", kind, content)], "test.registry.io"), expected, "{kind} {content}");
         }
@@ -162,7 +166,7 @@ mod tests {
     fn an_unreadable_secret_is_named_and_its_content_is_not_quoted() {
         let secrets =
             [secret("good", DOCKER_CONFIG_JSON, "{}"), secret("bad", DOCKERCFG, r#"{"r.io": {"auth": "hunter2!"}}"#)];
-        let error = keyring(&secrets).err().expect("refused");
+        let error = keyring_for("r.io/app", &secrets).err().expect("refused");
         assert_eq!(error.namespace, "ns1");
         assert_eq!(error.name, "bad");
         let message = error.to_string();

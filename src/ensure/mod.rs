@@ -207,11 +207,13 @@ impl<R: ImageRuntime> ImageManager<R> {
             return Ok(outcome);
         }
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
-        let pod_keyring = secrets::keyring(&request.pull_secrets).map_err(|source| {
+        // The kubelet's keyring lookup is by the normalised repository, without tag or digest.
+        let repository = reference.name();
+        let pod_keyring = secrets::keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
         })?;
-        let credentials = credentials::for_pull(&reference.name(), &pod_keyring, &self.node_credentials).await;
+        let credentials = credentials::for_pull(&repository, &pod_keyring, &self.node_credentials).await;
         tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{}", messages::pulling(image));
         let started = Instant::now();
         let pull = PullSpec {

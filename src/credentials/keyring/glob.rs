@@ -3,6 +3,9 @@
 
 /// Whether `label` matches the glob `pattern`.
 pub fn matches(pattern: &str, label: &str) -> bool {
+    if !pattern.contains(['*', '?', '[', '\\']) {
+        return pattern == label;
+    }
     let pattern: Vec<char> = pattern.chars().collect();
     let label: Vec<char> = label.chars().collect();
     well_formed(&pattern) && match_from(&pattern, &label)

@@ -197,3 +197,39 @@ fn a_key_that_is_not_a_url_is_skipped_and_matches_nothing() {
     assert!(keyring.lookup("a.local/app").is_empty());
     assert!(keyring.lookup("*[.local/app").is_empty(), "a malformed glob matches not even itself");
 }
+
+#[test]
+fn a_keyring_for_one_image_answers_for_it_as_a_full_keyring_does() {
+    let keys = [
+        "https://index.docker.io/v1/",
+        "docker.io/team",
+        "registry.local",
+        "registry.local/team",
+        "registry.local:5000",
+        "*.registry.local",
+        "https://*.docker.io/v2/",
+        "%invalid%",
+        "*[.local",
+    ];
+    let images = [
+        "docker.io/library/busybox",
+        "docker.io/team/app",
+        "registry.local/team/app",
+        "registry.local/other",
+        "registry.local:5000/app",
+        "a.registry.local/app",
+        "prefix.docker.io/x",
+        "jenkins",
+        "not a url",
+    ];
+    for image in images {
+        let mut full = Keyring::default();
+        let mut only = Keyring::for_image(image);
+        for (index, key) in keys.iter().enumerate() {
+            full.add(key, credential(&format!("user-{index}")));
+            only.add(key, credential(&format!("user-{index}")));
+        }
+        assert_eq!(usernames(&only.lookup(image)), usernames(&full.lookup(image)), "{image:?}");
+        assert!(only.len() <= full.len());
+    }
+}

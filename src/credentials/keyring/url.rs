@@ -1,14 +1,16 @@
 //! Just enough of Go's `net/url` parsing for registry keys and image names: the host (with its
 //! port) and the unescaped path of `https://` + the text, refusing what Go refuses.
 
+use std::ops::Range;
+
 /// A URL without a scheme: `host[:port][/path]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemelessUrl {
     /// The host with its port, as written.
     host: String,
-    /// The host's dot-separated labels, without the port.
-    labels: Vec<String>,
-    port: String,
+    /// Where the name (without brackets and port) and the port are in `host`.
+    name: Range<usize>,
+    port: Range<usize>,
     path: String,
 }
 
@@ -40,8 +42,21 @@ impl SchemelessUrl {
         }
         let path = unescape_path(path)?;
         let (name, port) = split_host_port(host).unwrap_or((host, ""));
-        let labels = name.split('.').map(str::to_owned).collect();
-        Some(Self { host: host.to_owned(), labels, port: port.to_owned(), path })
+        let within = |part: &str| {
+            let start = part.as_ptr() as usize - host.as_ptr() as usize;
+            start..start + part.len()
+        };
+        let (name, port) = (within(name), if port.is_empty() { 0..0 } else { within(port) });
+        Some(Self { host: host.to_owned(), name, port, path })
+    }
+
+    /// The host's dot-separated labels, without the port.
+    fn labels(&self) -> std::str::Split<'_, char> {
+        self.host[self.name.clone()].split('.')
+    }
+
+    fn port(&self) -> &str {
+        &self.host[self.port.clone()]
     }
 
     /// The host with its port.
@@ -56,10 +71,10 @@ impl SchemelessUrl {
     /// Whether `self`, whose host labels may be globs, matches `target`: equal ports, as many
     /// labels each matching its glob, and a path that is a prefix of the target's.
     pub fn matches(&self, target: &Self) -> bool {
-        self.port == target.port
-            && self.labels.len() == target.labels.len()
+        self.port() == target.port()
+            && self.labels().count() == target.labels().count()
             && target.path.starts_with(&self.path)
-            && self.labels.iter().zip(&target.labels).all(|(glob, label)| super::glob::matches(glob, label))
+            && self.labels().zip(target.labels()).all(|(glob, label)| super::glob::matches(glob, label))
     }
 }
 

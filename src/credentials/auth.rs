@@ -16,6 +16,9 @@ pub struct RegistryAuth {
     pub auth: SecretString,
     /// Not a secret: the registry the credential is for, when the caller names one.
     pub server_address: String,
+    /// Not a secret, never sent to the runtime (the CRI has no such field): read from docker
+    /// configs and part of the kubelet's credential hash.
+    pub email: String,
     pub identity_token: SecretString,
     pub registry_token: SecretString,
 }
@@ -38,6 +41,7 @@ impl RegistryAuth {
             password: take(&mut config.password),
             auth: take(&mut config.auth),
             server_address: std::mem::take(&mut config.server_address),
+            email: String::new(),
             identity_token: take(&mut config.identity_token),
             registry_token: take(&mut config.registry_token),
         }

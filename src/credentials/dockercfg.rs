@@ -114,8 +114,8 @@ fn read_entry(key: String, entry: &mut Value) -> Result<Entry, DockerConfigError
     let mut username = text("username")?;
     let mut password = text("password")?;
     let mut auth = text("auth")?;
-    // `email` is read and dropped, as the kubelet does, but must be a string all the same.
-    text("email")?;
+    // Kept for the kubelet's credential hash; never sent to the runtime.
+    let email = text("email")?;
     if !auth.is_empty() {
         username.zeroize();
         password.zeroize();
@@ -123,7 +123,7 @@ fn read_entry(key: String, entry: &mut Value) -> Result<Entry, DockerConfigError
         auth.zeroize();
         (username, password) = decoded.map_err(|error| DockerConfigError::Auth { registry: quoted(&key), error })?;
     }
-    Ok(Entry { key, auth: RegistryAuth::login(username.into(), password.into()) })
+    Ok(Entry { key, auth: RegistryAuth { email, ..RegistryAuth::login(username.into(), password.into()) } })
 }
 
 /// The field `name`, matched exactly when present, else in any case (Go's decoding).

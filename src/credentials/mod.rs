@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod dockercfg;
+pub mod hash;
 pub mod keyring;
 pub mod node;
 pub mod plugin;

@@ -6,9 +6,10 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
-    ensure::ManagerConfig,
+    ensure::{ManagerConfig, VerificationConfig},
     pull::ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
     pull::scheduler::SchedulerConfig,
+    records::policy::{Allowlist, PolicyError, VerificationPolicy},
     runtime::RuntimeEndpoint,
 };
 
@@ -147,6 +148,19 @@ pub struct ServeArgs {
     /// Where the credential-provider plugins named in the config are.
     #[arg(long, value_name = "DIR", requires = "image_credential_provider_config")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+
+    /// Which present images a pod must hold the credentials for (KEP-2535, the kubelet's
+    /// imagePullCredentialsVerificationPolicy): NeverVerify; NeverVerifyPreloadedImages (only
+    /// images cri-imaged pulled); NeverVerifyAllowlistedImages (all but the allowlist's);
+    /// AlwaysVerify.
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = VerificationPolicy::NeverVerifyPreloadedImages)]
+    pub image_pull_credentials_verification_policy: VerificationPolicy,
+
+    /// An image exempt from verification under NeverVerifyAllowlistedImages (repeatable): a full
+    /// name without tag or digest (docker.io/library/nginx), or a prefix ending in /*
+    /// (registry.local/base/*).
+    #[arg(long, value_name = "IMAGE")]
+    pub preloaded_images_verification_allowlist: Vec<String>,
 }
 
 /// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
@@ -178,6 +192,8 @@ pub enum ConfigError {
     Backoff(#[from] BackoffConfigError),
     #[error(transparent)]
     RateLimit(#[from] RateLimitError),
+    #[error(transparent)]
+    Verification(#[from] PolicyError),
 }
 
 impl ServeArgs {
@@ -201,7 +217,15 @@ impl ServeArgs {
             mode: self.registry_rate_limit_mode.into(),
         };
         let scheduler = SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout };
-        Ok(ManagerConfig { scheduler, backoff, rate_limits, presence_max_staleness: self.presence_cache_max_staleness })
+        let policy = self.image_pull_credentials_verification_policy;
+        let allowlist = Allowlist::new(policy, &self.preloaded_images_verification_allowlist)?;
+        Ok(ManagerConfig {
+            scheduler,
+            backoff,
+            rate_limits,
+            presence_max_staleness: self.presence_cache_max_staleness,
+            verification: VerificationConfig { policy, allowlist },
+        })
     }
 }
 

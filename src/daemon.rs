@@ -1,7 +1,11 @@
 //! The composition root: builds every part of the daemon, hands each its collaborators, and
 //! runs the `serve` command until it is told to stop.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use tokio::net::UnixListener;
 use tower::{Layer, util::BoxCloneSyncService};
@@ -23,6 +27,7 @@ use crate::{
         ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
         scheduler::PullScheduler,
     },
+    records::{PullRecords, RecordsError},
     runtime::{CriClient, ImageRuntime, RuntimeEndpoint, events},
     server::{self, ServeError, ServeOptions},
     shutdown::{self, Shutdown},
@@ -45,6 +50,8 @@ pub enum DaemonError {
     NodeDockerConfig(#[from] NodeConfigError),
     #[error(transparent)]
     CredentialProviders(#[from] PluginConfigError),
+    #[error(transparent)]
+    Records(#[from] RecordsError),
 }
 
 /// The node's credentials as the flags ask: its docker config (a given file or the kubelet's
@@ -89,14 +96,21 @@ pub struct Parts<R> {
     pub runtime: Arc<R>,
     pub metrics: Arc<Metrics>,
     pub presence: Arc<PresenceCache>,
+    pub records: Arc<PullRecords>,
     pub manager: Arc<ImageManager<R>>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
     /// The pull path (rate limits around the runtime's pull, run by the scheduler), the backoff
     /// store, the presence cache and the manager over them, all counting into one set of metrics.
-    pub fn build(runtime: Arc<R>, config: ManagerConfig, node_credentials: Arc<NodeCredentials>) -> Self {
+    pub fn build(
+        runtime: Arc<R>,
+        config: ManagerConfig,
+        node_credentials: Arc<NodeCredentials>,
+        root_dir: &Path,
+    ) -> Result<Self, RecordsError> {
         let metrics = Arc::new(Metrics::default());
+        let records = Arc::new(PullRecords::open(root_dir, metrics.records.clone())?);
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
         let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
@@ -108,9 +122,11 @@ impl<R: ImageRuntime> Parts<R> {
             backoff,
             presence: presence.clone(),
             node_credentials,
+            records: records.clone(),
+            verification: config.verification,
             metrics: metrics.ensure.clone(),
         }));
-        Self { runtime, metrics, presence, manager }
+        Ok(Self { runtime, metrics, presence, records, manager })
     }
 }
 
@@ -122,6 +138,8 @@ pub struct Settings {
     pub manager: ManagerConfig,
     /// The node's docker config and credential plugins, already read.
     pub node_credentials: Arc<NodeCredentials>,
+    /// cri-imaged's state: the pull records live under `image_manager/`.
+    pub root_dir: PathBuf,
     pub serve: ServeOptions,
     /// Whether to watch containerd's image events and remember presence answers.
     pub presence_cache: bool,
@@ -144,7 +162,21 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     });
     let shutdown = parts_shutdown;
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
-    let parts = Parts::build(runtime.clone(), settings.manager, settings.node_credentials);
+    let started = SystemTime::now();
+    let parts = Parts::build(runtime.clone(), settings.manager, settings.node_credentials, &settings.root_dir)?;
+    // The records are read into memory, and what a crash left behind is settled, while serving.
+    tokio::spawn({
+        let (records, runtime) = (parts.records.clone(), runtime.clone());
+        async move {
+            let warm = records.clone();
+            match tokio::task::spawn_blocking(move || warm.warm()).await {
+                Ok(Err(error)) => tracing::warn!(%error, "cannot read the pull records; each is read when asked for"),
+                Err(error) => tracing::warn!(%error, "reading the pull records stopped"),
+                Ok(Ok(())) => {}
+            }
+            records.initialize(&*runtime, started).await;
+        }
+    });
     if settings.presence_cache {
         tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));
     }
@@ -194,6 +226,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         runtime_request_timeout: args.runtime_request_timeout,
         manager,
         node_credentials,
+        root_dir: args.root_dir,
         serve: ServeOptions {
             drain_timeout: args.shutdown_timeout,
             health_probe_interval: args.health_probe_interval,

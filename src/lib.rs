@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod policy;
 pub mod presence;
 pub mod pull;
+pub mod records;
 pub mod reference;
 pub mod runtime;
 pub mod server;

@@ -21,8 +21,9 @@ pub fn inspect_failed(image: &str, error: &impl std::fmt::Display) -> String {
     format!("Failed to inspect image {image:?}: {error}")
 }
 
+/// The kubelet's answer for a present image a pod may use (KEP-2535 on, as by default).
 pub fn already_present(image: &str) -> String {
-    format!("Container image {image:?} already present on machine")
+    format!("Container image {image:?} already present on machine and can be accessed by the pod")
 }
 
 pub fn never_pull(image: &str) -> String {

@@ -7,7 +7,10 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use prometheus_client::{encoding::text::encode, registry::Registry};
 
-use crate::{ensure::metrics::EnsureMetrics, presence::metrics::PresenceMetrics, pull::metrics::PullMetrics};
+use crate::{
+    ensure::metrics::EnsureMetrics, presence::metrics::PresenceMetrics, pull::metrics::PullMetrics,
+    records::metrics::RecordsMetrics,
+};
 
 /// A series' labels.
 pub type Labels = Vec<(&'static str, &'static str)>;
@@ -18,6 +21,7 @@ pub struct Metrics {
     pub ensure: Arc<EnsureMetrics>,
     pub pulls: Arc<PullMetrics>,
     pub presence: Arc<PresenceMetrics>,
+    pub records: Arc<RecordsMetrics>,
 }
 
 impl Default for Metrics {
@@ -26,7 +30,8 @@ impl Default for Metrics {
         let ensure = Arc::new(EnsureMetrics::register(&mut registry));
         let pulls = Arc::new(PullMetrics::register(&mut registry));
         let presence = Arc::new(PresenceMetrics::register(&mut registry));
-        Self { registry, ensure, pulls, presence }
+        let records = Arc::new(RecordsMetrics::register(&mut registry));
+        Self { registry, ensure, pulls, presence, records }
     }
 }
 

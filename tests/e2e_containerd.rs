@@ -63,7 +63,10 @@ async fn policies_against_absent_and_present_images_behave_as_the_kubelet() {
         assert!(!present.pulled);
         assert_eq!(present.image_ref, pulled.image_ref);
         assert_eq!(present.image_size_bytes, pulled.image_size_bytes);
-        assert_eq!(present.message, format!("Container image {image:?} already present on machine"));
+        assert_eq!(
+            present.message,
+            format!("Container image {image:?} already present on machine and can be accessed by the pod")
+        );
     }
     assert_eq!(t.stack.manifest_requests("e2e/app"), after_pull);
 

@@ -35,7 +35,10 @@ async fn absent_image_is_pulled_then_reported_present() {
     assert!(!second.pulled);
     assert_eq!(second.pull_duration, None);
     assert_eq!(second.image_ref, first.image_ref);
-    assert_eq!(second.message, r#"Container image "busybox:1.36" already present on machine"#);
+    assert_eq!(
+        second.message,
+        r#"Container image "busybox:1.36" already present on machine and can be accessed by the pod"#
+    );
     assert_eq!(stack.runtime.service.pulls().len(), 1, "the second call did not pull");
 }
 

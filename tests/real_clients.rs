@@ -48,7 +48,7 @@ async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_imag
     assert!(lines[2].contains(r#"Successfully pulled image \"busybox:1.36\" in "#), "{}", lines[2]);
     assert_eq!(
         lines[3],
-        r#"{"image": "busybox:1.36", "pulled": false, "message": "Container image \"busybox:1.36\" already present on machine"}"#
+        r#"{"image": "busybox:1.36", "pulled": false, "message": "Container image \"busybox:1.36\" already present on machine and can be accessed by the pod"}"#
     );
     assert!(
         lines[4].contains(r#""code": "NOT_FOUND""#) && lines[4].contains(r#""reason": "ErrImagePull""#),

@@ -15,7 +15,7 @@ use self::metrics::EnsureMetrics;
 use crate::{
     backoff::{BackoffConfig, BackoffKey, BackoffStore},
     credentials::{
-        self, Credential, NodeCredentials,
+        self, Credential, CredentialSource, NodeCredentials, RegistryAuth, SecretCoordinates,
         secrets::{self, PullSecret, SecretError},
     },
     messages::{self, reason},
@@ -24,6 +24,12 @@ use crate::{
     pull::ratelimit::RateLimitConfig,
     pull::scheduler::{PullScheduler, Scheduled, SchedulerConfig},
     pull::{PullError, Pulled},
+    records::{
+        PullRecords, RecordsError, check,
+        format::{PullCredentials, SecretRecord},
+        metrics::CheckResult,
+        policy::{self as verification, Allowlist, VerificationPolicy},
+    },
     reference::{self, ImageReference, ReferenceError},
     runtime::{ImageRuntime, PresentImage, PullSpec, RuntimeError},
 };
@@ -37,6 +43,15 @@ pub struct ManagerConfig {
     /// How long ago the presence cache may last have been proven current for a hit to be
     /// trusted; zero proves every hit (see [`crate::presence`]).
     pub presence_max_staleness: Duration,
+    /// Which present images a pod must have the credentials for (KEP-2535).
+    pub verification: VerificationConfig,
+}
+
+/// The kubelet's `imagePullCredentialsVerificationPolicy` and its allowlist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerificationConfig {
+    pub policy: VerificationPolicy,
+    pub allowlist: Allowlist,
 }
 
 impl Default for ManagerConfig {
@@ -48,6 +63,7 @@ impl Default for ManagerConfig {
             backoff: BackoffConfig::KUBELET,
             rate_limits: RateLimitConfig::kubelet(),
             presence_max_staleness: crate::presence::DEFAULT_MAX_STALENESS,
+            verification: VerificationConfig::default(),
         }
     }
 }
@@ -119,6 +135,9 @@ pub enum EnsureError {
     RegistryUnavailable { message: String, source: Arc<PullError> },
     #[error("{message}")]
     SignatureValidationFailed { message: String, source: Arc<PullError> },
+    /// The pull's intent could not be recorded, so the pull was not made.
+    #[error("{message}")]
+    RecordIntent { message: String, source: RecordsError },
 }
 
 impl EnsureError {
@@ -129,7 +148,7 @@ impl EnsureError {
             Self::ImageInspect { .. } => reason::IMAGE_INSPECT_ERROR,
             Self::NeverPull { .. } => reason::ERR_IMAGE_NEVER_PULL,
             Self::BackOff { .. } => reason::IMAGE_PULL_BACK_OFF,
-            Self::Pull { .. } | Self::InvalidPullSecret { .. } => reason::ERR_IMAGE_PULL,
+            Self::Pull { .. } | Self::InvalidPullSecret { .. } | Self::RecordIntent { .. } => reason::ERR_IMAGE_PULL,
             Self::RegistryUnavailable { .. } => reason::REGISTRY_UNAVAILABLE,
             Self::SignatureValidationFailed { .. } => reason::SIGNATURE_VALIDATION_FAILED,
         }
@@ -165,6 +184,8 @@ pub struct ImageManager<R> {
     presence: Arc<PresenceCache>,
     /// The node's docker config and credential plugins, used after the pod's secrets.
     node_credentials: Arc<NodeCredentials>,
+    records: Arc<PullRecords>,
+    verification: VerificationConfig,
     metrics: Arc<EnsureMetrics>,
 }
 
@@ -175,13 +196,17 @@ pub struct Collaborators<R> {
     pub backoff: BackoffStore<Arc<PullError>>,
     pub presence: Arc<PresenceCache>,
     pub node_credentials: Arc<NodeCredentials>,
+    pub records: Arc<PullRecords>,
+    pub verification: VerificationConfig,
     pub metrics: Arc<EnsureMetrics>,
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
     pub fn new(parts: Collaborators<R>) -> Self {
-        let Collaborators { runtime, scheduler, backoff, presence, node_credentials, metrics } = parts;
-        Self { runtime, scheduler, backoff: Mutex::new(backoff), presence, node_credentials, metrics }
+        let Collaborators { runtime, scheduler, backoff, presence, node_credentials, records, verification, metrics } =
+            parts;
+        let backoff = Mutex::new(backoff);
+        Self { runtime, scheduler, backoff, presence, node_credentials, records, verification, metrics }
     }
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
@@ -203,12 +228,13 @@ impl<R: ImageRuntime> ImageManager<R> {
         let (reference, spec) = with_default_tag(&request)?;
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
         let present = self.image_status(image, &spec).await?;
-        if let Some(outcome) = self.decide(image, policy, present)? {
+        // The kubelet's keyring lookup and records are by the normalised repository, without tag
+        // or digest.
+        let repository = reference.name();
+        if let Some(outcome) = self.decide(&request, &repository, policy, present).await? {
             return Ok(outcome);
         }
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
-        // The kubelet's keyring lookup is by the normalised repository, without tag or digest.
-        let repository = reference.name();
         let pod_keyring = secrets::keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
@@ -222,10 +248,26 @@ impl<R: ImageRuntime> ImageManager<R> {
             sandbox_config: request.sandbox_config,
             ..Default::default()
         };
-        let scheduled = self.pull_with_each(pull, &credentials).await;
+        self.records.record_intent(image).await.map_err(|source| {
+            let message = format!("Failed to record image pull intent for container image {image:?}: {source}");
+            tracing::warn!("{message}");
+            EnsureError::RecordIntent { message, source }
+        })?;
+        let (scheduled, pulled_with) = self.pull_with_each(pull, &credentials).await;
         match scheduled.result {
-            Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
-            Err(error) => Err(self.record_failed(image, error, backoff_key)),
+            Ok(pulled) => {
+                let recorded = self.records.record_pulled(image, &pulled.image_ref, &repository, pulled_with).await;
+                if let Err(error) = recorded {
+                    tracing::warn!(%error, "failed to write image pulled record; its intent stays, so every pod will be verified");
+                }
+                Ok(self.record_pulled(image, pulled, started, scheduled.joined))
+            }
+            Err(error) => {
+                if let Err(error) = self.records.record_failed(image).await {
+                    tracing::warn!(%error, "failed to remove image pull intent");
+                }
+                Err(self.record_failed(image, error, backoff_key))
+            }
         }
     }
 
@@ -233,9 +275,13 @@ impl<R: ImageRuntime> ImageManager<R> {
     /// turn until one succeeds, never falling back to an anonymous pull. Each attempt is its own
     /// shared pull (its key holds the credential's hash), so callers with the same credential
     /// share it and callers with different ones never do.
-    async fn pull_with_each(&self, spec: PullSpec, credentials: &[Arc<Credential>]) -> Scheduled {
+    ///
+    /// Also returns what the winning pull was made with, for the image's record: the secret, or
+    /// "any pod on the node" for an anonymous pull or the node's own credentials.
+    async fn pull_with_each(&self, spec: PullSpec, credentials: &[Arc<Credential>]) -> (Scheduled, PullCredentials) {
+        let anyone = PullCredentials { node_pods_accessible: true, ..Default::default() };
         if credentials.is_empty() {
-            return self.scheduler.pull(spec).await;
+            return (self.scheduler.pull(spec).await, anyone);
         }
         let mut failures = Vec::with_capacity(credentials.len());
         let mut joined = false;
@@ -244,41 +290,127 @@ impl<R: ImageRuntime> ImageManager<R> {
             let scheduled = self.scheduler.pull(attempt).await;
             joined |= scheduled.joined;
             match scheduled.result {
-                Ok(pulled) => return Scheduled { result: Ok(pulled), joined },
+                Ok(pulled) => {
+                    let pulled_with = match &credential.source {
+                        CredentialSource::Secret(coordinates) => PullCredentials {
+                            kubernetes_secrets: vec![secret_record(coordinates, &credential.auth)],
+                            ..Default::default()
+                        },
+                        CredentialSource::NodeConfig | CredentialSource::Plugin(_) => anyone,
+                    };
+                    return (Scheduled { result: Ok(pulled), joined }, pulled_with);
+                }
                 Err(error) => {
                     tracing::debug!(credentials = %credential.source, %error, "pull with these credentials failed");
                     failures.push(error);
                 }
             }
         }
-        Scheduled { result: Err(PullError::every_credential_failed(failures)), joined }
+        (Scheduled { result: Err(PullError::every_credential_failed(failures)), joined }, PullCredentials::default())
     }
 
-    /// Decides from presence and policy: the answer when the present image is used or the
-    /// policy forbids a pull, `None` when a pull is needed.
-    fn decide(
+    /// Decides from presence, policy and the pod's right to the present image: the answer when
+    /// the present image is used or the policy forbids a pull, `None` when a pull is needed.
+    async fn decide(
         &self,
-        image: &str,
+        request: &EnsureRequest,
+        repository: &str,
         policy: PullPolicy,
         present: Option<PresentImage>,
     ) -> Result<Option<EnsureOutcome>, EnsureError> {
+        let image = &request.image;
         let decision = policy::decide(policy, present.is_some());
-        self.metrics.decided(policy, present.is_some(), decision == Decision::Pull);
+        let never_pull = || {
+            let message = messages::never_pull(image);
+            tracing::warn!("{message}");
+            EnsureError::NeverPull { message }
+        };
         match (decision, present) {
             (Decision::UsePresent, Some(found)) => {
+                if !self.may_use_present(request, repository, &found.id).await? {
+                    self.metrics.decided(policy, true, true);
+                    // Under Never, the pod learns no more than if the image were absent.
+                    return if policy == PullPolicy::Never { Err(never_pull()) } else { Ok(None) };
+                }
+                self.metrics.decided(policy, true, false);
                 let message = messages::already_present(image);
                 // The kubelet records this as an event, not a log line; the caller gets it in the
                 // answer. At info it would be a line per container start.
                 tracing::debug!(policy = policy.as_str(), image_ref = %found.id, "{message}");
                 Ok(Some(EnsureOutcome { image_ref: found.id, message, pull: None, image_size: found.size }))
             }
-            (Decision::RefuseNeverPull, _) | (Decision::UsePresent, None) => {
-                let message = messages::never_pull(image);
-                tracing::warn!("{message}");
-                Err(EnsureError::NeverPull { message })
+            (decision, present) => {
+                self.metrics.decided(policy, present.is_some(), decision == Decision::Pull);
+                match decision {
+                    Decision::Pull => Ok(None),
+                    Decision::RefuseNeverPull | Decision::UsePresent => Err(never_pull()),
+                }
             }
-            (Decision::Pull, _) => Ok(None),
         }
+    }
+
+    /// KEP-2535: whether the pod may use the present image `image_ref` without pulling it with
+    /// its own credentials. Records that cannot be read mean no: the pod pulls (fail safe).
+    async fn may_use_present(
+        &self,
+        request: &EnsureRequest,
+        repository: &str,
+        image_ref: &str,
+    ) -> Result<bool, EnsureError> {
+        let VerificationConfig { policy, allowlist } = &self.verification;
+        let checked = |result: CheckResult| {
+            self.records.metrics().checked(result);
+            result == CheckResult::CredentialPolicyAllowed || result == CheckResult::CredentialRecordFound
+        };
+        let unreadable = |error: RecordsError| {
+            tracing::warn!(%error, "Unable to access cache records about image pulls");
+            checked(CheckResult::Error)
+        };
+        let pulled_by_us = match self.records.pulled_by_cri_imaged(&request.image, image_ref) {
+            Ok(pulled) => pulled,
+            Err(error) => return Ok(unreadable(error)),
+        };
+        if !verification::requires_verification(*policy, allowlist, repository, pulled_by_us) {
+            return Ok(checked(CheckResult::CredentialPolicyAllowed));
+        }
+        let record = match self.records.record(image_ref) {
+            Ok(Some(record)) => record,
+            Ok(None) => return Ok(checked(CheckResult::MustAuthenticate)),
+            Err(error) => return Ok(unreadable(error)),
+        };
+        // The pod's secrets are read only when the record holds secrets to compare them with.
+        let needs_secrets = record
+            .credential_mapping
+            .get(repository)
+            .is_some_and(|recorded| !recorded.node_pods_accessible && !recorded.kubernetes_secrets.is_empty());
+        let pod_secrets = if needs_secrets { self.pod_secret_records(request, repository)? } else { Vec::new() };
+        match check::check(&record, repository, &pod_secrets) {
+            check::Verdict::Allowed { remember } => {
+                if let Some(secret) = remember
+                    && let Err(error) = self.records.remember(image_ref, repository, secret).await
+                {
+                    tracing::warn!(%error, "failed to write an image pulled record");
+                }
+                Ok(checked(CheckResult::CredentialRecordFound))
+            }
+            check::Verdict::MustAuthenticate => Ok(checked(CheckResult::MustAuthenticate)),
+        }
+    }
+
+    /// The pod's secrets that apply to `repository`, each with the kubelet's credential hash.
+    fn pod_secret_records(&self, request: &EnsureRequest, repository: &str) -> Result<Vec<SecretRecord>, EnsureError> {
+        let keyring = secrets::keyring_for(repository, &request.pull_secrets).map_err(|source| {
+            tracing::warn!(error = %source, "pull secret refused");
+            EnsureError::InvalidPullSecret { source }
+        })?;
+        let found = keyring.lookup(repository);
+        Ok(found
+            .iter()
+            .filter_map(|credential| match &credential.source {
+                CredentialSource::Secret(coordinates) => Some(secret_record(coordinates, &credential.auth)),
+                CredentialSource::NodeConfig | CredentialSource::Plugin(_) => None,
+            })
+            .collect())
     }
 
     /// Refuses a pull while the pod's last pull of the image is backing off; otherwise the key
@@ -366,6 +498,16 @@ impl<R: ImageRuntime> ImageManager<R> {
             Err(error) => tracing::warn!(image = %image, "{}", messages::pull_failed(&image, error)),
         }
         scheduled.result
+    }
+}
+
+/// A secret as a pull record names it: its coordinates and the hash of its credential.
+fn secret_record(coordinates: &SecretCoordinates, auth: &RegistryAuth) -> SecretRecord {
+    SecretRecord {
+        uid: coordinates.uid.clone(),
+        namespace: coordinates.namespace.clone(),
+        name: coordinates.name.clone(),
+        credential_hash: credentials::hash::kubelet_hash(auth),
     }
 }
 

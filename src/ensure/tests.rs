@@ -1,7 +1,11 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::{credentials::NodeCredentials, runtime::PresentImage};
+use crate::{
+    credentials::NodeCredentials,
+    records::policy::{Allowlist, VerificationPolicy},
+    runtime::PresentImage,
+};
 
 /// A runtime whose answers the test scripts, and which records what it was asked.
 #[derive(Default)]
@@ -13,6 +17,8 @@ struct ScriptedRuntime {
     status_calls: Mutex<Vec<ImageSpec>>,
     /// When set, the registry lets only this user pull: anyone else gets a 401.
     registry_user: Mutex<Option<String>>,
+    /// When set, each pull waits for a permit.
+    pull_gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl ScriptedRuntime {
@@ -52,6 +58,9 @@ impl ImageRuntime for ScriptedRuntime {
     }
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {
+        if let Some(gate) = &self.pull_gate {
+            gate.acquire().await.expect("the gate stays open").forget();
+        }
         let name = spec.image.image.clone();
         let user = spec.auth.as_ref().map(|auth| secrecy::ExposeSecret::expose_secret(&auth.username).to_owned());
         self.pulls.lock().unwrap().push(spec);
@@ -80,6 +89,9 @@ impl ImageRuntime for ScriptedRuntime {
 struct Built {
     manager: Arc<ImageManager<ScriptedRuntime>>,
     runtime: Arc<ScriptedRuntime>,
+    records: Arc<crate::records::PullRecords>,
+    /// Where the pull records are; kept as long as the manager.
+    root_dir: tempfile::TempDir,
 }
 
 impl std::ops::Deref for Built {
@@ -101,8 +113,18 @@ fn manager(runtime: ScriptedRuntime) -> Built {
 }
 
 fn manager_with_node_credentials(runtime: ScriptedRuntime, node_credentials: NodeCredentials) -> Built {
-    let parts = crate::daemon::Parts::build(Arc::new(runtime), ManagerConfig::default(), Arc::new(node_credentials));
-    Built { manager: parts.manager, runtime: parts.runtime }
+    manager_with(runtime, node_credentials, ManagerConfig::default(), tempfile::tempdir().unwrap())
+}
+
+fn manager_with(
+    runtime: ScriptedRuntime,
+    node_credentials: NodeCredentials,
+    config: ManagerConfig,
+    root_dir: tempfile::TempDir,
+) -> Built {
+    let parts = crate::daemon::Parts::build(Arc::new(runtime), config, Arc::new(node_credentials), root_dir.path())
+        .expect("records open");
+    Built { manager: parts.manager, runtime: parts.runtime, records: parts.records, root_dir }
 }
 
 fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
@@ -127,7 +149,10 @@ async fn present_image_with_if_not_present_is_used_without_pulling() {
     let manager = manager(ScriptedRuntime::with_present("sha256:abc", 1234));
     let outcome = manager.ensure_image_exists(request("busybox:1.36", None)).await.expect("present");
     assert_eq!(outcome.image_ref, "sha256:abc");
-    assert_eq!(outcome.message, r#"Container image "busybox:1.36" already present on machine"#);
+    assert_eq!(
+        outcome.message,
+        r#"Container image "busybox:1.36" already present on machine and can be accessed by the pod"#
+    );
     assert_eq!(outcome.pull, None);
     assert_eq!(outcome.image_size, 1234);
     assert!(manager.runtime().pulls.lock().unwrap().is_empty());
@@ -423,17 +448,165 @@ async fn pull_secrets_are_not_read_when_the_present_image_is_used() {
 
 #[tokio::test]
 async fn pods_with_one_login_share_a_pull_and_pods_with_different_logins_never_do() {
-    let runtime = ScriptedRuntime::default().pulling_to(Ok("sha256:private"));
-    let manager = manager(runtime);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let runtime = ScriptedRuntime { pull_gate: Some(gate.clone()), ..ScriptedRuntime::default() };
+    let manager = manager(runtime.pulling_to(Ok("sha256:private")));
+    let manager_arc = manager.manager.clone();
     let mut requests = Vec::new();
     for (pod, user) in [("a", "alice"), ("b", "alice"), ("c", "bob"), ("d", "bob"), ("e", "alice")] {
         let mut request = private_request(vec![secret(pod, "registry.local", user)]);
         request.pod.uid = format!("pod-{pod}");
-        requests.push(manager.ensure_image_exists(request));
+        let manager = manager_arc.clone();
+        requests.push(tokio::spawn(async move { manager.ensure_image_exists(request).await }));
     }
+    // A request counts as in flight in the same step as it joins or starts its pull.
+    for _ in 0..1000 {
+        if manager.records.pulls_in_flight("registry.local/team/app:v1") == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(manager.records.pulls_in_flight("registry.local/team/app:v1"), 5);
+    gate.add_permits(10);
     let outcomes = futures_util::future::join_all(requests).await;
-    assert!(outcomes.iter().all(Result::is_ok));
+    assert!(outcomes.into_iter().all(|outcome| outcome.expect("task").is_ok()));
     let mut pulled_as = manager.runtime().pulled_as();
     pulled_as.sort();
     assert_eq!(pulled_as, [Some("alice".to_owned()), Some("bob".to_owned())], "one pull per login");
+}
+
+fn verifying(policy: VerificationPolicy) -> ManagerConfig {
+    ManagerConfig {
+        verification: VerificationConfig { policy, allowlist: Allowlist::default() },
+        ..ManagerConfig::default()
+    }
+}
+
+fn pod_request(pod: &str, secrets: Vec<PullSecret>) -> EnsureRequest {
+    let mut request = private_request(secrets);
+    request.pod.uid = format!("uid-{pod}");
+    request.pod.name = pod.into();
+    request
+}
+
+/// A manager under `policy` whose registry serves alice only, after pod A pulled the private
+/// image with alice's secret.
+async fn pulled_by_pod_a(policy: VerificationPolicy) -> Built {
+    let manager = manager_with(
+        ScriptedRuntime::private_for("alice"),
+        NodeCredentials::none(),
+        verifying(policy),
+        tempfile::tempdir().unwrap(),
+    );
+    let pulled = manager.ensure_image_exists(pod_request("a", vec![secret("alices", "registry.local", "alice")])).await;
+    assert!(pulled.expect("pod A pulls").pull.is_some());
+    manager
+}
+
+#[tokio::test]
+async fn a_pod_without_the_credentials_must_pull_a_private_image_it_finds_present() {
+    let manager = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
+    let error = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B cannot pull");
+    assert_eq!(error.reason(), "ErrImagePull");
+    assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned()), None], "B's pull was its own, anonymous");
+}
+
+#[tokio::test]
+async fn a_pod_whose_secret_holds_a_recorded_credential_uses_the_present_image_and_is_remembered() {
+    let manager = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
+    let outcome =
+        manager.ensure_image_exists(pod_request("c", vec![secret("cs-copy", "registry.local", "alice")])).await;
+    let outcome = outcome.expect("C may use it");
+    assert!(outcome.pull.is_none());
+    assert_eq!(
+        outcome.message,
+        r#"Container image "registry.local/team/app:v1" already present on machine and can be accessed by the pod"#
+    );
+    assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned())], "no second pull");
+    let record = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let names: Vec<&str> = record.credential_mapping["registry.local/team/app"]
+        .kubernetes_secrets
+        .iter()
+        .map(|secret| secret.name.as_str())
+        .collect();
+    assert_eq!(names, ["alices", "cs-copy"]);
+}
+
+#[tokio::test]
+async fn under_never_a_failed_verification_reads_as_an_absent_image() {
+    let manager = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
+    let mut request = pod_request("b", Vec::new());
+    request.pull_policy = Some(PullPolicy::Never);
+    let error = manager.ensure_image_exists(request).await.expect_err("refused");
+    assert_eq!(error.reason(), "ErrImageNeverPull");
+    assert_eq!(
+        error.to_string(),
+        r#"Container image "registry.local/team/app:v1" is not present with pull policy of Never"#
+    );
+    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1, "nothing pulled");
+}
+
+#[tokio::test]
+async fn never_verify_lets_any_pod_use_a_present_image() {
+    let manager = pulled_by_pod_a(VerificationPolicy::NeverVerify).await;
+    let outcome = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect("B may use it");
+    assert!(outcome.pull.is_none());
+}
+
+#[tokio::test]
+async fn an_image_cri_imaged_did_not_pull_is_verified_only_under_always_verify() {
+    for (policy, verified) in
+        [(VerificationPolicy::NeverVerifyPreloadedImages, false), (VerificationPolicy::AlwaysVerify, true)]
+    {
+        let runtime = ScriptedRuntime::private_for("alice");
+        *runtime.present.lock().unwrap() = Some(PresentImage { id: "sha256:preloaded".into(), size: 1 });
+        let manager = manager_with(runtime, NodeCredentials::none(), verifying(policy), tempfile::tempdir().unwrap());
+        let answer = manager.ensure_image_exists(pod_request("b", Vec::new())).await;
+        assert_eq!(answer.is_err(), verified, "{policy:?}: {answer:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_recorded_secret_with_a_rotated_credential_is_trusted_and_its_hash_updated() {
+    let manager = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
+    let before = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let rotated = secret("alices", "registry.local", "alice-rotated");
+    let outcome = manager.ensure_image_exists(pod_request("a2", vec![rotated])).await.expect("trusted");
+    assert!(outcome.pull.is_none());
+    let after = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let hash = |record: &crate::records::format::PulledRecord| {
+        record.credential_mapping["registry.local/team/app"].kubernetes_secrets[0].credential_hash.clone()
+    };
+    assert_ne!(hash(&before), hash(&after));
+}
+
+#[tokio::test]
+async fn a_restarted_manager_keeps_its_decisions_from_the_records_on_disk() {
+    let first = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
+    let Built { root_dir, .. } = first;
+    let runtime = ScriptedRuntime::private_for("alice");
+    *runtime.present.lock().unwrap() = Some(PresentImage { id: "sha256:private".into(), size: 1 });
+    let restarted =
+        manager_with(runtime, NodeCredentials::none(), verifying(VerificationPolicy::AlwaysVerify), root_dir);
+    restarted.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B must still pull");
+    let outcome = restarted.ensure_image_exists(pod_request("c", vec![secret("cs", "registry.local", "alice")])).await;
+    assert!(outcome.expect("C may use it").pull.is_none());
+    assert_eq!(restarted.runtime().pulled_as(), [None], "only B's own pull");
+}
+
+#[tokio::test]
+async fn an_anonymous_pull_makes_the_image_every_pods() {
+    let runtime = ScriptedRuntime::default().pulling_to(Ok("sha256:public"));
+    let manager = manager_with(
+        runtime,
+        NodeCredentials::none(),
+        verifying(VerificationPolicy::AlwaysVerify),
+        tempfile::tempdir().unwrap(),
+    );
+    manager.ensure_image_exists(pod_request("a", Vec::new())).await.expect("pulled");
+    let outcome = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect("used");
+    assert!(outcome.pull.is_none());
+    let record = manager.records.record("sha256:public").unwrap().expect("recorded");
+    assert!(record.credential_mapping["registry.local/team/app"].node_pods_accessible);
+    assert!(manager.root_dir.path().join("image_manager/pulled").exists());
 }

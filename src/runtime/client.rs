@@ -5,7 +5,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::{
-    ImageFsInfoRequest, ImageSpec, ImageStatusRequest, PullImageRequest, image_service_client::ImageServiceClient,
+    ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
+    image_service_client::ImageServiceClient,
 };
 use tokio::net::UnixStream;
 use tonic::{
@@ -102,6 +103,12 @@ impl ImageRuntime for CriClient {
         let request = self.request(ImageFsInfoRequest {});
         self.bounded(|mut client| async move { client.image_fs_info(request).await }).await?;
         Ok(())
+    }
+
+    async fn list_image_ids(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        let request = self.request(ListImagesRequest { filter: None });
+        let response = self.bounded(|mut client| async move { client.list_images(request).await }).await?;
+        Ok(Some(response.images.into_iter().map(|image| image.id).collect()))
     }
 
     async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {

@@ -137,6 +137,11 @@ pub trait ImageRuntime: Send + Sync + 'static {
     /// A cheap call that succeeds while the runtime serves images; used for health.
     fn probe(&self) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
+    /// The id of every image the runtime has; `None` from a runtime that cannot list them.
+    fn list_image_ids(&self) -> impl Future<Output = Result<Option<Vec<String>>, RuntimeError>> + Send {
+        async { Ok(None) }
+    }
+
     /// Forwards one unary `runtime.v1.ImageService` call (`path` such as
     /// `/runtime.v1.ImageService/ListImages`) with its message bytes untouched; the runtime's
     /// error comes back unchanged.

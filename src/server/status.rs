@@ -101,6 +101,7 @@ fn ensure_error_code(error: &EnsureError) -> Code {
             Code::Unavailable
         }
         EnsureError::SignatureValidationFailed { .. } => Code::PermissionDenied,
+        EnsureError::RecordIntent { .. } => Code::Internal,
         EnsureError::Pull { source, .. } => pull_error_code(source),
     }
 }

@@ -69,6 +69,7 @@ impl InProcessDaemon {
             runtime_request_timeout: Duration::from_secs(10),
             manager: config,
             node_credentials: Arc::new(node_credentials),
+            root_dir: socket.parent().expect("the socket is in a directory").join("root"),
             serve: ServeOptions {
                 drain_timeout: Duration::from_secs(5),
                 health_probe_interval: Duration::from_millis(50),

@@ -84,8 +84,15 @@ impl DaemonProcess {
         let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
         let stderr = std::fs::File::create(&log).expect("daemon log file");
         // Quick probes and a short drain, unless the test sets its own.
-        let defaults =
-            [("--health-probe-interval", "100ms"), ("--health-probe-timeout", "200ms"), ("--shutdown-timeout", "2s")];
+        // Pull records beside the socket, never in the machine's /var/lib/cri-imaged.
+        let root_dir = socket.parent().expect("the socket is in a directory").join("root");
+        let root_dir = root_dir.to_str().expect("utf-8 path");
+        let defaults = [
+            ("--health-probe-interval", "100ms"),
+            ("--health-probe-timeout", "200ms"),
+            ("--shutdown-timeout", "2s"),
+            ("--root-dir", root_dir),
+        ];
         let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
             .arg("serve")
             .arg("--listen")
@@ -111,8 +118,15 @@ impl DaemonProcess {
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
         let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
         let stderr = std::fs::File::create(&log).expect("daemon log file");
-        let defaults =
-            [("--health-probe-interval", "100ms"), ("--health-probe-timeout", "200ms"), ("--shutdown-timeout", "2s")];
+        // Pull records beside the socket, never in the machine's /var/lib/cri-imaged.
+        let root_dir = socket.parent().expect("the socket is in a directory").join("root");
+        let root_dir = root_dir.to_str().expect("utf-8 path");
+        let defaults = [
+            ("--health-probe-interval", "100ms"),
+            ("--health-probe-timeout", "200ms"),
+            ("--shutdown-timeout", "2s"),
+            ("--root-dir", root_dir),
+        ];
         let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
             .arg("serve")
             .arg("--listen")

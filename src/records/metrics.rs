@@ -1,0 +1,92 @@
+//! The pull records' metrics, as the kubelet's `kubelet_imagemanager_*`.
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use crate::metrics::Labels;
+
+/// The outcome of one check of a present image's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CheckResult {
+    /// The policy needs no verification for the image.
+    CredentialPolicyAllowed,
+    /// A record lets the pod use the image.
+    CredentialRecordFound,
+    /// The pod must pull with its own credentials.
+    MustAuthenticate,
+    /// The records could not be read: the pod must pull.
+    Error,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordsMetrics {
+    ondisk_intents: Gauge,
+    ondisk_records: Gauge,
+    inmemory_intents_percent: Gauge,
+    inmemory_records_percent: Gauge,
+    checks: Family<Labels, Counter>,
+}
+
+impl RecordsMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            ondisk_intents: Gauge::default(),
+            ondisk_records: Gauge::default(),
+            inmemory_intents_percent: Gauge::default(),
+            inmemory_records_percent: Gauge::default(),
+            checks: Family::default(),
+        };
+        let sub = registry.sub_registry_with_prefix("imagemanager");
+        sub.register("ondisk_pullintents", "Number of ImagePullIntents stored on disk", metrics.ondisk_intents.clone());
+        sub.register(
+            "ondisk_pulledrecords",
+            "Number of ImagePulledRecords stored on disk",
+            metrics.ondisk_records.clone(),
+        );
+        sub.register(
+            "inmemory_pullintents_usage_percent",
+            "The ImagePullIntents in-memory cache usage in percent",
+            metrics.inmemory_intents_percent.clone(),
+        );
+        sub.register(
+            "inmemory_pulledrecords_usage_percent",
+            "The ImagePulledRecords in-memory cache usage in percent",
+            metrics.inmemory_records_percent.clone(),
+        );
+        sub.register(
+            "image_mustpull_checks",
+            "Checks of whether a pod's credentials must be verified to use a present image, by result",
+            metrics.checks.clone(),
+        );
+        metrics
+    }
+
+    pub fn checked(&self, result: CheckResult) {
+        let result = match result {
+            CheckResult::CredentialPolicyAllowed => "credentialPolicyAllowed",
+            CheckResult::CredentialRecordFound => "credentialRecordFound",
+            CheckResult::MustAuthenticate => "mustAuthenticate",
+            CheckResult::Error => "error",
+        };
+        self.checks.get_or_create(&vec![("result", result)]).inc();
+    }
+
+    pub fn on_disk(&self, intents: usize, records: usize) {
+        self.ondisk_intents.set(i64::try_from(intents).unwrap_or(i64::MAX));
+        self.ondisk_records.set(i64::try_from(records).unwrap_or(i64::MAX));
+    }
+
+    pub fn in_memory(&self, intents_percent: usize, records_percent: usize) {
+        self.inmemory_intents_percent.set(i64::try_from(intents_percent).unwrap_or(i64::MAX));
+        self.inmemory_records_percent.set(i64::try_from(records_percent).unwrap_or(i64::MAX));
+    }
+}
+
+impl Default for RecordsMetrics {
+    /// Registered nowhere: for the records tested alone.
+    fn default() -> Self {
+        Self::register(&mut Registry::default())
+    }
+}

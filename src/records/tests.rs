@@ -1,0 +1,143 @@
+use std::time::Duration;
+
+use k8s_cri::v1::ImageSpec;
+
+use super::*;
+use crate::runtime::{PresentImage, PullSpec, RuntimeError};
+
+fn open(root: &Path) -> PullRecords {
+    PullRecords::open(root, Arc::new(RecordsMetrics::default())).expect("opens")
+}
+
+fn secret(name: &str) -> PullCredentials {
+    let secret = SecretRecord {
+        uid: format!("uid-{name}"),
+        namespace: "ns".into(),
+        name: name.into(),
+        credential_hash: "h".into(),
+    };
+    PullCredentials { kubernetes_secrets: vec![secret], ..Default::default() }
+}
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn an_intent_is_on_disk_while_any_pull_of_its_image_runs() {
+    let root = tempfile::tempdir().unwrap();
+    let records = open(root.path());
+    let pulling = root.path().join("image_manager/pulling");
+    records.record_intent("registry.local/app:v1").await.expect("recorded");
+    records.record_intent("registry.local/app:v1").await.expect("recorded");
+    assert_eq!(files(&pulling), [RecordDir::file_name("registry.local/app:v1")]);
+    assert_eq!(records.pulls_in_flight("registry.local/app:v1"), 2);
+    assert!(records.pulled_by_cri_imaged("registry.local/app:v1", "sha256:app").expect("readable"));
+    assert!(!records.pulled_by_cri_imaged("registry.local/app:v2", "sha256:other").expect("readable"));
+    records.record_failed("registry.local/app:v1").await.expect("ended");
+    assert_eq!(files(&pulling).len(), 1, "one pull still runs");
+    records
+        .record_pulled("registry.local/app:v1", "sha256:app", "registry.local/app", secret("s"))
+        .await
+        .expect("ended");
+    assert!(files(&pulling).is_empty());
+    assert_eq!(records.pulls_in_flight("registry.local/app:v1"), 0);
+    let record = records.record("sha256:app").expect("readable").expect("recorded");
+    assert_eq!(record.credential_mapping["registry.local/app"], secret("s"));
+}
+
+#[tokio::test]
+async fn records_survive_a_restart_and_a_leftover_intent_survives_as_pulled_by_cri_imaged() {
+    let root = tempfile::tempdir().unwrap();
+    {
+        let records = open(root.path());
+        records.record_pulled("app:v1", "sha256:app", "docker.io/library/app", secret("s")).await.expect("written");
+        records.record_intent("left:v1").await.expect("written");
+        // The daemon dies here, the pull of left:v1 unfinished.
+    }
+    let records = open(root.path());
+    assert!(records.pulled_by_cri_imaged("left:v1", "sha256:left").expect("readable"), "the intent is read at start");
+    records.warm().expect("warmed");
+    let record = records.record("sha256:app").expect("readable").expect("kept");
+    assert_eq!(record.credential_mapping["docker.io/library/app"], secret("s"));
+    assert!(records.record("sha256:never").expect("readable").is_none());
+}
+
+#[tokio::test]
+async fn a_record_that_does_not_decode_fails_safe_and_is_healed_by_the_next_pull() {
+    let root = tempfile::tempdir().unwrap();
+    let records = open(root.path());
+    let pulled = root.path().join("image_manager/pulled");
+    std::fs::write(pulled.join(RecordDir::file_name("sha256:torn")), b"{\"kind\":\"ImagePulledRe").expect("written");
+    records.warm().expect("warms the rest");
+    assert!(records.record("sha256:torn").is_err(), "an error, never \"no record\"");
+    assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").is_err());
+    records.record_pulled("torn:v1", "sha256:torn", "docker.io/library/torn", secret("s")).await.expect("rewritten");
+    assert!(records.record("sha256:torn").expect("readable now").is_some());
+}
+
+#[tokio::test]
+async fn temporary_files_a_crash_left_are_removed_at_start() {
+    let root = tempfile::tempdir().unwrap();
+    drop(open(root.path()));
+    let pulled = root.path().join("image_manager/pulled");
+    std::fs::write(pulled.join(format!("{}.tmp", RecordDir::file_name("sha256:x"))), b"half").expect("written");
+    let records = open(root.path());
+    assert!(files(&pulled).is_empty());
+    records.warm().expect("warms");
+    assert!(records.record("sha256:x").expect("readable").is_none());
+}
+
+/// A runtime that has the images it is given: (image name, id).
+struct Images(Vec<(&'static str, &'static str)>);
+
+impl ImageRuntime for Images {
+    async fn image_status(&self, image: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
+        let found = self.0.iter().find(|(name, _)| *name == image.image);
+        Ok(found.map(|(_, id)| PresentImage { id: (*id).into(), size: 1 }))
+    }
+
+    async fn pull_image(&self, _: PullSpec) -> Result<String, RuntimeError> {
+        Err(tonic::Status::unimplemented("no pulls here").into())
+    }
+
+    async fn probe(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    async fn list_image_ids(&self) -> Result<Option<Vec<String>>, RuntimeError> {
+        Ok(Some(self.0.iter().map(|(_, id)| (*id).to_owned()).collect()))
+    }
+}
+
+#[tokio::test]
+async fn at_start_an_intent_for_a_present_image_becomes_a_record_that_verifies_everyone() {
+    let root = tempfile::tempdir().unwrap();
+    {
+        let records = open(root.path());
+        records.record_intent("crashed:v1").await.expect("written");
+        records.record_intent("absent:v1").await.expect("written");
+        records.record_pulled("kept:v1", "sha256:kept", "docker.io/library/kept", secret("s")).await.expect("written");
+        records.record_pulled("gone:v1", "sha256:gone", "docker.io/library/gone", secret("s")).await.expect("written");
+    }
+    let records = open(root.path());
+    let runtime = Images(vec![("crashed:v1", "sha256:crashed"), ("kept:v1", "sha256:kept")]);
+    records.initialize(&runtime, SystemTime::now() + Duration::from_secs(2)).await;
+    let converted = records.record("sha256:crashed").expect("readable").expect("a record now");
+    assert!(converted.credential_mapping.is_empty(), "no credentials: every pod is verified");
+    assert!(!records.pulled_by_cri_imaged("crashed:v1", "sha256:unrelated").expect("readable"), "the intent went");
+    assert!(
+        records.pulled_by_cri_imaged("absent:v1", "sha256:absent").expect("readable"),
+        "an absent image's intent stays"
+    );
+    assert!(records.record("sha256:kept").expect("readable").is_some());
+    assert!(
+        records.record("sha256:gone").expect("readable").is_none(),
+        "the record of an image that is gone is pruned"
+    );
+}

@@ -18,6 +18,7 @@ mod support;
 mod credentials;
 mod load;
 mod memory;
+mod records;
 mod report;
 
 use std::{
@@ -83,6 +84,7 @@ enum Section {
     Backoff,
     Staleness,
     Credentials,
+    Records,
 }
 
 /// How much of everything to do.
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
             Section::Backoff,
             Section::Staleness,
             Section::Credentials,
+            Section::Records,
         ]
     } else {
         args.only.clone()
@@ -231,6 +234,10 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::Credentials) {
         eprintln!("credentials: {} secrets of {} registries", credentials::SECRETS, credentials::ENTRIES);
         pull_credentials(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Records) {
+        eprintln!("pull records: {} on disk", records::RECORDS);
+        pull_records(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);
@@ -364,20 +371,7 @@ fn ensure_request(image: &str, pod_uid: &str) -> EnsureImageExistsRequest {
 /// Exec to a SERVING answer for the image manager, `runs` times.
 async fn startup(bench: &Bench, findings: &mut Findings) {
     let runs = bench.sizes.startups;
-    let mut times = Vec::with_capacity(runs);
-    for run in 0..runs {
-        let socket = bench.work.path().join(format!("startup-{run}.sock"));
-        let exec = Instant::now();
-        let process = bench.spawn_daemon(&socket, &[]);
-        times.push(
-            until_serving(&socket, exec)
-                .await
-                .unwrap_or_else(|| panic!("cri-imaged did not report SERVING within 5s; log:\n{}", process.log_text())),
-        );
-    }
-    times.sort_unstable();
-    let median = times[times.len() / 2];
-    let max = times[times.len() - 1];
+    let (median, max) = startup_times(bench, "startup", &[]).await;
     let mut table = Table::new("Start-up: exec to a SERVING health answer", &["runs", "median", "max", "target"]);
     table.row(vec![runs.to_string(), report::duration(median), report::duration(max), "≤ 100 ms".into()]);
     findings.tables.push(table);
@@ -390,6 +384,101 @@ async fn startup(bench: &Bench, findings: &mut Findings) {
 }
 
 /// Polls the image manager's health every millisecond, for at most 5 s.
+/// Exec to SERVING, `runs` times with `flags`: the median and the longest.
+async fn startup_times(bench: &Bench, name: &str, flags: &[&str]) -> (Duration, Duration) {
+    let runs = bench.sizes.startups;
+    let mut times = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let socket = bench.work.path().join(format!("{name}-{run}.sock"));
+        let exec = Instant::now();
+        let process = bench.spawn_daemon(&socket, flags);
+        times.push(
+            until_serving(&socket, exec)
+                .await
+                .unwrap_or_else(|| panic!("cri-imaged did not report SERVING within 5s; log:\n{}", process.log_text())),
+        );
+    }
+    times.sort_unstable();
+    (times[times.len() / 2], times[times.len() - 1])
+}
+
+/// KEP-2535 at scale: 10,000 pull records on disk. Start-up with them, reading them all, and the
+/// presence path under AlwaysVerify (every present image checked against its record) against
+/// the policy off and against containerd directly.
+async fn pull_records(bench: &Bench, findings: &mut Findings) {
+    let (image, sizes) = (bench.images.present.as_str(), bench.sizes);
+    let root = bench.work.path().join("records-root");
+    records::fill(&root, records::RECORDS);
+    let root_flag = root.to_str().expect("utf-8 path");
+    let (median, max) = startup_times(bench, "records-startup", &["--root-dir", root_flag]).await;
+    let warm = records::warm_time(&root);
+    let mut startup = Table::new(format!("Pull records: {} on disk", records::RECORDS), &["measure", "value"]);
+    startup.row(vec!["start-up, exec to SERVING (median)".into(), report::duration(median)]);
+    startup.row(vec!["start-up, exec to SERVING (max)".into(), report::duration(max)]);
+    startup.row(vec!["reading them all into memory, in process (done while serving)".into(), report::duration(warm)]);
+    findings.tables.push(startup);
+    findings.verdicts.push(Verdict {
+        what: format!("start-up with {} pull records on disk (median)", records::RECORDS),
+        target: "≤ 100 ms".into(),
+        measured: format!("{} (max {})", report::duration(median), report::duration(max)),
+        met: median <= Duration::from_millis(100),
+    });
+
+    let off =
+        Daemon::start(bench, "records-off", &["--image-pull-credentials-verification-policy", "NeverVerify"]).await;
+    let always = Daemon::start(
+        bench,
+        "records-always",
+        &["--image-pull-credentials-verification-policy", "AlwaysVerify", "--root-dir", root_flag],
+    )
+    .await;
+    // Under AlwaysVerify an image cri-imaged has no record of is pulled once (anonymously: a
+    // record that lets every pod use it); from then on each check reads that record.
+    for client in [&off.client, &always.client] {
+        ensure(client, image, "warm-up").await.expect("the present image");
+    }
+    let sides: [(&str, PresenceCall); 3] = [
+        ("containerd directly", straight_to_containerd(&bench.direct, image)),
+        ("cri-imaged, NeverVerify", through_daemon(&off.client, image)),
+        ("cri-imaged, AlwaysVerify, 10,000 records", through_daemon(&always.client, image)),
+    ];
+    let mut table = Table::new(
+        "Presence path with pull records: EnsureImageExists (IfNotPresent, present) under each policy",
+        &["concurrency", "path", "p50", "p99", "req/s", "p50 / direct", "p50 / NeverVerify"],
+    );
+    for &concurrency in sizes.concurrencies {
+        let runs = take_turns(&sides, concurrency, sizes).await;
+        let (direct, off) = (runs[0].quantile_us(0.5), runs[1].quantile_us(0.5));
+        for ((path, _), run) in sides.iter().zip(&runs) {
+            table.row(vec![
+                concurrency.to_string(),
+                (*path).to_owned(),
+                report::micros(run.quantile_us(0.5)),
+                report::micros(run.quantile_us(0.99)),
+                format!("{:.0}", run.requests_per_second()),
+                report::ratio(run.quantile_us(0.5).into(), direct.into()),
+                report::ratio(run.quantile_us(0.5).into(), off.into()),
+            ]);
+        }
+        if concurrency == 1 {
+            let ratio = f64::from(runs[2].quantile_us(0.5)) / f64::from(off);
+            findings.verdicts.push(Verdict {
+                what: "presence path p50, AlwaysVerify with 10,000 records / NeverVerify, concurrency 1".into(),
+                target: "≤ 1.10".into(),
+                measured: format!(
+                    "{ratio:.2} ({} vs {})",
+                    report::micros(runs[2].quantile_us(0.5)),
+                    report::micros(off)
+                ),
+                met: ratio <= 1.10,
+            });
+        }
+    }
+    let checks = always.metric("cri_imaged_imagemanager_image_mustpull_checks_total");
+    assert!(checks > 0.0, "every AlwaysVerify presence answer was checked against the records");
+    findings.tables.push(table);
+}
+
 async fn until_serving(socket: &Path, since: Instant) -> Option<Duration> {
     let request = HealthCheckRequest { service: IMAGE_MANAGER_SERVICE.into() };
     while since.elapsed() < Duration::from_secs(5) {

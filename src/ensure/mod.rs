@@ -366,9 +366,15 @@ impl<R: ImageRuntime> ImageManager<R> {
             tracing::warn!(%error, "Unable to access cache records about image pulls");
             checked(CheckResult::Error)
         };
-        let pulled_by_us = match self.records.pulled_by_cri_imaged(&request.image, image_ref) {
-            Ok(pulled) => pulled,
-            Err(error) => return Ok(unreadable(error)),
+        // Only this policy asks whether cri-imaged pulled the image.
+        let pulled_by_us = match policy {
+            VerificationPolicy::NeverVerifyPreloadedImages => {
+                match self.records.pulled_by_cri_imaged(&request.image, image_ref) {
+                    Ok(pulled) => pulled,
+                    Err(error) => return Ok(unreadable(error)),
+                }
+            }
+            _ => false,
         };
         if !verification::requires_verification(*policy, allowlist, repository, pulled_by_us) {
             return Ok(checked(CheckResult::CredentialPolicyAllowed));

@@ -7,6 +7,9 @@ use prometheus_client::{
 
 use crate::metrics::Labels;
 
+/// The `result` label of each [`CheckResult`], in its order.
+const RESULTS: [&str; 4] = ["credentialPolicyAllowed", "credentialRecordFound", "mustAuthenticate", "error"];
+
 /// The outcome of one check of a present image's credentials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CheckResult {
@@ -26,17 +29,21 @@ pub struct RecordsMetrics {
     ondisk_records: Gauge,
     inmemory_intents_percent: Gauge,
     inmemory_records_percent: Gauge,
-    checks: Family<Labels, Counter>,
+    /// One series a result, made at start, so that counting a check allocates nothing.
+    checks: [Counter; RESULTS.len()],
 }
 
 impl RecordsMetrics {
     pub fn register(registry: &mut Registry) -> Self {
+        let family = Family::<Labels, Counter>::default();
+        // Counter handles share their value with the family's series.
+        let checks = RESULTS.map(|result| family.get_or_create(&vec![("result", result)]).clone());
         let metrics = Self {
             ondisk_intents: Gauge::default(),
             ondisk_records: Gauge::default(),
             inmemory_intents_percent: Gauge::default(),
             inmemory_records_percent: Gauge::default(),
-            checks: Family::default(),
+            checks,
         };
         let sub = registry.sub_registry_with_prefix("imagemanager");
         sub.register("ondisk_pullintents", "Number of ImagePullIntents stored on disk", metrics.ondisk_intents.clone());
@@ -58,19 +65,13 @@ impl RecordsMetrics {
         sub.register(
             "image_mustpull_checks",
             "Checks of whether a pod's credentials must be verified to use a present image, by result",
-            metrics.checks.clone(),
+            family,
         );
         metrics
     }
 
     pub fn checked(&self, result: CheckResult) {
-        let result = match result {
-            CheckResult::CredentialPolicyAllowed => "credentialPolicyAllowed",
-            CheckResult::CredentialRecordFound => "credentialRecordFound",
-            CheckResult::MustAuthenticate => "mustAuthenticate",
-            CheckResult::Error => "error",
-        };
-        self.checks.get_or_create(&vec![("result", result)]).inc();
+        self.checks[result as usize].inc();
     }
 
     pub fn on_disk(&self, intents: usize, records: usize) {
@@ -88,5 +89,31 @@ impl Default for RecordsMetrics {
     /// Registered nowhere: for the records tested alone.
     fn default() -> Self {
         Self::register(&mut Registry::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_check_counts_under_its_kubelet_result() {
+        let mut registry = Registry::with_prefix("cri_imaged");
+        let metrics = RecordsMetrics::register(&mut registry);
+        metrics.checked(CheckResult::MustAuthenticate);
+        metrics.checked(CheckResult::MustAuthenticate);
+        metrics.checked(CheckResult::CredentialRecordFound);
+        metrics.on_disk(3, 7);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        for line in [
+            r#"cri_imaged_imagemanager_image_mustpull_checks_total{result="mustAuthenticate"} 2"#,
+            r#"cri_imaged_imagemanager_image_mustpull_checks_total{result="credentialRecordFound"} 1"#,
+            r#"cri_imaged_imagemanager_image_mustpull_checks_total{result="error"} 0"#,
+            "cri_imaged_imagemanager_ondisk_pullintents 3",
+            "cri_imaged_imagemanager_ondisk_pulledrecords 7",
+        ] {
+            assert!(text.lines().any(|candidate| candidate == line), "{line} in:\n{text}");
+        }
     }
 }

@@ -194,6 +194,15 @@ impl DaemonProcess {
     }
 }
 
+impl DaemonProcess {
+    /// Ends the daemon with SIGKILL, as a crash would (no drain, no clean-up of any kind), and
+    /// reaps it; returns its exit status.
+    pub fn kill_hard(&mut self) -> ExitStatus {
+        self.child.kill().expect("SIGKILL is sent");
+        self.child.wait().expect("the killed daemon is reaped")
+    }
+}
+
 impl Drop for DaemonProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -246,4 +255,17 @@ pub fn http_get(port: u16, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");
     response
+}
+
+/// The sum of the series of the metric `name` served on `http://127.0.0.1:port/metrics` whose
+/// labels include `label` (written as `key="value"`); 0 when there is none. Blocking.
+pub fn metric_with_label(port: u16, name: &str, label: &str) -> f64 {
+    let text = http_get(port, "/metrics");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name))
+        .filter_map(|rest| rest.strip_prefix('{'))
+        .filter_map(|rest| rest.split_once('}'))
+        .filter(|(labels, _)| labels.split(',').any(|pair| pair == label))
+        .filter_map(|(_, value)| value.trim().split(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -248,7 +248,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             sandbox_config: request.sandbox_config,
             ..Default::default()
         };
-        self.records.record_intent(image).await.map_err(|source| {
+        let intent = self.records.intend(image).await.map_err(|source| {
             let message = format!("Failed to record image pull intent for container image {image:?}: {source}");
             tracing::warn!("{message}");
             EnsureError::RecordIntent { message, source }
@@ -256,14 +256,14 @@ impl<R: ImageRuntime> ImageManager<R> {
         let (scheduled, pulled_with) = self.pull_with_each(pull, &credentials).await;
         match scheduled.result {
             Ok(pulled) => {
-                let recorded = self.records.record_pulled(image, &pulled.image_ref, &repository, pulled_with).await;
+                let recorded = intent.pulled(&pulled.image_ref, &repository, pulled_with).await;
                 if let Err(error) = recorded {
                     tracing::warn!(%error, "failed to write image pulled record; its intent stays, so every pod will be verified");
                 }
                 Ok(self.record_pulled(image, pulled, started, scheduled.joined))
             }
             Err(error) => {
-                if let Err(error) = self.records.record_failed(image).await {
+                if let Err(error) = intent.failed().await {
                     tracing::warn!(%error, "failed to remove image pull intent");
                 }
                 Err(self.record_failed(image, error, backoff_key))

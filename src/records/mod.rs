@@ -229,8 +229,15 @@ impl PullRecords {
     }
 
     /// Before a pull of `image` (as the pod wrote it): its intent, on disk before the pull starts,
-    /// whichever caller writes it.
-    pub async fn record_intent(&self, image: &str) -> Result<(), RecordsError> {
+    /// whichever caller writes it. The guard ends it with the pull's outcome; dropped without one
+    /// (the caller went away mid-pull, when the pull may still succeed for others), it leaves the
+    /// intent on disk, so the image stays verified until a pull records who pulled it.
+    pub async fn intend(self: &Arc<Self>, image: &str) -> Result<PullIntent, RecordsError> {
+        self.record_intent(image).await?;
+        Ok(PullIntent { records: self.clone(), image: image.to_owned(), ended: false })
+    }
+
+    async fn record_intent(&self, image: &str) -> Result<(), RecordsError> {
         let _recording = self.intent_writes.lock().await;
         let first = {
             let mut state = self.state();
@@ -429,6 +436,41 @@ impl PullRecords {
         }
         self.report();
         Ok(())
+    }
+}
+
+/// A pull's intent, ended by the pull's outcome (see [`PullRecords::intend`]).
+pub struct PullIntent {
+    records: Arc<PullRecords>,
+    image: String,
+    ended: bool,
+}
+
+impl PullIntent {
+    /// The pull succeeded: see [`PullRecords::record_pulled`].
+    pub async fn pulled(
+        mut self,
+        image_ref: &str,
+        name: &str,
+        pulled_with: PullCredentials,
+    ) -> Result<(), RecordsError> {
+        self.ended = true;
+        self.records.record_pulled(&self.image, image_ref, name, pulled_with).await
+    }
+
+    /// The pull failed: the intent goes with the last pull of the image.
+    pub async fn failed(mut self) -> Result<(), RecordsError> {
+        self.ended = true;
+        self.records.record_failed(&self.image).await
+    }
+}
+
+impl Drop for PullIntent {
+    fn drop(&mut self) {
+        if !self.ended {
+            // No outcome: the pull is no longer this caller's, but its intent stays on disk.
+            self.records.end_intent_in_memory(&self.image);
+        }
     }
 }
 

@@ -141,3 +141,18 @@ async fn at_start_an_intent_for_a_present_image_becomes_a_record_that_verifies_e
         "the record of an image that is gone is pruned"
     );
 }
+
+#[tokio::test]
+async fn a_caller_that_goes_away_mid_pull_leaves_the_intent_so_the_image_stays_verified() {
+    let root = tempfile::tempdir().unwrap();
+    let records = Arc::new(open(root.path()));
+    let intent = records.intend("private:v1").await.expect("recorded");
+    assert_eq!(records.pulls_in_flight("private:v1"), 1);
+    drop(intent);
+    assert_eq!(records.pulls_in_flight("private:v1"), 0);
+    assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").expect("readable"));
+    assert_eq!(files(&root.path().join("image_manager/pulling")).len(), 1, "kept on disk");
+    let again = records.intend("private:v1").await.expect("recorded");
+    again.pulled("sha256:private", "docker.io/library/private", secret("s")).await.expect("recorded");
+    assert!(files(&root.path().join("image_manager/pulling")).is_empty(), "a pull that recorded its outcome ends it");
+}

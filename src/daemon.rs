@@ -167,15 +167,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     // The records are read into memory, and what a crash left behind is settled, while serving.
     tokio::spawn({
         let (records, runtime) = (parts.records.clone(), runtime.clone());
-        async move {
-            let warm = records.clone();
-            match tokio::task::spawn_blocking(move || warm.warm()).await {
-                Ok(Err(error)) => tracing::warn!(%error, "cannot read the pull records; each is read when asked for"),
-                Err(error) => tracing::warn!(%error, "reading the pull records stopped"),
-                Ok(Ok(())) => {}
-            }
-            records.initialize(&*runtime, started).await;
-        }
+        async move { records.settle(&*runtime, started).await }
     });
     if settings.presence_cache {
         tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));

@@ -9,91 +9,28 @@
 
 mod support;
 
-use std::{
-    collections::HashSet,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashSet, path::Path};
 
 use base64::Engine;
 use cri_imaged::api::{
     EnsureImageExistsRequest, EnsureImageExistsResponse, PullPolicy, PullSecret,
     image_manager_client::ImageManagerClient,
 };
-use support::{call, ensure, process::DaemonProcess, reason, stack::LocalStack, unix_channel};
+use support::{
+    call,
+    private::{self, ALICE, BOB, Private, private_registry},
+    reason,
+};
 use tonic::{Code, Status, transport::Channel};
 
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
 const ALWAYS: i32 = PullPolicy::Always as i32;
 
-/// The registry's users and their passwords.
-const ALICE: (&str, &str) = ("alice", "s3cret-Alice-A1");
-const BOB: (&str, &str) = ("bob", "hunter2-Bob-B2");
 /// Alice's name with a password the registry refuses.
 const ALICE_WRONG: (&str, &str) = ("alice", "not-alices-pw-X9");
 const BOB_WRONG: (&str, &str) = ("bob", "not-bobs-pw-Y8");
 
-/// A registry only alice and bob may use, containerd in front of it, and a directory for daemons.
-struct Private {
-    stack: LocalStack,
-    dir: tempfile::TempDir,
-}
-
-fn private_registry() -> Option<Private> {
-    let stack = LocalStack::start_with_htpasswd(&[ALICE, BOB])?;
-    Some(Private { stack, dir: tempfile::tempdir().expect("tempdir") })
-}
-
 impl Private {
-    /// Pushes `REGISTRY/name:tag` as alice and returns the image's full name.
-    fn seed(&self, name_and_tag: &str) -> String {
-        self.stack.seed_as(ALICE.0, ALICE.1, name_and_tag, name_and_tag);
-        self.stack.image(name_and_tag)
-    }
-
-    /// A fresh directory for a daemon: its socket and log, `root/` (its `--root-dir`) and
-    /// `home/` (its `$HOME` and working directory).
-    fn daemon_dir(&self, name: &str) -> PathBuf {
-        let dir = self.dir.path().join(name);
-        for sub in ["root", "home"] {
-            std::fs::create_dir_all(dir.join(sub)).expect("daemon dirs");
-        }
-        dir
-    }
-
-    /// The daemon in `dir` (see [`Private::daemon_dir`]) with `extra` flags, serving.
-    async fn daemon(&self, dir: &Path, extra: &[&str]) -> (DaemonProcess, ImageManagerClient<Channel>) {
-        self.daemon_logging(dir, extra, "info,cri_imaged=trace").await
-    }
-
-    async fn daemon_logging(
-        &self,
-        dir: &Path,
-        extra: &[&str],
-        rust_log: &str,
-    ) -> (DaemonProcess, ImageManagerClient<Channel>) {
-        let root_dir = dir.join("root");
-        let flags = [&["--root-dir", root_dir.to_str().expect("utf-8 path")], extra].concat();
-        let socket = dir.join("cri-imaged.sock");
-        let runtime = &self.stack.containerd_socket;
-        let daemon = DaemonProcess::spawn_at_home(&socket, runtime, &flags, rust_log, &dir.join("home"));
-        daemon.wait_until_serving().await;
-        let client = ImageManagerClient::new(unix_channel(&daemon.socket));
-        (daemon, client)
-    }
-
-    /// A kubernetes.io/dockerconfigjson secret in namespace `default` for this registry.
-    fn secret(&self, name: &str, (user, password): (&str, &str)) -> PullSecret {
-        let auths =
-            serde_json::json!({ "auths": { &self.stack.registry: { "username": user, "password": password } } });
-        PullSecret {
-            name: name.into(),
-            namespace: "default".into(),
-            docker_config_json: auths.to_string(),
-            uid: format!("uid-{name}"),
-            r#type: "kubernetes.io/dockerconfigjson".into(),
-        }
-    }
-
     /// A config.json giving `user` this registry, as `docker login` writes it (`auth` only).
     fn config_json(&self, (user, password): (&str, &str)) -> String {
         serde_json::json!({ "auths": { &self.stack.registry: { "auth": basic(user, password) } } }).to_string()
@@ -102,12 +39,7 @@ impl Private {
 
 /// EnsureImageExists (IfNotPresent) for `image` from the pod `pod` with `secrets`.
 fn for_pod(pod: &str, image: &str, secrets: Vec<PullSecret>) -> EnsureImageExistsRequest {
-    let mut request = ensure(image, IF_NOT_PRESENT);
-    let pod_ref = request.pod.as_mut().expect("pod");
-    pod_ref.name = pod.into();
-    pod_ref.uid = format!("uid-{pod}");
-    request.pull_secrets = secrets;
-    request
+    private::for_pod(pod, image, secrets, IF_NOT_PRESENT)
 }
 
 /// base64(`user:password`), the `auth` of a docker config and of a Basic Authorization header.

@@ -59,6 +59,9 @@ struct State {
     intents_authoritative: bool,
     /// Pulls under way, by image: the intent goes when the last one ends.
     intents_in_flight: HashMap<String, u32>,
+    /// Intents found at start: from pulls whose outcome was never recorded (a crash). Only a
+    /// record replaces one; a failed pull of its image now leaves it.
+    inherited: HashSet<String>,
     records_on_disk: usize,
 }
 
@@ -109,9 +112,10 @@ impl PullRecords {
         let state = State {
             records: ClockCache::new(RECORDS_IN_MEMORY),
             records_authoritative: false,
-            intents,
+            intents: intents.clone(),
             intents_authoritative,
             intents_in_flight: HashMap::new(),
+            inherited: intents.clone(),
             records_on_disk,
         };
         let records = Self {
@@ -274,12 +278,13 @@ impl PullRecords {
         pulled_with: PullCredentials,
     ) -> Result<(), RecordsError> {
         self.merge(image_ref, name, pulled_with).await?;
-        self.end_intent(image).await
+        self.end_intent(image, true).await
     }
 
-    /// After a failed pull: the intent ended.
+    /// After a failed pull: the intent ended (unless it is older than this start: see
+    /// [`PullRecords::settle`]).
     pub async fn record_failed(&self, image: &str) -> Result<(), RecordsError> {
-        self.end_intent(image).await
+        self.end_intent(image, false).await
     }
 
     /// Adds `secret` to what may use `name` in the record of `image_ref` (a check found it holds
@@ -317,10 +322,24 @@ impl PullRecords {
         Ok(())
     }
 
-    async fn end_intent(&self, image: &str) -> Result<(), RecordsError> {
+    /// One pull ended, `recorded` when its record was written; the last one removes the intent,
+    /// except an inherited one that no record replaced.
+    async fn end_intent(&self, image: &str, recorded: bool) -> Result<(), RecordsError> {
         if !self.end_intent_in_memory(image) {
             return Ok(());
         }
+        {
+            let mut state = self.state();
+            if recorded {
+                state.inherited.remove(image);
+            } else if state.inherited.contains(image) {
+                return Ok(());
+            }
+        }
+        self.remove_intent(image).await
+    }
+
+    async fn remove_intent(&self, image: &str) -> Result<(), RecordsError> {
         let (dir, key) = (self.pulling.clone(), image.to_owned());
         blocking(move || dir.remove(&key)).await.map_err(|error| self.io_error(&self.pulling, error))?;
         self.state().intents.remove(image);
@@ -355,12 +374,26 @@ impl PullRecords {
         }
     }
 
-    /// At start: each intent a crash (or a failed record write) left behind whose image is
-    /// present becomes a record with no credentials (so every pod is verified), and goes; records
-    /// of images that are gone, last written before `started`, are removed.
-    pub async fn initialize<R: ImageRuntime>(&self, runtime: &R, started: SystemTime) {
-        let intents: Vec<String> = self.state().intents.iter().cloned().collect();
-        for image in intents {
+    /// After start, while serving: each intent a crash (or a failed record write) left behind
+    /// whose image is present becomes a record with no credentials (so every pod is verified),
+    /// and goes; then every record is read into memory; then the records of images that are
+    /// gone, last written before `started`, are removed.
+    pub async fn settle<R: ImageRuntime>(self: Arc<Self>, runtime: &R, started: SystemTime) {
+        self.convert_inherited_intents(runtime).await;
+        let records = self.clone();
+        match tokio::task::spawn_blocking(move || records.warm()).await {
+            Ok(Err(error)) => tracing::warn!(%error, "cannot read the pull records; each is read when asked for"),
+            Err(error) => tracing::warn!(%error, "reading the pull records stopped"),
+            Ok(Ok(())) => {}
+        }
+        if let Err(error) = self.prune(runtime, started).await {
+            tracing::warn!(%error, "cannot prune the records of images that are gone");
+        }
+    }
+
+    async fn convert_inherited_intents<R: ImageRuntime>(&self, runtime: &R) {
+        let inherited: Vec<String> = self.state().inherited.iter().cloned().collect();
+        for image in inherited {
             let spec = k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
             match runtime.image_status(spec).await {
                 Ok(Some(found)) => {
@@ -370,7 +403,13 @@ impl PullRecords {
                         continue;
                     }
                     tracing::info!(image, image_ref = %found.id, "a pull intent left from before is now a record: every pod is verified for this image");
-                    if let Err(error) = self.end_intent(&image).await {
+                    let removable = {
+                        let mut state = self.state();
+                        state.inherited.remove(&image);
+                        // A pull under way ends the intent itself.
+                        !state.intents_in_flight.contains_key(&image)
+                    };
+                    if removable && let Err(error) = self.remove_intent(&image).await {
                         tracing::warn!(%error, image, "cannot remove a pull intent");
                     }
                 }
@@ -379,9 +418,6 @@ impl PullRecords {
                     tracing::warn!(%error, image, "cannot tell whether a pulled intent's image is present; kept")
                 }
             }
-        }
-        if let Err(error) = self.prune(runtime, started).await {
-            tracing::warn!(%error, "cannot prune the records of images that are gone");
         }
     }
 
@@ -404,12 +440,14 @@ impl PullRecords {
     }
 
     async fn prune<R: ImageRuntime>(&self, runtime: &R, started: SystemTime) -> Result<(), RecordsError> {
+        // Held from before the images are listed: a pull that lands meanwhile records after the
+        // prune, never has its record removed as that of an absent image.
+        let _writing = self.writes.lock().await;
         let ids = match runtime.list_image_ids().await {
             Ok(Some(ids)) => ids.into_iter().collect::<HashSet<_>>(),
             Ok(None) => return Ok(()),
             Err(error) => return Err(RecordsError::Writer(error.to_string())),
         };
-        let _writing = self.writes.lock().await;
         let dir = self.pulled.clone();
         let before = format::rfc3339(started);
         let removed = blocking(move || {

@@ -125,9 +125,9 @@ async fn at_start_an_intent_for_a_present_image_becomes_a_record_that_verifies_e
         records.record_pulled("kept:v1", "sha256:kept", "docker.io/library/kept", secret("s")).await.expect("written");
         records.record_pulled("gone:v1", "sha256:gone", "docker.io/library/gone", secret("s")).await.expect("written");
     }
-    let records = open(root.path());
+    let records = Arc::new(open(root.path()));
     let runtime = Images(vec![("crashed:v1", "sha256:crashed"), ("kept:v1", "sha256:kept")]);
-    records.initialize(&runtime, SystemTime::now() + Duration::from_secs(2)).await;
+    records.clone().settle(&runtime, SystemTime::now() + Duration::from_secs(2)).await;
     let converted = records.record("sha256:crashed").expect("readable").expect("a record now");
     assert!(converted.credential_mapping.is_empty(), "no credentials: every pod is verified");
     assert!(!records.pulled_by_cri_imaged("crashed:v1", "sha256:unrelated").expect("readable"), "the intent went");
@@ -155,4 +155,21 @@ async fn a_caller_that_goes_away_mid_pull_leaves_the_intent_so_the_image_stays_v
     let again = records.intend("private:v1").await.expect("recorded");
     again.pulled("sha256:private", "docker.io/library/private", secret("s")).await.expect("recorded");
     assert!(files(&root.path().join("image_manager/pulling")).is_empty(), "a pull that recorded its outcome ends it");
+}
+
+#[tokio::test]
+async fn a_failed_pull_does_not_remove_an_intent_a_crash_left_until_a_record_replaces_it() {
+    let root = tempfile::tempdir().unwrap();
+    {
+        let records = open(root.path());
+        records.record_intent("crashed:v1").await.expect("written");
+    }
+    let records = Arc::new(open(root.path()));
+    // A pod without credentials asks before the start settled: its pull fails.
+    records.intend("crashed:v1").await.expect("recorded").failed().await.expect("ended");
+    assert!(records.pulled_by_cri_imaged("crashed:v1", "sha256:crashed").expect("readable"), "still counted");
+    records.clone().settle(&Images(vec![("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
+    let converted = records.record("sha256:crashed").expect("readable").expect("a record now");
+    assert!(converted.credential_mapping.is_empty());
+    assert!(files(&root.path().join("image_manager/pulling")).is_empty());
 }

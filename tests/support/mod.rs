@@ -3,6 +3,7 @@
 
 pub mod fake_events;
 pub mod fake_runtime;
+pub mod private;
 pub mod process;
 pub mod stack;
 

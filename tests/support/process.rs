@@ -79,35 +79,7 @@ impl DaemonProcess {
 
     /// Starts the daemon without waiting for it, with `RUST_LOG=rust_log`.
     pub fn spawn_logging(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str) -> Self {
-        // Beside the socket's nearest existing ancestor: the daemon creates the socket's directory.
-        let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
-        let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
-        let stderr = std::fs::File::create(&log).expect("daemon log file");
-        // Quick probes and a short drain, unless the test sets its own.
-        // Pull records beside the socket, never in the machine's /var/lib/cri-imaged.
-        let root_dir = socket.parent().expect("the socket is in a directory").join("root");
-        let root_dir = root_dir.to_str().expect("utf-8 path");
-        let defaults = [
-            ("--health-probe-interval", "100ms"),
-            ("--health-probe-timeout", "200ms"),
-            ("--shutdown-timeout", "2s"),
-            ("--root-dir", root_dir),
-        ];
-        let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(socket)
-            .arg("--runtime-endpoint")
-            .arg(runtime_socket)
-            .args(defaults.iter().filter(|(flag, _)| !extra.contains(flag)).flat_map(|(flag, value)| [flag, value]))
-            .args(extra)
-            .env("RUST_LOG", rust_log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("cri-imaged starts");
-        Self { socket: socket.to_owned(), log, child }
+        Self::spawn_with(socket, runtime_socket, extra, rust_log, None)
     }
 
     /// As [`DaemonProcess::spawn_logging`], with `HOME` and the working directory set to `home`:
@@ -115,10 +87,16 @@ impl DaemonProcess {
     /// `$HOME/.docker`, `/.docker`, then `.dockercfg` in the same places with `$HOME` and `/`) then
     /// sees only what the test put there, and `/` (root's own, not the user's, on this machine).
     pub fn spawn_at_home(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str, home: &Path) -> Self {
+        Self::spawn_with(socket, runtime_socket, extra, rust_log, Some(home))
+    }
+
+    fn spawn_with(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str, home: Option<&Path>) -> Self {
+        // Beside the socket's nearest existing ancestor: the daemon creates the socket's directory.
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
         let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
         let stderr = std::fs::File::create(&log).expect("daemon log file");
-        // Pull records beside the socket, never in the machine's /var/lib/cri-imaged.
+        // Quick probes and a short drain, and pull records beside the socket (never in the
+        // machine's /var/lib/cri-imaged), unless the test sets its own.
         let root_dir = socket.parent().expect("the socket is in a directory").join("root");
         let root_dir = root_dir.to_str().expect("utf-8 path");
         let defaults = [
@@ -127,7 +105,8 @@ impl DaemonProcess {
             ("--shutdown-timeout", "2s"),
             ("--root-dir", root_dir),
         ];
-        let child = Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cri-imaged"));
+        command
             .arg("serve")
             .arg("--listen")
             .arg(socket)
@@ -136,13 +115,13 @@ impl DaemonProcess {
             .args(defaults.iter().filter(|(flag, _)| !extra.contains(flag)).flat_map(|(flag, value)| [flag, value]))
             .args(extra)
             .env("RUST_LOG", rust_log)
-            .env("HOME", home)
-            .current_dir(home)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("cri-imaged starts");
+            .stderr(stderr);
+        if let Some(home) = home {
+            command.env("HOME", home).current_dir(home);
+        }
+        let child = command.spawn().expect("cri-imaged starts");
         Self { socket: socket.to_owned(), log, child }
     }
 

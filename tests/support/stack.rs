@@ -130,6 +130,18 @@ impl LocalStack {
             .count()
     }
 
+    /// How many of containerd's resolutions of `repository:tag` the registry refused with 401.
+    /// On a registry with auth, an anonymous pull is one such request; a credentialed one makes
+    /// one too (its first, anonymous request) before its authenticated one.
+    pub fn refused_resolutions(&self, repository: &str, tag: &str) -> usize {
+        let log = std::fs::read_to_string(&self.registry_log).expect("registry log");
+        let request = format!("/v2/{repository}/manifests/{tag} HTTP/");
+        log.lines()
+            .filter(|line| line.contains(&request) && line.contains("containerd/"))
+            .filter(|line| line.split_once("\" ").is_some_and(|(_, status)| status.starts_with("401 ")))
+            .count()
+    }
+
     /// The logins containerd's requests for `repository` made, in order, from the registry's log
     /// of a stack started by [`LocalStack::start_with_htpasswd`]: `fail USER` for credentials the
     /// registry refused (a wrong password or an unknown user), `ok USER` for accepted ones, repeats

@@ -7,7 +7,7 @@
 //! document is wrong and never quote what it holds.
 
 use base64::{
-    Engine,
+    DecodeError, Engine,
     alphabet::STANDARD,
     engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig},
 };
@@ -105,6 +105,10 @@ fn read_document(value: &mut Value, shape: Shape) -> Result<Vec<Entry>, DockerCo
 }
 
 fn read_entry(key: String, entry: &mut Value) -> Result<Entry, DockerConfigError> {
+    // A null entry reads as an empty login, as Go reads it.
+    if entry.is_null() {
+        return Ok(Entry { key, auth: RegistryAuth::default() });
+    }
     let Value::Object(fields) = entry else { return Err(DockerConfigError::EntryNotAnObject(quoted(&key))) };
     let mut text = |name: &'static str| match field(fields, name) {
         None | Some(Value::Null) => Ok(String::new()),
@@ -144,7 +148,16 @@ pub fn decode_auth(auth: &str) -> Result<(String, String), AuthError> {
         if auth.trim().ends_with('=') { DecodePaddingMode::RequireCanonical } else { DecodePaddingMode::RequireNone };
     let decoded = GeneralPurpose::new(&STANDARD, config.with_decode_padding_mode(padding)).decode(&cleaned);
     cleaned.zeroize();
-    let decoded = decoded.map_err(|error| AuthError::NotBase64(error.to_string()))?;
+    // base64's own messages quote the offending byte, a byte of the secret: only where it is.
+    let decoded = decoded.map_err(|error| {
+        AuthError::NotBase64(match error {
+            DecodeError::InvalidByte(offset, _) | DecodeError::InvalidLastSymbol(offset, _) => {
+                format!("invalid symbol at offset {offset}")
+            }
+            DecodeError::InvalidLength(length) => format!("invalid length {length}"),
+            DecodeError::InvalidPadding => "invalid padding".to_owned(),
+        })
+    })?;
     let mut text = String::from_utf8(decoded).map_err(|error| {
         error.into_bytes().zeroize();
         AuthError::NotUtf8

@@ -8,6 +8,7 @@ use std::{
 
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 pub mod metrics;
 
@@ -248,65 +249,23 @@ impl<R: ImageRuntime> ImageManager<R> {
             sandbox_config: request.sandbox_config,
             ..Default::default()
         };
-        let intent = self.records.intend(image).await.map_err(|source| {
-            let message = format!("Failed to record image pull intent for container image {image:?}: {source}");
-            tracing::warn!("{message}");
-            EnsureError::RecordIntent { message, source }
-        })?;
-        let (scheduled, pulled_with) = self.pull_with_each(pull, &credentials).await;
+        // The pull and its record run in a task of their own: a caller that goes away mid-pull
+        // (its deadline passed) must not leave a pulled image without the record of who pulled it.
+        let pulling =
+            pull_and_record(self.scheduler.clone(), self.records.clone(), image.clone(), repository, pull, credentials);
+        let scheduled = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
+            Ok(Ok(scheduled)) => scheduled,
+            Ok(Err(source)) => {
+                let message = format!("Failed to record image pull intent for container image {image:?}: {source}");
+                tracing::warn!("{message}");
+                return Err(EnsureError::RecordIntent { message, source });
+            }
+            Err(_) => Scheduled { result: Err(Arc::new(PullError::Abandoned)), joined: false },
+        };
         match scheduled.result {
-            Ok(pulled) => {
-                let recorded = intent.pulled(&pulled.image_ref, &repository, pulled_with).await;
-                if let Err(error) = recorded {
-                    tracing::warn!(%error, "failed to write image pulled record; its intent stays, so every pod will be verified");
-                }
-                Ok(self.record_pulled(image, pulled, started, scheduled.joined))
-            }
-            Err(error) => {
-                if let Err(error) = intent.failed().await {
-                    tracing::warn!(%error, "failed to remove image pull intent");
-                }
-                Err(self.record_failed(image, error, backoff_key))
-            }
+            Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
+            Err(error) => Err(self.record_failed(image, error, backoff_key)),
         }
-    }
-
-    /// The kubelet's pull with credentials: without any, one anonymous pull; otherwise each in
-    /// turn until one succeeds, never falling back to an anonymous pull. Each attempt is its own
-    /// shared pull (its key holds the credential's hash), so callers with the same credential
-    /// share it and callers with different ones never do.
-    ///
-    /// Also returns what the winning pull was made with, for the image's record: the secret, or
-    /// "any pod on the node" for an anonymous pull or the node's own credentials.
-    async fn pull_with_each(&self, spec: PullSpec, credentials: &[Arc<Credential>]) -> (Scheduled, PullCredentials) {
-        let anyone = PullCredentials { node_pods_accessible: true, ..Default::default() };
-        if credentials.is_empty() {
-            return (self.scheduler.pull(spec).await, anyone);
-        }
-        let mut failures = Vec::with_capacity(credentials.len());
-        let mut joined = false;
-        for credential in credentials {
-            let attempt = PullSpec { auth: Some(credential.auth.clone()), ..spec.clone() };
-            let scheduled = self.scheduler.pull(attempt).await;
-            joined |= scheduled.joined;
-            match scheduled.result {
-                Ok(pulled) => {
-                    let pulled_with = match &credential.source {
-                        CredentialSource::Secret(coordinates) => PullCredentials {
-                            kubernetes_secrets: vec![secret_record(coordinates, &credential.auth)],
-                            ..Default::default()
-                        },
-                        CredentialSource::NodeConfig | CredentialSource::Plugin(_) => anyone,
-                    };
-                    return (Scheduled { result: Ok(pulled), joined }, pulled_with);
-                }
-                Err(error) => {
-                    tracing::debug!(credentials = %credential.source, %error, "pull with these credentials failed");
-                    failures.push(error);
-                }
-            }
-        }
-        (Scheduled { result: Err(PullError::every_credential_failed(failures)), joined }, PullCredentials::default())
     }
 
     /// Decides from presence, policy and the pod's right to the present image: the answer when
@@ -490,12 +449,46 @@ impl<R: ImageRuntime> ImageManager<R> {
 
     /// A CRI `PullImage`: through the scheduler (single-flight, parallel cap) and the registry
     /// limits, which wait rather than fail. No backoff: the kubelet keeps its own on this path.
+    ///
+    /// The pull is recorded too (KEP-2535), so that an image the kubelet pulled through here with
+    /// its credentials is not "preloaded" for EnsureImageExists callers: pulled with credentials,
+    /// its record names none (every pod is verified); anonymously, it is every pod's.
     pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {
         let image = spec.image.image.clone();
         spec.wait_for_rate_limit = true;
         tracing::info!(image = %image, "{}", messages::pulling(&image));
         let started = Instant::now();
-        let scheduled = self.scheduler.pull(spec).await;
+        let pulled_with = match spec.auth {
+            Some(_) => PullCredentials::default(),
+            None => PullCredentials { node_pods_accessible: true, ..Default::default() },
+        };
+        let name = spec.reference.as_ref().map(|reference| reference.name());
+        let (scheduler, records) = (self.scheduler.clone(), self.records.clone());
+        let pulling = async move {
+            let intent = match &name {
+                Some(_) => records
+                    .intend(&image)
+                    .await
+                    .map_err(|error| tracing::warn!(%error, "pull intent not recorded"))
+                    .ok(),
+                None => None,
+            };
+            let scheduled = scheduler.pull(spec).await;
+            if let (Some(intent), Some(name)) = (intent, &name) {
+                let recorded = match &scheduled.result {
+                    Ok(pulled) => intent.pulled(&pulled.image_ref, name, pulled_with).await,
+                    Err(_) => intent.failed().await,
+                };
+                if let Err(error) = recorded {
+                    tracing::warn!(%error, "failed to record the pull's outcome; its intent stays");
+                }
+            }
+            (image, scheduled)
+        };
+        let (image, scheduled) = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
+            Ok(done) => done,
+            Err(_) => return Err(Arc::new(PullError::Abandoned)),
+        };
         match &scheduled.result {
             Ok(pulled) => {
                 let message = messages::pulled(&image, pulled.pull_duration, started.elapsed(), pulled.image_size);
@@ -505,6 +498,70 @@ impl<R: ImageRuntime> ImageManager<R> {
         }
         scheduled.result
     }
+}
+
+/// Records the pull's intent, pulls with each credential in turn, and records the outcome:
+/// [`PullRecords::intend`], then [`pull_with_each`], then the record (or the intent's end).
+async fn pull_and_record(
+    scheduler: PullScheduler,
+    records: Arc<PullRecords>,
+    image: String,
+    repository: String,
+    spec: PullSpec,
+    credentials: Vec<Arc<Credential>>,
+) -> Result<Scheduled, RecordsError> {
+    let intent = records.intend(&image).await?;
+    let (scheduled, pulled_with) = pull_with_each(&scheduler, spec, &credentials).await;
+    let recorded = match &scheduled.result {
+        Ok(pulled) => intent.pulled(&pulled.image_ref, &repository, pulled_with).await,
+        Err(_) => intent.failed().await,
+    };
+    if let Err(error) = recorded {
+        tracing::warn!(%error, "failed to record the pull's outcome; its intent stays, so every pod will be verified");
+    }
+    Ok(scheduled)
+}
+
+/// The kubelet's pull with credentials: without any, one anonymous pull; otherwise each in
+/// turn until one succeeds, never falling back to an anonymous pull. Each attempt is its own
+/// shared pull (its key holds the credential's hash), so callers with the same credential
+/// share it and callers with different ones never do.
+///
+/// Also returns what the winning pull was made with, for the image's record: the secret, or
+/// "any pod on the node" for an anonymous pull or the node's own credentials.
+async fn pull_with_each(
+    scheduler: &PullScheduler,
+    spec: PullSpec,
+    credentials: &[Arc<Credential>],
+) -> (Scheduled, PullCredentials) {
+    let anyone = PullCredentials { node_pods_accessible: true, ..Default::default() };
+    if credentials.is_empty() {
+        return (scheduler.pull(spec).await, anyone);
+    }
+    let mut failures = Vec::with_capacity(credentials.len());
+    let mut joined = false;
+    for credential in credentials {
+        let attempt = PullSpec { auth: Some(credential.auth.clone()), ..spec.clone() };
+        let scheduled = scheduler.pull(attempt).await;
+        joined |= scheduled.joined;
+        match scheduled.result {
+            Ok(pulled) => {
+                let pulled_with = match &credential.source {
+                    CredentialSource::Secret(coordinates) => PullCredentials {
+                        kubernetes_secrets: vec![secret_record(coordinates, &credential.auth)],
+                        ..Default::default()
+                    },
+                    CredentialSource::NodeConfig | CredentialSource::Plugin(_) => anyone,
+                };
+                return (Scheduled { result: Ok(pulled), joined }, pulled_with);
+            }
+            Err(error) => {
+                tracing::debug!(credentials = %credential.source, %error, "pull with these credentials failed");
+                failures.push(error);
+            }
+        }
+    }
+    (Scheduled { result: Err(PullError::every_credential_failed(failures)), joined }, PullCredentials::default())
 }
 
 /// A secret as a pull record names it: its coordinates and the hash of its credential.

@@ -610,3 +610,15 @@ async fn an_anonymous_pull_makes_the_image_every_pods() {
     assert!(record.credential_mapping["registry.local/team/app"].node_pods_accessible);
     assert!(manager.root_dir.path().join("image_manager/pulled").exists());
 }
+
+#[tokio::test]
+async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verified_for_every_pod() {
+    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let login = Arc::new(RegistryAuth::login("alice".into(), "alice-pw".into()));
+    let image = ImageSpec { image: "registry.local/team/app:v1".into(), ..Default::default() };
+    manager.pull_image(PullSpec { auth: Some(login), ..PullSpec::for_image(image) }).await.expect("pulled");
+    let error = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B must pull, and cannot");
+    assert_eq!(error.reason(), "ErrImagePull");
+    let record = manager.records.record("sha256:private").unwrap().expect("recorded");
+    assert!(record.credential_mapping.is_empty(), "a record naming no one: every pod is verified");
+}

@@ -7,6 +7,7 @@ use std::{
     io::{self, Write},
     os::unix::fs::{DirBuilderExt, OpenOptionsExt},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 use sha2::{Digest, Sha256};
@@ -15,6 +16,10 @@ use crate::credentials::hash::hex;
 
 /// The suffix of a file being written; one left over is from a write that never finished.
 const TMP_SUFFIX: &str = ".tmp";
+
+/// Makes each temporary file's name unique, so that two writes of one record (one abandoned by
+/// its caller, still running) never share one.
+static WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// A directory of record files, one per key.
 #[derive(Debug, Clone)]
@@ -53,7 +58,8 @@ impl RecordDir {
         let name = Self::file_name(key);
         let target = self.path.join(&name);
         let replaced = target.exists();
-        let temporary = self.path.join(format!("{name}{TMP_SUFFIX}"));
+        let write = WRITES.fetch_add(1, Ordering::Relaxed);
+        let temporary = self.path.join(format!("{name}.{write}{TMP_SUFFIX}"));
         let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
         file.write_all(contents)?;
         file.sync_all()?;

@@ -22,7 +22,7 @@ use std::{
     io,
     path::{Path, PathBuf},
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
 use self::{
@@ -57,11 +57,17 @@ struct State {
     intents: HashSet<String>,
     /// Every intent on disk is in `intents`.
     intents_authoritative: bool,
-    /// Pulls under way, by image: the intent goes when the last one ends.
+    /// Pulls under way, by image: the intent goes when the last one ends. (The sets of intents
+    /// are not bounded: there is one an image being pulled, or left by a crash.)
     intents_in_flight: HashMap<String, u32>,
-    /// Intents found at start: from pulls whose outcome was never recorded (a crash). Only a
-    /// record replaces one; a failed pull of its image now leaves it.
-    inherited: HashSet<String>,
+    /// Intents of pulls whose outcome was never recorded: found at start (a crash), or left by a
+    /// pull whose record could not be written. Only a record replaces one; a failed pull of its
+    /// image leaves it.
+    orphaned: HashSet<String>,
+    /// Until the intents found at start are settled (each turned into a record or found absent),
+    /// an image pulled under them may be named another way than its intent (a digest for a tag):
+    /// every image counts as pulled by cri-imaged, so every image is verified.
+    unsettled: bool,
     records_on_disk: usize,
 }
 
@@ -115,7 +121,8 @@ impl PullRecords {
             intents: intents.clone(),
             intents_authoritative,
             intents_in_flight: HashMap::new(),
-            inherited: intents.clone(),
+            unsettled: !intents.is_empty(),
+            orphaned: intents.clone(),
             records_on_disk,
         };
         let records = Self {
@@ -153,6 +160,7 @@ impl PullRecords {
     pub fn warm(&self) -> Result<(), RecordsError> {
         let files =
             self.pulled.read_all().map_err(|error| RecordsError::Io { path: self.pulled.path().into(), error })?;
+        let files_read = files.len();
         let mut decoded = Vec::with_capacity(files.len());
         let mut complete = true;
         for (path, contents) in files {
@@ -165,13 +173,16 @@ impl PullRecords {
             }
         }
         let mut state = self.state();
-        state.records_on_disk = decoded.len() + usize::from(!complete);
-        let fits = decoded.len() <= state.records.capacity();
-        for record in decoded.into_iter().take(state.records.capacity()) {
+        state.records_on_disk = files_read;
+        let mut evicted = false;
+        for record in decoded {
             let image_ref = record.image_ref.clone();
-            state.records.insert(&image_ref, Arc::new(record));
+            // A record written since the files were read is newer: kept.
+            if state.records.get(&image_ref).is_none() {
+                evicted |= state.records.insert(&image_ref, Arc::new(record));
+            }
         }
-        state.records_authoritative = complete && fits;
+        state.records_authoritative = complete && !evicted;
         drop(state);
         self.report();
         Ok(())
@@ -210,7 +221,7 @@ impl PullRecords {
     /// Whether cri-imaged pulled the image: a record of `image_ref`, or an intent for `image` (as
     /// the pod wrote it).
     pub fn pulled_by_cri_imaged(&self, image: &str, image_ref: &str) -> Result<bool, RecordsError> {
-        if self.record(image_ref)?.is_some() {
+        if self.state().unsettled || self.record(image_ref)?.is_some() {
             return Ok(true);
         }
         {
@@ -277,8 +288,17 @@ impl PullRecords {
         name: &str,
         pulled_with: PullCredentials,
     ) -> Result<(), RecordsError> {
-        self.merge(image_ref, name, pulled_with).await?;
+        if let Err(error) = self.merge(image_ref, name, pulled_with).await {
+            self.orphan(image);
+            return Err(error);
+        }
         self.end_intent(image, true).await
+    }
+
+    /// A pull of `image` ended without its record: its intent stays until a record replaces it.
+    fn orphan(&self, image: &str) {
+        self.end_intent_in_memory(image);
+        self.state().orphaned.insert(image.to_owned());
     }
 
     /// After a failed pull: the intent ended (unless it is older than this start: see
@@ -323,7 +343,7 @@ impl PullRecords {
     }
 
     /// One pull ended, `recorded` when its record was written; the last one removes the intent,
-    /// except an inherited one that no record replaced.
+    /// except an orphaned one that no record replaced.
     async fn end_intent(&self, image: &str, recorded: bool) -> Result<(), RecordsError> {
         if !self.end_intent_in_memory(image) {
             return Ok(());
@@ -331,15 +351,21 @@ impl PullRecords {
         {
             let mut state = self.state();
             if recorded {
-                state.inherited.remove(image);
-            } else if state.inherited.contains(image) {
+                state.orphaned.remove(image);
+            } else if state.orphaned.contains(image) {
                 return Ok(());
             }
         }
         self.remove_intent(image).await
     }
 
+    /// Removes the intent for `image` unless a pull of it started meanwhile: under the lock
+    /// [`PullRecords::record_intent`] takes, so no pull starts trusting a file being removed.
     async fn remove_intent(&self, image: &str) -> Result<(), RecordsError> {
+        let _recording = self.intent_writes.lock().await;
+        if self.state().intents_in_flight.contains_key(image) {
+            return Ok(());
+        }
         let (dir, key) = (self.pulling.clone(), image.to_owned());
         blocking(move || dir.remove(&key)).await.map_err(|error| self.io_error(&self.pulling, error))?;
         self.state().intents.remove(image);
@@ -379,7 +405,13 @@ impl PullRecords {
     /// and goes; then every record is read into memory; then the records of images that are
     /// gone, last written before `started`, are removed.
     pub async fn settle<R: ImageRuntime>(self: Arc<Self>, runtime: &R, started: SystemTime) {
-        self.convert_inherited_intents(runtime).await;
+        // Until the runtime answers for every intent (it may still be starting at boot).
+        let mut delay = Duration::from_millis(100);
+        while !self.convert_orphaned_intents(runtime).await {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+        self.state().unsettled = false;
         let records = self.clone();
         match tokio::task::spawn_blocking(move || records.warm()).await {
             Ok(Err(error)) => tracing::warn!(%error, "cannot read the pull records; each is read when asked for"),
@@ -391,34 +423,34 @@ impl PullRecords {
         }
     }
 
-    async fn convert_inherited_intents<R: ImageRuntime>(&self, runtime: &R) {
-        let inherited: Vec<String> = self.state().inherited.iter().cloned().collect();
-        for image in inherited {
+    /// One pass over the orphaned intents; whether the runtime answered for each.
+    async fn convert_orphaned_intents<R: ImageRuntime>(&self, runtime: &R) -> bool {
+        let orphaned: Vec<String> = self.state().orphaned.iter().cloned().collect();
+        let mut answered = true;
+        for image in orphaned {
             let spec = k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
             match runtime.image_status(spec).await {
                 Ok(Some(found)) => {
                     let converted = self.merge_unknown(&found.id).await;
                     if let Err(error) = converted {
                         tracing::warn!(%error, image, "cannot turn a pull intent into a record; kept");
+                        answered = false;
                         continue;
                     }
                     tracing::info!(image, image_ref = %found.id, "a pull intent left from before is now a record: every pod is verified for this image");
-                    let removable = {
-                        let mut state = self.state();
-                        state.inherited.remove(&image);
-                        // A pull under way ends the intent itself.
-                        !state.intents_in_flight.contains_key(&image)
-                    };
-                    if removable && let Err(error) = self.remove_intent(&image).await {
+                    self.state().orphaned.remove(&image);
+                    if let Err(error) = self.remove_intent(&image).await {
                         tracing::warn!(%error, image, "cannot remove a pull intent");
                     }
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    tracing::warn!(%error, image, "cannot tell whether a pulled intent's image is present; kept")
+                    tracing::warn!(%error, image, "cannot tell whether a pull intent's image is present; asking again");
+                    answered = false;
                 }
             }
         }
+        answered
     }
 
     /// A record of `image_ref` pulled under unknown circumstances: no credentials at all.
@@ -432,10 +464,14 @@ impl PullRecords {
         let replaced =
             blocking(move || dir.write(&key, &contents)).await.map_err(|error| self.io_error(&self.pulled, error))?;
         let mut state = self.state();
-        state.records.insert(image_ref, Arc::new(record));
+        if state.records.insert(image_ref, Arc::new(record)) {
+            state.records_authoritative = false;
+        }
         if !replaced {
             state.records_on_disk += 1;
         }
+        drop(state);
+        self.report();
         Ok(())
     }
 
@@ -506,8 +542,8 @@ impl PullIntent {
 impl Drop for PullIntent {
     fn drop(&mut self) {
         if !self.ended {
-            // No outcome: the pull is no longer this caller's, but its intent stays on disk.
-            self.records.end_intent_in_memory(&self.image);
+            // No outcome: the intent stays on disk until a record replaces it.
+            self.records.orphan(&self.image);
         }
     }
 }

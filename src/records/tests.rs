@@ -152,6 +152,9 @@ async fn a_caller_that_goes_away_mid_pull_leaves_the_intent_so_the_image_stays_v
     assert_eq!(records.pulls_in_flight("private:v1"), 0);
     assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").expect("readable"));
     assert_eq!(files(&root.path().join("image_manager/pulling")).len(), 1, "kept on disk");
+    // Another pod's failed pull does not take it away: only a record replaces it.
+    records.intend("private:v1").await.expect("recorded").failed().await.expect("ended");
+    assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").expect("readable"));
     let again = records.intend("private:v1").await.expect("recorded");
     again.pulled("sha256:private", "docker.io/library/private", secret("s")).await.expect("recorded");
     assert!(files(&root.path().join("image_manager/pulling")).is_empty(), "a pull that recorded its outcome ends it");
@@ -172,4 +175,22 @@ async fn a_failed_pull_does_not_remove_an_intent_a_crash_left_until_a_record_rep
     let converted = records.record("sha256:crashed").expect("readable").expect("a record now");
     assert!(converted.credential_mapping.is_empty());
     assert!(files(&root.path().join("image_manager/pulling")).is_empty());
+}
+
+#[tokio::test]
+async fn until_the_intents_found_at_start_are_settled_every_image_counts_as_pulled_by_cri_imaged() {
+    let root = tempfile::tempdir().unwrap();
+    {
+        let records = open(root.path());
+        records.record_intent("crashed:v1").await.expect("written");
+    }
+    let records = Arc::new(open(root.path()));
+    // The crash's pull may have landed under another name (a digest for the tag).
+    assert!(records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").expect("readable"));
+    records.clone().settle(&Images(vec![("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
+    assert!(
+        records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").expect("readable"),
+        "now by its record"
+    );
+    assert!(!records.pulled_by_cri_imaged("preloaded:v1", "sha256:preloaded").expect("readable"));
 }

@@ -29,6 +29,7 @@ fn entries_give_a_username_and_password_with_auth_taking_precedence() {
         (serde_json::json!({"Username": "foo", "PASSWORD": "bar"}), ("foo", "bar")),
         (serde_json::json!({"username": "foo", "identitytoken": "ignored", "serveraddress": "x"}), ("foo", "")),
         (serde_json::json!({"username": null, "password": "bar"}), ("", "bar")),
+        (serde_json::Value::Null, ("", "")),
     ];
     for (fields, (username, password)) in cases {
         let printed = fields.to_string();
@@ -108,7 +109,7 @@ fn malformed_documents_are_refused_without_quoting_them() {
         (
             r#"{"r.local": {"auth": "hunter2!"}}"#,
             Shape::Dockercfg,
-            "has an entry for \"r.local\" that cannot be used: auth field is not base64 (Invalid symbol 33, offset 7.)",
+            "has an entry for \"r.local\" that cannot be used: auth field is not base64 (invalid symbol at offset 7)",
         ),
     ];
     for (document, shape, expected) in cases {

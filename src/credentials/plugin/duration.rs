@@ -54,7 +54,7 @@ pub fn parse(text: &str) -> Result<Duration, GoDurationError> {
         let mut scale = unit_nanos;
         for digit in fraction.bytes().take(30) {
             scale /= 10;
-            part += u128::from(digit - b'0') * scale;
+            part = part.checked_add(u128::from(digit - b'0') * scale).ok_or_else(invalid)?;
         }
         nanos = nanos.checked_add(part).ok_or_else(invalid)?;
         rest = after;
@@ -96,7 +96,8 @@ mod tests {
 
     #[test]
     fn malformed_and_negative_durations_are_refused() {
-        for bad in ["", "5", "s", "1d", "1.s.", "1h 2m", "-", ".", "9999999999h"] {
+        let huge = format!("{}h.999999", "9".repeat(38));
+        for bad in ["", "5", "s", "1d", "1.s.", "1h 2m", "-", ".", "9999999999h", huge.as_str()] {
             assert_eq!(parse(bad), Err(GoDurationError::Invalid(bad.to_owned())), "{bad:?}");
         }
         assert_eq!(parse("-1m"), Err(GoDurationError::Negative("-1m".to_owned())));

@@ -130,7 +130,12 @@ fn decode(stdout: &[u8], api_version: &str) -> Result<PluginResponse, ExecError>
     };
     let cache_duration = match response.cache_duration.as_deref() {
         None => None,
-        Some(text) => Some(super::duration::parse(text).map_err(|_| ExecError::Decode)?),
+        // A negative duration caches nothing, as an answer already expired does in the kubelet.
+        Some(text) => Some(match super::duration::parse(text) {
+            Ok(duration) => duration,
+            Err(super::duration::GoDurationError::Negative(_)) => std::time::Duration::ZERO,
+            Err(super::duration::GoDurationError::Invalid(_)) => return Err(ExecError::Decode),
+        }),
     };
     let auth = response.auth.into_iter().map(|(key, entry)| (key, entry.username, entry.password)).collect();
     Ok(PluginResponse { cache_key_type, cache_duration, auth })

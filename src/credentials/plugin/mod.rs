@@ -122,14 +122,24 @@ impl Provider {
         }
         let run = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-            let start = || run(self.config.clone(), image.to_owned()).boxed().shared();
+            let start = || {
+                // In a task of its own: a run every asker gave up on still ends (and its child
+                // process with it) instead of waiting, unpolled, for the next ask.
+                let task = tokio::spawn(run(self.config.clone(), image.to_owned()));
+                let ended = Ran { answer: Answer::default(), cache_for: None };
+                async move { task.await.unwrap_or(ended) }.boxed().shared()
+            };
             in_flight.entry(image.to_owned()).or_insert_with(start).clone()
         };
-        let ran = run.await;
-        if let Some((key, duration)) = ran.cache_for {
+        let ran = run.clone().await;
+        if let Some((key, duration)) = ran.cache_for.clone() {
             self.cache().insert(key, ran.answer.clone(), Instant::now(), duration);
         }
-        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(image);
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only this run's entry: a newer run for the image may have taken its place.
+        if in_flight.get(image).is_some_and(|current| current.ptr_eq(&run)) {
+            in_flight.remove(image);
+        }
         ran.answer
     }
 }

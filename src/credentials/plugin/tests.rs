@@ -103,14 +103,16 @@ async fn concurrent_asks_for_one_image_share_one_run() {
 }
 
 #[tokio::test]
-async fn a_zero_cache_duration_caches_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let response = REGISTRY_ANSWER.replace("\"Registry\"", "\"Global\",\"cacheDuration\":\"0s\"");
-    let plugins = Plugins::new(vec![plugin(dir.path(), "uncached", &response, "0")]);
-    for _ in 0..2 {
-        assert_eq!(plugins.provide("test.registry.io/foo").await.len(), 1);
+async fn a_zero_or_negative_cache_duration_caches_nothing() {
+    for duration in ["0s", "-1m"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let response = REGISTRY_ANSWER.replace("\"Registry\"", &format!("\"Global\",\"cacheDuration\":\"{duration}\""));
+        let plugins = Plugins::new(vec![plugin(dir.path(), "uncached", &response, "0")]);
+        for _ in 0..2 {
+            assert_eq!(plugins.provide("test.registry.io/foo").await.len(), 1, "{duration}");
+        }
+        assert_eq!(runs(dir.path()), 2, "{duration}");
     }
-    assert_eq!(runs(dir.path()), 2);
 }
 
 #[tokio::test]

@@ -11,8 +11,11 @@
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
 //!   health, reflection, caller and drain deadlines, the accept path that serves any
 //!   `:authority`; `server::status` is the one place errors become gRPC statuses.
-//! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide, back off, pull.
+//! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
+//!   present image), back off, find credentials, pull, record.
 //! - [`presence`]: the presence cache, trusted only while proven current.
+//! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely
+//!   in the kubelet's files, so that a present private image goes only to pods that could pull it.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
 //! - [`pull`]: one upstream pull as a tower service, its key, the registry rate limits and the
 //!   scheduler (fair parallel cap, single-flight).

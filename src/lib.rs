@@ -13,6 +13,7 @@
 //!   `:authority`; `server::status` is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
 //!   present image), back off, find credentials, pull, record.
+//! - [`gc`]: image garbage collection, the kubelet's way (so far its pure plan).
 //! - [`presence`]: the presence cache, trusted only while proven current.
 //! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely
 //!   in the kubelet's files, so that a present private image goes only to pods that could pull it.
@@ -34,6 +35,7 @@ pub mod config;
 pub mod credentials;
 pub mod daemon;
 pub mod ensure;
+pub mod gc;
 pub mod listener;
 pub mod messages;
 pub mod metrics;

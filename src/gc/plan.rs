@@ -1,0 +1,220 @@
+//! The kubelet's image GC, as pure functions of the records, the disk's usage, the policy and
+//! `now`: which images to remove and why. Removing them, and reading the disk, is the caller's.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, SystemTime},
+};
+
+/// The kubelet's `ImageGCPolicy`, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcPolicy {
+    /// At or above this disk usage (percent), images are removed...
+    pub high_threshold_percent: u8,
+    /// ...until usage is down to this.
+    pub low_threshold_percent: u8,
+    /// An image detected less than this long ago is never removed for space.
+    pub min_age: Duration,
+    /// An unused image not used for longer than this is removed, once the collector has run this
+    /// long; zero turns it off.
+    pub max_age: Duration,
+}
+
+/// A policy the kubelet would refuse, in its words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GcPolicyError {
+    #[error("imageGCHighThresholdPercent (--image-gc-high-threshold) {0} must be between 0 and 100, inclusive")]
+    HighOutOfRange(i64),
+    #[error("imageGCLowThresholdPercent (--image-gc-low-threshold) {0} must be between 0 and 100, inclusive")]
+    LowOutOfRange(i64),
+    #[error(
+        "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+    )]
+    LowNotBelowHigh { low: i64, high: i64 },
+    #[error("imageMaximumGCAge {max_age:?} must be greater than imageMinimumGCAge {min_age:?}")]
+    MaxAgeNotAboveMinAge { max_age: Duration, min_age: Duration },
+}
+
+impl GcPolicy {
+    /// The kubelet's defaults: 85 % high, 80 % low, 2 minutes minimum age, no maximum age.
+    pub const KUBELET: Self = Self {
+        high_threshold_percent: 85,
+        low_threshold_percent: 80,
+        min_age: Duration::from_secs(120),
+        max_age: Duration::ZERO,
+    };
+
+    pub fn try_new(high: i64, low: i64, min_age: Duration, max_age: Duration) -> Result<Self, GcPolicyError> {
+        let percent = |value: i64| u8::try_from(value).ok().filter(|value| *value <= 100);
+        let high_threshold_percent = percent(high).ok_or(GcPolicyError::HighOutOfRange(high))?;
+        let low_threshold_percent = percent(low).ok_or(GcPolicyError::LowOutOfRange(low))?;
+        // A high threshold of 100 turns space-based collection off, whatever the low one.
+        if high != 100 && low >= high {
+            return Err(GcPolicyError::LowNotBelowHigh { low, high });
+        }
+        if !max_age.is_zero() && max_age <= min_age {
+            return Err(GcPolicyError::MaxAgeNotAboveMinAge { max_age, min_age });
+        }
+        Ok(Self { high_threshold_percent, low_threshold_percent, min_age, max_age })
+    }
+
+    /// High 100 with no maximum age: nothing is ever collected.
+    pub fn disabled(&self) -> bool {
+        self.high_threshold_percent == 100 && self.max_age.is_zero()
+    }
+}
+
+/// What is known of one image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRecord {
+    pub first_detected: SystemTime,
+    /// `None`: never seen in use.
+    pub last_used: Option<SystemTime>,
+    pub size: u64,
+    pub pinned: bool,
+}
+
+/// An image as the runtime lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedImage {
+    pub id: String,
+    pub size: u64,
+    pub pinned: bool,
+}
+
+/// The kubelet's `detectImages`: new images are detected `now`, images in use (by any container,
+/// exited ones included, or just handed out or pulled by cri-imaged) are used `now`, sizes and
+/// pins are refreshed, and images no longer listed are forgotten.
+pub fn detect(
+    records: &mut HashMap<String, ImageRecord>,
+    listed: &[ListedImage],
+    in_use: &HashSet<String>,
+    now: SystemTime,
+) {
+    let mut current = HashSet::with_capacity(listed.len());
+    for image in listed {
+        current.insert(image.id.as_str());
+        let record = records.entry(image.id.clone()).or_insert(ImageRecord {
+            first_detected: now,
+            last_used: None,
+            size: image.size,
+            pinned: image.pinned,
+        });
+        if in_use.contains(&image.id) {
+            record.last_used = Some(now);
+        }
+        record.size = image.size;
+        record.pinned = image.pinned;
+    }
+    records.retain(|id, _| current.contains(id.as_str()));
+}
+
+/// Why an image is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not used for longer than the maximum age.
+    Age,
+    /// Disk usage was at or above the high threshold.
+    Space,
+}
+
+/// The disk holding the images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub capacity: u64,
+    pub available: u64,
+}
+
+/// What a pass should do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Image ids to remove, in order, each with its reason.
+    pub remove: Vec<(String, Reason)>,
+    /// What a space pass had to free, and what the images it chose hold; `None` when usage was
+    /// below the high threshold.
+    pub space: Option<SpaceTarget>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceTarget {
+    pub usage_percent: u64,
+    pub to_free: u64,
+    pub found: u64,
+}
+
+/// Why no plan can be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The kubelet's `InvalidDiskCapacity`.
+    #[error("invalid capacity 0 on image filesystem")]
+    InvalidDiskCapacity,
+}
+
+impl SpaceTarget {
+    /// The kubelet's `FreeDiskSpaceFailed` message, when the images eligible fall short.
+    pub fn shortfall(&self) -> Option<String> {
+        (self.found < self.to_free).then(|| {
+            format!(
+                "Failed to garbage collect required amount of images. Attempted to free {} bytes, but only found {} bytes eligible to free.",
+                self.to_free, self.found
+            )
+        })
+    }
+}
+
+/// The kubelet's `GarbageCollect`, as a plan: unused, unpinned images oldest first (by last use,
+/// then first detection); with a maximum age, once the collector has run that long
+/// (`collecting_since`), every such image not used for longer goes; then, at or above the high
+/// threshold, images go until enough is freed to reach the low one, skipping any used at `now` or
+/// detected less than the minimum age ago. `in_use` images are never removed.
+pub fn plan(
+    records: &HashMap<String, ImageRecord>,
+    in_use: &HashSet<String>,
+    disk: DiskUsage,
+    policy: &GcPolicy,
+    now: SystemTime,
+    collecting_since: SystemTime,
+) -> Result<Plan, PlanError> {
+    let mut candidates: Vec<(&String, &ImageRecord)> =
+        records.iter().filter(|(id, record)| !in_use.contains(*id) && !record.pinned).collect();
+    // Never used sorts as oldest; ties by first detection.
+    candidates.sort_by_key(|(_, record)| (record.last_used, record.first_detected));
+    let mut remove = Vec::new();
+    let age = |since: SystemTime| now.duration_since(since).unwrap_or(Duration::ZERO);
+    if !policy.max_age.is_zero() && age(collecting_since) > policy.max_age {
+        candidates.retain(|(id, record)| {
+            let idle = age(record.last_used.unwrap_or(record.first_detected));
+            let too_old = idle > policy.max_age;
+            if too_old {
+                remove.push(((*id).clone(), Reason::Age));
+            }
+            !too_old
+        });
+    }
+    if disk.capacity == 0 {
+        return Err(PlanError::InvalidDiskCapacity);
+    }
+    let available = disk.available.min(disk.capacity);
+    let usage_percent = 100 - available.saturating_mul(100) / disk.capacity;
+    if usage_percent < u64::from(policy.high_threshold_percent) {
+        return Ok(Plan { remove, space: None });
+    }
+    let target = disk.capacity / 100 * u64::from(100 - policy.low_threshold_percent)
+        + disk.capacity % 100 * u64::from(100 - policy.low_threshold_percent) / 100;
+    let to_free = target.saturating_sub(available);
+    let mut found = 0;
+    for (id, record) in candidates {
+        if found >= to_free {
+            break;
+        }
+        if record.last_used.is_some_and(|used| used >= now) || age(record.first_detected) < policy.min_age {
+            continue;
+        }
+        remove.push((id.clone(), Reason::Space));
+        found += record.size;
+    }
+    Ok(Plan { remove, space: Some(SpaceTarget { usage_percent, to_free, found }) })
+}
+
+#[cfg(test)]
+mod tests;

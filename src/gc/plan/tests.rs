@@ -1,0 +1,154 @@
+//! The kubelet's image GC cases (`image_gc_manager_test.go`), in our words.
+
+use std::time::UNIX_EPOCH;
+
+use super::*;
+
+fn at(seconds: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_000_000 + seconds)
+}
+
+fn listed(id: &str, size: u64) -> ListedImage {
+    ListedImage { id: id.into(), size, pinned: false }
+}
+
+fn in_use(ids: &[&str]) -> HashSet<String> {
+    ids.iter().map(|id| (*id).to_owned()).collect()
+}
+
+fn record(first_detected: u64, last_used: Option<u64>, size: u64) -> ImageRecord {
+    ImageRecord { first_detected: at(first_detected), last_used: last_used.map(at), size, pinned: false }
+}
+
+fn records(entries: &[(&str, ImageRecord)]) -> HashMap<String, ImageRecord> {
+    entries.iter().map(|(id, record)| ((*id).to_owned(), record.clone())).collect()
+}
+
+fn ids(plan: &Plan) -> Vec<(&str, Reason)> {
+    plan.remove.iter().map(|(id, reason)| (id.as_str(), *reason)).collect()
+}
+
+/// No min age, so that only the thresholds decide.
+const NO_MIN_AGE: GcPolicy = GcPolicy { min_age: Duration::ZERO, ..GcPolicy::KUBELET };
+
+#[test]
+fn images_are_detected_once_used_when_in_use_and_forgotten_when_gone() {
+    let mut known = HashMap::new();
+    detect(&mut known, &[listed("a", 1024), listed("b", 2048)], &in_use(&["b"]), at(0));
+    assert_eq!(known["a"], record(0, None, 1024));
+    assert_eq!(known["b"], record(0, Some(0), 2048));
+    let pinned = ListedImage { pinned: true, ..listed("a", 4096) };
+    detect(&mut known, &[pinned], &in_use(&[]), at(10));
+    assert_eq!(known["a"], ImageRecord { size: 4096, pinned: true, ..record(0, None, 4096) }, "first detection kept");
+    assert!(!known.contains_key("b"), "no longer listed");
+}
+
+#[test]
+fn below_the_high_threshold_nothing_is_removed() {
+    let known = records(&[("a", record(0, None, 1024))]);
+    let disk = DiskUsage { capacity: 1000, available: 200 }; // 80 %
+    let plan = plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans");
+    assert_eq!(plan, Plan { remove: Vec::new(), space: None });
+}
+
+#[test]
+fn over_the_high_threshold_the_oldest_unused_images_go_until_the_low_one_is_reached() {
+    let known = records(&[
+        ("used-recently", record(0, Some(500), 300)),
+        ("never-used-old", record(0, None, 100)),
+        ("never-used-new", record(100, None, 100)),
+        ("in-use", record(0, Some(999), 1000)),
+        ("pinned", ImageRecord { pinned: true, ..record(0, None, 1000) }),
+    ]);
+    // 90 % used; the low threshold (80 %) needs 200 - 100 = 100 bytes.
+    let disk = DiskUsage { capacity: 1000, available: 100 };
+    let some = plan(&known, &in_use(&["in-use"]), disk, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
+    assert_eq!(ids(&some), [("never-used-old", Reason::Space)]);
+    assert_eq!(some.space, Some(SpaceTarget { usage_percent: 90, to_free: 100, found: 100 }));
+    assert_eq!(some.space.and_then(|space| space.shortfall()), None);
+    // Needing more, the next oldest follow, never the one in use or the pinned one.
+    let full = DiskUsage { capacity: 1000, available: 0 };
+    let more = plan(&known, &in_use(&["in-use"]), full, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
+    assert_eq!(ids(&more), [("never-used-old", Reason::Space), ("never-used-new", Reason::Space)]);
+    let space = more.space.expect("a space pass");
+    assert_eq!((space.usage_percent, space.to_free, space.found), (100, 200, 200));
+}
+
+#[test]
+fn too_few_eligible_bytes_is_the_kubelets_free_disk_space_failure() {
+    let known = records(&[("a", record(0, None, 50))]);
+    let disk = DiskUsage { capacity: 1000, available: 0 };
+    let plan = plan(&known, &in_use(&[]), disk, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
+    assert_eq!(
+        plan.space.and_then(|space| space.shortfall()).as_deref(),
+        Some(
+            "Failed to garbage collect required amount of images. Attempted to free 200 bytes, but only found 50 bytes eligible to free."
+        )
+    );
+}
+
+#[test]
+fn images_detected_less_than_the_minimum_age_ago_or_used_now_stay() {
+    let known = records(&[("young", record(950, None, 500)), ("used-now", record(0, Some(1000), 500))]);
+    let disk = DiskUsage { capacity: 1000, available: 0 };
+    let kept = plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans");
+    assert!(kept.remove.is_empty(), "{kept:?}");
+    let older = plan_at(&known, at(950 + 120));
+    assert_eq!(ids(&older), [("young", Reason::Space)], "two minutes after its detection");
+}
+
+fn plan_at(known: &HashMap<String, ImageRecord>, now: SystemTime) -> Plan {
+    let disk = DiskUsage { capacity: 1000, available: 0 };
+    plan(known, &in_use(&[]), disk, &GcPolicy::KUBELET, now, at(0)).expect("plans")
+}
+
+#[test]
+fn with_a_maximum_age_idle_images_go_once_the_collector_has_run_that_long() {
+    let policy = GcPolicy { max_age: Duration::from_secs(3600), ..GcPolicy::KUBELET };
+    let known = records(&[("idle", record(0, Some(100), 10)), ("busy", record(0, Some(3700), 10))]);
+    let plenty = DiskUsage { capacity: 1000, available: 900 };
+    let early = plan(&known, &in_use(&[]), plenty, &policy, at(3800), at(3000)).expect("plans");
+    assert!(early.remove.is_empty(), "the collector has not run an hour yet");
+    let later = plan(&known, &in_use(&[]), plenty, &policy, at(3800), at(0)).expect("plans");
+    assert_eq!(ids(&later), [("idle", Reason::Age)]);
+    let in_use_now = plan(&known, &in_use(&["idle"]), plenty, &policy, at(3800), at(0)).expect("plans");
+    assert!(in_use_now.remove.is_empty(), "an image in use is never too old");
+}
+
+#[test]
+fn a_disk_of_no_capacity_is_an_error_and_more_available_than_capacity_is_capped() {
+    let known = records(&[("a", record(0, None, 10))]);
+    let none = DiskUsage { capacity: 0, available: 0 };
+    let error = plan(&known, &in_use(&[]), none, &GcPolicy::KUBELET, at(1000), at(0)).expect_err("capacity 0");
+    assert_eq!(error.to_string(), "invalid capacity 0 on image filesystem");
+    let odd = DiskUsage { capacity: 1000, available: 5000 };
+    assert_eq!(plan(&known, &in_use(&[]), odd, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans").space, None);
+}
+
+#[test]
+fn policies_are_validated_with_the_kubelets_messages() {
+    let minute = Duration::from_secs(60);
+    let cases = [
+        (
+            (101, 80, minute, Duration::ZERO),
+            "imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100, inclusive",
+        ),
+        (
+            (85, -1, minute, Duration::ZERO),
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100, inclusive",
+        ),
+        (
+            (80, 85, minute, Duration::ZERO),
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
+        ),
+        ((85, 80, minute, minute), "imageMaximumGCAge 60s must be greater than imageMinimumGCAge 60s"),
+    ];
+    for ((high, low, min_age, max_age), message) in cases {
+        let error = GcPolicy::try_new(high, low, min_age, max_age).expect_err(message);
+        assert_eq!(error.to_string(), message);
+    }
+    assert_eq!(GcPolicy::try_new(85, 80, Duration::from_secs(120), Duration::ZERO), Ok(GcPolicy::KUBELET));
+    let off = GcPolicy::try_new(100, 100, minute, Duration::ZERO).expect("high 100 turns collection off");
+    assert!(off.disabled());
+    assert!(!GcPolicy::KUBELET.disabled());
+}

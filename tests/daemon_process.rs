@@ -268,6 +268,12 @@ async fn grpcurl_lists_describes_and_calls_the_api_with_error_details() {
     let (ok, described, err) = run(vec![], verb).await.expect("grpcurl describe");
     assert!(ok, "{err}");
     assert!(described.contains(".runtime.v1.PodSandboxConfig pod_sandbox_config"), "{described}");
+    let verb = vec!["describe".into(), "imagemanager.v1.PullSecret".into()];
+    let (ok, described, err) = run(vec![], verb).await.expect("grpcurl describe");
+    assert!(ok, "{err}");
+    for field in ["string docker_config_json = 3;", "string uid = 4;", "string type = 5;"] {
+        assert!(described.contains(field), "{field} in:\n{described}");
+    }
 
     let method = "imagemanager.v1.ImageManager/EnsureImageExists".to_owned();
     let body = r#"{"image":"busybox:1.36","pull_policy":"IF_NOT_PRESENT","pod":{"namespace":"default","name":"web"}}"#;
@@ -275,6 +281,13 @@ async fn grpcurl_lists_describes_and_calls_the_api_with_error_details() {
     assert!(ok, "{err}");
     assert!(answer.contains(r#""pulled": true"#), "{answer}");
     assert!(answer.contains(r#"Successfully pulled image \"busybox:1.36\""#), "{answer}");
+
+    let broken = r#"{"image":"other:1","pull_secrets":[{"name":"regcred","namespace":"team","docker_config_json":"{\"auths\": hunter2"}]}"#;
+    let (ok, out, err) = run(vec!["-d", broken], vec![method.clone()]).await.expect("grpcurl call");
+    assert!(!ok, "a broken pull secret is refused: {out}");
+    assert!(err.contains("Code: InvalidArgument"), "{err}");
+    assert!(err.contains("pull secret team/regcred: its .dockerconfigjson is not valid JSON"), "{err}");
+    assert!(err.contains(r#""reason":"ErrImagePull""#) && !err.contains("hunter2"), "{err}");
 
     let missing = r#"{"image":"missing:1","pull_policy":"IF_NOT_PRESENT"}"#;
     let (ok, out, err) = run(vec!["-d", missing], vec![method]).await.expect("grpcurl failing call");

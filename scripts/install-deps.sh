@@ -12,6 +12,8 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/duration.proto ] || missing+=(libprotobuf-dev)
 command -v runc >/dev/null || missing+=(runc)
 command -v curl >/dev/null || missing+=(curl)
+# /bin/kill (the tests signal the daemon with it; bash's builtin is not a program).
+[ -x /bin/kill ] || [ -x /usr/bin/kill ] || missing+=(procps)
 command -v containerd >/dev/null || missing+=(containerd)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v skopeo >/dev/null || missing+=(skopeo)

@@ -25,6 +25,7 @@ use crate::{
     pull::{
         RuntimePull,
         ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
+        record::RecordPulls,
         scheduler::PullScheduler,
     },
     records::{PullRecords, RecordsError},
@@ -113,7 +114,7 @@ impl<R: ImageRuntime> Parts<R> {
         let records = Arc::new(PullRecords::open(root_dir, metrics.records.clone())?);
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
-        let pulls = RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone()));
+        let pulls = RecordPulls::new(RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone())));
         let scheduler = PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.pulls.clone());
         let backoff = BackoffStore::new(config.backoff);
         let manager = Arc::new(ImageManager::new(Collaborators {

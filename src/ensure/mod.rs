@@ -26,7 +26,7 @@ use crate::{
     pull::scheduler::{PullScheduler, Scheduled, SchedulerConfig},
     pull::{PullError, Pulled},
     records::{
-        PullRecords, RecordsError, check,
+        PullRecords, RecordTo, RecordsError, check,
         format::{PullCredentials, SecretRecord},
         metrics::CheckResult,
         policy::{self as verification, Allowlist, VerificationPolicy},
@@ -473,7 +473,15 @@ impl<R: ImageRuntime> ImageManager<R> {
                     .ok(),
                 None => None,
             };
-            let scheduled = scheduler.pull(spec).await;
+            let record = match (&intent, &name) {
+                (Some(_), Some(name)) => {
+                    let to =
+                        RecordTo { records: records.clone(), name: name.clone(), pulled_with: pulled_with.clone() };
+                    Some(Arc::new(to))
+                }
+                _ => None,
+            };
+            let scheduled = scheduler.pull(PullSpec { record, ..spec }).await;
             if let (Some(intent), Some(name)) = (intent, &name) {
                 let recorded = match &scheduled.result {
                     Ok(pulled) => intent.pulled(&pulled.image_ref, name, pulled_with).await,
@@ -511,7 +519,7 @@ async fn pull_and_record(
     credentials: Vec<Arc<Credential>>,
 ) -> Result<Scheduled, RecordsError> {
     let intent = records.intend(&image).await?;
-    let (scheduled, pulled_with) = pull_with_each(&scheduler, spec, &credentials).await;
+    let (scheduled, pulled_with) = pull_with_each(&scheduler, (&records, &repository), spec, &credentials).await;
     let recorded = match &scheduled.result {
         Ok(pulled) => intent.pulled(&pulled.image_ref, &repository, pulled_with).await,
         Err(_) => intent.failed().await,
@@ -531,30 +539,35 @@ async fn pull_and_record(
 /// "any pod on the node" for an anonymous pull or the node's own credentials.
 async fn pull_with_each(
     scheduler: &PullScheduler,
+    record: (&Arc<PullRecords>, &str),
     spec: PullSpec,
     credentials: &[Arc<Credential>],
 ) -> (Scheduled, PullCredentials) {
+    let (records, name) = record;
+    let recording = |pulled_with: &PullCredentials| {
+        let to = RecordTo { records: records.clone(), name: name.to_owned(), pulled_with: pulled_with.clone() };
+        Some(Arc::new(to))
+    };
     let anyone = PullCredentials { node_pods_accessible: true, ..Default::default() };
     if credentials.is_empty() {
+        let spec = PullSpec { record: recording(&anyone), ..spec };
         return (scheduler.pull(spec).await, anyone);
     }
     let mut failures = Vec::with_capacity(credentials.len());
     let mut joined = false;
     for credential in credentials {
-        let attempt = PullSpec { auth: Some(credential.auth.clone()), ..spec.clone() };
+        let pulled_with = match &credential.source {
+            CredentialSource::Secret(coordinates) => PullCredentials {
+                kubernetes_secrets: vec![secret_record(coordinates, &credential.auth)],
+                ..Default::default()
+            },
+            CredentialSource::NodeConfig | CredentialSource::Plugin(_) => anyone.clone(),
+        };
+        let attempt = PullSpec { auth: Some(credential.auth.clone()), record: recording(&pulled_with), ..spec.clone() };
         let scheduled = scheduler.pull(attempt).await;
         joined |= scheduled.joined;
         match scheduled.result {
-            Ok(pulled) => {
-                let pulled_with = match &credential.source {
-                    CredentialSource::Secret(coordinates) => PullCredentials {
-                        kubernetes_secrets: vec![secret_record(coordinates, &credential.auth)],
-                        ..Default::default()
-                    },
-                    CredentialSource::NodeConfig | CredentialSource::Plugin(_) => anyone,
-                };
-                return (Scheduled { result: Ok(pulled), joined }, pulled_with);
-            }
+            Ok(pulled) => return (Scheduled { result: Ok(pulled), joined }, pulled_with),
             Err(error) => {
                 tracing::debug!(credentials = %credential.source, %error, "pull with these credentials failed");
                 failures.push(error);

@@ -3,12 +3,14 @@
 //!
 //! - [`key`]: what makes two pulls the same pull.
 //! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
+//! - [`record`]: the pull's record written before its result is shared (KEP-2535).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
 //!   [`PullService`].
 
 mod key;
 pub mod metrics;
 pub mod ratelimit;
+pub mod record;
 pub mod scheduler;
 
 use std::{

@@ -314,7 +314,9 @@ impl PullRecords {
         self.merge(image_ref, name, pulled_with).await
     }
 
-    async fn merge(&self, image_ref: &str, name: &str, pulled_with: PullCredentials) -> Result<(), RecordsError> {
+    /// Merges `pulled_with` into what may use `name` in the record of `image_ref`, writing it
+    /// when it changed.
+    pub async fn merge(&self, image_ref: &str, name: &str, pulled_with: PullCredentials) -> Result<(), RecordsError> {
         let _writing = self.writes.lock().await;
         let now = SystemTime::now();
         // A record that does not decode is replaced, which heals it.
@@ -511,6 +513,16 @@ impl PullRecords {
         self.report();
         Ok(())
     }
+}
+
+/// Who a pull is for, to be recorded as soon as it succeeds, before its result is shared: a
+/// caller with the same credential arriving the moment after then finds the record, rather than
+/// pulling once more.
+pub struct RecordTo {
+    pub records: Arc<PullRecords>,
+    /// The image's name, without tag or digest.
+    pub name: String,
+    pub pulled_with: PullCredentials,
 }
 
 /// A pull's intent, ended by the pull's outcome (see [`PullRecords::intend`]).

@@ -114,6 +114,8 @@ pub struct PullSpec {
     /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,
     /// where the kubelet throttles its own pulls.
     pub wait_for_rate_limit: bool,
+    /// Where the pull's outcome is recorded before it is shared (KEP-2535).
+    pub record: Option<Arc<crate::records::RecordTo>>,
 }
 
 impl PullSpec {

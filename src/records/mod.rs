@@ -455,26 +455,10 @@ impl PullRecords {
         answered
     }
 
-    /// A record of `image_ref` pulled under unknown circumstances: no credentials at all.
+    /// A record of `image_ref` pulled under unknown circumstances: no credentials at all (an
+    /// existing record is left as it is).
     async fn merge_unknown(&self, image_ref: &str) -> Result<(), RecordsError> {
-        let _writing = self.writes.lock().await;
-        if self.record(image_ref).ok().flatten().is_some() {
-            return Ok(());
-        }
-        let record = PulledRecord::new(image_ref, SystemTime::now());
-        let (dir, key, contents) = (self.pulled.clone(), image_ref.to_owned(), record.encode());
-        let replaced =
-            blocking(move || dir.write(&key, &contents)).await.map_err(|error| self.io_error(&self.pulled, error))?;
-        let mut state = self.state();
-        if state.records.insert(image_ref, Arc::new(record)) {
-            state.records_authoritative = false;
-        }
-        if !replaced {
-            state.records_on_disk += 1;
-        }
-        drop(state);
-        self.report();
-        Ok(())
+        self.merge(image_ref, "", PullCredentials::default()).await
     }
 
     async fn prune<R: ImageRuntime>(&self, runtime: &R, started: SystemTime) -> Result<(), RecordsError> {

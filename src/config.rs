@@ -7,6 +7,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
 use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
     ensure::{ManagerConfig, VerificationConfig},
+    gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
     pull::ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
     pull::scheduler::SchedulerConfig,
     records::policy::{Allowlist, PolicyError, VerificationPolicy},
@@ -161,6 +162,40 @@ pub struct ServeArgs {
     /// (registry.local/base/*).
     #[arg(long, value_name = "IMAGE")]
     pub preloaded_images_verification_allowlist: Vec<String>,
+
+    /// Image GC: at or above this disk usage (percent) of the image filesystem, unused images
+    /// are removed, least recently used first. 100 with --image-maximum-gc-age 0 turns image GC
+    /// off. Turn the kubelet's own image GC off (imageGCHighThresholdPercent: 100) so that one
+    /// collector runs.
+    #[arg(long, value_name = "PERCENT", default_value_t = 85, allow_negative_numbers = true)]
+    pub image_gc_high_threshold: i64,
+
+    /// Image GC removes images until usage is down to this percent.
+    #[arg(long, value_name = "PERCENT", default_value_t = 80, allow_negative_numbers = true)]
+    pub image_gc_low_threshold: i64,
+
+    /// An image detected less than this long ago is never removed for space (a Go duration, as
+    /// the kubelet's: 2m, 1m30s).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = go_duration)]
+    pub minimum_image_ttl_duration: Duration,
+
+    /// An unused image not used for longer than this is removed, whatever the disk's usage, once
+    /// cri-imaged has collected that long; 0 turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = go_duration)]
+    pub image_maximum_gc_age: Duration,
+
+    /// Between image GC passes (the kubelet's fixed 5 minutes).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub image_gc_period: Duration,
+
+    /// The image pod sandboxes run from, never collected. Unset: what the runtime reports
+    /// (containerd's CRI config), and anything the runtime pins.
+    #[arg(long, value_name = "IMAGE")]
+    pub pod_infra_container_image: Option<String>,
+}
+
+fn go_duration(text: &str) -> Result<Duration, crate::credentials::plugin::duration::GoDurationError> {
+    crate::credentials::plugin::duration::parse(text)
 }
 
 /// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
@@ -194,6 +229,8 @@ pub enum ConfigError {
     RateLimit(#[from] RateLimitError),
     #[error(transparent)]
     Verification(#[from] PolicyError),
+    #[error("invalid image GC policy: {0}")]
+    ImageGc(#[from] GcPolicyError),
 }
 
 impl ServeArgs {
@@ -226,6 +263,19 @@ impl ServeArgs {
             presence_max_staleness: self.presence_cache_max_staleness,
             verification: VerificationConfig { policy, allowlist },
         })
+    }
+}
+
+impl ServeArgs {
+    /// Image GC's configuration, validated as the kubelet validates its flags.
+    pub fn gc_config(&self) -> Result<GcConfig, ConfigError> {
+        let policy = GcPolicy::try_new(
+            self.image_gc_high_threshold,
+            self.image_gc_low_threshold,
+            self.minimum_image_ttl_duration,
+            self.image_maximum_gc_age,
+        )?;
+        Ok(GcConfig { policy, period: self.image_gc_period, sandbox_image: self.pod_infra_container_image.clone() })
     }
 }
 
@@ -296,6 +346,29 @@ mod tests {
         assert!(args.presence_cache);
         assert_eq!(args.presence_cache_max_staleness, crate::presence::DEFAULT_MAX_STALENESS);
         assert_eq!(args.worker_threads.get(), 1);
+        assert_eq!(args.gc_config(), Ok(GcConfig::default()));
+    }
+
+    #[test]
+    fn image_gc_flags_take_the_kubelets_values_and_messages() {
+        let parse = |flags: &[&str]| {
+            let cli = Cli::try_parse_from([&["cri-imaged", "serve"], flags].concat()).expect("parses");
+            let Command::Serve(args) = cli.command;
+            args.gc_config()
+        };
+        let config =
+            parse(&["--minimum-image-ttl-duration", "1m30s", "--image-maximum-gc-age", "168h"]).expect("valid");
+        assert_eq!(config.policy.min_age, Duration::from_secs(90));
+        assert_eq!(config.policy.max_age, Duration::from_secs(168 * 3600));
+        let error =
+            parse(&["--image-gc-high-threshold", "70", "--image-gc-low-threshold", "75"]).expect_err("low over high");
+        assert_eq!(
+            error.to_string(),
+            "invalid image GC policy: imageGCLowThresholdPercent (--image-gc-low-threshold) 75 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70"
+        );
+        let negative = parse(&["--image-gc-low-threshold", "-1"]).expect_err("negative");
+        assert!(negative.to_string().ends_with("-1 must be between 0 and 100, inclusive"), "{negative}");
+        assert!(parse(&["--image-gc-high-threshold", "100"]).expect("valid").policy.disabled());
     }
 
     #[test]

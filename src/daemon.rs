@@ -19,6 +19,7 @@ use crate::{
         plugin::{self, Plugins, config::PluginConfigError},
     },
     ensure::{Collaborators, ImageManager, ManagerConfig},
+    gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
     listener::{self, ListenError},
     metrics::{self, Metrics, MetricsServerError},
     presence::PresenceCache,
@@ -53,6 +54,8 @@ pub enum DaemonError {
     CredentialProviders(#[from] PluginConfigError),
     #[error(transparent)]
     Records(#[from] RecordsError),
+    #[error(transparent)]
+    ImageAges(#[from] AgesError),
 }
 
 /// The node's credentials as the flags ask: its docker config (a given file or the kubelet's
@@ -99,19 +102,22 @@ pub struct Parts<R> {
     pub presence: Arc<PresenceCache>,
     pub records: Arc<PullRecords>,
     pub manager: Arc<ImageManager<R>>,
+    pub gc: Arc<ImageGc<R>>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
     /// The pull path (rate limits around the runtime's pull, run by the scheduler), the backoff
-    /// store, the presence cache and the manager over them, all counting into one set of metrics.
+    /// store, the presence cache and the manager over them, and the image collector beside it,
+    /// all counting into one set of metrics.
     pub fn build(
         runtime: Arc<R>,
-        config: ManagerConfig,
+        (config, gc_config): (ManagerConfig, GcConfig),
         node_credentials: Arc<NodeCredentials>,
         root_dir: &Path,
-    ) -> Result<Self, RecordsError> {
+    ) -> Result<Self, DaemonError> {
         let metrics = Arc::new(Metrics::default());
         let records = Arc::new(PullRecords::open(root_dir, metrics.records.clone())?);
+        let guard = Arc::new(ImageGuard::default());
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
         let pulls = RecordPulls::new(RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone())));
@@ -124,10 +130,21 @@ impl<R: ImageRuntime> Parts<R> {
             presence: presence.clone(),
             node_credentials,
             records: records.clone(),
+            guard: guard.clone(),
             verification: config.verification,
             metrics: metrics.ensure.clone(),
         }));
-        Ok(Self { runtime, metrics, presence, records, manager })
+        let gc_parts = GcParts {
+            runtime: runtime.clone(),
+            config: gc_config,
+            guard,
+            presence: presence.clone(),
+            records: records.clone(),
+            ages: AgesFile::open(root_dir)?,
+            metrics: metrics.gc.clone(),
+        };
+        let gc = Arc::new(ImageGc::new(gc_parts, SystemTime::now()));
+        Ok(Self { runtime, metrics, presence, records, manager, gc })
     }
 }
 
@@ -137,9 +154,11 @@ pub struct Settings {
     /// Deadline of runtime calls other than pulls.
     pub runtime_request_timeout: Duration,
     pub manager: ManagerConfig,
+    pub image_gc: GcConfig,
     /// The node's docker config and credential plugins, already read.
     pub node_credentials: Arc<NodeCredentials>,
-    /// cri-imaged's state: the pull records live under `image_manager/`.
+    /// cri-imaged's state: the pull records live under `image_manager/`, image ages under
+    /// `image_gc/`.
     pub root_dir: PathBuf,
     pub serve: ServeOptions,
     /// Whether to watch containerd's image events and remember presence answers.
@@ -164,12 +183,14 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let shutdown = parts_shutdown;
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
     let started = SystemTime::now();
-    let parts = Parts::build(runtime.clone(), settings.manager, settings.node_credentials, &settings.root_dir)?;
+    let configs = (settings.manager, settings.image_gc);
+    let parts = Parts::build(runtime.clone(), configs, settings.node_credentials, &settings.root_dir)?;
     // The records are read into memory, and what a crash left behind is settled, while serving.
     tokio::spawn({
         let (records, runtime) = (parts.records.clone(), runtime.clone());
         async move { records.settle(&*runtime, started).await }
     });
+    tokio::spawn(parts.gc.clone().run(shutdown.clone()));
     if settings.presence_cache {
         tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));
     }
@@ -193,6 +214,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
 
     let manager = args.manager_config()?;
+    let image_gc = args.gc_config()?;
     let node_credentials = Arc::new(node_credentials(&args)?);
     let (listener, socket_file) = listener::bind(&args.listen).await?;
     let metrics = match args.metrics_listen {
@@ -218,6 +240,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         runtime_endpoint: args.runtime_endpoint,
         runtime_request_timeout: args.runtime_request_timeout,
         manager,
+        image_gc,
         node_credentials,
         root_dir: args.root_dir,
         serve: ServeOptions {

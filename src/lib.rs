@@ -13,7 +13,8 @@
 //!   `:authority`; `server::status` is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
 //!   present image), back off, find credentials, pull, record.
-//! - [`gc`]: image garbage collection, the kubelet's way (so far its pure plan).
+//! - [`gc`]: image garbage collection, the kubelet's way: the pure plan, the collector and its
+//!   loop, the guard against removing an image being handed out, ages kept across restarts.
 //! - [`presence`]: the presence cache, trusted only while proven current.
 //! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely
 //!   in the kubelet's files, so that a present private image goes only to pods that could pull it.

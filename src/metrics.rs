@@ -1,5 +1,5 @@
 //! Prometheus metrics (`cri_imaged_*`): one registry that each concern registers its own metrics
-//! in (`ensure`, `pull`, `presence`), and the HTTP endpoint that serves them.
+//! in (`ensure`, `pull`, `presence`, `records`, `gc`), and the HTTP endpoint that serves them.
 //!
 //! Labels never carry image names or pods, so the series count stays small on any node.
 
@@ -8,8 +8,8 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 use prometheus_client::{encoding::text::encode, registry::Registry};
 
 use crate::{
-    ensure::metrics::EnsureMetrics, presence::metrics::PresenceMetrics, pull::metrics::PullMetrics,
-    records::metrics::RecordsMetrics,
+    ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, presence::metrics::PresenceMetrics,
+    pull::metrics::PullMetrics, records::metrics::RecordsMetrics,
 };
 
 /// A series' labels.
@@ -22,6 +22,7 @@ pub struct Metrics {
     pub pulls: Arc<PullMetrics>,
     pub presence: Arc<PresenceMetrics>,
     pub records: Arc<RecordsMetrics>,
+    pub gc: Arc<GcMetrics>,
 }
 
 impl Default for Metrics {
@@ -31,7 +32,8 @@ impl Default for Metrics {
         let pulls = Arc::new(PullMetrics::register(&mut registry));
         let presence = Arc::new(PresenceMetrics::register(&mut registry));
         let records = Arc::new(RecordsMetrics::register(&mut registry));
-        Self { registry, ensure, pulls, presence, records }
+        let gc = Arc::new(GcMetrics::register(&mut registry));
+        Self { registry, ensure, pulls, presence, records, gc }
     }
 }
 

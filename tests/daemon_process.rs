@@ -191,6 +191,18 @@ async fn an_invalid_flag_value_fails_at_start_with_a_clear_message() {
 }
 
 #[tokio::test]
+async fn an_image_gc_policy_the_kubelet_would_refuse_stops_the_start_with_its_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flags = ["--image-gc-high-threshold", "70", "--image-gc-low-threshold", "75"];
+    let mut daemon = DaemonProcess::spawn(&dir.path().join("s.sock"), &dir.path().join("r.sock"), &flags);
+    let status = daemon.wait_for_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(1));
+    let expected = "invalid image GC policy: imageGCLowThresholdPercent (--image-gc-low-threshold) 75 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70";
+    assert!(daemon.log_text().contains(expected), "{}", daemon.log_text());
+    assert!(!dir.path().join("s.sock").exists(), "nothing was served");
+}
+
+#[tokio::test]
 async fn an_unusable_node_docker_config_or_credential_provider_config_stops_the_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let broken = dir.path().join("config.json");

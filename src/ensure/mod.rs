@@ -3,7 +3,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
@@ -19,6 +19,7 @@ use crate::{
         self, Credential, CredentialSource, NodeCredentials, RegistryAuth, SecretCoordinates,
         secrets::{self, PullSecret, SecretError},
     },
+    gc::ImageGuard,
     messages::{self, reason},
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
@@ -186,6 +187,8 @@ pub struct ImageManager<R> {
     /// The node's docker config and credential plugins, used after the pod's secrets.
     node_credentials: Arc<NodeCredentials>,
     records: Arc<PullRecords>,
+    /// Marks each image handed out or pulled, so that the collector keeps it.
+    guard: Arc<ImageGuard>,
     verification: VerificationConfig,
     metrics: Arc<EnsureMetrics>,
 }
@@ -198,16 +201,26 @@ pub struct Collaborators<R> {
     pub presence: Arc<PresenceCache>,
     pub node_credentials: Arc<NodeCredentials>,
     pub records: Arc<PullRecords>,
+    pub guard: Arc<ImageGuard>,
     pub verification: VerificationConfig,
     pub metrics: Arc<EnsureMetrics>,
 }
 
 impl<R: ImageRuntime> ImageManager<R> {
     pub fn new(parts: Collaborators<R>) -> Self {
-        let Collaborators { runtime, scheduler, backoff, presence, node_credentials, records, verification, metrics } =
-            parts;
+        let Collaborators {
+            runtime,
+            scheduler,
+            backoff,
+            presence,
+            node_credentials,
+            records,
+            guard,
+            verification,
+            metrics,
+        } = parts;
         let backoff = Mutex::new(backoff);
-        Self { runtime, scheduler, backoff, presence, node_credentials, records, verification, metrics }
+        Self { runtime, scheduler, backoff, presence, node_credentials, records, guard, verification, metrics }
     }
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
@@ -228,13 +241,17 @@ impl<R: ImageRuntime> ImageManager<R> {
         let image = &request.image;
         let (reference, spec) = with_default_tag(&request)?;
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
+        // From the presence check until the image is marked, the collector cannot remove it.
+        let handing_out = self.guard.handing_out().await;
         let present = self.image_status(image, &spec).await?;
         // The kubelet's keyring lookup and records are by the normalised repository, without tag
         // or digest.
         let repository = reference.name();
         if let Some(outcome) = self.decide(&request, &repository, policy, present).await? {
+            self.guard.handed_out(&outcome.image_ref, SystemTime::now());
             return Ok(outcome);
         }
+        drop(handing_out);
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
         let pod_keyring = secrets::keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
@@ -251,8 +268,13 @@ impl<R: ImageRuntime> ImageManager<R> {
         };
         // The pull and its record run in a task of their own: a caller that goes away mid-pull
         // (its deadline passed) must not leave a pulled image without the record of who pulled it.
-        let pulling =
-            pull_and_record(self.scheduler.clone(), self.records.clone(), image.clone(), repository, pull, credentials);
+        let pulling = pull_and_record(
+            (self.scheduler.clone(), self.records.clone(), self.guard.clone()),
+            image.clone(),
+            repository,
+            pull,
+            credentials,
+        );
         let scheduled = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
             Ok(Ok(scheduled)) => scheduled,
             Ok(Err(source)) => {
@@ -463,8 +485,9 @@ impl<R: ImageRuntime> ImageManager<R> {
             None => PullCredentials { node_pods_accessible: true, ..Default::default() },
         };
         let name = spec.reference.as_ref().map(|reference| reference.name());
-        let (scheduler, records) = (self.scheduler.clone(), self.records.clone());
+        let (scheduler, records, guard) = (self.scheduler.clone(), self.records.clone(), self.guard.clone());
         let pulling = async move {
+            let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
             let intent = match &name {
                 Some(_) => records
                     .intend(&image)
@@ -482,6 +505,9 @@ impl<R: ImageRuntime> ImageManager<R> {
                 _ => None,
             };
             let scheduled = scheduler.pull(PullSpec { record, ..spec }).await;
+            if let Ok(pulled) = &scheduled.result {
+                guard.handed_out(&pulled.image_ref, SystemTime::now());
+            }
             if let (Some(intent), Some(name)) = (intent, &name) {
                 let recorded = match &scheduled.result {
                     Ok(pulled) => intent.pulled(&pulled.image_ref, name, pulled_with).await,
@@ -511,15 +537,19 @@ impl<R: ImageRuntime> ImageManager<R> {
 /// Records the pull's intent, pulls with each credential in turn, and records the outcome:
 /// [`PullRecords::intend`], then [`pull_with_each`], then the record (or the intent's end).
 async fn pull_and_record(
-    scheduler: PullScheduler,
-    records: Arc<PullRecords>,
+    (scheduler, records, guard): (PullScheduler, Arc<PullRecords>, Arc<ImageGuard>),
     image: String,
     repository: String,
     spec: PullSpec,
     credentials: Vec<Arc<Credential>>,
 ) -> Result<Scheduled, RecordsError> {
     let intent = records.intend(&image).await?;
+    // Named as pulled until the image is marked: the collector keeps it all along.
+    let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
     let (scheduled, pulled_with) = pull_with_each(&scheduler, (&records, &repository), spec, &credentials).await;
+    if let Ok(pulled) = &scheduled.result {
+        guard.handed_out(&pulled.image_ref, SystemTime::now());
+    }
     let recorded = match &scheduled.result {
         Ok(pulled) => intent.pulled(&pulled.image_ref, &repository, pulled_with).await,
         Err(_) => intent.failed().await,

@@ -122,8 +122,13 @@ fn manager_with(
     config: ManagerConfig,
     root_dir: tempfile::TempDir,
 ) -> Built {
-    let parts = crate::daemon::Parts::build(Arc::new(runtime), config, Arc::new(node_credentials), root_dir.path())
-        .expect("records open");
+    let parts = crate::daemon::Parts::build(
+        Arc::new(runtime),
+        (config, crate::gc::GcConfig::off()),
+        Arc::new(node_credentials),
+        root_dir.path(),
+    )
+    .expect("records open");
     Built { manager: parts.manager, runtime: parts.runtime, records: parts.records, root_dir }
 }
 

@@ -46,6 +46,7 @@ struct Ages {
 }
 
 /// The ages' file.
+#[derive(Clone)]
 pub struct AgesFile {
     dir: RecordDir,
 }

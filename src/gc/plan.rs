@@ -6,6 +6,8 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use crate::{reference, runtime::StoredImage};
+
 /// The kubelet's `ImageGCPolicy`, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcPolicy {
@@ -74,20 +76,12 @@ pub struct ImageRecord {
     pub pinned: bool,
 }
 
-/// An image as the runtime lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedImage {
-    pub id: String,
-    pub size: u64,
-    pub pinned: bool,
-}
-
 /// The kubelet's `detectImages`: new images are detected `now`, images in use (by any container,
 /// exited ones included, or just handed out or pulled by cri-imaged) are used `now`, sizes and
 /// pins are refreshed, and images no longer listed are forgotten.
 pub fn detect(
     records: &mut HashMap<String, ImageRecord>,
-    listed: &[ListedImage],
+    listed: &[StoredImage],
     in_use: &HashSet<String>,
     now: SystemTime,
 ) {
@@ -109,6 +103,35 @@ pub fn detect(
     records.retain(|id, _| current.contains(id.as_str()));
 }
 
+/// The ids of the listed images that `used` names: each is an image id, or one of an image's
+/// repo tags or digests as written or normalised (`busybox` is `docker.io/library/busybox:latest`).
+/// Containers name their image by ref or as they were asked for; the runtime names its sandbox
+/// image as configured.
+pub fn in_use<'a>(listed: &[StoredImage], used: impl IntoIterator<Item = &'a str>) -> HashSet<String> {
+    let mut by_name: HashMap<&str, &str> = HashMap::with_capacity(listed.len() * 3);
+    for image in listed {
+        by_name.insert(&image.id, &image.id);
+        for name in &image.names {
+            by_name.insert(name, &image.id);
+        }
+    }
+    let mut ids = HashSet::new();
+    for image in used {
+        let id = match by_name.get(image) {
+            Some(id) => Some(*id),
+            None => reference::parse_with_default_tag(image)
+                .ok()
+                .and_then(|(reference, _)| by_name.get(reference.to_string().as_str()).copied()),
+        };
+        if let Some(id) = id
+            && !ids.contains(id)
+        {
+            ids.insert(id.to_owned());
+        }
+    }
+    ids
+}
+
 /// Why an image is removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -116,6 +139,19 @@ pub enum Reason {
     Age,
     /// Disk usage was at or above the high threshold.
     Space,
+    /// Asked to remove every unused image (the kubelet's `DeleteUnusedImages`).
+    Unused,
+}
+
+impl Reason {
+    /// The `reason` label and the RPC's word: the kubelet's `age` and `space`, and `unused`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Age => "age",
+            Self::Space => "space",
+            Self::Unused => "unused",
+        }
+    }
 }
 
 /// The disk holding the images.
@@ -133,6 +169,9 @@ pub struct Plan {
     /// What a space pass had to free, and what the images it chose hold; `None` when usage was
     /// below the high threshold.
     pub space: Option<SpaceTarget>,
+    /// Further images eligible for space, in order: tried, as the kubelet does, when removing a
+    /// chosen one fails and the pass falls short.
+    pub spare: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,10 +214,7 @@ pub fn plan(
     now: SystemTime,
     collecting_since: SystemTime,
 ) -> Result<Plan, PlanError> {
-    let mut candidates: Vec<(&String, &ImageRecord)> =
-        records.iter().filter(|(id, record)| !in_use.contains(*id) && !record.pinned).collect();
-    // Never used sorts as oldest; ties by first detection.
-    candidates.sort_by_key(|(_, record)| (record.last_used, record.first_detected));
+    let mut candidates = unused_oldest_first(records, in_use);
     let mut remove = Vec::new();
     let age = |since: SystemTime| now.duration_since(since).unwrap_or(Duration::ZERO);
     if !policy.max_age.is_zero() && age(collecting_since) > policy.max_age {
@@ -197,23 +233,61 @@ pub fn plan(
     let available = disk.available.min(disk.capacity);
     let usage_percent = 100 - available.saturating_mul(100) / disk.capacity;
     if usage_percent < u64::from(policy.high_threshold_percent) {
-        return Ok(Plan { remove, space: None });
+        return Ok(Plan { remove, space: None, spare: Vec::new() });
     }
     let target = disk.capacity / 100 * u64::from(100 - policy.low_threshold_percent)
         + disk.capacity % 100 * u64::from(100 - policy.low_threshold_percent) / 100;
     let to_free = target.saturating_sub(available);
     let mut found = 0;
-    for (id, record) in candidates {
+    let mut spare = Vec::new();
+    for (id, record) in eligible_for_space(candidates, policy, now) {
         if found >= to_free {
-            break;
-        }
-        if record.last_used.is_some_and(|used| used >= now) || age(record.first_detected) < policy.min_age {
+            spare.push(id.clone());
             continue;
         }
         remove.push((id.clone(), Reason::Space));
         found += record.size;
     }
-    Ok(Plan { remove, space: Some(SpaceTarget { usage_percent, to_free, found }) })
+    Ok(Plan { remove, space: Some(SpaceTarget { usage_percent, to_free, found }), spare })
+}
+
+/// The kubelet's `DeleteUnusedImages`: every unused, unpinned image, whatever the disk's usage,
+/// except those detected less than the minimum age ago; oldest first.
+pub fn plan_unused(
+    records: &HashMap<String, ImageRecord>,
+    in_use: &HashSet<String>,
+    policy: &GcPolicy,
+    now: SystemTime,
+) -> Plan {
+    let remove = eligible_for_space(unused_oldest_first(records, in_use), policy, now)
+        .map(|(id, _)| (id.clone(), Reason::Unused))
+        .collect();
+    Plan { remove, space: None, spare: Vec::new() }
+}
+
+/// Unused, unpinned images, never used first, then by last use, ties by first detection.
+fn unused_oldest_first<'a>(
+    records: &'a HashMap<String, ImageRecord>,
+    in_use: &HashSet<String>,
+) -> Vec<(&'a String, &'a ImageRecord)> {
+    let mut candidates: Vec<(&String, &ImageRecord)> =
+        records.iter().filter(|(id, record)| !in_use.contains(*id) && !record.pinned).collect();
+    candidates.sort_by_key(|(id, record)| (record.last_used, record.first_detected, *id));
+    candidates
+}
+
+/// Those of `candidates` that may go for space: not used at `now`, and detected at least the
+/// minimum age ago (the image may have just been pulled for a container about to start).
+fn eligible_for_space<'a>(
+    candidates: Vec<(&'a String, &'a ImageRecord)>,
+    policy: &GcPolicy,
+    now: SystemTime,
+) -> impl Iterator<Item = (&'a String, &'a ImageRecord)> {
+    let min_age = policy.min_age;
+    candidates.into_iter().filter(move |(_, record)| {
+        let detected_for = now.duration_since(record.first_detected).unwrap_or(Duration::ZERO);
+        record.last_used.is_none_or(|used| used < now) && detected_for >= min_age
+    })
 }
 
 #[cfg(test)]

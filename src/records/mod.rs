@@ -344,6 +344,23 @@ impl PullRecords {
         Ok(())
     }
 
+    /// The image `image_ref` was removed: its record goes, on disk and in memory.
+    pub async fn forget(&self, image_ref: &str) -> Result<(), RecordsError> {
+        let _writing = self.writes.lock().await;
+        // Only a file that is this image's record: another ref's may share its name.
+        if !matches!(self.record(image_ref), Ok(Some(_))) {
+            return Ok(());
+        }
+        let (dir, key) = (self.pulled.clone(), image_ref.to_owned());
+        blocking(move || dir.remove(&key)).await.map_err(|error| self.io_error(&self.pulled, error))?;
+        let mut state = self.state();
+        state.records.remove(image_ref);
+        state.records_on_disk = state.records_on_disk.saturating_sub(1);
+        drop(state);
+        self.report();
+        Ok(())
+    }
+
     /// One pull ended, `recorded` when its record was written; the last one removes the intent,
     /// except an orphaned one that no record replaced.
     async fn end_intent(&self, image: &str, recorded: bool) -> Result<(), RecordsError> {

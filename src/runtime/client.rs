@@ -1,12 +1,13 @@
 //! The CRI `runtime.v1.ImageService` client over a unix socket.
 
-use std::time::Duration;
+use std::{collections::HashMap, path::PathBuf, time::Duration};
 
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::{
-    ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
-    image_service_client::ImageServiceClient,
+    ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListContainersRequest, ListImagesRequest, PullImageRequest,
+    RemoveImageRequest, StatusRequest, image_service_client::ImageServiceClient,
+    runtime_service_client::RuntimeServiceClient,
 };
 use tokio::net::UnixStream;
 use tonic::{
@@ -15,7 +16,8 @@ use tonic::{
 };
 
 use super::{
-    ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError, passthrough::RawCodec,
+    ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError, StoredImage,
+    passthrough::RawCodec,
 };
 
 /// Whether `status` is tonic's client enforcing the `grpc-timeout` we sent: it reports its own
@@ -33,6 +35,8 @@ fn is_client_timeout(status: &tonic::Status) -> bool {
 pub struct CriClient {
     channel: Channel,
     client: ImageServiceClient<Channel>,
+    /// The runtime half of the CRI on the same socket: containers in use, the sandbox image.
+    runtime_client: RuntimeServiceClient<Channel>,
     request_timeout: Duration,
 }
 
@@ -49,7 +53,10 @@ impl CriClient {
         let client = ImageServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Self { channel, client, request_timeout }
+        let runtime_client = RuntimeServiceClient::new(channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Self { channel, client, runtime_client, request_timeout }
     }
 
     /// The connection to the runtime, for other services on its socket (containerd's events).
@@ -58,11 +65,11 @@ impl CriClient {
     }
 
     /// Runs a non-pull call under the request deadline, told to the runtime too.
-    async fn bounded<T, F>(&self, call: impl FnOnce(ImageServiceClient<Channel>) -> F) -> Result<T, RuntimeError>
-    where
-        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        match tokio::time::timeout(self.request_timeout, call(self.client.clone())).await {
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, RuntimeError> {
+        match tokio::time::timeout(self.request_timeout, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) if is_client_timeout(&status) => Err(RuntimeError::Timeout(self.request_timeout)),
             Ok(Err(status)) => Err(status.into()),
@@ -80,7 +87,7 @@ impl CriClient {
 impl ImageRuntime for CriClient {
     async fn image_status(&self, image: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
         let request = self.request(ImageStatusRequest { image: Some(image), verbose: false });
-        let response = self.bounded(|mut client| async move { client.image_status(request).await }).await?;
+        let response = self.bounded(self.client.clone().image_status(request)).await?;
         Ok(response.image.map(|image| PresentImage { id: image.id, size: image.size }))
     }
 
@@ -101,14 +108,66 @@ impl ImageRuntime for CriClient {
 
     async fn probe(&self) -> Result<(), RuntimeError> {
         let request = self.request(ImageFsInfoRequest {});
-        self.bounded(|mut client| async move { client.image_fs_info(request).await }).await?;
+        self.bounded(self.client.clone().image_fs_info(request)).await?;
         Ok(())
     }
 
     async fn list_image_ids(&self) -> Result<Option<Vec<String>>, RuntimeError> {
         let request = self.request(ListImagesRequest { filter: None });
-        let response = self.bounded(|mut client| async move { client.list_images(request).await }).await?;
+        let response = self.bounded(self.client.clone().list_images(request)).await?;
         Ok(Some(response.images.into_iter().map(|image| image.id).collect()))
+    }
+
+    async fn list_images(&self) -> Result<Vec<StoredImage>, RuntimeError> {
+        let request = self.request(ListImagesRequest { filter: None });
+        let response = self.bounded(self.client.clone().list_images(request)).await?;
+        Ok(response
+            .images
+            .into_iter()
+            .map(|image| StoredImage {
+                id: image.id,
+                size: image.size,
+                pinned: image.pinned,
+                names: image.repo_tags.into_iter().chain(image.repo_digests).collect(),
+            })
+            .collect())
+    }
+
+    async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
+        let request = self.request(ListContainersRequest { filter: None });
+        let response = self.bounded(self.runtime_client.clone().list_containers(request)).await?;
+        Ok(response
+            .containers
+            .into_iter()
+            .flat_map(|container| [Some(container.image_ref), container.image.map(|image| image.image)])
+            .flatten()
+            .filter(|image| !image.is_empty())
+            .collect())
+    }
+
+    async fn sandbox_image(&self) -> Result<Option<String>, RuntimeError> {
+        let request = self.request(StatusRequest { verbose: true });
+        let response = self.bounded(self.runtime_client.clone().status(request)).await?;
+        Ok(sandbox_image_from_status(&response.info))
+    }
+
+    async fn image_fs_usage(&self) -> Result<ImageFsUsage, RuntimeError> {
+        let request = self.request(ImageFsInfoRequest {});
+        let response = self.bounded(self.client.clone().image_fs_info(request)).await?;
+        let mountpoint = response
+            .image_filesystems
+            .into_iter()
+            .find_map(|filesystem| filesystem.fs_id.map(|id| id.mountpoint).filter(|path| !path.is_empty()))
+            .ok_or_else(|| RuntimeError::ImageFs("ImageFsInfo reported no filesystem".into()))?;
+        let statted = tokio::task::spawn_blocking(move || statvfs(PathBuf::from(mountpoint))).await;
+        statted.map_err(|error| RuntimeError::ImageFs(error.to_string()))?
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+        let image = ImageSpec { image: id.to_owned(), ..Default::default() };
+        let request = self.request(RemoveImageRequest { image: Some(image) });
+        self.bounded(self.client.clone().remove_image(request)).await?;
+        Ok(())
     }
 
     async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {
@@ -127,5 +186,51 @@ impl ImageRuntime for CriClient {
             Ok(Err(status)) => Err(status),
             Err(_) => Err(timed_out()),
         }
+    }
+}
+
+/// Capacity and available bytes of the filesystem at `mountpoint`, as cadvisor reads them for the
+/// kubelet: blocks and blocks available to unprivileged users, times the fragment size.
+fn statvfs(mountpoint: PathBuf) -> Result<ImageFsUsage, RuntimeError> {
+    let stat = rustix::fs::statvfs(&mountpoint)
+        .map_err(|error| RuntimeError::ImageFs(format!("statvfs {}: {error}", mountpoint.display())))?;
+    Ok(ImageFsUsage {
+        capacity: stat.f_blocks.saturating_mul(stat.f_frsize),
+        available: stat.f_bavail.saturating_mul(stat.f_frsize),
+    })
+}
+
+/// The sandbox image in a verbose CRI `Status` answer: containerd puts its CRI config, as JSON,
+/// under `config`, with `sandboxImage` in it.
+pub fn sandbox_image_from_status(info: &HashMap<String, String>) -> Option<String> {
+    let config: serde_json::Value = serde_json::from_str(info.get("config")?).ok()?;
+    let image = config.get("sandboxImage")?.as_str()?;
+    (!image.is_empty()).then(|| image.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn containerds_sandbox_image_is_read_from_its_verbose_status() {
+        let info = HashMap::from([(
+            "config".to_owned(),
+            r#"{"containerd":{"snapshotter":"native"},"sandboxImage":"registry.k8s.io/pause:3.6"}"#.to_owned(),
+        )]);
+        assert_eq!(sandbox_image_from_status(&info).as_deref(), Some("registry.k8s.io/pause:3.6"));
+        for config in ["{}", r#"{"sandboxImage":""}"#, "not json"] {
+            let info = HashMap::from([("config".to_owned(), config.to_owned())]);
+            assert_eq!(sandbox_image_from_status(&info), None, "{config}");
+        }
+        assert_eq!(sandbox_image_from_status(&HashMap::new()), None);
+    }
+
+    #[test]
+    fn the_image_filesystem_is_measured_with_statvfs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let usage = statvfs(dir.path().to_owned()).expect("statvfs");
+        assert!(usage.capacity > 0 && usage.available <= usage.capacity, "{usage:?}");
+        assert!(matches!(statvfs(dir.path().join("absent")), Err(RuntimeError::ImageFs(_))));
     }
 }

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 
 pub use self::{
-    client::CriClient,
+    client::{CriClient, sandbox_image_from_status},
     endpoint::{EndpointError, RuntimeEndpoint},
 };
 use crate::{
@@ -40,6 +40,12 @@ pub enum RuntimeError {
     /// The runtime reported success for a pull but named no image.
     #[error("imageRef of image {0:?} is not set")]
     EmptyImageRef(String),
+    /// The runtime reported no image filesystem, or one whose usage cannot be read.
+    #[error("image filesystem: {0}")]
+    ImageFs(String),
+    /// This runtime cannot do what was asked (a fake, or a runtime without the call).
+    #[error("the runtime cannot {0}")]
+    Unsupported(&'static str),
 }
 
 impl RuntimeError {
@@ -48,7 +54,8 @@ impl RuntimeError {
         match self {
             Self::Status(status) => status.code(),
             Self::Timeout(_) => tonic::Code::DeadlineExceeded,
-            Self::EmptyImageRef(_) => tonic::Code::Unknown,
+            Self::EmptyImageRef(_) | Self::ImageFs(_) => tonic::Code::Unknown,
+            Self::Unsupported(_) => tonic::Code::Unimplemented,
         }
     }
 
@@ -99,6 +106,24 @@ pub struct PresentImage {
     pub size: u64,
 }
 
+/// An image as the runtime lists it, for garbage collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredImage {
+    pub id: String,
+    pub size: u64,
+    /// The runtime protects it (the CRI `pinned` flag): never collected.
+    pub pinned: bool,
+    /// Its repo tags and repo digests.
+    pub names: Vec<String>,
+}
+
+/// The filesystem holding the runtime's images, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageFsUsage {
+    pub capacity: u64,
+    pub available: u64,
+}
+
 /// What one upstream pull needs. No `Debug`: it carries credentials.
 #[derive(Clone, Default)]
 pub struct PullSpec {
@@ -142,6 +167,35 @@ pub trait ImageRuntime: Send + Sync + 'static {
     /// The id of every image the runtime has; `None` from a runtime that cannot list them.
     fn list_image_ids(&self) -> impl Future<Output = Result<Option<Vec<String>>, RuntimeError>> + Send {
         async { Ok(None) }
+    }
+
+    /// Every image with its size, pin and names (CRI `ListImages`).
+    fn list_images(&self) -> impl Future<Output = Result<Vec<StoredImage>, RuntimeError>> + Send {
+        async { Err(RuntimeError::Unsupported("list images")) }
+    }
+
+    /// What every container, in any state, was created from: its image ref and its image as
+    /// asked for (CRI `RuntimeService.ListContainers` with no filter).
+    fn container_images(&self) -> impl Future<Output = Result<Vec<String>, RuntimeError>> + Send {
+        async { Err(RuntimeError::Unsupported("list containers")) }
+    }
+
+    /// The image the runtime runs pod sandboxes from, when it says (containerd's verbose CRI
+    /// `Status` does; containerd 1.6 does not mark it pinned).
+    fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send {
+        async { Ok(None) }
+    }
+
+    /// Capacity and available bytes of the filesystem the runtime keeps images on: the first
+    /// one CRI `ImageFsInfo` reports, read with `statvfs`.
+    fn image_fs_usage(&self) -> impl Future<Output = Result<ImageFsUsage, RuntimeError>> + Send {
+        async { Err(RuntimeError::Unsupported("report its image filesystem")) }
+    }
+
+    /// Removes the image by id (CRI `RemoveImage`).
+    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
+        let _ = id;
+        async { Err(RuntimeError::Unsupported("remove images")) }
     }
 
     /// Forwards one unary `runtime.v1.ImageService` call (`path` such as

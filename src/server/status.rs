@@ -15,7 +15,12 @@ use super::{
 };
 use std::sync::Arc;
 
-use crate::{ensure::EnsureError, pull::PullError, runtime::RuntimeError};
+use crate::{
+    ensure::EnsureError,
+    gc::{GcError, plan::PlanError},
+    pull::PullError,
+    runtime::RuntimeError,
+};
 
 /// The `domain` of our `ErrorInfo` details.
 pub const ERROR_DOMAIN: &str = "cri-imaged";
@@ -34,6 +39,24 @@ impl From<EnsureError> for Status {
         if let EnsureError::BackOff { retry_after, .. } = &error {
             details.set_retry_info(Some(*retry_after));
         }
+        Status::with_error_details(code, error.to_string(), details)
+    }
+}
+
+/// Reason for a garbage collection pass that could not be made.
+const IMAGE_GC_FAILED: &str = "ImageGCFailed";
+/// Reason for a pass refused because the image filesystem reported no capacity.
+const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
+
+impl From<GcError> for Status {
+    fn from(error: GcError) -> Self {
+        let (code, reason) = match &error {
+            GcError::Plan(PlanError::InvalidDiskCapacity) => (Code::FailedPrecondition, INVALID_DISK_CAPACITY),
+            // The runtime's own code: UNAVAILABLE when it cannot be reached, DEADLINE_EXCEEDED
+            // past the request timeout, UNIMPLEMENTED from a runtime without the call.
+            GcError::Runtime { source, .. } => (source.code(), IMAGE_GC_FAILED),
+        };
+        let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(code, error.to_string(), details)
     }
 }
@@ -63,7 +86,10 @@ impl From<CriPullError> for Status {
             PullError::Runtime(RuntimeError::Timeout(_)) | PullError::TimedOut(_) => {
                 Status::deadline_exceeded(error.to_string())
             }
-            PullError::Runtime(RuntimeError::EmptyImageRef(_)) => Status::unknown(error.to_string()),
+            PullError::Runtime(RuntimeError::EmptyImageRef(_) | RuntimeError::ImageFs(_)) => {
+                Status::unknown(error.to_string())
+            }
+            PullError::Runtime(RuntimeError::Unsupported(_)) => Status::unimplemented(error.to_string()),
             PullError::RateLimited => Status::resource_exhausted(error.to_string()),
             PullError::Abandoned => Status::internal(error.to_string()),
             PullError::EveryCredentialFailed(_) => Status::new(pull_error_code(&error), error.to_string()),

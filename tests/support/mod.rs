@@ -1,6 +1,7 @@
 //! Shared test harness: a fake CRI runtime, the daemon in-process, clients over unix sockets.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod containers;
 pub mod fake_events;
 pub mod fake_runtime;
 pub mod private;
@@ -69,6 +70,7 @@ impl InProcessDaemon {
             runtime_endpoint,
             runtime_request_timeout: Duration::from_secs(10),
             manager: config,
+            image_gc: cri_imaged::gc::GcConfig::off(),
             node_credentials: Arc::new(node_credentials),
             root_dir: socket.parent().expect("the socket is in a directory").join("root"),
             serve: ServeOptions {

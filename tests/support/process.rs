@@ -95,8 +95,9 @@ impl DaemonProcess {
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
         let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
         let stderr = std::fs::File::create(&log).expect("daemon log file");
-        // Quick probes and a short drain, and pull records beside the socket (never in the
-        // machine's /var/lib/cri-imaged), unless the test sets its own.
+        // Quick probes and a short drain, pull records beside the socket (never in the machine's
+        // /var/lib/cri-imaged), and no periodic image GC (the test's disk is the machine's),
+        // unless the test sets its own.
         let root_dir = socket.parent().expect("the socket is in a directory").join("root");
         let root_dir = root_dir.to_str().expect("utf-8 path");
         let defaults = [
@@ -104,6 +105,7 @@ impl DaemonProcess {
             ("--health-probe-timeout", "200ms"),
             ("--shutdown-timeout", "2s"),
             ("--root-dir", root_dir),
+            ("--image-gc-high-threshold", "100"),
         ];
         let mut command = Command::new(env!("CARGO_BIN_EXE_cri-imaged"));
         command

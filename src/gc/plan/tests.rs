@@ -8,8 +8,8 @@ fn at(seconds: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_000_000 + seconds)
 }
 
-fn listed(id: &str, size: u64) -> ListedImage {
-    ListedImage { id: id.into(), size, pinned: false }
+fn listed(id: &str, size: u64) -> StoredImage {
+    StoredImage { id: id.into(), size, pinned: false, names: Vec::new() }
 }
 
 fn in_use(ids: &[&str]) -> HashSet<String> {
@@ -37,10 +37,24 @@ fn images_are_detected_once_used_when_in_use_and_forgotten_when_gone() {
     detect(&mut known, &[listed("a", 1024), listed("b", 2048)], &in_use(&["b"]), at(0));
     assert_eq!(known["a"], record(0, None, 1024));
     assert_eq!(known["b"], record(0, Some(0), 2048));
-    let pinned = ListedImage { pinned: true, ..listed("a", 4096) };
+    let pinned = StoredImage { pinned: true, ..listed("a", 4096) };
     detect(&mut known, &[pinned], &in_use(&[]), at(10));
     assert_eq!(known["a"], ImageRecord { size: 4096, pinned: true, ..record(0, None, 4096) }, "first detection kept");
     assert!(!known.contains_key("b"), "no longer listed");
+}
+
+#[test]
+fn images_in_use_are_found_by_id_by_name_and_by_normalised_name() {
+    let images = [
+        StoredImage { names: vec!["docker.io/library/busybox:latest".into()], ..listed("sha256:b", 1) },
+        StoredImage {
+            names: vec!["registry.k8s.io/pause:3.6".into(), "registry.k8s.io/pause@sha256:d".into()],
+            ..listed("sha256:p", 1)
+        },
+        listed("sha256:unused", 1),
+    ];
+    let used = ["busybox", "registry.k8s.io/pause@sha256:d", "sha256:b", "gone:1", "not a reference"];
+    assert_eq!(super::in_use(&images, used), HashSet::from(["sha256:b".to_owned(), "sha256:p".to_owned()]));
 }
 
 #[test]
@@ -48,7 +62,7 @@ fn below_the_high_threshold_nothing_is_removed() {
     let known = records(&[("a", record(0, None, 1024))]);
     let disk = DiskUsage { capacity: 1000, available: 200 }; // 80 %
     let plan = plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans");
-    assert_eq!(plan, Plan { remove: Vec::new(), space: None });
+    assert_eq!(plan, Plan { remove: Vec::new(), space: None, spare: Vec::new() });
 }
 
 #[test]
@@ -64,6 +78,7 @@ fn over_the_high_threshold_the_oldest_unused_images_go_until_the_low_one_is_reac
     let disk = DiskUsage { capacity: 1000, available: 100 };
     let some = plan(&known, &in_use(&["in-use"]), disk, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
     assert_eq!(ids(&some), [("never-used-old", Reason::Space)]);
+    assert_eq!(some.spare, ["never-used-new", "used-recently"], "the rest, in order, should a removal fail");
     assert_eq!(some.space, Some(SpaceTarget { usage_percent: 90, to_free: 100, found: 100 }));
     assert_eq!(some.space.and_then(|space| space.shortfall()), None);
     // Needing more, the next oldest follow, never the one in use or the pinned one.
@@ -113,6 +128,21 @@ fn with_a_maximum_age_idle_images_go_once_the_collector_has_run_that_long() {
     assert_eq!(ids(&later), [("idle", Reason::Age)]);
     let in_use_now = plan(&known, &in_use(&["idle"]), plenty, &policy, at(3800), at(0)).expect("plans");
     assert!(in_use_now.remove.is_empty(), "an image in use is never too old");
+}
+
+#[test]
+fn deleting_unused_images_takes_every_eligible_one_whatever_the_disk() {
+    let known = records(&[
+        ("idle", record(0, Some(100), 10)),
+        ("never-used", record(0, None, 10)),
+        ("young", record(950, None, 10)),
+        ("used-now", record(0, Some(1000), 10)),
+        ("in-use", record(0, Some(900), 10)),
+        ("pinned", ImageRecord { pinned: true, ..record(0, None, 10) }),
+    ]);
+    let plan = plan_unused(&known, &in_use(&["in-use"]), &GcPolicy::KUBELET, at(1000));
+    assert_eq!(ids(&plan), [("never-used", Reason::Unused), ("idle", Reason::Unused)]);
+    assert_eq!((plan.space, plan.spare.len()), (None, 0));
 }
 
 #[test]

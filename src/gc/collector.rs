@@ -1,0 +1,411 @@
+//! The collector: one pass lists what the runtime has and uses, brings the records up to date,
+//! plans (see [`super::plan`]) and removes; [`ImageGc::run`] makes a pass every period until
+//! shutdown, and the `GarbageCollect` RPC asks for one.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use super::{
+    GcConfig,
+    ages::AgesFile,
+    guard::ImageGuard,
+    metrics::{GcMetrics, PassOutcome},
+    plan::{self, DiskUsage, ImageRecord, Plan, PlanError, Reason},
+};
+use crate::{
+    presence::PresenceCache,
+    records::PullRecords,
+    runtime::{ImageFsUsage, ImageRuntime, RuntimeError, StoredImage},
+    shutdown::Shutdown,
+};
+
+/// How long an image cri-imaged handed out or pulled counts as in use: the kubelet creates the
+/// container right after EnsureImageExists answers, and from then on the container holds it.
+pub const HANDED_OUT_IN_USE: Duration = Duration::from_secs(120);
+
+/// Why a pass could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("failed to {what}: {source}")]
+    Runtime { what: &'static str, source: RuntimeError },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// What a pass is asked to do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassRequest {
+    /// Plan and report, remove nothing.
+    pub dry_run: bool,
+    /// Every unused image old enough, whatever the disk's usage (the kubelet's
+    /// `DeleteUnusedImages`), instead of the thresholds and the maximum age.
+    pub delete_unused: bool,
+}
+
+/// One image a pass chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    pub id: String,
+    /// Its repo tags and digests.
+    pub names: Vec<String>,
+    pub reason: Reason,
+    pub size: u64,
+    pub first_detected: SystemTime,
+    pub last_used: Option<SystemTime>,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Removed,
+    /// A dry run.
+    WouldRemove,
+    /// Handed out or being pulled since the pass began.
+    KeptInUse,
+    /// The runtime refused, in its words.
+    Failed(String),
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub images: Vec<Chosen>,
+    pub usage_before: Option<ImageFsUsage>,
+    pub usage_after: Option<ImageFsUsage>,
+    /// What a space pass had to free; 0 when usage was below the high threshold.
+    pub to_free: u64,
+    /// Bytes of the images removed (or, in a dry run, that would be).
+    pub freed: u64,
+    /// The kubelet's `FreeDiskSpaceFailed` message, when the pass fell short.
+    pub shortfall: Option<String>,
+}
+
+impl PassReport {
+    fn failures(&self) -> Vec<&str> {
+        self.images
+            .iter()
+            .filter_map(|image| match &image.outcome {
+                Outcome::Failed(error) => Some(error.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The records and when they were loaded.
+#[derive(Default)]
+struct Records {
+    images: HashMap<String, ImageRecord>,
+    loaded: bool,
+}
+
+/// What the collector works with, each built by [`crate::daemon::Parts::build`].
+pub struct GcParts<R> {
+    pub runtime: Arc<R>,
+    pub config: GcConfig,
+    pub guard: Arc<ImageGuard>,
+    pub presence: Arc<PresenceCache>,
+    pub records: Arc<PullRecords>,
+    pub ages: AgesFile,
+    pub metrics: Arc<GcMetrics>,
+}
+
+/// The kubelet's `ImageGCManager`, with its records kept across restarts.
+pub struct ImageGc<R> {
+    parts: GcParts<R>,
+    /// Held for a whole pass: passes never overlap.
+    state: tokio::sync::Mutex<Records>,
+    /// The maximum age counts from here, as the kubelet's from its start.
+    collecting_since: SystemTime,
+}
+
+impl<R: ImageRuntime> ImageGc<R> {
+    pub fn new(parts: GcParts<R>, collecting_since: SystemTime) -> Self {
+        Self { parts, state: tokio::sync::Mutex::default(), collecting_since }
+    }
+
+    pub fn config(&self) -> &GcConfig {
+        &self.parts.config
+    }
+
+    /// Makes a pass every period until `shutdown`, the first at once, as the kubelet does; a
+    /// failure after a failure is logged as an error (the kubelet's `ImageGCFailed`).
+    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+        let policy = self.parts.config.policy;
+        if policy.disabled() {
+            tracing::info!("ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC");
+            return;
+        }
+        tracing::info!(
+            high_threshold = policy.high_threshold_percent,
+            low_threshold = policy.low_threshold_percent,
+            min_age = ?policy.min_age,
+            max_age = ?policy.max_age,
+            period = ?self.parts.config.period,
+            "image garbage collection every period"
+        );
+        let mut ticks = tokio::time::interval(self.parts.config.period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failed_before = false;
+        let stopping = shutdown.requested();
+        tokio::pin!(stopping);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = &mut stopping => return,
+            }
+            let failure = match self.pass(PassRequest::default()).await {
+                Ok(report) => pass_failure(&report),
+                Err(error) => Some(error.to_string()),
+            };
+            match &failure {
+                Some(error) if failed_before => {
+                    self.parts.metrics.failed_again();
+                    tracing::error!(%error, "Image garbage collection failed multiple times in a row");
+                }
+                Some(error) => {
+                    tracing::warn!(%error, "Image garbage collection failed once. Stats initialization may not have completed yet");
+                }
+                None if failed_before => tracing::info!("Image garbage collection succeeded"),
+                None => tracing::debug!("Image garbage collection succeeded"),
+            }
+            failed_before = failure.is_some();
+        }
+    }
+
+    /// One pass: detect, plan, remove (unless a dry run). Removal errors are reported per image
+    /// and never stop the pass.
+    pub async fn pass(&self, request: PassRequest) -> Result<PassReport, GcError> {
+        let started = Instant::now();
+        let result = self.pass_inner(request).await;
+        let outcome = match &result {
+            Ok(report) if pass_failure(report).is_some() => PassOutcome::FreeDiskSpaceFailed,
+            Ok(_) => PassOutcome::Success,
+            Err(GcError::Plan(PlanError::InvalidDiskCapacity)) => PassOutcome::InvalidDiskCapacity,
+            Err(GcError::Runtime { .. }) => PassOutcome::RuntimeFailed,
+        };
+        self.parts.metrics.passed(outcome, started.elapsed());
+        result
+    }
+
+    async fn pass_inner(&self, request: PassRequest) -> Result<PassReport, GcError> {
+        let mut records = self.state.lock().await;
+        if !records.loaded {
+            records.images = self.load_ages().await;
+            records.loaded = true;
+        }
+        let now = SystemTime::now();
+        let runtime = &self.parts.runtime;
+        let listed = runtime.list_images().await.map_err(|source| GcError::Runtime { what: "list images", source })?;
+        let in_use = self.in_use(&listed, now).await?;
+        plan::detect(&mut records.images, &listed, &in_use, now);
+        let names: HashMap<&str, &[String]> =
+            listed.iter().map(|image| (image.id.as_str(), image.names.as_slice())).collect();
+
+        let policy = &self.parts.config.policy;
+        let (usage_before, plan) = if request.delete_unused {
+            let usage = runtime.image_fs_usage().await.ok();
+            (usage, plan::plan_unused(&records.images, &in_use, policy, now))
+        } else {
+            let usage = runtime
+                .image_fs_usage()
+                .await
+                .map_err(|source| GcError::Runtime { what: "get imageFs stats", source })?;
+            let disk = DiskUsage { capacity: usage.capacity, available: usage.available };
+            (Some(usage), plan::plan(&records.images, &in_use, disk, policy, now, self.collecting_since)?)
+        };
+        if let Some(usage) = usage_before {
+            self.parts.metrics.measured(usage);
+        }
+        if let Some(space) = plan.space {
+            tracing::info!(
+                usage = space.usage_percent,
+                high_threshold = policy.high_threshold_percent,
+                amount_to_free = space.to_free,
+                low_threshold = policy.low_threshold_percent,
+                "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
+            );
+        }
+        let mut report = PassReport { usage_before, ..PassReport::default() };
+        self.execute(&plan, request.dry_run, now, (&mut records.images, &names), &mut report).await;
+        if let Some(space) = plan.space {
+            report.to_free = space.to_free;
+            let freed_for_space = report.freed_for(Reason::Space);
+            if freed_for_space < space.to_free {
+                let message = format!(
+                    "Failed to garbage collect required amount of images. Attempted to free {} bytes, but only found {} bytes eligible to free.",
+                    space.to_free, freed_for_space
+                );
+                tracing::warn!(reason = "FreeDiskSpaceFailed", "{message}");
+                report.shortfall = Some(message);
+            }
+        }
+        self.save_ages(&records.images).await;
+        if !request.dry_run && !report.images.is_empty() {
+            report.usage_after = runtime.image_fs_usage().await.ok();
+            if let Some(usage) = report.usage_after {
+                self.parts.metrics.measured(usage);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Removes the plan's images in order; for space, goes on to the spares while what was freed
+    /// falls short because a removal failed.
+    async fn execute(
+        &self,
+        plan: &Plan,
+        dry_run: bool,
+        pass_began: SystemTime,
+        (images, names): (&mut HashMap<String, ImageRecord>, &HashMap<&str, &[String]>),
+        report: &mut PassReport,
+    ) {
+        let to_free = plan.space.map_or(0, |space| space.to_free);
+        let mut freed_for_space = 0;
+        let spares = plan.spare.iter().map(|id| (id, Reason::Space));
+        let chosen = plan.remove.iter().map(|(id, reason)| (id, *reason));
+        for (id, reason) in chosen.chain(spares) {
+            if reason == Reason::Space && freed_for_space >= to_free {
+                continue;
+            }
+            let Some(record) = images.get(id).cloned() else { continue };
+            let image_names = names.get(id.as_str()).copied().unwrap_or_default();
+            let outcome = if dry_run {
+                Outcome::WouldRemove
+            } else {
+                self.remove(id, image_names, &record, reason, pass_began).await
+            };
+            if outcome == Outcome::Removed {
+                images.remove(id);
+            }
+            if matches!(outcome, Outcome::Removed | Outcome::WouldRemove) {
+                report.freed += record.size;
+                if reason == Reason::Space {
+                    freed_for_space += record.size;
+                }
+            }
+            report.images.push(Chosen {
+                id: id.clone(),
+                names: image_names.to_vec(),
+                reason,
+                size: record.size,
+                first_detected: record.first_detected,
+                last_used: record.last_used,
+                outcome,
+            });
+        }
+    }
+
+    /// Removes one image, unless it was handed out or pulled since the pass began.
+    async fn remove(
+        &self,
+        id: &str,
+        names: &[String],
+        record: &ImageRecord,
+        reason: Reason,
+        pass_began: SystemTime,
+    ) -> Outcome {
+        let removing = self.parts.guard.removing().await;
+        if self.parts.guard.busy(id, names, pass_began) {
+            tracing::info!(image_id = id, "image handed out or pulled during the pass; kept");
+            return Outcome::KeptInUse;
+        }
+        match reason {
+            Reason::Age => tracing::info!(
+                image_id = id,
+                size = record.size,
+                max_age = ?self.parts.config.policy.max_age,
+                "Removing image not used for longer than the maximum age"
+            ),
+            Reason::Space | Reason::Unused => {
+                tracing::info!(image_id = id, size = record.size, "Removing image to free bytes")
+            }
+        }
+        let removed = self.parts.runtime.remove_image(id).await;
+        // Whatever the answer, the removal may have changed what is present.
+        self.parts.presence.image_changed();
+        drop(removing);
+        match removed {
+            Ok(()) => {
+                self.parts.metrics.collected(reason, record.size);
+                if let Err(error) = self.parts.records.forget(id).await {
+                    tracing::warn!(%error, image_id = id, "cannot remove the pull record of a removed image");
+                }
+                Outcome::Removed
+            }
+            Err(error) => {
+                tracing::warn!(%error, image_id = id, "failed to remove image");
+                Outcome::Failed(error.to_string())
+            }
+        }
+    }
+
+    /// Images in use: by any container (exited ones included), the sandbox image, and those
+    /// handed out or pulled lately.
+    async fn in_use(&self, listed: &[StoredImage], now: SystemTime) -> Result<HashSet<String>, GcError> {
+        let runtime = &self.parts.runtime;
+        let containers =
+            runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
+        let sandbox_image = match &self.parts.config.sandbox_image {
+            Some(image) => Some(image.clone()),
+            None => runtime.sandbox_image().await.unwrap_or_else(|error| {
+                tracing::debug!(%error, "the runtime does not say which sandbox image it uses");
+                None
+            }),
+        };
+        let used = containers.iter().map(String::as_str).chain(sandbox_image.as_deref());
+        let mut in_use = plan::in_use(listed, used);
+        in_use.extend(self.parts.guard.handed_out_since(now.checked_sub(HANDED_OUT_IN_USE).unwrap_or(now)));
+        Ok(in_use)
+    }
+
+    async fn load_ages(&self) -> HashMap<String, ImageRecord> {
+        let ages = self.parts.ages.clone();
+        match tokio::task::spawn_blocking(move || ages.load()).await {
+            Ok(Ok(images)) => images,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "image ages not read; every image counts as newly detected");
+                HashMap::new()
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the image ages stopped");
+                HashMap::new()
+            }
+        }
+    }
+
+    async fn save_ages(&self, images: &HashMap<String, ImageRecord>) {
+        let (ages, images) = (self.parts.ages.clone(), images.clone());
+        match tokio::task::spawn_blocking(move || ages.save(&images)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "image ages not kept; a restart would lose them"),
+            Err(error) => tracing::warn!(%error, "keeping the image ages stopped"),
+        }
+    }
+}
+
+impl PassReport {
+    /// Bytes of the images removed (or that a dry run would remove) for `reason`.
+    fn freed_for(&self, reason: Reason) -> u64 {
+        self.images
+            .iter()
+            .filter(|image| image.reason == reason && matches!(image.outcome, Outcome::Removed | Outcome::WouldRemove))
+            .map(|image| image.size)
+            .sum()
+    }
+}
+
+/// Why a pass counts as failed for the periodic loop: it fell short, or removals failed.
+fn pass_failure(report: &PassReport) -> Option<String> {
+    if let Some(shortfall) = &report.shortfall {
+        return Some(shortfall.clone());
+    }
+    let failures = report.failures();
+    (!failures.is_empty()).then(|| format!("image removals failed: [{}]", failures.join(", ")))
+}
+
+#[cfg(test)]
+mod tests;

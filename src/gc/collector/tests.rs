@@ -1,0 +1,297 @@
+//! A pass against a scripted runtime whose disk fills and empties with its images.
+
+use std::sync::Mutex;
+
+use k8s_cri::v1::ImageSpec;
+use prometheus_client::registry::Registry;
+
+use super::*;
+use crate::gc::GcPolicy;
+use crate::{
+    presence::metrics::PresenceMetrics,
+    records::{format::PullCredentials, metrics::RecordsMetrics},
+    runtime::{PresentImage, PullSpec},
+};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Default)]
+struct Disk {
+    images: Vec<StoredImage>,
+    /// Image refs and names containers were created from.
+    containers: Vec<String>,
+    sandbox_image: Option<String>,
+    capacity: u64,
+    /// Used by other things than images.
+    other: u64,
+    refuse: HashSet<String>,
+    removed: Vec<String>,
+}
+
+#[derive(Default)]
+struct FakeRuntime(Mutex<Disk>);
+
+impl FakeRuntime {
+    fn disk(&self) -> std::sync::MutexGuard<'_, Disk> {
+        self.0.lock().expect("not poisoned")
+    }
+}
+
+impl ImageRuntime for FakeRuntime {
+    async fn image_status(&self, _: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
+        Ok(None)
+    }
+
+    async fn pull_image(&self, _: PullSpec) -> Result<String, RuntimeError> {
+        Err(RuntimeError::Unsupported("pull"))
+    }
+
+    async fn probe(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    async fn list_images(&self) -> Result<Vec<StoredImage>, RuntimeError> {
+        Ok(self.disk().images.clone())
+    }
+
+    async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
+        Ok(self.disk().containers.clone())
+    }
+
+    async fn sandbox_image(&self) -> Result<Option<String>, RuntimeError> {
+        Ok(self.disk().sandbox_image.clone())
+    }
+
+    async fn image_fs_usage(&self) -> Result<ImageFsUsage, RuntimeError> {
+        let disk = self.disk();
+        let used = disk.other + disk.images.iter().map(|image| image.size).sum::<u64>();
+        Ok(ImageFsUsage { capacity: disk.capacity, available: disk.capacity.saturating_sub(used) })
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut disk = self.disk();
+        if disk.refuse.contains(id) {
+            return Err(tonic::Status::failed_precondition(format!("image {id} is busy")).into());
+        }
+        disk.images.retain(|image| image.id != id);
+        disk.removed.push(id.to_owned());
+        Ok(())
+    }
+}
+
+fn image(id: &str, name: &str, size: u64) -> StoredImage {
+    StoredImage { id: id.into(), size, pinned: false, names: vec![name.into()] }
+}
+
+struct Harness {
+    runtime: Arc<FakeRuntime>,
+    guard: Arc<ImageGuard>,
+    records: Arc<PullRecords>,
+    gc: ImageGc<FakeRuntime>,
+    root: tempfile::TempDir,
+}
+
+/// No minimum age, so that images just detected are eligible.
+const EAGER: GcPolicy = GcPolicy { min_age: Duration::ZERO, ..GcPolicy::KUBELET };
+
+fn harness(disk: Disk, policy: GcPolicy) -> Harness {
+    let root = tempfile::tempdir().expect("tempdir");
+    let runtime = Arc::new(FakeRuntime(Mutex::new(disk)));
+    collector_over(runtime, root, policy)
+}
+
+fn collector_over(runtime: Arc<FakeRuntime>, root: tempfile::TempDir, policy: GcPolicy) -> Harness {
+    let guard = Arc::new(ImageGuard::default());
+    let records = Arc::new(
+        PullRecords::open(root.path(), Arc::new(RecordsMetrics::register(&mut Registry::default()))).expect("records"),
+    );
+    let parts = GcParts {
+        runtime: runtime.clone(),
+        config: GcConfig { policy, ..GcConfig::default() },
+        guard: guard.clone(),
+        presence: Arc::new(PresenceCache::new(Arc::new(PresenceMetrics::default()), Duration::ZERO)),
+        records: records.clone(),
+        ages: AgesFile::open(root.path()).expect("ages"),
+        metrics: Arc::new(GcMetrics::register(&mut Registry::default())),
+    };
+    Harness { runtime, guard, records, gc: ImageGc::new(parts, SystemTime::now()), root }
+}
+
+fn ids(report: &PassReport) -> Vec<(&str, Reason, &Outcome)> {
+    report.images.iter().map(|image| (image.id.as_str(), image.reason, &image.outcome)).collect()
+}
+
+/// Three unused 10 MiB images on a 100 MiB disk with 60 MiB used otherwise: 90 % used; down to
+/// 80 % takes 10 MiB.
+fn crowded() -> Disk {
+    Disk {
+        images: vec![
+            image("sha256:a", "a:1", 10 * MIB),
+            image("sha256:b", "b:1", 10 * MIB),
+            image("sha256:c", "c:1", 10 * MIB),
+        ],
+        capacity: 100 * MIB,
+        other: 60 * MIB,
+        ..Disk::default()
+    }
+}
+
+#[tokio::test]
+async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_records_go() {
+    let h = harness(crowded(), EAGER);
+    h.records.merge("sha256:a", "docker.io/library/a", PullCredentials::default()).await.expect("recorded");
+    // Detected in one pass, then used in order: c, then a, then b (b the most recent).
+    h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("detects");
+    for id in ["sha256:c", "sha256:a", "sha256:b"] {
+        h.runtime.disk().containers = vec![id.into()];
+        h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("uses");
+    }
+    h.runtime.disk().containers.clear();
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
+    assert_eq!((report.to_free, report.freed, report.shortfall.as_deref()), (10 * MIB, 10 * MIB, None));
+    let (before, after) = (report.usage_before.expect("measured"), report.usage_after.expect("measured"));
+    assert_eq!((before.available, after.available), (10 * MIB, 20 * MIB));
+    assert_eq!(h.runtime.disk().removed, ["sha256:c"]);
+    assert!(h.records.record("sha256:a").expect("reads").is_some(), "a stays, and its record");
+
+    h.runtime.disk().other = 80 * MIB; // 100 %: 20 MiB to free
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(
+        ids(&report),
+        [("sha256:a", Reason::Space, &Outcome::Removed), ("sha256:b", Reason::Space, &Outcome::Removed)]
+    );
+    assert!(h.records.record("sha256:a").expect("reads").is_none(), "the removed image's pull record goes");
+}
+
+#[tokio::test]
+async fn a_removal_the_runtime_refuses_is_reported_and_the_next_image_goes_instead() {
+    let mut disk = crowded();
+    disk.refuse.insert("sha256:a".into());
+    let h = harness(disk, EAGER);
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(
+        ids(&report),
+        [
+            (
+                "sha256:a",
+                Reason::Space,
+                &Outcome::Failed("rpc error: code = FailedPrecondition desc = image sha256:a is busy".into())
+            ),
+            ("sha256:b", Reason::Space, &Outcome::Removed),
+        ]
+    );
+    assert_eq!(report.shortfall, None);
+    assert_eq!(
+        pass_failure(&report).as_deref(),
+        Some("image removals failed: [rpc error: code = FailedPrecondition desc = image sha256:a is busy]")
+    );
+}
+
+#[tokio::test]
+async fn too_little_to_free_is_the_kubelets_free_disk_space_failure() {
+    let disk =
+        Disk { images: vec![image("sha256:a", "a:1", MIB)], capacity: 100 * MIB, other: 99 * MIB, ..Disk::default() };
+    let h = harness(disk, EAGER);
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:a", Reason::Space, &Outcome::Removed)]);
+    let expected = format!(
+        "Failed to garbage collect required amount of images. Attempted to free {} bytes, but only found {} bytes eligible to free.",
+        20 * MIB,
+        MIB
+    );
+    assert_eq!(report.shortfall.as_deref(), Some(expected.as_str()));
+    assert_eq!(pass_failure(&report), Some(expected));
+}
+
+#[tokio::test]
+async fn a_dry_run_removes_nothing_and_lists_what_a_real_run_then_removes() {
+    let h = harness(crowded(), EAGER);
+    let dry = h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("passes");
+    assert_eq!(dry.images.len(), 1);
+    assert_eq!(dry.images[0].outcome, Outcome::WouldRemove);
+    assert!(h.runtime.disk().removed.is_empty());
+    assert_eq!(dry.usage_after, None);
+    let real = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(real.images[0].id, dry.images[0].id);
+    assert_eq!(h.runtime.disk().removed, [dry.images[0].id.clone()]);
+}
+
+#[tokio::test]
+async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
+    let mut disk = crowded();
+    disk.images.push(image("sha256:pause", "registry.k8s.io/pause:3.6", MIB));
+    disk.images.push(image("sha256:d", "docker.io/library/d:1", MIB));
+    disk.containers = vec!["sha256:a".into(), "d:1".into()]; // by id, and by the name as asked
+    disk.sandbox_image = Some("registry.k8s.io/pause:3.6".into());
+    disk.other = 100 * MIB; // full: everything eligible goes
+    let h = harness(disk, EAGER);
+    h.guard.handed_out("sha256:b", SystemTime::now());
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
+}
+
+#[tokio::test]
+async fn an_image_being_pulled_when_its_turn_comes_is_kept() {
+    let h = harness(crowded(), EAGER);
+    let reference = crate::reference::ImageReference::parse_normalized("a:1").expect("parses");
+    h.runtime.disk().images[0].names = vec![reference.to_string()];
+    let pulling = h.guard.pulling(&reference);
+    h.runtime.disk().other = 75 * MIB; // 105 %: 25 MiB to free
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(
+        ids(&report),
+        [
+            ("sha256:a", Reason::Space, &Outcome::KeptInUse),
+            ("sha256:b", Reason::Space, &Outcome::Removed),
+            ("sha256:c", Reason::Space, &Outcome::Removed),
+        ]
+    );
+    drop(pulling);
+}
+
+#[tokio::test]
+async fn deleting_unused_images_ignores_the_thresholds() {
+    let mut disk = crowded();
+    disk.other = 0; // 30 % used
+    disk.containers = vec!["sha256:b".into()];
+    let h = harness(disk, EAGER);
+    assert!(h.gc.pass(PassRequest::default()).await.expect("passes").images.is_empty());
+    let report = h.gc.pass(PassRequest { delete_unused: true, ..PassRequest::default() }).await.expect("passes");
+    let mut removed: Vec<&str> = ids(&report)
+        .into_iter()
+        .map(|(id, reason, _)| {
+            assert_eq!(reason, Reason::Unused);
+            id
+        })
+        .collect();
+    removed.sort_unstable();
+    assert_eq!(removed, ["sha256:a", "sha256:c"]);
+}
+
+#[tokio::test]
+async fn ages_survive_a_restart_of_the_collector() {
+    let h = harness(crowded(), GcPolicy { high_threshold_percent: 100, ..EAGER });
+    h.runtime.disk().containers = vec!["sha256:b".into()];
+    h.gc.pass(PassRequest::default()).await.expect("passes");
+    let (runtime, root) = (h.runtime.clone(), h.root);
+    runtime.disk().containers.clear();
+    let restarted = collector_over(runtime, root, EAGER);
+    let report = restarted.gc.pass(PassRequest { dry_run: true, delete_unused: true }).await.expect("passes");
+    let b = report.images.iter().find(|image| image.id == "sha256:b").expect("b is unused now");
+    assert!(b.last_used.is_some(), "used before the restart, and remembered");
+    let a = report.images.iter().find(|image| image.id == "sha256:a").expect("a is unused");
+    assert_eq!(a.last_used, None);
+    assert!(a.first_detected < SystemTime::now());
+    assert_eq!(report.images.last().map(|image| image.id.as_str()), Some("sha256:b"), "the used one goes last");
+}
+
+#[tokio::test]
+async fn a_disk_reported_with_no_capacity_is_an_error() {
+    let mut disk = crowded();
+    disk.capacity = 0;
+    let h = harness(disk, EAGER);
+    let error = h.gc.pass(PassRequest::default()).await.expect_err("no capacity");
+    assert_eq!(error.to_string(), "invalid capacity 0 on image filesystem");
+    assert!(h.runtime.disk().removed.is_empty());
+}

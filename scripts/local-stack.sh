@@ -2,18 +2,25 @@
 # local-stack.sh - throwaway, loopback-only test stack for cri-imaged:
 #   * a distribution v2 registry (docker-registry) on 127.0.0.1:<free port>, plain HTTP, no auth
 #     (or HTTP Basic auth against an htpasswd file: start --htpasswd FILE, see "Authenticated registry")
-#   * a private containerd (runs as root) whose CRI plugin (runtime.v1) pulls from that registry
+#   * a private containerd (runs as root) whose CRI plugin (runtime.v1) pulls from that registry and runs
+#     pods and containers with runc (see "Containers")
 #
 # Usage:
-#   local-stack.sh start [--htpasswd FILE] DIR
+#   local-stack.sh start [--htpasswd FILE] [--image-fs-mib N] DIR
 #                                             start both daemons in the background, write DIR/stack.env;
-#                                             with --htpasswd the registry demands HTTP Basic auth (see below)
-#   local-stack.sh stop  DIR                  stop them (TERM, then KILL), unmount leftovers; idempotent
+#                                             with --htpasswd the registry demands HTTP Basic auth (see below);
+#                                             with --image-fs-mib containerd's root is a tmpfs of N MiB (below)
+#   local-stack.sh stop  DIR                  remove pods, stop the daemons (TERM, then KILL), kill what is left
+#                                             in the stack's cgroup, unmount leftovers; idempotent
 #   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed [--user USER] DIR NAME:TAG [TEXT]
 #                                             build a 1-layer OCI image (config User = USER), push it, print its
 #                                             manifest digest
 #   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed-critest DIR
 #                                             push the images critest's "Image Manager" specs pull (see below)
+#   local-stack.sh seed-sized DIR NAME:TAG BYTES
+#                                             push a 1-layer image of BYTES random bytes (/data) and a static
+#                                             program that sleeps until killed (/sleep-forever, its entrypoint);
+#                                             print its manifest digest. A new image on every call.
 #
 # DIR must consist of [A-Za-z0-9._/+-] only (it is pasted into TOML/YAML/skopeo refs unquoted) and must be
 # short enough that DIR/containerd.sock.ttrpc fits in a unix socket path (< 108 bytes).
@@ -21,10 +28,16 @@
 # clean slate. start reuses the previous run's registry port when it is still free, so image names stay valid.
 #
 # Files in DIR:
-#   stack.env              REGISTRY, CONTAINERD_SOCK, REGISTRY_LOG, REGISTRY_PID, CONTAINERD_PID, ... (KEY=VALUE)
+#   stack.env              REGISTRY, CONTAINERD_SOCK, REGISTRY_LOG, REGISTRY_PID, CONTAINERD_PID, CONTAINERD_LOG,
+#                          CONTAINERD_ROOT, CRICTL_CONFIG, CGROUP_PARENT, STACK_DIR, SANDBOX_IMAGE, SANDBOX_DIGEST,
+#                          IMAGE_FS, IMAGE_FS_MIB (the last four only when they apply), ... (KEY=VALUE)
 #   registry.yml           generated registry config;  registry-data/  its storage
 #   registry.log           registry stdout+stderr (access log + logrus lines), truncated on every start
 #   containerd.toml        generated containerd config; containerd-root/ containerd-state/ opt/ cni/
+#   image-fs/              with --image-fs-mib: the tmpfs; containerd's root is image-fs/root (lost on stop)
+#   runc/                  runc's state (--root) for this containerd's containers
+#   bin/sleep-forever      the static sleeping program of the sandbox and seed-sized images (and its source)
+#   crictl.yaml            crictl's config for this stack: crictl --config DIR/crictl.yaml ps -a
 #   containerd.sock(.ttrpc) containerd gRPC / ttrpc sockets; containerd.log its log
 #   certs.d/127.0.0.1:PORT/hosts.toml   CRI registry host config (plain http, pull+resolve)
 #   certs.d/gcr.io/hosts.toml           sends gcr.io pulls to the loopback registry (for critest, see below)
@@ -78,8 +91,34 @@
 #   A pull without credentials leaves only a 401 line and a warning "... invalid authorization credential"
 #   (as does the first request of every credentialed pull). Passwords appear in neither log.
 #
+# Containers: every start (except with --htpasswd) can run pods through CRI with runc (cgroupfs driver, runc
+# state in DIR/runc). While containerd starts, start builds DIR/bin/sleep-forever (gcc; no libc on x86_64 and
+# arm64: a pause(2) loop, 4 KiB) and pushes REGISTRY/pause:3.9, a 1-layer image of it alone (CRI size 905
+# bytes), which containerd.toml names as sandbox_image; containerd 1.6 pulls it on the first RunPodSandbox and
+# does not mark it pinned (crictl info shows it as config.sandboxImage). Clients must ask for
+#   * host networking (PodSandboxConfig linux.security_context.namespace_options.network = NODE): no CNI;
+#   * linux.cgroup_parent = CGROUP_PARENT of stack.env, a cgroup of this DIR that stop empties and removes.
+# restrict_oom_score_adj = true, as root here may lack CAP_SYS_RESOURCE. sleep-forever, as any PID 1 without a
+# handler, ignores SIGTERM: stop containers with timeout 0 (SIGKILL). Then, for example:
+#   crictl --config DIR/crictl.yaml runp pod.json; ... create --no-pull POD container.json pod.json; start ID
+# (crictl.yaml turns pull-on-create/run off: nothing but RunPodSandbox pulls). stop removes every pod through
+# CRI first (crictl: $CRICTL, PATH, or ../shared/tools beside the clone), then deletes any task left with ctr.
+# Outside DIR, a shim still makes /run/containerd/s/ (containerd 1.6 puts shim sockets there, unconfigurable).
+#
+# Small image filesystem (start --image-fs-mib N): a tmpfs of N MiB is mounted on DIR/image-fs and
+# containerd's whole root (content store, snapshots, metadata) is DIR/image-fs/root, so CRI ImageFsInfo names
+# DIR/image-fs/root/io.containerd.snapshotter.v1.native, whose statfs gives N MiB of capacity. stop unmounts
+# it (its images are gone with it). What it costs, measured with containerd 1.6.20 and the native snapshotter:
+#   empty containerd                   24 KiB
+#   pull of a seed-sized BYTES image   2 x BYTES + 56..152 KiB: compressed blob + unpacked snapshot + metadata
+#                                      (its CRI size, ListImages: BYTES + ~1.4..1.8 KiB)
+#   pull of the sandbox image          56 KiB;  RunPodSandbox 24 KiB
+#   CreateContainer                    the image's unpacked size again (native copies the rootfs)
+#   CRI RemoveImage / RemovePodSandbox gives it back at once (containerd 1.6 deletes synchronously)
+# ImageFsInfo's usedBytes counts snapshots only and is refreshed every 10 s (stats_collect_period).
+#
 # Environment knobs: START_TIMEOUT (s, default 30), STOP_TIMEOUT (s, default 10), GRPCURL (default grpcurl),
-# CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry).
+# CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry), CRICTL (default: see Containers).
 
 set -euo pipefail
 
@@ -101,12 +140,15 @@ note() {
 
 usage() {
     cat >&2 <<EOF
-usage: $PROG start [--htpasswd FILE] DIR   start registry + containerd (CRI) in the background
-                                           (--htpasswd: registry demands Basic auth, bcrypt entries)
-       $PROG stop  DIR                     stop them; idempotent
+usage: $PROG start [--htpasswd FILE] [--image-fs-mib N] DIR
+                                           start registry + containerd (CRI, runc) in the background
+                                           (--htpasswd: registry demands Basic auth, bcrypt entries;
+                                           --image-fs-mib: containerd's root on a tmpfs of N MiB)
+       $PROG stop  DIR                     remove pods, stop them; idempotent
        $PROG seed  [--user USER] DIR NAME:TAG [CONTENT]
                                            push a 1-layer OCI image, print its manifest digest
        $PROG seed-critest DIR              push critest's "Image Manager" images (gcr.io/k8s-staging-cri-tools/...)
+       $PROG seed-sized DIR NAME:TAG BYTES push an image of BYTES random bytes that runs /sleep-forever
        (seed/seed-critest push with env REGISTRY_CREDS=USER:PASS if set; required for an --htpasswd stack)
 EOF
     exit 2
@@ -298,6 +340,146 @@ log_tail() {
 }
 
 # ---------------------------------------------------------------------------------------------------------
+# containers and the image filesystem
+
+SLEEPER=sleep-forever # /sleep-forever: the entrypoint of the sandbox image and of seed-sized images
+SANDBOX_REF=pause:3.9 # start pushes REGISTRY/pause:3.9, containerd's sandbox_image
+
+# stack_cgroup: the cgroup (path below each hierarchy's root) this stack's pods go under: clients pass it as
+# PodSandboxConfig.linux.cgroup_parent (stack.env CGROUP_PARENT); stop kills what is left in it, removes it.
+stack_cgroup() {
+    local h
+    h=$(printf '%s' "$DIR" | sha256sum)
+    echo "/cri-imaged-${h:0:12}"
+}
+
+# build_sleeper: DIR/bin/sleep-forever, a static program that sleeps until killed. As a container's PID 1 it
+# has no signal handler, so SIGTERM is ignored and only SIGKILL ends it (CRI StopContainer with timeout 0
+# sends SIGKILL at once). No libc on x86_64 and arm64 (a pause(2) / ppoll(2) loop, 4 KiB); elsewhere
+# glibc's pause(), linked -static (~700 KiB).
+build_sleeper() {
+    need_cmd gcc
+    local out=$DIR/bin/$SLEEPER src
+    mkdir -p -- "$DIR/bin"
+    case $(gcc -dumpmachine) in
+        x86_64-*)
+            src=$out.S
+            cat >"$src" <<'EOF'
+        .text
+        .globl _start
+_start:
+        mov $34, %eax           # pause()
+        syscall
+        jmp _start
+EOF
+            ;;
+        aarch64-*)
+            src=$out.S
+            cat >"$src" <<'EOF'
+        .text
+        .globl _start
+_start:
+        mov x0, #0              // ppoll(NULL, 0, NULL, NULL): no pause() on arm64
+        mov x1, #0
+        mov x2, #0
+        mov x3, #0
+        mov x8, #73
+        svc #0
+        b _start
+EOF
+            ;;
+        *)
+            src=$out.c
+            printf '#include <unistd.h>\nint main(void) { for (;;) pause(); }\n' >"$src"
+            ;;
+    esac
+    local -a nolibc=()
+    [[ $src == *.S ]] && nolibc=(-nostdlib)
+    # a private name, then rename: seed-sized may run beside another build
+    gcc -static -s -Os "${nolibc[@]}" -Wl,--build-id=none -o "$out.$$" "$src" || die "gcc could not build $src"
+    mv -f -- "$out.$$" "$out"
+}
+
+# find_crictl: print crictl's path: $CRICTL, else crictl on PATH, else ../shared/tools/crictl beside the
+# clone; nothing when there is none.
+find_crictl() {
+    if [[ -n ${CRICTL:-} ]]; then
+        echo "$CRICTL"
+    elif command -v crictl 2>/dev/null; then
+        :
+    else
+        local shared
+        shared="$(dirname -- "$(realpath -- "${BASH_SOURCE[0]}")")/../../shared/tools/crictl"
+        [[ ! -x $shared ]] || realpath -- "$shared"
+    fi
+}
+
+# cri_tasks: print the ids of containerd's tasks in the CRI namespace (k8s.io).
+cri_tasks() {
+    timeout 10 ctr --address "$DIR/containerd.sock" --namespace k8s.io tasks ls --quiet 2>/dev/null || true
+}
+
+# remove_pods: while containerd runs, remove every pod (StopPodSandbox kills its containers with SIGKILL)
+# through CRI when crictl is found, then kill and delete any task left in namespace k8s.io with ctr. The
+# shims exit once their tasks are deleted; runc's state (DIR/runc) goes with them.
+remove_pods() {
+    local sock=$DIR/containerd.sock crictl
+    crictl=$(find_crictl)
+    if [[ -n $crictl && -f $DIR/crictl.yaml ]]; then
+        timeout 60 "$crictl" --config "$DIR/crictl.yaml" rmp --all --force >/dev/null 2>&1 ||
+            note "warning: crictl rmp --all --force failed"
+    fi
+    local -a tasks=()
+    local t
+    mapfile -t tasks < <(cri_tasks)
+    ((${#tasks[@]} > 0)) || return 0
+    note "deleting tasks left: ${tasks[*]}"
+    # (one may vanish meanwhile: the CRI plugin deletes a task whose process exited)
+    for t in "${tasks[@]}"; do
+        timeout 10 ctr --address "$sock" --namespace k8s.io tasks delete --force "$t" >/dev/null 2>&1 || true
+    done
+    mapfile -t tasks < <(cri_tasks)
+    ((${#tasks[@]} == 0)) || note "warning: could not delete tasks ${tasks[*]}"
+}
+
+# cgroup_cleanup: SIGKILL whatever is left in the stack's cgroup (say, containers whose shim died) and remove
+# the cgroup in every hierarchy (cgroup v1: one per controller; v2: /sys/fs/cgroup itself).
+cgroup_cleanup() {
+    local cg hier d
+    cg=$(stack_cgroup)
+    local -a dirs=() pids=()
+    for hier in /sys/fs/cgroup /sys/fs/cgroup/*/; do
+        d=${hier%/}$cg
+        [[ -d $d ]] && dirs+=("$d")
+    done
+    ((${#dirs[@]} > 0)) || return 0
+    mapfile -t pids < <(find "${dirs[@]}" -name cgroup.procs -exec cat -- {} + 2>/dev/null | sort -un)
+    if ((${#pids[@]} > 0)); then
+        note "killing processes left in cgroup $cg: ${pids[*]}"
+        kill -KILL "${pids[@]}" 2>/dev/null || true
+        local pid deadline=$((SECONDS + 5)) any=1
+        while ((any == 1 && SECONDS < deadline)); do
+            any=0
+            for pid in "${pids[@]}"; do alive "$pid" && any=1; done
+            ((any == 0)) || sleep 0.1
+        done
+    fi
+    # deepest first; rmdir of a cgroup ignores its control files
+    find "${dirs[@]}" -depth -type d -exec rmdir -- {} + 2>/dev/null || note "warning: could not remove cgroup $cg"
+}
+
+# mount_image_fs MIB: a fresh tmpfs of MIB MiB on DIR/image-fs (containerd's root goes there).
+mount_image_fs() {
+    local mib=$1 mp=$DIR/image-fs
+    mkdir -p -- "$mp"
+    if mountpoint -q -- "$mp"; then
+        note "unmounting the previous image filesystem $mp"
+        umount -- "$mp" || die "could not unmount $mp"
+    fi
+    mount -t tmpfs -o "size=${mib}m,mode=0711" cri-imaged-image-fs "$mp" || die "could not mount a tmpfs on $mp"
+}
+
+# ---------------------------------------------------------------------------------------------------------
 # config writers
 
 write_registry_config() {
@@ -381,11 +563,15 @@ server = "http://$host"
 EOF
 }
 
+# write_containerd_config: DIR/containerd.toml for CONTAINERD_ROOT and SANDBOX_IMAGE (empty: containerd's
+# default, which cannot be pulled here, so no pod can run).
 write_containerd_config() {
+    local sandbox_line=""
+    [[ -z $SANDBOX_IMAGE ]] || sandbox_line="sandbox_image = \"$SANDBOX_IMAGE\""
     cat >"$DIR/containerd.toml" <<EOF
-# generated by $PROG - private containerd for the CRI image service only
+# generated by $PROG - private containerd: the CRI image service, and pods/containers with runc
 version = 2
-root = "$DIR/containerd-root"
+root = "$CONTAINERD_ROOT"
 state = "$DIR/containerd-state"
 # Snapshotters that cannot work here (no aufs module / not btrfs / not zfs / no devmapper pool); disabling
 # them only removes log noise. Everything else, in particular io.containerd.grpc.v1.cri, stays enabled.
@@ -414,18 +600,43 @@ disabled_plugins = [
     disable_tcp_service = true
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
-    # No CNI is needed for the image service. The CRI plugin still creates/watches conf_dir (default
-    # /etc/cni/net.d) and logs "no network config found" - harmless; point it into DIR so the host is
-    # left untouched.
+    # pushed by start (see "Containers"); not pinned by containerd 1.6
+    $sandbox_line
+    # root without CAP_SYS_RESOURCE cannot lower oom_score_adj: keep containers at containerd's own or above
+    restrict_oom_score_adj = true
+    # No CNI: pods must use the host's network namespace. The CRI plugin still creates/watches conf_dir
+    # (default /etc/cni/net.d) and logs "no network config found" - harmless; point it into DIR so the host
+    # is left untouched.
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "$DIR/cni/bin"
       conf_dir = "$DIR/cni/net.d"
 
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "native"
+      default_runtime_name = "runc"
+
+      # runc with the cgroupfs driver (no systemd here); its state under DIR instead of /run/containerd/runc
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = "$DIR/runc"
 
     [plugins."io.containerd.grpc.v1.cri".registry]
       config_path = "$DIR/certs.d"
+EOF
+}
+
+# crictl's config for this stack (crictl --config DIR/crictl.yaml ...): never pulls on create/run.
+write_crictl_config() {
+    cat >"$DIR/crictl.yaml" <<EOF
+# generated by $PROG
+runtime-endpoint: unix://$DIR/containerd.sock
+image-endpoint: unix://$DIR/containerd.sock
+timeout: 10
+debug: false
+pull-image-on-create: false
+disable-pull-on-run: true
 EOF
 }
 
@@ -477,10 +688,15 @@ REG_LOG_LEVEL=info          # debug with --htpasswd: only debug lines name the u
 STARTED_PIDS=() # pids returned by launch
 LAUNCHED=()     # names whose launch has begun (a signal can arrive before launch returns the pid)
 START_OK=no
+IMAGE_FS_MIB=""   # start --image-fs-mib N: containerd's root on a tmpfs of N MiB at DIR/image-fs
+SANDBOX_IMAGE=""  # REGISTRY/pause:3.9 once start has pushed it (not with --htpasswd)
+CONTAINERD_ROOT=""
+SEED_WORK=""
 
 # EXIT trap of start: on failure/interruption stop everything this start launched.
 start_cleanup() {
     [[ $START_OK != yes ]] || return 0
+    [[ -z $SEED_WORK ]] || rm -rf -- "$SEED_WORK"
     local -a pids=("${STARTED_PIDS[@]}")
     local name pid deadline
     for name in "${LAUNCHED[@]}"; do
@@ -492,26 +708,41 @@ start_cleanup() {
         fi
     done
     mapfile -t -O "${#pids[@]}" pids < <(find_ours containerd; find_ours registry)
-    ((${#pids[@]} > 0)) || return 0
-    mapfile -t pids < <(printf '%s\n' "${pids[@]}" | sort -un)
-    note "start failed; stopping what was started (${pids[*]})"
-    STOP_TIMEOUT=5 terminate "${pids[@]}" || true
+    if ((${#pids[@]} > 0)); then
+        mapfile -t pids < <(printf '%s\n' "${pids[@]}" | sort -un)
+        note "start failed; stopping what was started (${pids[*]})"
+        STOP_TIMEOUT=5 terminate "${pids[@]}" || true
+    fi
+    if [[ -n $IMAGE_FS_MIB ]] && mountpoint -q -- "$DIR/image-fs"; then
+        umount -- "$DIR/image-fs" || umount -l -- "$DIR/image-fs" || note "warning: could not unmount $DIR/image-fs"
+    fi
 }
 
 cmd_start() {
     local htpasswd_src=""
-    if [[ ${1-} == --htpasswd ]]; then
-        (($# >= 2)) || usage
-        htpasswd_src=$2
-        shift 2
-        [[ -n $htpasswd_src ]] || die "--htpasswd needs a file"
-        check_htpasswd "$htpasswd_src"
-        REG_AUTH=htpasswd
-        REG_LOG_LEVEL=debug
-    fi
-    (($# == 1)) || usage
+    while (($# > 1)); do
+        case $1 in
+            --htpasswd)
+                htpasswd_src=$2
+                shift 2
+                [[ -n $htpasswd_src ]] || die "--htpasswd needs a file"
+                check_htpasswd "$htpasswd_src"
+                REG_AUTH=htpasswd
+                REG_LOG_LEVEL=debug
+                ;;
+            --image-fs-mib)
+                [[ $2 =~ ^[0-9]{1,7}$ ]] && ((10#$2 >= 4)) || die "--image-fs-mib needs a size in MiB (at least 4): $2"
+                IMAGE_FS_MIB=$((10#$2))
+                shift 2
+                ;;
+            *) usage ;;
+        esac
+    done
+    (($# == 1)) && [[ $1 != --* ]] || usage
     need_root
-    need_cmd "$CONTAINERD_BIN" "$REGISTRY_BIN" setsid python3 curl awk
+    need_cmd "$CONTAINERD_BIN" "$REGISTRY_BIN" setsid python3 curl awk sha256sum
+    [[ $REG_AUTH == htpasswd ]] || need_cmd gcc runc containerd-shim-runc-v2 skopeo tar gzip
+    [[ -z $IMAGE_FS_MIB ]] || need_cmd mount umount mountpoint
     resolve_dir "$1" yes
     local t0 t1
     t0=$(date +%s.%N)
@@ -534,7 +765,6 @@ cmd_start() {
         if [[ -s $DIR/$f ]]; then mv -f -- "$DIR/$f" "$DIR/$f.prev"; fi
         : >"$DIR/$f"
     done
-    write_containerd_config
     write_probe_proto
     if [[ $REG_AUTH == htpasswd ]]; then
         # a private copy: FILE may live anywhere (its path is not pasted into YAML) and may change later
@@ -550,6 +780,12 @@ cmd_start() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     local deadline=$((SECONDS + START_TIMEOUT))
+
+    CONTAINERD_ROOT=$DIR/containerd-root
+    if [[ -n $IMAGE_FS_MIB ]]; then
+        mount_image_fs "$IMAGE_FS_MIB"
+        CONTAINERD_ROOT=$DIR/image-fs/root
+    fi
 
     # registry: retry with another port if the one we picked got taken in the meantime
     local port reg_pid attempt prev_port=""
@@ -581,11 +817,24 @@ cmd_start() {
         break
     done
     write_certs_d "$port"
+    # the sandbox image is pushed below, while containerd starts; an authenticating registry would need
+    # credentials for that push and for containerd's pull of it, so such a stack runs no pods
+    [[ $REG_AUTH == htpasswd ]] || SANDBOX_IMAGE=127.0.0.1:$port/$SANDBOX_REF
+    write_containerd_config
+    write_crictl_config
 
     local ctd_pid
     LAUNCHED+=(containerd)
     ctd_pid=$(launch containerd "$DIR/containerd.log" "$CONTAINERD_BIN" --config "$DIR/containerd.toml")
     STARTED_PIDS+=("$ctd_pid")
+    if [[ -n $SANDBOX_IMAGE ]]; then
+        build_sleeper
+        seed_init "127.0.0.1:$port"
+        local sandbox_digest
+        sandbox_digest=$(sleeper_image "$SANDBOX_REF" 0)
+        rm -rf -- "$SEED_WORK"
+        SEED_WORK=""
+    fi
     until cri_ready; do
         if ! alive "$ctd_pid"; then
             log_tail "$DIR/containerd.log"
@@ -609,7 +858,18 @@ cmd_start() {
         echo "REGISTRY_PID=$reg_pid"
         echo "CONTAINERD_PID=$ctd_pid"
         echo "CONTAINERD_LOG=$DIR/containerd.log"
+        echo "CONTAINERD_ROOT=$CONTAINERD_ROOT"
+        echo "CRICTL_CONFIG=$DIR/crictl.yaml"
+        echo "CGROUP_PARENT=$(stack_cgroup)"
         echo "STACK_DIR=$DIR"
+        if [[ -n $SANDBOX_IMAGE ]]; then
+            echo "SANDBOX_IMAGE=$SANDBOX_IMAGE"
+            echo "SANDBOX_DIGEST=$sandbox_digest"
+        fi
+        if [[ -n $IMAGE_FS_MIB ]]; then
+            echo "IMAGE_FS=$DIR/image-fs"
+            echo "IMAGE_FS_MIB=$IMAGE_FS_MIB"
+        fi
         # (no REGISTRY_AUTH key: docker-registry reads REGISTRY_AUTH* from its environment as config overrides)
         if [[ $REG_AUTH == htpasswd ]]; then
             echo "REGISTRY_HTPASSWD=$DIR/registry.htpasswd"
@@ -633,17 +893,22 @@ cmd_stop() {
     }
     resolve_dir "$1" no
     local -a pids=()
+    # pods first, through containerd: shims only exist if containers were run through this containerd
+    mapfile -t pids < <(find_ours shim)
+    if ((${#pids[@]} > 0)) && [[ -n $(find_ours containerd) ]]; then
+        remove_pods
+    fi
     mapfile -t pids < <(find_ours containerd; find_ours registry)
     if ((${#pids[@]} > 0)); then
         note "stopping pids ${pids[*]}"
         terminate "${pids[@]}"
     fi
-    # shims only exist if containers were run through this containerd; harmless no-op otherwise
     mapfile -t pids < <(find_ours shim)
     if ((${#pids[@]} > 0)); then
         note "stopping leftover shims ${pids[*]}"
         terminate "${pids[@]}"
     fi
+    cgroup_cleanup
     unmount_below
     note "stopped ($DIR)"
 }
@@ -677,21 +942,30 @@ sha256_of() {
 
 # seed_prepare DIR: set SEED_REGISTRY / SEED_ARCH / SEED_VARIANT and a scratch dir SEED_WORK (removed on exit).
 seed_prepare() {
-    need_cmd tar gzip sha256sum skopeo stat
     resolve_dir "$1" no
     [[ -f $DIR/stack.env ]] || die "$DIR/stack.env missing - run '$PROG start $DIR' first"
-    SEED_REGISTRY=$(sed -n 's/^REGISTRY=//p' "$DIR/stack.env")
-    [[ -n $SEED_REGISTRY ]] || die "REGISTRY not set in $DIR/stack.env"
+    local registry
+    registry=$(sed -n 's/^REGISTRY=//p' "$DIR/stack.env")
+    [[ -n $registry ]] || die "REGISTRY not set in $DIR/stack.env"
+    if [[ -z ${REGISTRY_CREDS:-} ]] && grep -q '^REGISTRY_HTPASSWD=' "$DIR/stack.env"; then
+        die "the registry in $DIR demands authentication (htpasswd): set REGISTRY_CREDS=USER:PASS"
+    fi
+    seed_init "$registry"
+    # shellcheck disable=SC2064 # expand $SEED_WORK now
+    trap "rm -rf -- '$SEED_WORK'" EXIT
+}
+
+# seed_init REGISTRY: as seed_prepare, for a registry already known, without the EXIT trap (the caller
+# removes SEED_WORK).
+seed_init() {
+    need_cmd tar gzip sha256sum skopeo stat
+    SEED_REGISTRY=$1
     read -r SEED_ARCH SEED_VARIANT <<<"$(go_arch)"
     [[ -n $SEED_ARCH ]] || die "could not determine the image architecture"
     if [[ -n ${REGISTRY_CREDS:-} ]]; then
         [[ $REGISTRY_CREDS == ?*:* ]] || die "REGISTRY_CREDS must be USER:PASS"
-    elif grep -q '^REGISTRY_HTPASSWD=' "$DIR/stack.env"; then
-        die "the registry in $DIR demands authentication (htpasswd): set REGISTRY_CREDS=USER:PASS"
     fi
     SEED_WORK=$(mktemp -d "$DIR/seed.XXXXXX")
-    # shellcheck disable=SC2064 # expand $SEED_WORK now
-    trap "rm -rf -- '$SEED_WORK'" EXIT
     printf '{"default":[{"type":"insecureAcceptAnything"}]}\n' >"$SEED_WORK/policy.json"
     SEED_AUTH=()
     if [[ -n ${REGISTRY_CREDS:-} ]]; then
@@ -702,40 +976,58 @@ seed_prepare() {
     fi
 }
 
+# check_ref NAME:TAG: a repository name and tag as the registry takes them.
+check_ref() {
+    local ref=$1
+    [[ $ref == *:* ]] || die "NAME:TAG expected, got: $ref"
+    local name=${ref%:*} tag=${ref##*:}
+    [[ $name =~ ^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$ ]] || die "bad repository name: $name"
+    [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "bad tag: $tag"
+}
+
 # seed_image NAME:TAG CONTENT USER: build a reproducible 1-layer OCI image (hello.txt = CONTENT; config User =
 # USER unless empty), push it to SEED_REGISTRY, print the pushed manifest digest. Equal inputs give equal
 # digests, so pushing the same CONTENT/USER under several tags yields one image with several tags.
 seed_image() {
     local ref=$1 content=$2 user=$3
-    [[ $ref == *:* ]] || die "NAME:TAG expected, got: $ref"
-    local name=${ref%:*} tag=${ref##*:}
-    [[ $name =~ ^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$ ]] || die "bad repository name: $name"
-    [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "bad tag: $tag"
+    check_ref "$ref"
     # USER is pasted into JSON: [user|uid][:group|gid] with a conservative character set
     [[ -z $user || $user =~ ^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?$ ]] || die "bad user: $user"
 
     local work
     work=$(mktemp -d "$SEED_WORK/image.XXXXXX")
-    local blobs="$work/layout/blobs/sha256"
-    mkdir -p -- "$work/rootfs" "$blobs"
+    mkdir -p -- "$work/rootfs"
     printf '%s\n' "$content" >"$work/rootfs/hello.txt"
 
-    # reproducible layer: fixed order, mtime, ownership and mode; ustar => no pax atime/ctime records;
-    # gzip -n => no name/timestamp in the gzip header
+    # reproducible layer: fixed order, mtime, ownership and mode; ustar => no pax atime/ctime records
     tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=u=rw,go=r --format=ustar \
         -C "$work/rootfs" -cf "$work/layer.tar" hello.txt
-    gzip -9 -n -c "$work/layer.tar" >"$work/layer.tar.gz"
+    local user_json=""
+    [[ -z $user ]] || user_json=$(printf '"User":"%s"' "$user")
+    push_image "$ref" "$work" "$user_json" 9
+}
+
+# push_image NAME:TAG WORK CONFIG LEVEL: push the 1-layer image whose layer is WORK/layer.tar (compressed
+# with gzip -LEVEL -n: no name/timestamp in the gzip header) and whose image config's "config" object holds
+# CONFIG (JSON members, may be empty) to SEED_REGISTRY; print the pushed manifest digest; remove WORK.
+push_image() {
+    local ref=$1 work=$2 config=$3 level=$4
+    local name=${ref%:*} tag=${ref##*:}
+    local blobs="$work/layout/blobs/sha256"
+    mkdir -p -- "$blobs"
+
+    gzip "-$level" -n -c "$work/layer.tar" >"$work/layer.tar.gz"
     local diff_id layer_digest layer_size
     diff_id=$(sha256_of "$work/layer.tar")
     layer_digest=$(sha256_of "$work/layer.tar.gz")
     layer_size=$(stat -c %s "$work/layer.tar.gz")
+    rm -f -- "$work/layer.tar"
     mv -- "$work/layer.tar.gz" "$blobs/$layer_digest"
 
-    local variant_json="" user_json=""
+    local variant_json=""
     [[ -z $SEED_VARIANT ]] || variant_json=$(printf ',"variant":"%s"' "$SEED_VARIANT")
-    [[ -z $user ]] || user_json=$(printf '"User":"%s"' "$user")
     printf '{"architecture":"%s"%s,"os":"linux","config":{%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-        "$SEED_ARCH" "$variant_json" "$user_json" "$diff_id" >"$work/config.json"
+        "$SEED_ARCH" "$variant_json" "$config" "$diff_id" >"$work/config.json"
     local config_digest config_size
     config_digest=$(sha256_of "$work/config.json")
     config_size=$(stat -c %s "$work/config.json")
@@ -765,6 +1057,31 @@ seed_image() {
     echo "$pushed"
 }
 
+# sleeper_image NAME:TAG BYTES: push a 1-layer image whose entrypoint is /sleep-forever (DIR/bin, see
+# build_sleeper) and, for BYTES > 0, whose /data holds BYTES random (incompressible) bytes; print its digest.
+# A fresh random /data on every call: every call pushes a distinct image.
+sleeper_image() {
+    local ref=$1 bytes=$2
+    check_ref "$ref"
+    [[ -x $DIR/bin/$SLEEPER ]] || build_sleeper
+    local work
+    work=$(mktemp -d "$SEED_WORK/image.XXXXXX")
+    mkdir -p -- "$work/rootfs"
+    cp -- "$DIR/bin/$SLEEPER" "$work/rootfs/$SLEEPER"
+    chmod 0755 -- "$work/rootfs/$SLEEPER"
+    local -a files=("$SLEEPER")
+    if ((bytes > 0)); then
+        head -c "$bytes" /dev/urandom >"$work/rootfs/data"
+        chmod 0644 -- "$work/rootfs/data"
+        files+=(data)
+    fi
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=ustar \
+        -C "$work/rootfs" -cf "$work/layer.tar" "${files[@]}"
+    rm -rf -- "$work/rootfs"
+    # random data does not compress: gzip -1 is as small as -9 and faster
+    push_image "$ref" "$work" "$(printf '"Entrypoint":["/%s"]' "$SLEEPER")" 1
+}
+
 cmd_seed() {
     local user=""
     if [[ ${1-} == --user ]]; then
@@ -775,6 +1092,13 @@ cmd_seed() {
     (($# == 2 || $# == 3)) || usage
     seed_prepare "$1"
     seed_image "$2" "${3-hello from cri-imaged}" "$user"
+}
+
+cmd_seed_sized() {
+    (($# == 3)) || usage
+    [[ $3 =~ ^[0-9]{1,12}$ ]] && ((10#$3 <= 1 << 34)) || die "BYTES must be a number of bytes (at most 16 GiB): $3"
+    seed_prepare "$1"
+    sleeper_image "$2" "$((10#$3))"
 }
 
 # Images of cri-tools v1.26.1 pkg/validate/consts.go used by the "Image Manager" specs, as
@@ -823,6 +1147,7 @@ main() {
         stop) cmd_stop "$@" ;;
         seed) cmd_seed "$@" ;;
         seed-critest) cmd_seed_critest "$@" ;;
+        seed-sized) cmd_seed_sized "$@" ;;
         -h | --help | help) usage ;;
         *) usage ;;
     esac

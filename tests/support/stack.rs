@@ -1,4 +1,4 @@
-//! A real containerd (CRI) and a loopback registry, started by `scripts/local-stack.sh`.
+//! A real containerd (CRI, runc) and a loopback registry, started by `scripts/local-stack.sh`.
 
 use std::{
     collections::HashMap,
@@ -6,11 +6,30 @@ use std::{
     process::Command,
 };
 
-use super::process::{in_ci, require_tool};
+use super::process::{in_ci, require_shared_tool, require_tool};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-stack.sh");
 
-/// A running stack; stopped when dropped.
+/// How to start a [`LocalStack`] (see [`LocalStack::start_with`]).
+#[derive(Debug, Clone, Default)]
+pub struct StackOptions {
+    /// Size in MiB of a tmpfs, mounted by the script at `DIR/image-fs` (and unmounted on stop),
+    /// that holds containerd's whole root: content store, snapshots, metadata. CRI ImageFsInfo
+    /// then names a directory on it, and statfs of that directory gives this capacity. At least 4.
+    /// `None`: containerd's root is an ordinary directory on the disk that holds `/tmp`.
+    pub image_fs_mib: Option<u64>,
+}
+
+impl StackOptions {
+    /// With containerd's root on a tmpfs of `mib` MiB.
+    pub fn image_fs_mib(mut self, mib: u64) -> Self {
+        self.image_fs_mib = Some(mib);
+        self
+    }
+}
+
+/// A running stack; stopped when dropped: pods and containers removed (none outlives the stack),
+/// containerd and the registry stopped, the image filesystem unmounted.
 pub struct LocalStack {
     dir: tempfile::TempDir,
     /// `127.0.0.1:PORT` of the registry.
@@ -21,13 +40,41 @@ pub struct LocalStack {
     pub registry_log: PathBuf,
     /// containerd's log, which names every CRI PullImage it serves.
     pub containerd_log: PathBuf,
+    /// containerd's `root`: content store, snapshots (on the tmpfs with [`StackOptions::image_fs_mib`]).
+    pub containerd_root: PathBuf,
+    /// The tmpfs holding [`LocalStack::containerd_root`], if the stack was started with one.
+    pub image_fs: Option<PathBuf>,
+    /// crictl's config for this stack (endpoints, a 10 s connection timeout, no pull on create).
+    pub crictl_config: PathBuf,
+    /// The cgroup (cgroupfs path) this stack's pods go under; stop kills what is left in it.
+    pub cgroup_parent: String,
+    /// containerd's sandbox image, pushed by the script as `REGISTRY/pause:3.9` (none on a
+    /// registry with auth: such a stack runs no pods).
+    sandbox_image: Option<String>,
+    /// The ordinal of the next pod, for unique pod names.
+    pub(super) next_pod: std::sync::atomic::AtomicU64,
 }
 
 impl LocalStack {
     /// Starts the stack. Outside CI, returns `None` (saying why) when the machine cannot run it:
-    /// not root, or containerd, docker-registry, skopeo or grpcurl missing. In CI that fails.
+    /// not root, or containerd, runc, gcc, docker-registry, skopeo or grpcurl missing. In CI that
+    /// fails.
     pub fn start() -> Option<Self> {
         Some(Self::start_in(stack_dir()?, &[]))
+    }
+
+    /// Starts the stack with `options`. Skips and fails as [`LocalStack::start`] does, and also
+    /// without `../shared/tools/crictl`, through which the container, image-list and ImageFsInfo
+    /// helpers (`support::containers`) talk to containerd.
+    pub fn start_with(options: StackOptions) -> Option<Self> {
+        let dir = stack_dir()?;
+        require_shared_tool("crictl")?;
+        let mib = options.image_fs_mib.map(|mib| mib.to_string());
+        let mut flags = Vec::new();
+        if let Some(mib) = &mib {
+            flags.extend(["--image-fs-mib", mib.as_str()]);
+        }
+        Some(Self::start_in(dir, &flags))
     }
 
     /// Starts the stack with a registry that demands HTTP Basic auth from `users` (name,
@@ -59,8 +106,77 @@ impl LocalStack {
             containerd_socket: PathBuf::from(get("CONTAINERD_SOCK")),
             registry_log: PathBuf::from(get("REGISTRY_LOG")),
             containerd_log: PathBuf::from(get("CONTAINERD_LOG")),
+            containerd_root: PathBuf::from(get("CONTAINERD_ROOT")),
+            image_fs: env.get("IMAGE_FS").map(PathBuf::from),
+            crictl_config: PathBuf::from(get("CRICTL_CONFIG")),
+            cgroup_parent: get("CGROUP_PARENT"),
+            sandbox_image: env.get("SANDBOX_IMAGE").cloned(),
+            next_pod: Default::default(),
             dir,
         }
+    }
+
+    /// The stack's directory (`DIR` of `local-stack.sh`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// containerd's sandbox ("pause") image, `REGISTRY/pause:3.9`: a static program that sleeps
+    /// until killed (`/sleep-forever`), pushed by the script at start. containerd 1.6 pulls it
+    /// on the first RunPodSandbox and does not mark it pinned. Panics on a stack with registry
+    /// auth, which has none.
+    pub fn sandbox_image(&self) -> String {
+        self.sandbox_image.clone().expect("a stack with registry auth has no sandbox image")
+    }
+
+    /// Pushes `REGISTRY/name:tag`, a one-layer image of `/data` (`bytes` random, incompressible
+    /// bytes; none for 0) and `/sleep-forever` (4 KiB, its entrypoint: a container of it runs
+    /// until killed), and returns its manifest digest. Every call pushes a new image, even for
+    /// the same size. Its CRI size (ListImages) is `bytes` plus about 2 KiB; a pull takes about
+    /// twice `bytes` of the image filesystem (the compressed blob and the unpacked snapshot), and
+    /// each container of it `bytes` more (native snapshotter: a container's rootfs is a copy).
+    pub fn seed_sized(&self, name_and_tag: &str, bytes: u64) -> String {
+        let stdout = run_script(&["seed-sized", &path_str(self.dir.path()), name_and_tag, &bytes.to_string()]);
+        let digest = stdout.trim().to_owned();
+        assert!(digest.starts_with("sha256:"), "seed-sized printed {stdout:?}");
+        digest
+    }
+
+    /// (capacity, available) in bytes of the filesystem holding containerd's root, from statfs
+    /// (`f_blocks` and `f_bavail` times `f_frsize`), as a garbage collector computes usage.
+    pub fn image_fs_usage(&self) -> (u64, u64) {
+        statfs(&self.containerd_root)
+    }
+
+    /// The live processes of this stack: containerd, the registry, the shims (`containerd-shim…
+    /// -address DIR/containerd.sock`), runc (`--root DIR/runc`) and every process in the stack's
+    /// cgroup (the containers), as (pid, command name). Zombies are not counted.
+    pub fn processes(&self) -> Vec<(u32, String)> {
+        let dir = self.dir.path();
+        let own_args = [
+            path_str(&self.containerd_socket),
+            path_str(&dir.join("runc")),
+            path_str(&dir.join("containerd.toml")),
+            path_str(&dir.join("registry.yml")),
+        ];
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+            let by_args = cmdline.split(|byte| *byte == 0).any(|arg| own_args.iter().any(|own| own.as_bytes() == arg));
+            let cgroups = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+            if (by_args || in_cgroup(&cgroups, &self.cgroup_parent)) && alive(pid) {
+                let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+                found.push((pid, comm.trim().to_owned()));
+            }
+        }
+        found
+    }
+
+    /// The mount points at or below this stack's directory (the image filesystem, a running
+    /// container's rootfs bind mount, a pod's /dev/shm).
+    pub fn mounts(&self) -> Vec<PathBuf> {
+        mounts_below(self.dir.path())
     }
 
     /// Builds a one-layer image whose file holds `content`, pushes it as `REGISTRY/name:tag`, and
@@ -205,7 +321,7 @@ fn run_script_with_env(args: &[&str], env: &[(&str, &str)]) -> String {
 
 /// A fresh directory for a stack, when this machine can run one (see [`LocalStack::start`]).
 fn stack_dir() -> Option<tempfile::TempDir> {
-    for tool in ["containerd", "docker-registry", "skopeo", "grpcurl"] {
+    for tool in ["containerd", "runc", "gcc", "docker-registry", "skopeo", "grpcurl"] {
         require_tool(tool)?;
     }
     if !is_root() {
@@ -231,4 +347,61 @@ fn path_str(path: &Path) -> String {
 
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// (capacity, available) in bytes of the filesystem holding `path`: statfs through `stat -f`
+/// (`%S` is `f_frsize`, `%b` `f_blocks`, `%a` `f_bavail`).
+pub fn statfs(path: &Path) -> (u64, u64) {
+    let output = Command::new("stat").args(["-f", "-c", "%S %b %a"]).arg(path).output().expect("stat runs");
+    assert!(output.status.success(), "stat -f {}: {}", path.display(), String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let numbers: Vec<u64> = text.split_whitespace().map(|n| n.parse().expect("stat -f prints numbers")).collect();
+    let [block, blocks, available] = numbers[..] else { panic!("stat -f printed {text:?}") };
+    (block * blocks, block * available)
+}
+
+/// Whether a process whose /proc/PID/cgroup reads `cgroups` is in `parent` or below it, in any
+/// hierarchy (lines `ID:CONTROLLERS:PATH`).
+fn in_cgroup(cgroups: &str, parent: &str) -> bool {
+    cgroups
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .any(|path| path.strip_prefix(parent).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')))
+}
+
+/// Whether `pid` is a live process (not a zombie; the stack's shims are reparented to PID 1,
+/// which may reap them a moment later).
+pub fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+/// The mount points at or below `dir`, from this process's mountinfo.
+pub fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_mountinfo(field)))
+        .filter(|mount_point| mount_point.starts_with(dir))
+        .collect()
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) decoded.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && let Some(code) = field.get(i + 1..i + 4).and_then(|digits| u8::from_str_radix(digits, 8).ok())
+        {
+            out.push(code);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

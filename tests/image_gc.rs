@@ -1,0 +1,250 @@
+//! Image garbage collection end to end: the real binary, a real containerd whose root is a small
+//! tmpfs (so usage really crosses the thresholds), images of known sizes, containers run by runc,
+//! and crictl and grpcurl as the clients.
+
+mod support;
+
+use std::time::Duration;
+
+use cri_imaged::api::{
+    GarbageCollectRequest, GarbageCollectResponse, PullPolicy, image_manager_client::ImageManagerClient,
+};
+use support::{
+    call, ensure,
+    process::{DaemonProcess, grpcurl, metric_with_label, metrics_listen, require_shared_tool, require_tool},
+    stack::{LocalStack, StackOptions},
+    unix_channel,
+};
+use tonic::transport::Channel;
+
+const MIB: u64 = 1 << 20;
+/// Each image's data; a pull takes about twice this of the tmpfs.
+const IMAGE_BYTES: u64 = 3 * MIB;
+
+async fn collect(
+    client: &mut ImageManagerClient<Channel>,
+    dry_run: bool,
+    delete_unused: bool,
+) -> GarbageCollectResponse {
+    let request = GarbageCollectRequest { dry_run, delete_unused };
+    tokio::time::timeout(Duration::from_secs(60), client.garbage_collect(request))
+        .await
+        .expect("GarbageCollect answers within a minute")
+        .expect("GarbageCollect succeeds")
+        .into_inner()
+}
+
+fn chosen(response: &GarbageCollectResponse) -> Vec<&str> {
+    response.images.iter().map(|image| image.image_id.as_str()).collect()
+}
+
+fn usage_percent((capacity, available): (u64, u64)) -> u64 {
+    100 - available * 100 / capacity
+}
+
+/// The low threshold at which a pass over the disk as it is now must free between one and two
+/// images of `size` (closest to one and a half), so exactly two go.
+fn low_threshold_freeing_two((capacity, available): (u64, u64), size: u64) -> u64 {
+    let to_free = |low: u64| (capacity * (100 - low) / 100).saturating_sub(available);
+    (1..usage_percent((capacity, available)))
+        .filter(|low| (size + size / 4..2 * size - size / 4).contains(&to_free(*low)))
+        .min_by_key(|low| to_free(*low).abs_diff(size * 3 / 2))
+        .expect("the tmpfs is sized so that some low threshold frees two images")
+}
+
+/// Image ids from CRI ListImages through cri-imaged's pass-through, as the kubelet lists them,
+/// with the real crictl.
+fn image_ids_through(config: &std::path::Path, socket: &std::path::Path) -> Vec<String> {
+    let crictl = require_shared_tool("crictl").expect("crictl");
+    let endpoint = format!("unix://{}", socket.display());
+    let output = std::process::Command::new(crictl)
+        .arg("--config")
+        .arg(config)
+        .args(["--image-endpoint", &endpoint, "images", "-q"])
+        .output()
+        .expect("crictl runs");
+    assert!(output.status.success(), "crictl images: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
+}
+
+async fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ensured_images_stay() {
+    let Some(stack) = LocalStack::start_with(StackOptions::default().image_fs_mib(96)) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri-imaged.sock");
+
+    // Seven images of the same size: four candidates, one run, one created, one ensured.
+    let names: Vec<String> = (1..=7)
+        .map(|n| {
+            stack.seed_sized(&format!("gc/image-{n}:v1"), IMAGE_BYTES);
+            stack.image(&format!("gc/image-{n}:v1"))
+        })
+        .collect();
+    let mut candidates: Vec<(String, String)> =
+        names[..4].iter().map(|name| (stack.pull(name), name.clone())).collect();
+    // Sorted by id: the kubelet breaks ties by first detection, cri-imaged then by id. The two
+    // with the smallest ids are used before the restart, so forgetting that would pick them.
+    candidates.sort();
+    let [used_first, used_second, never_a, never_b] = <[(String, String); 4]>::try_from(candidates).expect("four");
+    let running_id = stack.pull(&names[4]);
+    let created_id = stack.pull(&names[5]);
+    let running = stack.run_container(&names[4]);
+    let _created = stack.create_container(&names[5]);
+    assert_eq!(stack.container_state(&running), "CONTAINER_RUNNING");
+    let sandbox_id = stack
+        .list_images()
+        .into_iter()
+        .find(|image| image.repo_tags.contains(&stack.sandbox_image()))
+        .expect("the sandbox image, pulled by RunPodSandbox")
+        .id;
+
+    // First daemon: no periodic collection; passes only when asked.
+    let first = DaemonProcess::start(&socket, &stack.containerd_socket, &["--minimum-image-ttl-duration", "0s"]).await;
+    let mut client = ImageManagerClient::new(unix_channel(&first.socket));
+    assert!(chosen(&collect(&mut client, true, false).await).is_empty(), "below the high threshold (100 %)");
+    for (id, name) in [&used_first, &used_second] {
+        let container = stack.create_container(name);
+        assert!(!chosen(&collect(&mut client, true, true).await).contains(&id.as_str()), "in use by a container");
+        stack.remove_container(container);
+    }
+    let ensured = call(&mut client, ensure(&names[6], PullPolicy::IfNotPresent as i32)).await.expect("pulled");
+    assert!(ensured.pulled);
+
+    let dry = collect(&mut client, true, true).await;
+    assert_eq!(
+        chosen(&dry),
+        [&never_a.0, &never_b.0, &used_first.0, &used_second.0],
+        "never used first, then by last use"
+    );
+    for image in &dry.images {
+        assert_eq!((image.reason.as_str(), image.removed, image.error.as_str()), ("unused", false, ""));
+        assert_eq!(
+            image.size_bytes,
+            stack.list_images().iter().find(|listed| listed.id == image.image_id).expect("listed").size
+        );
+    }
+    assert_eq!(dry.images[0].last_used, None);
+    let used_at = |index: usize| dry.images[index].last_used.map(|time| (time.seconds, time.nanos));
+    assert!(used_at(2).is_some() && used_at(3) >= used_at(2), "{dry:?}");
+    assert_eq!(stack.list_images().len(), 8, "a dry run removes nothing");
+    first.terminate().await;
+
+    // Second daemon, same root dir: thresholds set so that a pass must free two images' worth.
+    let disk = stack.image_fs_usage();
+    let high = usage_percent(disk);
+    let low = low_threshold_freeing_two(disk, dry.images[0].size_bytes);
+    let (metrics_port, metrics_addr) = metrics_listen();
+    let flags = [
+        "--image-gc-high-threshold",
+        &high.to_string(),
+        "--image-gc-low-threshold",
+        &low.to_string(),
+        "--minimum-image-ttl-duration",
+        "0s",
+        "--metrics-listen",
+        &metrics_addr,
+    ];
+    let second = DaemonProcess::start(&socket, &stack.containerd_socket, &flags).await;
+    // The kubelet lists images through cri-imaged while it collects.
+    let listing = {
+        let (config, socket) = (stack.crictl_config.clone(), second.socket.clone());
+        std::thread::spawn(move || (0..20).map(|_| image_ids_through(&config, &socket)).collect::<Vec<_>>())
+    };
+    // The first periodic pass runs at start.
+    wait_until("two images were collected for space", Duration::from_secs(30), || {
+        metric_with_label(metrics_port, "cri_imaged_image_garbage_collected_total", r#"reason="space""#) >= 2.0
+    })
+    .await;
+    for listed in listing.join().expect("the listing thread") {
+        assert!(listed.len() >= 6, "every ListImages through cri-imaged answered: {listed:?}");
+    }
+    let present: Vec<String> = stack.list_images().into_iter().map(|image| image.id).collect();
+    for (id, what) in [(&never_a.0, "never used"), (&never_b.0, "never used")] {
+        assert!(!present.contains(id), "{what} {id} is removed first");
+    }
+    for (id, what) in [
+        (&used_first.0, "used before the restart"),
+        (&used_second.0, "used before the restart"),
+        (&running_id, "run by a container"),
+        (&created_id, "in a created container"),
+        (&sandbox_id, "the sandbox image"),
+        (&ensured.image_ref, "just ensured"),
+    ] {
+        assert!(present.contains(id), "{what} {id} stays");
+    }
+    assert!(usage_percent(stack.image_fs_usage()) <= low, "usage is down to the low threshold ({low} %)");
+    let log = second.log_text();
+    assert!(
+        log.contains(
+            "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
+        ),
+        "{log}"
+    );
+    assert_eq!(log.matches("Removing image to free bytes").count(), 2, "{log}");
+
+    // Delete unused, after a dry run with grpcurl: the same images, in the same order, go; an
+    // image ensured just now stays.
+    let mut client = ImageManagerClient::new(unix_channel(&second.socket));
+    call(&mut client, ensure(&names[6], PullPolicy::IfNotPresent as i32)).await.expect("present");
+    let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
+    let method = "imagemanager.v1.ImageManager/GarbageCollect";
+    let (ok, stdout, stderr) =
+        grpcurl(&grpcurl_bin, &second.socket, &["-d", r#"{"dry_run":true,"delete_unused":true}"#], &[method]);
+    assert!(ok, "grpcurl: {stderr}");
+    let listed: serde_json::Value = serde_json::from_str(&stdout).expect("grpcurl prints JSON");
+    let would: Vec<&str> =
+        listed["images"].as_array().expect("images").iter().filter_map(|image| image["imageId"].as_str()).collect();
+    assert_eq!(would, [&used_first.0, &used_second.0]);
+    let removed = collect(&mut client, false, true).await;
+    assert_eq!(chosen(&removed), would);
+    assert!(removed.images.iter().all(|image| image.removed && image.reason == "unused"), "{removed:?}");
+    let before = removed.usage_before.expect("measured");
+    let after = removed.usage_after.expect("measured after removing");
+    assert!(after.available_bytes > before.available_bytes, "{removed:?}");
+    let mut left: Vec<String> = stack.list_images().into_iter().map(|image| image.id).collect();
+    left.sort();
+    let mut expected = vec![running_id, created_id, sandbox_id, ensured.image_ref];
+    expected.sort();
+    assert_eq!(left, expected);
+}
+
+#[tokio::test]
+async fn with_a_maximum_age_an_idle_image_goes_and_one_in_use_stays() {
+    let Some(stack) = LocalStack::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    stack.seed_sized("gc/idle:v1", MIB);
+    stack.seed_sized("gc/busy:v1", MIB);
+    let idle = stack.pull(&stack.image("gc/idle:v1"));
+    let busy = stack.pull(&stack.image("gc/busy:v1"));
+    let _running = stack.run_container(&stack.image("gc/busy:v1"));
+    let (metrics_port, metrics_addr) = metrics_listen();
+    let flags = [
+        "--image-maximum-gc-age",
+        "2s",
+        "--minimum-image-ttl-duration",
+        "1s",
+        "--image-gc-period",
+        "500ms",
+        "--metrics-listen",
+        &metrics_addr,
+    ];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    wait_until("the idle image was collected for age", Duration::from_secs(30), || {
+        metric_with_label(metrics_port, "cri_imaged_image_garbage_collected_total", r#"reason="age""#) >= 1.0
+    })
+    .await;
+    let present: Vec<String> = stack.list_images().into_iter().map(|image| image.id).collect();
+    assert!(!present.contains(&idle), "idle for longer than the maximum age");
+    assert!(present.contains(&busy), "run by a container");
+    let sandbox = stack.sandbox_image();
+    assert!(stack.list_images().iter().any(|image| image.repo_tags.contains(&sandbox)), "the sandbox image stays");
+    assert!(daemon.log_text().contains("Removing image not used for longer than the maximum age"));
+}

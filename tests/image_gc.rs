@@ -211,9 +211,15 @@ async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ens
     assert!(after.available_bytes > before.available_bytes, "{removed:?}");
     let mut left: Vec<String> = stack.list_images().into_iter().map(|image| image.id).collect();
     left.sort();
-    let mut expected = vec![running_id, created_id, sandbox_id, ensured.image_ref];
+    let mut expected = vec![running_id, created_id, sandbox_id, ensured.image_ref.clone()];
     expected.sort();
     assert_eq!(left, expected);
+
+    // The kubelet's own RemoveImage through cri-imaged still works, and what it removed is absent.
+    let endpoint = format!("unix://{}", second.socket.display());
+    stack.crictl_run(&["--image-endpoint", &endpoint, "rmi", &ensured.image_ref]);
+    let again = call(&mut client, ensure(&names[6], PullPolicy::IfNotPresent as i32)).await.expect("pulled again");
+    assert!(again.pulled, "{again:?}");
 }
 
 #[tokio::test]

@@ -26,6 +26,10 @@ use crate::{
 /// container right after EnsureImageExists answers, and from then on the container holds it.
 pub const HANDED_OUT_IN_USE: Duration = Duration::from_secs(120);
 
+/// How long a removal waits for hand-outs under way (a presence check on a slow runtime): new
+/// ones queue behind a waiting removal, so it gives up and keeps the image rather than stall them.
+const GATE_WAIT: Duration = Duration::from_secs(2);
+
 /// Why a pass could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
@@ -273,10 +277,13 @@ impl<R: ImageRuntime> ImageGc<R> {
             }
             let Some(record) = images.get(id).cloned() else { continue };
             let image_names = names.get(id.as_str()).copied().unwrap_or_default();
-            let outcome = if dry_run {
-                Outcome::WouldRemove
+            let (outcome, gate_busy) = if dry_run {
+                (Outcome::WouldRemove, false)
             } else {
-                self.remove(id, image_names, &record, reason, pass_began).await
+                match self.remove(id, image_names, &record, reason, pass_began).await {
+                    Some(outcome) => (outcome, false),
+                    None => (Outcome::KeptInUse, true),
+                }
             };
             if outcome == Outcome::Removed {
                 images.remove(id);
@@ -296,10 +303,15 @@ impl<R: ImageRuntime> ImageGc<R> {
                 last_used: record.last_used,
                 outcome,
             });
+            if gate_busy {
+                // The next image would wait as long: the rest waits for the next pass.
+                break;
+            }
         }
     }
 
-    /// Removes one image, unless it was handed out or pulled since the pass began.
+    /// Removes one image, unless it was handed out or pulled since the pass began; `None` when
+    /// hand-outs under way kept the gate longer than [`GATE_WAIT`].
     async fn remove(
         &self,
         id: &str,
@@ -307,11 +319,17 @@ impl<R: ImageRuntime> ImageGc<R> {
         record: &ImageRecord,
         reason: Reason,
         pass_began: SystemTime,
-    ) -> Outcome {
-        let removing = self.parts.guard.removing().await;
+    ) -> Option<Outcome> {
+        let Ok(removing) = tokio::time::timeout(GATE_WAIT, self.parts.guard.removing()).await else {
+            tracing::warn!(
+                image_id = id,
+                "hand-outs under way for longer than {GATE_WAIT:?}; removals wait for the next pass"
+            );
+            return None;
+        };
         if self.parts.guard.busy(id, names, pass_began) {
             tracing::info!(image_id = id, "image handed out or pulled during the pass; kept");
-            return Outcome::KeptInUse;
+            return Some(Outcome::KeptInUse);
         }
         match reason {
             Reason::Age => tracing::info!(
@@ -334,11 +352,11 @@ impl<R: ImageRuntime> ImageGc<R> {
                 if let Err(error) = self.parts.records.forget(id).await {
                     tracing::warn!(%error, image_id = id, "cannot remove the pull record of a removed image");
                 }
-                Outcome::Removed
+                Some(Outcome::Removed)
             }
             Err(error) => {
                 tracing::warn!(%error, image_id = id, "failed to remove image");
-                Outcome::Failed(error.to_string())
+                Some(Outcome::Failed(error.to_string()))
             }
         }
     }

@@ -295,3 +295,15 @@ async fn a_disk_reported_with_no_capacity_is_an_error() {
     assert_eq!(error.to_string(), "invalid capacity 0 on image filesystem");
     assert!(h.runtime.disk().removed.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_gives_up_on_a_hand_out_that_takes_too_long_and_keeps_the_image() {
+    let h = harness(crowded(), EAGER);
+    let slow_hand_out = h.guard.handing_out().await;
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:a", Reason::Space, &Outcome::KeptInUse)], "the rest waits for the next pass");
+    assert!(h.runtime.disk().removed.is_empty());
+    drop(slow_hand_out);
+    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:a", Reason::Space, &Outcome::Removed)]);
+}

@@ -10,12 +10,13 @@
 //! against ImageStatus, alternating), the herd (N callers for one absent image, both ways, with
 //! the registry's and containerd's own counts), memory (idle, herd peak, backoff entries), and
 //! staleness (how long after an image is removed behind cri-imaged's back it may still be
-//! called present).
+//! called present), and image GC (planning at scale in process, a dry-run pass on the stack).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 mod credentials;
+mod gc;
 mod load;
 mod memory;
 mod records;
@@ -85,6 +86,7 @@ enum Section {
     Staleness,
     Credentials,
     Records,
+    Gc,
 }
 
 /// How much of everything to do.
@@ -136,6 +138,7 @@ fn main() -> ExitCode {
             Section::Staleness,
             Section::Credentials,
             Section::Records,
+            Section::Gc,
         ]
     } else {
         args.only.clone()
@@ -238,6 +241,14 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::Records) {
         eprintln!("pull records: {} on disk", records::RECORDS);
         pull_records(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Gc) {
+        eprintln!(
+            "image GC: planning for {} images and {} containers, then a pass on the stack",
+            gc::IMAGES,
+            gc::CONTAINERS
+        );
+        gc::run(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

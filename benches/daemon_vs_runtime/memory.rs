@@ -49,11 +49,18 @@ pub struct CountingAllocator {
     allocations: AtomicUsize,
     /// Every allocation and reallocation ever made.
     made: AtomicUsize,
+    /// The most bytes live at once since [`CountingAllocator::reset_peak`].
+    peak: AtomicUsize,
 }
 
 impl CountingAllocator {
     pub const fn new() -> Self {
-        Self { bytes: AtomicUsize::new(0), allocations: AtomicUsize::new(0), made: AtomicUsize::new(0) }
+        Self {
+            bytes: AtomicUsize::new(0),
+            allocations: AtomicUsize::new(0),
+            made: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
     }
 
     /// How many allocations (reallocations included) were made since start.
@@ -61,8 +68,26 @@ impl CountingAllocator {
         self.made.load(Ordering::Relaxed)
     }
 
-    fn live(&self) -> (usize, usize) {
+    /// (bytes, allocations) live now.
+    pub fn live(&self) -> (usize, usize) {
         (self.bytes.load(Ordering::Relaxed), self.allocations.load(Ordering::Relaxed))
+    }
+
+    /// Restarts the peak from the bytes live now, and returns them.
+    pub fn reset_peak(&self) -> usize {
+        let now = self.bytes.load(Ordering::Relaxed);
+        self.peak.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// The most bytes live at once since [`CountingAllocator::reset_peak`] (every thread's).
+    pub fn peak_bytes(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    fn grew(&self, by: usize) {
+        let now = self.bytes.fetch_add(by, Ordering::Relaxed) + by;
+        self.peak.fetch_max(now, Ordering::Relaxed);
     }
 }
 
@@ -71,7 +96,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let pointer = unsafe { System.alloc(layout) };
         if !pointer.is_null() {
-            self.bytes.fetch_add(layout.size(), Ordering::Relaxed);
+            self.grew(layout.size());
             self.allocations.fetch_add(1, Ordering::Relaxed);
             self.made.fetch_add(1, Ordering::Relaxed);
         }
@@ -87,8 +112,11 @@ unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let moved = unsafe { System.realloc(pointer, layout, new_size) };
         if !moved.is_null() {
-            self.bytes.fetch_add(new_size, Ordering::Relaxed);
-            self.bytes.fetch_sub(layout.size(), Ordering::Relaxed);
+            if new_size >= layout.size() {
+                self.grew(new_size - layout.size());
+            } else {
+                self.bytes.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
             self.made.fetch_add(1, Ordering::Relaxed);
         }
         moved

@@ -229,7 +229,7 @@ pub enum ConfigError {
     RateLimit(#[from] RateLimitError),
     #[error(transparent)]
     Verification(#[from] PolicyError),
-    #[error("invalid image GC policy: {0}")]
+    #[error("invalid configuration: {0}")]
     ImageGc(#[from] GcPolicyError),
 }
 
@@ -364,7 +364,7 @@ mod tests {
             parse(&["--image-gc-high-threshold", "70", "--image-gc-low-threshold", "75"]).expect_err("low over high");
         assert_eq!(
             error.to_string(),
-            "invalid image GC policy: imageGCLowThresholdPercent (--image-gc-low-threshold) 75 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70"
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 75 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70"
         );
         let negative = parse(&["--image-gc-low-threshold", "-1"]).expect_err("negative");
         assert!(negative.to_string().ends_with("-1 must be between 0 and 100, inclusive"), "{negative}");

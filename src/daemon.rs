@@ -143,7 +143,7 @@ impl<R: ImageRuntime> Parts<R> {
             ages: AgesFile::open(root_dir)?,
             metrics: metrics.gc.clone(),
         };
-        let gc = Arc::new(ImageGc::new(gc_parts, SystemTime::now()));
+        let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
         Ok(Self { runtime, metrics, presence, records, manager, gc })
     }
 }

@@ -197,7 +197,7 @@ async fn an_image_gc_policy_the_kubelet_would_refuse_stops_the_start_with_its_me
     let mut daemon = DaemonProcess::spawn(&dir.path().join("s.sock"), &dir.path().join("r.sock"), &flags);
     let status = daemon.wait_for_exit(Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(1));
-    let expected = "invalid image GC policy: imageGCLowThresholdPercent (--image-gc-low-threshold) 75 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70";
+    let expected = "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 75 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 70";
     assert!(daemon.log_text().contains(expected), "{}", daemon.log_text());
     assert!(!dir.path().join("s.sock").exists(), "nothing was served");
 }

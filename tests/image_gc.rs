@@ -91,9 +91,10 @@ async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ens
     let mut candidates: Vec<(String, String)> =
         names[..4].iter().map(|name| (stack.pull(name), name.clone())).collect();
     // Sorted by id: the kubelet breaks ties by first detection, cri-imaged then by id. The two
-    // with the smallest ids are used before the restart, so forgetting that would pick them.
+    // with the smallest ids are used before the restart, so forgetting that would pick them; the
+    // larger of them is used first, so that only the order of use puts it first.
     candidates.sort();
-    let [used_first, used_second, never_a, never_b] = <[(String, String); 4]>::try_from(candidates).expect("four");
+    let [used_second, used_first, never_a, never_b] = <[(String, String); 4]>::try_from(candidates).expect("four");
     let running_id = stack.pull(&names[4]);
     let created_id = stack.pull(&names[5]);
     let running = stack.run_container(&names[4]);

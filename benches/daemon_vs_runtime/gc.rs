@@ -37,6 +37,9 @@ pub const IMAGES: usize = 10_000;
 /// Containers (all states); each names its image twice, by ref and as its spec asked.
 pub const CONTAINERS: usize = 50_000;
 /// Images the containers use; the rest are candidates.
+/// How long the collector has run on the node planned for: a month, as its records are aged.
+const COLLECTED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+
 const IMAGES_IN_USE: usize = 6_000;
 /// Images no longer listed that some containers still name.
 const RETIRED: usize = 500;
@@ -194,9 +197,10 @@ fn planning(listed: &[StoredImage], used: &[String], runs: usize, ages_root: &Pa
         let used_at = Instant::now();
         plan::detect(&mut records, listed, &in_use, now);
         let detected_at = Instant::now();
-        let planned = plan::plan(&records, &in_use, disk(), &POLICY, now, start).expect("a disk of some capacity");
+        let planned =
+            plan::plan(&records, &in_use, disk(), &POLICY, now, COLLECTED_FOR).expect("a disk of some capacity");
         let planned_at = Instant::now();
-        let unused = plan::plan_unused(&records, &in_use, &POLICY, now);
+        let unused = plan::plan_unused(&records, &in_use, &POLICY, now, COLLECTED_FOR);
         let unused_at = Instant::now();
         in_use_times.push(used_at - began);
         detect_times.push(detected_at - used_at);
@@ -294,7 +298,8 @@ fn heap(
     let in_use = plan::in_use(listed, used.iter().map(String::as_str));
     let in_use_bytes = allocator.live().0.saturating_sub(base);
     plan::detect(&mut records, listed, &in_use, now + Duration::from_secs(1));
-    let planned = plan::plan(&records, &in_use, disk(), &POLICY, now + Duration::from_secs(2), now).expect("planned");
+    let planned =
+        plan::plan(&records, &in_use, disk(), &POLICY, now + Duration::from_secs(2), COLLECTED_FOR).expect("planned");
     let pass_peak = allocator.peak_bytes().saturating_sub(base);
     let pass_kept = allocator.live().0.saturating_sub(base);
     black_box((&planned, &records));

@@ -3,7 +3,7 @@
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
@@ -241,17 +241,21 @@ impl<R: ImageRuntime> ImageManager<R> {
         let image = &request.image;
         let (reference, spec) = with_default_tag(&request)?;
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
-        // From the presence check until the image is marked, the collector cannot remove it.
-        let handing_out = self.guard.handing_out().await;
+        // A hand-out the collector's removal of the image overlapped fails: the image is absent.
+        let hand_out = self.guard.handing_out();
         let present = self.image_status(image, &spec).await?;
         // The kubelet's keyring lookup and records are by the normalised repository, without tag
         // or digest.
         let repository = reference.name();
         if let Some(outcome) = self.decide(&request, &repository, policy, present).await? {
-            self.guard.handed_out(&outcome.image_ref, SystemTime::now());
-            return Ok(outcome);
+            if hand_out.complete(&outcome.image_ref, Instant::now()) {
+                return Ok(outcome);
+            }
+            tracing::info!(image_ref = %outcome.image_ref, "the present image was being removed by image GC; it is absent");
+            // Absent, the decision is a pull or, under Never, the absent image's refusal.
+            self.decide(&request, &repository, policy, None).await?;
         }
-        drop(handing_out);
+        drop(hand_out);
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
         let pod_keyring = secrets::keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
@@ -506,7 +510,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             };
             let scheduled = scheduler.pull(PullSpec { record, ..spec }).await;
             if let Ok(pulled) = &scheduled.result {
-                guard.handed_out(&pulled.image_ref, SystemTime::now());
+                guard.pulled(&pulled.image_ref, Instant::now());
             }
             if let (Some(intent), Some(name)) = (intent, &name) {
                 let recorded = match &scheduled.result {
@@ -548,7 +552,7 @@ async fn pull_and_record(
     let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
     let (scheduled, pulled_with) = pull_with_each(&scheduler, (&records, &repository), spec, &credentials).await;
     if let Ok(pulled) = &scheduled.result {
-        guard.handed_out(&pulled.image_ref, SystemTime::now());
+        guard.pulled(&pulled.image_ref, Instant::now());
     }
     let recorded = match &scheduled.result {
         Ok(pulled) => intent.pulled(&pulled.image_ref, &repository, pulled_with).await,

@@ -4,6 +4,7 @@
 //! of its restarts every image looks newly detected and never used.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     io,
     path::{Path, PathBuf},
@@ -29,17 +30,18 @@ pub enum AgesError {
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct File {
-    images: HashMap<String, Ages>,
+struct File<'a> {
+    #[serde(borrow)]
+    images: HashMap<Cow<'a, str>, Ages>,
 }
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Ages {
-    /// Seconds since the Unix epoch.
-    first_detected: u64,
+    /// Milliseconds since the Unix epoch: finer than the period, so the order of use survives.
+    first_detected_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    last_used: Option<u64>,
+    last_used_ms: Option<u64>,
     size: u64,
     #[serde(default)]
     pinned: bool,
@@ -68,14 +70,15 @@ impl AgesFile {
         };
         let file: File = serde_json::from_slice(&contents)
             .map_err(|error| AgesError::Decode { path: path(), error: error.to_string() })?;
-        let time = |seconds: u64| UNIX_EPOCH + Duration::from_secs(seconds);
+        let time = |millis: u64| UNIX_EPOCH + Duration::from_millis(millis);
         Ok(file
             .images
             .into_iter()
             .map(|(id, ages)| {
+                let id = id.into_owned();
                 let record = ImageRecord {
-                    first_detected: time(ages.first_detected),
-                    last_used: ages.last_used.map(time),
+                    first_detected: time(ages.first_detected_ms),
+                    last_used: ages.last_used_ms.map(time),
                     size: ages.size,
                     pinned: ages.pinned,
                 };
@@ -86,24 +89,33 @@ impl AgesFile {
 
     /// Keeps `records`, durably.
     pub fn save(&self, records: &HashMap<String, ImageRecord>) -> Result<(), AgesError> {
-        let seconds = |time: SystemTime| time.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
+        self.write(&Self::encode(records))
+    }
+
+    /// The file's contents for `records` (cheap: the caller writes them off the async thread).
+    pub fn encode(records: &HashMap<String, ImageRecord>) -> Vec<u8> {
+        let millis = |time: SystemTime| {
+            time.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+        };
         let images = records
             .iter()
             .map(|(id, record)| {
                 let ages = Ages {
-                    first_detected: seconds(record.first_detected),
-                    last_used: record.last_used.map(seconds),
+                    first_detected_ms: millis(record.first_detected),
+                    last_used_ms: record.last_used.map(millis),
                     size: record.size,
                     pinned: record.pinned,
                 };
-                (id.clone(), ages)
+                (Cow::Borrowed(id.as_str()), ages)
             })
             .collect();
-        let contents = serde_json::to_vec(&File { images }).unwrap_or_default();
-        self.dir
-            .write(KEY, &contents)
-            .map(|_| ())
-            .map_err(|error| AgesError::Io { path: self.dir.path().into(), error })
+        serde_json::to_vec(&File { images }).unwrap_or_default()
+    }
+
+    /// Writes contents made by [`AgesFile::encode`], durably.
+    pub fn write(&self, contents: &[u8]) -> Result<(), AgesError> {
+        let path = || self.dir.path().join(RecordDir::file_name(KEY));
+        self.dir.write(KEY, contents).map(|_| ()).map_err(|error| AgesError::Io { path: path(), error })
     }
 }
 
@@ -114,15 +126,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ages_survive_a_restart_to_the_second() {
+    fn ages_survive_a_restart_to_the_millisecond() {
         let root = tempfile::tempdir().expect("tempdir");
-        let at = |seconds| UNIX_EPOCH + Duration::from_secs(seconds);
+        let at = |millis| UNIX_EPOCH + Duration::from_millis(millis);
         let records = HashMap::from([
             (
                 "sha256:a".to_owned(),
-                ImageRecord { first_detected: at(100), last_used: Some(at(200)), size: 7, pinned: false },
+                ImageRecord {
+                    first_detected: at(1_700_000_000_123),
+                    last_used: Some(at(1_700_000_000_456)),
+                    size: 7,
+                    pinned: false,
+                },
             ),
-            ("sha256:b".to_owned(), ImageRecord { first_detected: at(300), last_used: None, size: 9, pinned: true }),
+            (
+                "sha256:b".to_owned(),
+                ImageRecord { first_detected: at(1_700_000_001_789), last_used: None, size: 9, pinned: true },
+            ),
         ]);
         AgesFile::open(root.path()).expect("opens").save(&records).expect("saved");
         assert_eq!(AgesFile::open(root.path()).expect("reopens").load().expect("loads"), records);

@@ -5,15 +5,17 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
+
+use tokio::time::Instant;
 
 use super::{
     GcConfig,
     ages::AgesFile,
     guard::ImageGuard,
     metrics::{GcMetrics, PassOutcome},
-    plan::{self, DiskUsage, ImageRecord, Plan, PlanError, Reason},
+    plan::{self, ImageRecord, Plan, PlanError, Reason, SpaceTarget},
 };
 use crate::{
     presence::PresenceCache,
@@ -25,10 +27,6 @@ use crate::{
 /// How long an image cri-imaged handed out or pulled counts as in use: the kubelet creates the
 /// container right after EnsureImageExists answers, and from then on the container holds it.
 pub const HANDED_OUT_IN_USE: Duration = Duration::from_secs(120);
-
-/// How long a removal waits for hand-outs under way (a presence check on a slow runtime): new
-/// ones queue behind a waiting removal, so it gives up and keeps the image rather than stall them.
-const GATE_WAIT: Duration = Duration::from_secs(2);
 
 /// Why a pass could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +97,15 @@ impl PassReport {
     }
 }
 
+/// What a pass knows while it removes.
+struct Pass<'a> {
+    dry_run: bool,
+    /// The guard's clock when the pass began: images handed out after it are kept.
+    began: u64,
+    /// Each listed image's repo tags and digests.
+    names: HashMap<&'a str, &'a [String]>,
+}
+
 /// The records and when they were loaded.
 #[derive(Default)]
 struct Records {
@@ -122,12 +129,13 @@ pub struct ImageGc<R> {
     parts: GcParts<R>,
     /// Held for a whole pass: passes never overlap.
     state: tokio::sync::Mutex<Records>,
-    /// The maximum age counts from here, as the kubelet's from its start.
-    collecting_since: SystemTime,
+    /// The maximum age, and the minimum age after a restart, count from here, as the kubelet's
+    /// from its start (a monotonic clock: a stepped wall clock changes neither).
+    collecting_since: Instant,
 }
 
 impl<R: ImageRuntime> ImageGc<R> {
-    pub fn new(parts: GcParts<R>, collecting_since: SystemTime) -> Self {
+    pub fn new(parts: GcParts<R>, collecting_since: Instant) -> Self {
         Self { parts, state: tokio::sync::Mutex::default(), collecting_since }
     }
 
@@ -201,29 +209,74 @@ impl<R: ImageRuntime> ImageGc<R> {
             records.images = self.load_ages().await;
             records.loaded = true;
         }
-        let now = SystemTime::now();
+        let (now, collected_for) = (SystemTime::now(), self.collecting_since.elapsed());
         let runtime = &self.parts.runtime;
+        let began = self.parts.guard.now();
         let listed = runtime.list_images().await.map_err(|source| GcError::Runtime { what: "list images", source })?;
-        let in_use = self.in_use(&listed, now).await?;
+        let in_use = self.in_use(&listed).await?;
         plan::detect(&mut records.images, &listed, &in_use, now);
-        let names: HashMap<&str, &[String]> =
-            listed.iter().map(|image| (image.id.as_str(), image.names.as_slice())).collect();
-
-        let policy = &self.parts.config.policy;
-        let (usage_before, plan) = if request.delete_unused {
-            let usage = runtime.image_fs_usage().await.ok();
-            (usage, plan::plan_unused(&records.images, &in_use, policy, now))
-        } else {
-            let usage = runtime
-                .image_fs_usage()
-                .await
-                .map_err(|source| GcError::Runtime { what: "get imageFs stats", source })?;
-            let disk = DiskUsage { capacity: usage.capacity, available: usage.available };
-            (Some(usage), plan::plan(&records.images, &in_use, disk, policy, now, self.collecting_since)?)
+        let pass = Pass {
+            dry_run: request.dry_run,
+            began,
+            names: listed.iter().map(|image| (image.id.as_str(), image.names.as_slice())).collect(),
         };
-        if let Some(usage) = usage_before {
-            self.parts.metrics.measured(usage);
+        let images = &mut records.images;
+        let policy = &self.parts.config.policy;
+        let mut report = PassReport::default();
+        if request.delete_unused {
+            report.usage_before = self.measure().await.ok();
+            let plan = plan::plan_unused(images, &in_use, policy, now, collected_for);
+            self.execute(&plan, &pass, images, &mut report).await;
+        } else if request.dry_run {
+            let usage = self.measure().await?;
+            report.usage_before = Some(usage);
+            let plan = plan::plan(images, &in_use, usage.into(), policy, now, collected_for)?;
+            self.execute(&plan, &pass, images, &mut report).await;
+        } else {
+            // The age pass first, then the disk as it is after it, as the kubelet does.
+            report.usage_before = self.measure().await.ok();
+            let aged = plan::plan_age(images, &in_use, policy, now, collected_for);
+            let age_plan = Plan { remove: aged.into_iter().map(|id| (id, Reason::Age)).collect(), ..Plan::default() };
+            self.execute(&age_plan, &pass, images, &mut report).await;
+            let usage = match report.usage_before {
+                Some(usage) if report.freed == 0 => usage,
+                _ => self.measure().await?,
+            };
+            if !policy.disabled() {
+                let plan =
+                    plan::plan_space(images, &in_use, usage.into(), policy, (now, collected_for), &HashSet::new())?;
+                self.execute(&plan, &pass, images, &mut report).await;
+            }
         }
+        self.save_ages(images).await;
+        if !request.dry_run && !report.images.is_empty() {
+            report.usage_after = self.measure().await.ok();
+        }
+        Ok(report)
+    }
+
+    /// The image filesystem now, also as metrics.
+    async fn measure(&self) -> Result<ImageFsUsage, GcError> {
+        let usage = self
+            .parts
+            .runtime
+            .image_fs_usage()
+            .await
+            .map_err(|source| GcError::Runtime { what: "get imageFs stats", source })?;
+        self.parts.metrics.measured(usage);
+        Ok(usage)
+    }
+
+    /// Removes the plan's images in order; for space, goes on to the spares while what was freed
+    /// falls short because a removal failed; then says whether the space pass fell short.
+    async fn execute(
+        &self,
+        plan: &Plan,
+        pass: &Pass<'_>,
+        images: &mut HashMap<String, ImageRecord>,
+        report: &mut PassReport,
+    ) {
+        let policy = &self.parts.config.policy;
         if let Some(space) = plan.space {
             tracing::info!(
                 usage = space.usage_percent,
@@ -233,40 +286,6 @@ impl<R: ImageRuntime> ImageGc<R> {
                 "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
             );
         }
-        let mut report = PassReport { usage_before, ..PassReport::default() };
-        self.execute(&plan, request.dry_run, now, (&mut records.images, &names), &mut report).await;
-        if let Some(space) = plan.space {
-            report.to_free = space.to_free;
-            let freed_for_space = report.freed_for(Reason::Space);
-            if freed_for_space < space.to_free {
-                let message = format!(
-                    "Failed to garbage collect required amount of images. Attempted to free {} bytes, but only found {} bytes eligible to free.",
-                    space.to_free, freed_for_space
-                );
-                tracing::warn!(reason = "FreeDiskSpaceFailed", "{message}");
-                report.shortfall = Some(message);
-            }
-        }
-        self.save_ages(&records.images).await;
-        if !request.dry_run && !report.images.is_empty() {
-            report.usage_after = runtime.image_fs_usage().await.ok();
-            if let Some(usage) = report.usage_after {
-                self.parts.metrics.measured(usage);
-            }
-        }
-        Ok(report)
-    }
-
-    /// Removes the plan's images in order; for space, goes on to the spares while what was freed
-    /// falls short because a removal failed.
-    async fn execute(
-        &self,
-        plan: &Plan,
-        dry_run: bool,
-        pass_began: SystemTime,
-        (images, names): (&mut HashMap<String, ImageRecord>, &HashMap<&str, &[String]>),
-        report: &mut PassReport,
-    ) {
         let to_free = plan.space.map_or(0, |space| space.to_free);
         let mut freed_for_space = 0;
         let spares = plan.spare.iter().map(|id| (id, Reason::Space));
@@ -276,14 +295,10 @@ impl<R: ImageRuntime> ImageGc<R> {
                 continue;
             }
             let Some(record) = images.get(id).cloned() else { continue };
-            let image_names = names.get(id.as_str()).copied().unwrap_or_default();
-            let (outcome, gate_busy) = if dry_run {
-                (Outcome::WouldRemove, false)
-            } else {
-                match self.remove(id, image_names, &record, reason, pass_began).await {
-                    Some(outcome) => (outcome, false),
-                    None => (Outcome::KeptInUse, true),
-                }
+            let names = pass.names.get(id.as_str()).copied().unwrap_or_default();
+            let outcome = match pass.dry_run {
+                true => Outcome::WouldRemove,
+                false => self.remove(id, names, &record, reason, pass.began).await,
             };
             if outcome == Outcome::Removed {
                 images.remove(id);
@@ -296,41 +311,30 @@ impl<R: ImageRuntime> ImageGc<R> {
             }
             report.images.push(Chosen {
                 id: id.clone(),
-                names: image_names.to_vec(),
+                names: names.to_vec(),
                 reason,
                 size: record.size,
                 first_detected: record.first_detected,
                 last_used: record.last_used,
                 outcome,
             });
-            if gate_busy {
-                // The next image would wait as long: the rest waits for the next pass.
-                break;
+        }
+        if let Some(space) = plan.space {
+            report.to_free = space.to_free;
+            if let Some(message) = (SpaceTarget { found: freed_for_space, ..space }).shortfall() {
+                tracing::warn!(reason = "FreeDiskSpaceFailed", "{message}");
+                report.shortfall = Some(message);
             }
         }
     }
 
-    /// Removes one image, unless it was handed out or pulled since the pass began; `None` when
-    /// hand-outs under way kept the gate longer than [`GATE_WAIT`].
-    async fn remove(
-        &self,
-        id: &str,
-        names: &[String],
-        record: &ImageRecord,
-        reason: Reason,
-        pass_began: SystemTime,
-    ) -> Option<Outcome> {
-        let Ok(removing) = tokio::time::timeout(GATE_WAIT, self.parts.guard.removing()).await else {
-            tracing::warn!(
-                image_id = id,
-                "hand-outs under way for longer than {GATE_WAIT:?}; removals wait for the next pass"
-            );
-            return None;
-        };
-        if self.parts.guard.busy(id, names, pass_began) {
+    /// Removes one image, unless it was handed out or pulled since the pass began, or is being
+    /// pulled.
+    async fn remove(&self, id: &str, names: &[String], record: &ImageRecord, reason: Reason, began: u64) -> Outcome {
+        let Some(claim) = self.parts.guard.claim(id, names, began) else {
             tracing::info!(image_id = id, "image handed out or pulled during the pass; kept");
-            return Some(Outcome::KeptInUse);
-        }
+            return Outcome::KeptInUse;
+        };
         match reason {
             Reason::Age => tracing::info!(
                 image_id = id,
@@ -342,28 +346,30 @@ impl<R: ImageRuntime> ImageGc<R> {
                 tracing::info!(image_id = id, size = record.size, "Removing image to free bytes")
             }
         }
+        let started = SystemTime::now();
         let removed = self.parts.runtime.remove_image(id).await;
-        // Whatever the answer, the removal may have changed what is present.
+        // Whatever the answer, the removal may have changed what is present: forgotten before
+        // the claim ends, so no hand-out after it trusts a remembered answer.
         self.parts.presence.image_changed();
-        drop(removing);
+        drop(claim);
         match removed {
             Ok(()) => {
                 self.parts.metrics.collected(reason, record.size);
-                if let Err(error) = self.parts.records.forget(id).await {
+                if let Err(error) = self.parts.records.forget(id, started).await {
                     tracing::warn!(%error, image_id = id, "cannot remove the pull record of a removed image");
                 }
-                Some(Outcome::Removed)
+                Outcome::Removed
             }
             Err(error) => {
                 tracing::warn!(%error, image_id = id, "failed to remove image");
-                Some(Outcome::Failed(error.to_string()))
+                Outcome::Failed(error.to_string())
             }
         }
     }
 
     /// Images in use: by any container (exited ones included), the sandbox image, and those
     /// handed out or pulled lately.
-    async fn in_use(&self, listed: &[StoredImage], now: SystemTime) -> Result<HashSet<String>, GcError> {
+    async fn in_use(&self, listed: &[StoredImage]) -> Result<HashSet<String>, GcError> {
         let runtime = &self.parts.runtime;
         let containers =
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
@@ -376,6 +382,7 @@ impl<R: ImageRuntime> ImageGc<R> {
         };
         let used = containers.iter().map(String::as_str).chain(sandbox_image.as_deref());
         let mut in_use = plan::in_use(listed, used);
+        let now = Instant::now();
         in_use.extend(self.parts.guard.handed_out_since(now.checked_sub(HANDED_OUT_IN_USE).unwrap_or(now)));
         Ok(in_use)
     }
@@ -396,23 +403,12 @@ impl<R: ImageRuntime> ImageGc<R> {
     }
 
     async fn save_ages(&self, images: &HashMap<String, ImageRecord>) {
-        let (ages, images) = (self.parts.ages.clone(), images.clone());
-        match tokio::task::spawn_blocking(move || ages.save(&images)).await {
+        let (ages, contents) = (self.parts.ages.clone(), AgesFile::encode(images));
+        match tokio::task::spawn_blocking(move || ages.write(&contents)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "image ages not kept; a restart would lose them"),
             Err(error) => tracing::warn!(%error, "keeping the image ages stopped"),
         }
-    }
-}
-
-impl PassReport {
-    /// Bytes of the images removed (or that a dry run would remove) for `reason`.
-    fn freed_for(&self, reason: Reason) -> u64 {
-        self.images
-            .iter()
-            .filter(|image| image.reason == reason && matches!(image.outcome, Outcome::Removed | Outcome::WouldRemove))
-            .map(|image| image.size)
-            .sum()
     }
 }
 

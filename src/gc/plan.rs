@@ -22,7 +22,7 @@ pub struct GcPolicy {
     pub max_age: Duration,
 }
 
-/// A policy the kubelet would refuse, in its words.
+/// A policy the kubelet would refuse, in its words (durations as Go prints them).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GcPolicyError {
     #[error("imageGCHighThresholdPercent (--image-gc-high-threshold) {0} must be between 0 and 100, inclusive")]
@@ -33,8 +33,34 @@ pub enum GcPolicyError {
         "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
     )]
     LowNotBelowHigh { low: i64, high: i64 },
-    #[error("imageMaximumGCAge {max_age:?} must be greater than imageMinimumGCAge {min_age:?}")]
+    #[error("imageMaximumGCAge {} must be greater than imageMinimumGCAge {}", go_duration(*.max_age), go_duration(*.min_age))]
     MaxAgeNotAboveMinAge { max_age: Duration, min_age: Duration },
+}
+
+/// `d` as Go's `time.Duration.String` writes it: `1m0s`, `1h30m0s`, `1.5s`, `500ms`, `0s`.
+fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    let fraction = |value: u128, unit: u128| {
+        let whole = value / unit;
+        let rest = format!("{:0width$}", value % unit, width = (unit.ilog10()) as usize);
+        let rest = rest.trim_end_matches('0');
+        if rest.is_empty() { whole.to_string() } else { format!("{whole}.{rest}") }
+    };
+    match nanos {
+        0 => "0s".to_owned(),
+        1..1_000 => format!("{nanos}ns"),
+        1_000..1_000_000 => format!("{}µs", fraction(nanos, 1_000)),
+        1_000_000..1_000_000_000 => format!("{}ms", fraction(nanos, 1_000_000)),
+        _ => {
+            let seconds = fraction(nanos % 60_000_000_000, 1_000_000_000);
+            let minutes = nanos / 60_000_000_000;
+            match minutes {
+                0 => format!("{seconds}s"),
+                1..60 => format!("{minutes}m{seconds}s"),
+                _ => format!("{}h{}m{seconds}s", minutes / 60, minutes % 60),
+            }
+        }
+    }
 }
 
 impl GcPolicy {
@@ -50,8 +76,7 @@ impl GcPolicy {
         let percent = |value: i64| u8::try_from(value).ok().filter(|value| *value <= 100);
         let high_threshold_percent = percent(high).ok_or(GcPolicyError::HighOutOfRange(high))?;
         let low_threshold_percent = percent(low).ok_or(GcPolicyError::LowOutOfRange(low))?;
-        // A high threshold of 100 turns space-based collection off, whatever the low one.
-        if high != 100 && low >= high {
+        if low >= high {
             return Err(GcPolicyError::LowNotBelowHigh { low, high });
         }
         if !max_age.is_zero() && max_age <= min_age {
@@ -108,6 +133,8 @@ pub fn detect(
 /// Containers name their image by ref or as they were asked for; the runtime names its sandbox
 /// image as configured.
 pub fn in_use<'a>(listed: &[StoredImage], used: impl IntoIterator<Item = &'a str>) -> HashSet<String> {
+    // Many containers share an image: each name is looked up (and parsed) once.
+    let used: HashSet<&str> = used.into_iter().collect();
     let mut by_name: HashMap<&str, &str> = HashMap::with_capacity(listed.len() * 3);
     for image in listed {
         by_name.insert(&image.id, &image.id);
@@ -161,8 +188,24 @@ pub struct DiskUsage {
     pub available: u64,
 }
 
+impl From<crate::runtime::ImageFsUsage> for DiskUsage {
+    fn from(usage: crate::runtime::ImageFsUsage) -> Self {
+        Self { capacity: usage.capacity, available: usage.available }
+    }
+}
+
+impl DiskUsage {
+    /// The kubelet's `100 - available*100/capacity`; 0 for no capacity.
+    pub fn usage_percent(&self) -> u64 {
+        match self.capacity {
+            0 => 0,
+            capacity => 100 - self.available.min(capacity).saturating_mul(100) / capacity,
+        }
+    }
+}
+
 /// What a pass should do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Image ids to remove, in order, each with its reason.
     pub remove: Vec<(String, Reason)>,
@@ -201,46 +244,52 @@ impl SpaceTarget {
     }
 }
 
-/// The kubelet's `GarbageCollect`, as a plan: unused, unpinned images oldest first (by last use,
-/// then first detection); with a maximum age, once the collector has run that long
-/// (`collecting_since`), every such image not used for longer goes; then, at or above the high
-/// threshold, images go until enough is freed to reach the low one, skipping any used at `now` or
-/// detected less than the minimum age ago. `in_use` images are never removed.
-pub fn plan(
+/// The kubelet's `freeOldImages`: with a maximum age, once the collector has run that long
+/// (`collected_for`), every unused, unpinned image not used for longer (or, never used, detected
+/// longer ago) goes, oldest first.
+pub fn plan_age(
+    records: &HashMap<String, ImageRecord>,
+    in_use: &HashSet<String>,
+    policy: &GcPolicy,
+    now: SystemTime,
+    collected_for: Duration,
+) -> Vec<String> {
+    if policy.max_age.is_zero() || collected_for <= policy.max_age {
+        return Vec::new();
+    }
+    unused_oldest_first(records, in_use)
+        .into_iter()
+        .filter(|(_, record)| age(now, record.last_used.unwrap_or(record.first_detected)) > policy.max_age)
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// The kubelet's space pass: at or above the high threshold, unused, unpinned images go, oldest
+/// first (by last use, then first detection), until enough is freed to reach the low one,
+/// skipping any used at `now` or detected less than the minimum age ago (counting from the
+/// collector's start at the latest, as the kubelet's records do). `excluded` images are already
+/// going. Call it with the disk as it is after the age pass.
+pub fn plan_space(
     records: &HashMap<String, ImageRecord>,
     in_use: &HashSet<String>,
     disk: DiskUsage,
     policy: &GcPolicy,
-    now: SystemTime,
-    collecting_since: SystemTime,
+    (now, collected_for): (SystemTime, Duration),
+    excluded: &HashSet<String>,
 ) -> Result<Plan, PlanError> {
-    let mut candidates = unused_oldest_first(records, in_use);
-    let mut remove = Vec::new();
-    let age = |since: SystemTime| now.duration_since(since).unwrap_or(Duration::ZERO);
-    if !policy.max_age.is_zero() && age(collecting_since) > policy.max_age {
-        candidates.retain(|(id, record)| {
-            let idle = age(record.last_used.unwrap_or(record.first_detected));
-            let too_old = idle > policy.max_age;
-            if too_old {
-                remove.push(((*id).clone(), Reason::Age));
-            }
-            !too_old
-        });
-    }
     if disk.capacity == 0 {
         return Err(PlanError::InvalidDiskCapacity);
     }
-    let available = disk.available.min(disk.capacity);
-    let usage_percent = 100 - available.saturating_mul(100) / disk.capacity;
+    let usage_percent = disk.usage_percent();
     if usage_percent < u64::from(policy.high_threshold_percent) {
-        return Ok(Plan { remove, space: None, spare: Vec::new() });
+        return Ok(Plan::default());
     }
-    let target = disk.capacity / 100 * u64::from(100 - policy.low_threshold_percent)
-        + disk.capacity % 100 * u64::from(100 - policy.low_threshold_percent) / 100;
-    let to_free = target.saturating_sub(available);
-    let mut found = 0;
-    let mut spare = Vec::new();
-    for (id, record) in eligible_for_space(candidates, policy, now) {
+    let share = u64::from(100 - policy.low_threshold_percent);
+    let target = disk.capacity / 100 * share + disk.capacity % 100 * share / 100;
+    let to_free = target.saturating_sub(disk.available.min(disk.capacity));
+    let (mut remove, mut spare, mut found) = (Vec::new(), Vec::new(), 0);
+    let candidates = unused_oldest_first(records, in_use).into_iter().filter(|(id, _)| !excluded.contains(*id));
+    for (id, record) in eligible(candidates, policy, now, collected_for) {
         if found >= to_free {
             spare.push(id.clone());
             continue;
@@ -251,6 +300,29 @@ pub fn plan(
     Ok(Plan { remove, space: Some(SpaceTarget { usage_percent, to_free, found }), spare })
 }
 
+/// The kubelet's `GarbageCollect` as one plan, for a dry run: the age pass, then the space pass
+/// over the rest, with the disk credited the sizes the age pass would free.
+pub fn plan(
+    records: &HashMap<String, ImageRecord>,
+    in_use: &HashSet<String>,
+    disk: DiskUsage,
+    policy: &GcPolicy,
+    now: SystemTime,
+    collected_for: Duration,
+) -> Result<Plan, PlanError> {
+    let aged = plan_age(records, in_use, policy, now, collected_for);
+    let freed: u64 = aged.iter().filter_map(|id| records.get(id)).map(|record| record.size).sum();
+    let after_age = DiskUsage { available: disk.available.saturating_add(freed), ..disk };
+    let excluded: HashSet<String> = aged.iter().cloned().collect();
+    let mut plan = if policy.disabled() {
+        Plan::default()
+    } else {
+        plan_space(records, in_use, after_age, policy, (now, collected_for), &excluded)?
+    };
+    plan.remove.splice(0..0, aged.into_iter().map(|id| (id, Reason::Age)));
+    Ok(plan)
+}
+
 /// The kubelet's `DeleteUnusedImages`: every unused, unpinned image, whatever the disk's usage,
 /// except those detected less than the minimum age ago; oldest first.
 pub fn plan_unused(
@@ -258,14 +330,19 @@ pub fn plan_unused(
     in_use: &HashSet<String>,
     policy: &GcPolicy,
     now: SystemTime,
+    collected_for: Duration,
 ) -> Plan {
-    let remove = eligible_for_space(unused_oldest_first(records, in_use), policy, now)
+    let remove = eligible(unused_oldest_first(records, in_use).into_iter(), policy, now, collected_for)
         .map(|(id, _)| (id.clone(), Reason::Unused))
         .collect();
-    Plan { remove, space: None, spare: Vec::new() }
+    Plan { remove, ..Plan::default() }
 }
 
-/// Unused, unpinned images, never used first, then by last use, ties by first detection.
+fn age(now: SystemTime, since: SystemTime) -> Duration {
+    now.duration_since(since).unwrap_or(Duration::ZERO)
+}
+
+/// Unused, unpinned images, never used first, then by last use, ties by first detection and id.
 fn unused_oldest_first<'a>(
     records: &'a HashMap<String, ImageRecord>,
     in_use: &HashSet<String>,
@@ -277,15 +354,18 @@ fn unused_oldest_first<'a>(
 }
 
 /// Those of `candidates` that may go for space: not used at `now`, and detected at least the
-/// minimum age ago (the image may have just been pulled for a container about to start).
-fn eligible_for_space<'a>(
-    candidates: Vec<(&'a String, &'a ImageRecord)>,
+/// minimum age ago (the image may have just been pulled for a container about to start). After
+/// a restart the minimum age counts from the start again, as the kubelet's does: an image handed
+/// out just before it is not taken while its container is being created.
+fn eligible<'a>(
+    candidates: impl Iterator<Item = (&'a String, &'a ImageRecord)>,
     policy: &GcPolicy,
     now: SystemTime,
+    collected_for: Duration,
 ) -> impl Iterator<Item = (&'a String, &'a ImageRecord)> {
     let min_age = policy.min_age;
-    candidates.into_iter().filter(move |(_, record)| {
-        let detected_for = now.duration_since(record.first_detected).unwrap_or(Duration::ZERO);
+    candidates.filter(move |(_, record)| {
+        let detected_for = age(now, record.first_detected).min(collected_for);
         record.last_used.is_none_or(|used| used < now) && detected_for >= min_age
     })
 }

@@ -344,12 +344,16 @@ impl PullRecords {
         Ok(())
     }
 
-    /// The image `image_ref` was removed: its record goes, on disk and in memory.
-    pub async fn forget(&self, image_ref: &str) -> Result<(), RecordsError> {
+    /// The image `image_ref` was removed at `removed_at`: its record goes, on disk and in
+    /// memory, unless a pull wrote it since (in the same second too: keeping a record too long
+    /// only verifies pods that need not be).
+    pub async fn forget(&self, image_ref: &str, removed_at: SystemTime) -> Result<(), RecordsError> {
         let _writing = self.writes.lock().await;
         // Only a file that is this image's record: another ref's may share its name.
-        if !matches!(self.record(image_ref), Ok(Some(_))) {
-            return Ok(());
+        let since = format::rfc3339(removed_at);
+        match self.record(image_ref) {
+            Ok(Some(record)) if record.last_updated_time < since => {}
+            _ => return Ok(()),
         }
         let (dir, key) = (self.pulled.clone(), image_ref.to_owned());
         blocking(move || dir.remove(&key)).await.map_err(|error| self.io_error(&self.pulled, error))?;

@@ -20,6 +20,10 @@ use super::{
     passthrough::RawCodec,
 };
 
+/// ListContainers answers for every container on the node, with its labels and annotations: at
+/// 50,000 containers of about 1 KiB each, past the 16 MiB that is enough for anything else.
+const LIST_CONTAINERS_MAX_BYTES: usize = 128 * 1024 * 1024;
+
 /// Whether `status` is tonic's client enforcing the `grpc-timeout` we sent: it reports its own
 /// timer, which runs beside ours and often fires first, as CANCELLED "Timeout expired". That is
 /// our request deadline passing, not a cancellation.
@@ -54,7 +58,7 @@ impl CriClient {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let runtime_client = RuntimeServiceClient::new(channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(LIST_CONTAINERS_MAX_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Self { channel, client, runtime_client, request_timeout }
     }

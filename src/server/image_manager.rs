@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use crate::{
     api::{self, image_manager_server},
     ensure::{EnsureRequest, ImageManager},
-    gc::{ImageGc, Outcome, PassRequest, collector::Chosen},
+    gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     runtime::{ImageFsUsage, ImageRuntime},
 };
 
@@ -47,7 +47,12 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         request: Request<api::GarbageCollectRequest>,
     ) -> Result<Response<api::GarbageCollectResponse>, Status> {
         let api::GarbageCollectRequest { dry_run, delete_unused } = request.into_inner();
-        let report = self.gc.pass(PassRequest { dry_run, delete_unused }).await?;
+        // In a task of its own: a caller that goes away does not cut a pass between a removal and
+        // what follows it (the presence cache, the pull record, the ages).
+        let gc = self.gc.clone();
+        let pass = tokio::spawn(async move { gc.pass(PassRequest { dry_run, delete_unused }).await });
+        let report =
+            pass.await.map_err(|error| Status::internal(format!("the garbage collection pass stopped: {error}")))??;
         Ok(Response::new(api::GarbageCollectResponse {
             images: report.images.into_iter().map(collected_image).collect(),
             usage_before: report.usage_before.map(image_fs_usage),
@@ -80,11 +85,7 @@ fn collected_image(image: Chosen) -> api::CollectedImage {
 }
 
 fn image_fs_usage(usage: ImageFsUsage) -> api::ImageFsUsage {
-    let available = usage.available.min(usage.capacity);
-    let usage_percent = match usage.capacity {
-        0 => 0,
-        capacity => 100 - available.saturating_mul(100) / capacity,
-    };
+    let usage_percent = DiskUsage::from(usage).usage_percent();
     api::ImageFsUsage {
         capacity_bytes: usage.capacity,
         available_bytes: usage.available,

@@ -161,6 +161,29 @@ mod tests {
         details.error_info().expect("every status has an ErrorInfo").reason.clone()
     }
 
+    #[test]
+    fn a_pass_that_cannot_be_made_keeps_the_runtimes_code_and_names_why() {
+        let unreachable = Status::from(GcError::Runtime {
+            what: "list images",
+            source: RuntimeError::from(Status::unavailable("connection refused")),
+        });
+        assert_eq!((unreachable.code(), reason_of(&unreachable).as_str()), (Code::Unavailable, "ImageGCFailed"));
+        assert_eq!(
+            unreachable.message(),
+            "failed to list images: rpc error: code = Unavailable desc = connection refused"
+        );
+        let slow = Status::from(GcError::Runtime {
+            what: "list containers",
+            source: RuntimeError::Timeout(std::time::Duration::from_secs(120)),
+        });
+        assert_eq!(slow.code(), Code::DeadlineExceeded);
+        let no_capacity = Status::from(GcError::Plan(PlanError::InvalidDiskCapacity));
+        assert_eq!(
+            (no_capacity.code(), reason_of(&no_capacity).as_str(), no_capacity.message()),
+            (Code::FailedPrecondition, "InvalidDiskCapacity", "invalid capacity 0 on image filesystem")
+        );
+    }
+
     fn pull_error(code: Code) -> EnsureError {
         let source = std::sync::Arc::new(PullError::Runtime(RuntimeError::from(Status::new(code, "upstream"))));
         EnsureError::Pull { message: source.to_string(), source }

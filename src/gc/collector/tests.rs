@@ -4,6 +4,7 @@ use std::sync::Mutex;
 
 use k8s_cri::v1::ImageSpec;
 use prometheus_client::registry::Registry;
+use tokio::time::Instant;
 
 use super::*;
 use crate::gc::GcPolicy;
@@ -26,6 +27,8 @@ struct Disk {
     other: u64,
     refuse: HashSet<String>,
     removed: Vec<String>,
+    /// Each removal waits here.
+    hold: Option<Hold>,
 }
 
 #[derive(Default)]
@@ -69,6 +72,11 @@ impl ImageRuntime for FakeRuntime {
     }
 
     async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+        let hold = self.disk().hold.clone();
+        if let Some(hold) = hold {
+            hold.entered.notify_one();
+            hold.release.notified().await;
+        }
         let mut disk = self.disk();
         if disk.refuse.contains(id) {
             return Err(tonic::Status::failed_precondition(format!("image {id} is busy")).into());
@@ -114,7 +122,15 @@ fn collector_over(runtime: Arc<FakeRuntime>, root: tempfile::TempDir, policy: Gc
         ages: AgesFile::open(root.path()).expect("ages"),
         metrics: Arc::new(GcMetrics::register(&mut Registry::default())),
     };
-    Harness { runtime, guard, records, gc: ImageGc::new(parts, SystemTime::now()), root }
+    Harness { runtime, guard, records, gc: ImageGc::new(parts, Instant::now()), root }
+}
+
+/// A pull record of `image_ref` written an hour ago, as a pull before the pass would leave it.
+fn write_record_pulled_long_ago(h: &Harness, image_ref: &str) {
+    let pulled = h.root.path().join("image_manager").join("pulled");
+    let (dir, _) = crate::records::fs::RecordDir::open(pulled).expect("records dir");
+    let record = crate::records::format::PulledRecord::new(image_ref, SystemTime::now() - Duration::from_secs(3600));
+    dir.write(image_ref, &record.encode()).expect("written");
 }
 
 fn ids(report: &PassReport) -> Vec<(&str, Reason, &Outcome)> {
@@ -139,7 +155,7 @@ fn crowded() -> Disk {
 #[tokio::test]
 async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_records_go() {
     let h = harness(crowded(), EAGER);
-    h.records.merge("sha256:a", "docker.io/library/a", PullCredentials::default()).await.expect("recorded");
+    write_record_pulled_long_ago(&h, "sha256:a");
     // Detected in one pass, then used in order: c, then a, then b (b the most recent).
     h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("detects");
     for id in ["sha256:c", "sha256:a", "sha256:b"] {
@@ -226,7 +242,7 @@ async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
     disk.sandbox_image = Some("registry.k8s.io/pause:3.6".into());
     disk.other = 100 * MIB; // full: everything eligible goes
     let h = harness(disk, EAGER);
-    h.guard.handed_out("sha256:b", SystemTime::now());
+    assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
 }
@@ -296,14 +312,54 @@ async fn a_disk_reported_with_no_capacity_is_an_error() {
     assert!(h.runtime.disk().removed.is_empty());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_removal_gives_up_on_a_hand_out_that_takes_too_long_and_keeps_the_image() {
+/// Lets a removal start, then holds it until released.
+#[derive(Clone, Default)]
+struct Hold {
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[tokio::test]
+async fn a_hand_out_that_overlaps_the_removal_of_its_image_fails_and_one_during_the_pass_keeps_its_image() {
+    let mut disk = crowded();
+    disk.other = 80 * MIB; // full: down to 70 % takes all three images
+    let hold = Hold::default();
+    disk.hold = Some(hold.clone());
+    let h = Arc::new(harness(disk, GcPolicy { low_threshold_percent: 70, ..EAGER }));
+    let pass = tokio::spawn({
+        let h = h.clone();
+        async move { h.gc.pass(PassRequest::default()).await }
+    });
+    hold.entered.notified().await;
+    // sha256:a is being removed: a presence check that saw it present must not hand it out.
+    let hand_out = h.guard.handing_out();
+    assert!(!hand_out.complete("sha256:a", Instant::now()));
+    // sha256:c, due later in this pass, is handed out now: the pass keeps it.
+    assert!(hand_out.complete("sha256:c", Instant::now()));
+    hold.release.notify_one();
+    hold.entered.notified().await; // sha256:b
+    hold.release.notify_one();
+    let report = pass.await.expect("joins").expect("passes");
+    assert_eq!(
+        ids(&report),
+        [
+            ("sha256:a", Reason::Space, &Outcome::Removed),
+            ("sha256:b", Reason::Space, &Outcome::Removed),
+            ("sha256:c", Reason::Space, &Outcome::KeptInUse),
+        ]
+    );
+    assert!(!hand_out.complete("sha256:a", Instant::now()), "its ticket predates the removal's end");
+    drop(hand_out);
+    assert!(h.guard.handing_out().complete("sha256:a", Instant::now()), "a hand-out begun after it sees the truth");
+}
+
+#[tokio::test]
+async fn a_removed_images_pull_record_goes_unless_a_pull_wrote_it_since() {
     let h = harness(crowded(), EAGER);
-    let slow_hand_out = h.guard.handing_out().await;
-    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
-    assert_eq!(ids(&report), [("sha256:a", Reason::Space, &Outcome::KeptInUse)], "the rest waits for the next pass");
-    assert!(h.runtime.disk().removed.is_empty());
-    drop(slow_hand_out);
-    let report = h.gc.pass(PassRequest::default()).await.expect("passes");
-    assert_eq!(ids(&report), [("sha256:a", Reason::Space, &Outcome::Removed)]);
+    let removed_at = SystemTime::now() - Duration::from_secs(5);
+    h.records.merge("sha256:a", "docker.io/library/a", PullCredentials::default()).await.expect("recorded");
+    h.records.forget("sha256:a", removed_at).await.expect("forgets");
+    assert!(h.records.record("sha256:a").expect("reads").is_some(), "written after the removal began: kept");
+    h.records.forget("sha256:a", SystemTime::now() + Duration::from_secs(5)).await.expect("forgets");
+    assert!(h.records.record("sha256:a").expect("reads").is_none());
 }

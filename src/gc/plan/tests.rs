@@ -61,8 +61,9 @@ fn images_in_use_are_found_by_id_by_name_and_by_normalised_name() {
 fn below_the_high_threshold_nothing_is_removed() {
     let known = records(&[("a", record(0, None, 1024))]);
     let disk = DiskUsage { capacity: 1000, available: 200 }; // 80 %
-    let plan = plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans");
-    assert_eq!(plan, Plan { remove: Vec::new(), space: None, spare: Vec::new() });
+    let plan =
+        plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), Duration::from_secs(1000)).expect("plans");
+    assert_eq!(plan, Plan::default());
 }
 
 #[test]
@@ -76,14 +77,16 @@ fn over_the_high_threshold_the_oldest_unused_images_go_until_the_low_one_is_reac
     ]);
     // 90 % used; the low threshold (80 %) needs 200 - 100 = 100 bytes.
     let disk = DiskUsage { capacity: 1000, available: 100 };
-    let some = plan(&known, &in_use(&["in-use"]), disk, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
+    let some =
+        plan(&known, &in_use(&["in-use"]), disk, &NO_MIN_AGE, at(1000), Duration::from_secs(1000)).expect("plans");
     assert_eq!(ids(&some), [("never-used-old", Reason::Space)]);
     assert_eq!(some.spare, ["never-used-new", "used-recently"], "the rest, in order, should a removal fail");
     assert_eq!(some.space, Some(SpaceTarget { usage_percent: 90, to_free: 100, found: 100 }));
     assert_eq!(some.space.and_then(|space| space.shortfall()), None);
     // Needing more, the next oldest follow, never the one in use or the pinned one.
     let full = DiskUsage { capacity: 1000, available: 0 };
-    let more = plan(&known, &in_use(&["in-use"]), full, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
+    let more =
+        plan(&known, &in_use(&["in-use"]), full, &NO_MIN_AGE, at(1000), Duration::from_secs(1000)).expect("plans");
     assert_eq!(ids(&more), [("never-used-old", Reason::Space), ("never-used-new", Reason::Space)]);
     let space = more.space.expect("a space pass");
     assert_eq!((space.usage_percent, space.to_free, space.found), (100, 200, 200));
@@ -93,7 +96,7 @@ fn over_the_high_threshold_the_oldest_unused_images_go_until_the_low_one_is_reac
 fn too_few_eligible_bytes_is_the_kubelets_free_disk_space_failure() {
     let known = records(&[("a", record(0, None, 50))]);
     let disk = DiskUsage { capacity: 1000, available: 0 };
-    let plan = plan(&known, &in_use(&[]), disk, &NO_MIN_AGE, at(1000), at(0)).expect("plans");
+    let plan = plan(&known, &in_use(&[]), disk, &NO_MIN_AGE, at(1000), Duration::from_secs(1000)).expect("plans");
     assert_eq!(
         plan.space.and_then(|space| space.shortfall()).as_deref(),
         Some(
@@ -106,7 +109,8 @@ fn too_few_eligible_bytes_is_the_kubelets_free_disk_space_failure() {
 fn images_detected_less_than_the_minimum_age_ago_or_used_now_stay() {
     let known = records(&[("young", record(950, None, 500)), ("used-now", record(0, Some(1000), 500))]);
     let disk = DiskUsage { capacity: 1000, available: 0 };
-    let kept = plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans");
+    let kept =
+        plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), Duration::from_secs(1000)).expect("plans");
     assert!(kept.remove.is_empty(), "{kept:?}");
     let older = plan_at(&known, at(950 + 120));
     assert_eq!(ids(&older), [("young", Reason::Space)], "two minutes after its detection");
@@ -114,7 +118,7 @@ fn images_detected_less_than_the_minimum_age_ago_or_used_now_stay() {
 
 fn plan_at(known: &HashMap<String, ImageRecord>, now: SystemTime) -> Plan {
     let disk = DiskUsage { capacity: 1000, available: 0 };
-    plan(known, &in_use(&[]), disk, &GcPolicy::KUBELET, now, at(0)).expect("plans")
+    plan(known, &in_use(&[]), disk, &GcPolicy::KUBELET, now, now.duration_since(at(0)).expect("after")).expect("plans")
 }
 
 #[test]
@@ -122,11 +126,12 @@ fn with_a_maximum_age_idle_images_go_once_the_collector_has_run_that_long() {
     let policy = GcPolicy { max_age: Duration::from_secs(3600), ..GcPolicy::KUBELET };
     let known = records(&[("idle", record(0, Some(100), 10)), ("busy", record(0, Some(3700), 10))]);
     let plenty = DiskUsage { capacity: 1000, available: 900 };
-    let early = plan(&known, &in_use(&[]), plenty, &policy, at(3800), at(3000)).expect("plans");
+    let early = plan(&known, &in_use(&[]), plenty, &policy, at(3800), Duration::from_secs(800)).expect("plans");
     assert!(early.remove.is_empty(), "the collector has not run an hour yet");
-    let later = plan(&known, &in_use(&[]), plenty, &policy, at(3800), at(0)).expect("plans");
+    let later = plan(&known, &in_use(&[]), plenty, &policy, at(3800), Duration::from_secs(3800)).expect("plans");
     assert_eq!(ids(&later), [("idle", Reason::Age)]);
-    let in_use_now = plan(&known, &in_use(&["idle"]), plenty, &policy, at(3800), at(0)).expect("plans");
+    let in_use_now =
+        plan(&known, &in_use(&["idle"]), plenty, &policy, at(3800), Duration::from_secs(3800)).expect("plans");
     assert!(in_use_now.remove.is_empty(), "an image in use is never too old");
 }
 
@@ -140,7 +145,7 @@ fn deleting_unused_images_takes_every_eligible_one_whatever_the_disk() {
         ("in-use", record(0, Some(900), 10)),
         ("pinned", ImageRecord { pinned: true, ..record(0, None, 10) }),
     ]);
-    let plan = plan_unused(&known, &in_use(&["in-use"]), &GcPolicy::KUBELET, at(1000));
+    let plan = plan_unused(&known, &in_use(&["in-use"]), &GcPolicy::KUBELET, at(1000), Duration::from_secs(1000));
     assert_eq!(ids(&plan), [("never-used", Reason::Unused), ("idle", Reason::Unused)]);
     assert_eq!((plan.space, plan.spare.len()), (None, 0));
 }
@@ -149,10 +154,14 @@ fn deleting_unused_images_takes_every_eligible_one_whatever_the_disk() {
 fn a_disk_of_no_capacity_is_an_error_and_more_available_than_capacity_is_capped() {
     let known = records(&[("a", record(0, None, 10))]);
     let none = DiskUsage { capacity: 0, available: 0 };
-    let error = plan(&known, &in_use(&[]), none, &GcPolicy::KUBELET, at(1000), at(0)).expect_err("capacity 0");
+    let error = plan(&known, &in_use(&[]), none, &GcPolicy::KUBELET, at(1000), Duration::from_secs(1000))
+        .expect_err("capacity 0");
     assert_eq!(error.to_string(), "invalid capacity 0 on image filesystem");
     let odd = DiskUsage { capacity: 1000, available: 5000 };
-    assert_eq!(plan(&known, &in_use(&[]), odd, &GcPolicy::KUBELET, at(1000), at(0)).expect("plans").space, None);
+    assert_eq!(
+        plan(&known, &in_use(&[]), odd, &GcPolicy::KUBELET, at(1000), Duration::from_secs(1000)).expect("plans").space,
+        None
+    );
 }
 
 #[test]
@@ -171,14 +180,73 @@ fn policies_are_validated_with_the_kubelets_messages() {
             (80, 85, minute, Duration::ZERO),
             "imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80",
         ),
-        ((85, 80, minute, minute), "imageMaximumGCAge 60s must be greater than imageMinimumGCAge 60s"),
+        ((85, 80, minute, minute), "imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 1m0s"),
+        (
+            (100, 100, minute, Duration::ZERO),
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) 100 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 100",
+        ),
     ];
     for ((high, low, min_age, max_age), message) in cases {
         let error = GcPolicy::try_new(high, low, min_age, max_age).expect_err(message);
         assert_eq!(error.to_string(), message);
     }
     assert_eq!(GcPolicy::try_new(85, 80, Duration::from_secs(120), Duration::ZERO), Ok(GcPolicy::KUBELET));
-    let off = GcPolicy::try_new(100, 100, minute, Duration::ZERO).expect("high 100 turns collection off");
+    let off = GcPolicy::try_new(100, 80, minute, Duration::ZERO).expect("high 100 turns collection off");
     assert!(off.disabled());
     assert!(!GcPolicy::KUBELET.disabled());
+}
+
+#[test]
+fn durations_in_messages_are_written_as_go_writes_them() {
+    let cases = [
+        (Duration::ZERO, "0s"),
+        (Duration::from_nanos(1), "1ns"),
+        (Duration::from_micros(1500), "1.5ms"),
+        (Duration::from_millis(500), "500ms"),
+        (Duration::from_millis(1500), "1.5s"),
+        (Duration::from_secs(90), "1m30s"),
+        (Duration::from_secs(120), "2m0s"),
+        (Duration::from_secs(7 * 24 * 3600), "168h0m0s"),
+        (Duration::from_secs(3661), "1h1m1s"),
+    ];
+    for (duration, written) in cases {
+        assert_eq!(go_duration(duration), written, "{duration:?}");
+    }
+}
+
+#[test]
+fn the_space_pass_counts_what_the_age_pass_frees() {
+    let policy = GcPolicy { max_age: Duration::from_secs(3600), ..NO_MIN_AGE };
+    let known = records(&[("aged", record(0, Some(0), 150)), ("recent", record(0, Some(3700), 100))]);
+    // 90 % used: down to 80 % takes 100 bytes, and removing the aged image frees 150.
+    let disk = DiskUsage { capacity: 1000, available: 100 };
+    let both = plan(&known, &in_use(&[]), disk, &policy, at(3800), Duration::from_secs(3800)).expect("plans");
+    assert_eq!(ids(&both), [("aged", Reason::Age)], "below the high threshold once the aged image is gone");
+    let space = plan_space(&known, &in_use(&[]), disk, &policy, (at(3800), Duration::from_secs(3800)), &HashSet::new())
+        .expect("plans");
+    assert_eq!(ids(&space), [("aged", Reason::Space)], "without the age pass, space takes the oldest");
+}
+
+#[test]
+fn with_a_maximum_age_a_never_used_image_goes_that_long_after_its_detection() {
+    let policy = GcPolicy { max_age: Duration::from_secs(3600), ..GcPolicy::KUBELET };
+    let known = records(&[("old", record(0, None, 10)), ("new", record(3000, None, 10))]);
+    let aged = plan_age(&known, &in_use(&[]), &policy, at(4000), Duration::from_secs(4000));
+    assert_eq!(aged, ["old"]);
+}
+
+#[test]
+fn after_a_restart_the_minimum_age_counts_from_the_start_again() {
+    // Detected long ago, but the collector started 60 s ago: an image handed out just before
+    // the restart is not taken while its container is being created.
+    let known = records(&[("a", record(0, Some(500), 10))]);
+    let full = DiskUsage { capacity: 1000, available: 0 };
+    let just_started =
+        plan(&known, &in_use(&[]), full, &GcPolicy::KUBELET, at(1000), Duration::from_secs(60)).expect("plans");
+    assert!(just_started.remove.is_empty(), "{just_started:?}");
+    let unused = plan_unused(&known, &in_use(&[]), &GcPolicy::KUBELET, at(1000), Duration::from_secs(60));
+    assert!(unused.remove.is_empty());
+    let later =
+        plan(&known, &in_use(&[]), full, &GcPolicy::KUBELET, at(1000), Duration::from_secs(120)).expect("plans");
+    assert_eq!(ids(&later), [("a", Reason::Space)]);
 }

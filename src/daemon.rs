@@ -103,6 +103,8 @@ pub struct Parts<R> {
     pub records: Arc<PullRecords>,
     pub manager: Arc<ImageManager<R>>,
     pub gc: Arc<ImageGc<R>>,
+    /// Shared by the manager and the collector.
+    pub guard: Arc<ImageGuard>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
@@ -137,14 +139,14 @@ impl<R: ImageRuntime> Parts<R> {
         let gc_parts = GcParts {
             runtime: runtime.clone(),
             config: gc_config,
-            guard,
+            guard: guard.clone(),
             presence: presence.clone(),
             records: records.clone(),
             ages: AgesFile::open(root_dir)?,
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
-        Ok(Self { runtime, metrics, presence, records, manager, gc })
+        Ok(Self { runtime, metrics, presence, records, manager, gc, guard })
     }
 }
 

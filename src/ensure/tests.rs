@@ -3,6 +3,7 @@ use std::sync::Mutex;
 use super::*;
 use crate::{
     credentials::NodeCredentials,
+    gc::ImageGuard,
     records::policy::{Allowlist, VerificationPolicy},
     runtime::PresentImage,
 };
@@ -19,6 +20,8 @@ struct ScriptedRuntime {
     registry_user: Mutex<Option<String>>,
     /// When set, each pull waits for a permit.
     pull_gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// When set, the next ImageStatus says it started, then waits to be released.
+    status_hold: Mutex<Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>>,
 }
 
 impl ScriptedRuntime {
@@ -50,6 +53,11 @@ impl ScriptedRuntime {
 
 impl ImageRuntime for ScriptedRuntime {
     async fn image_status(&self, image: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
+        let hold = self.status_hold.lock().unwrap().take();
+        if let Some((started, release)) = hold {
+            started.notify_one();
+            release.notified().await;
+        }
         self.status_calls.lock().unwrap().push(image);
         if let Some(status) = self.status_error.lock().unwrap().clone() {
             return Err(status.into());
@@ -90,6 +98,7 @@ struct Built {
     manager: Arc<ImageManager<ScriptedRuntime>>,
     runtime: Arc<ScriptedRuntime>,
     records: Arc<crate::records::PullRecords>,
+    guard: Arc<ImageGuard>,
     /// Where the pull records are; kept as long as the manager.
     root_dir: tempfile::TempDir,
 }
@@ -129,7 +138,7 @@ fn manager_with(
         root_dir.path(),
     )
     .expect("records open");
-    Built { manager: parts.manager, runtime: parts.runtime, records: parts.records, root_dir }
+    Built { manager: parts.manager, runtime: parts.runtime, records: parts.records, guard: parts.guard, root_dir }
 }
 
 fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
@@ -626,4 +635,38 @@ async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verifie
     assert_eq!(error.reason(), "ErrImagePull");
     let record = manager.records.record("sha256:private").unwrap().expect("recorded");
     assert!(record.credential_mapping.is_empty(), "a record naming no one: every pod is verified");
+}
+
+#[tokio::test]
+async fn a_present_image_removed_by_image_gc_during_its_presence_check_is_pulled_again_or_refused_under_never() {
+    for (policy, pulled) in [(PullPolicy::IfNotPresent, true), (PullPolicy::Never, false)] {
+        let (started, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
+        let runtime = ScriptedRuntime {
+            status_hold: Mutex::new(Some((started.clone(), release.clone()))),
+            ..ScriptedRuntime::with_present("sha256:old", 1).pulling_to(Ok("sha256:old"))
+        };
+        let built = Arc::new(manager(runtime));
+        let ensuring = tokio::spawn({
+            let built = built.clone();
+            async move { built.ensure_image_exists(request("busybox:1.36", Some(policy))).await }
+        });
+        started.notified().await;
+        // The collector removes the image while the presence check is under way (it saw it).
+        drop(built.guard.claim("sha256:old", &[], built.guard.now()).expect("not handed out, not pulling"));
+        release.notify_one();
+        let answer = ensuring.await.expect("joins");
+        match pulled {
+            true => assert!(answer.expect("pulled again").pull.is_some(), "the removed image is not handed out"),
+            false => assert!(matches!(answer, Err(EnsureError::NeverPull { .. })), "absent under Never: {answer:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_image_handed_out_cannot_be_claimed_by_a_pass_that_began_before() {
+    let built = manager(ScriptedRuntime::with_present("sha256:old", 1));
+    let pass_began = built.guard.now();
+    let outcome = built.ensure_image_exists(request("busybox:1.36", Some(PullPolicy::IfNotPresent))).await;
+    assert_eq!(outcome.expect("present").image_ref, "sha256:old");
+    assert!(built.guard.claim("sha256:old", &[], pass_began).is_none());
 }

@@ -19,6 +19,7 @@ use crate::{
         plugin::{self, Plugins, config::PluginConfigError},
     },
     ensure::{Collaborators, ImageManager, ManagerConfig},
+    events::Events,
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
     listener::{self, ListenError},
     metrics::{self, Metrics, MetricsServerError},
@@ -105,6 +106,8 @@ pub struct Parts<R> {
     pub gc: Arc<ImageGc<R>>,
     /// Shared by the manager and the collector.
     pub guard: Arc<ImageGuard>,
+    /// Every image event, for WatchEvents.
+    pub events: Arc<Events>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
@@ -120,6 +123,7 @@ impl<R: ImageRuntime> Parts<R> {
         let metrics = Arc::new(Metrics::default());
         let records = Arc::new(PullRecords::open(root_dir, metrics.records.clone())?);
         let guard = Arc::new(ImageGuard::default());
+        let events = Arc::new(Events::default());
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
         let pulls = RecordPulls::new(RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone())));
@@ -133,6 +137,7 @@ impl<R: ImageRuntime> Parts<R> {
             node_credentials,
             records: records.clone(),
             guard: guard.clone(),
+            events: events.clone(),
             verification: config.verification,
             metrics: metrics.ensure.clone(),
         }));
@@ -143,10 +148,11 @@ impl<R: ImageRuntime> Parts<R> {
             presence: presence.clone(),
             records: records.clone(),
             ages: AgesFile::open(root_dir)?,
+            events: events.clone(),
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
-        Ok(Self { runtime, metrics, presence, records, manager, gc, guard })
+        Ok(Self { runtime, metrics, presence, records, manager, gc, guard, events })
     }
 }
 

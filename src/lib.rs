@@ -13,6 +13,7 @@
 //!   `:authority`; `server::status` is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
 //!   present image), back off, find credentials, pull, record.
+//! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
 //! - [`gc`]: image garbage collection, the kubelet's way: the pure plan, the collector and its
 //!   loop, the guard against removing an image being handed out, ages kept across restarts.
 //! - [`presence`]: the presence cache, trusted only while proven current.
@@ -36,6 +37,7 @@ pub mod config;
 pub mod credentials;
 pub mod daemon;
 pub mod ensure;
+pub mod events;
 pub mod gc;
 pub mod listener;
 pub mod messages;

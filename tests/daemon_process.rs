@@ -344,3 +344,28 @@ fn daemon_client(
 ) -> cri_imaged::api::image_manager_client::ImageManagerClient<tonic::transport::Channel> {
     cri_imaged::api::image_manager_client::ImageManagerClient::new(support::unix_channel(&daemon.socket))
 }
+
+#[tokio::test]
+async fn grpcurl_watches_events_as_they_happen() {
+    let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let sock = daemon.socket.clone();
+    // grpcurl prints each event as it comes and gives up after -max-time.
+    let watching = tokio::task::spawn_blocking(move || {
+        let filter = r#"{"namespace":"default"}"#;
+        grpcurl(&grpcurl_bin, &sock, &["-max-time", "4", "-d", filter], &["imagemanager.v1.ImageManager/WatchEvents"])
+    });
+    // Until the watch is open, events go nowhere: ask until one is seen.
+    let mut client = daemon_client(&daemon);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline && !watching.is_finished() {
+        call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("pulled or present");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_ok, stdout, stderr) = watching.await.expect("grpcurl ran");
+    assert!(stdout.contains(r#""reason": "Pulled""#), "no Pulled event in:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(r#""type": "Normal""#) && stdout.contains(r#""uid": "0b7c6d5e-uid""#), "{stdout}");
+    assert!(stderr.contains("DeadlineExceeded"), "ended by -max-time: {stderr}");
+}

@@ -13,7 +13,7 @@ use std::{collections::HashSet, path::Path};
 
 use base64::Engine;
 use cri_imaged::api::{
-    EnsureImageExistsRequest, EnsureImageExistsResponse, PullPolicy, PullSecret,
+    EnsureImageExistsRequest, EnsureImageExistsResponse, PullPolicy, PullSecret, WatchEventsRequest,
     image_manager_client::ImageManagerClient,
 };
 use support::{
@@ -378,6 +378,7 @@ async fn no_password_reaches_the_daemons_log_even_at_trace_level() {
     let flags = credential_plugin(&p, &dir, &p.stack.image("viaplugin"), BOB);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (daemon, mut client) = p.daemon_logging(&dir, &flags, "trace").await;
+    let mut events = client.watch_events(WatchEventsRequest::default()).await.expect("watching").into_inner();
 
     // As `docker login` writes it: base64(user:password) in `auth`.
     let mut right_secret = p.secret("right", ALICE);
@@ -390,6 +391,19 @@ async fn no_password_reaches_the_daemons_log_even_at_trace_level() {
     let pulled = call(&mut client, for_pod("web", &by_plugin, vec![])).await.expect("plugin");
     assert_pulled(&pulled, &by_plugin);
     assert_eq!(p.stack.auth_attempts("viaplugin/app"), ["ok bob"]);
+
+    // Nor does any event.
+    let mut told = Vec::new();
+    while let Ok(Ok(Some(event))) = tokio::time::timeout(std::time::Duration::from_millis(500), events.message()).await
+    {
+        told.push(format!("{event:?}"));
+    }
+    assert!(told.len() >= 6, "Pulling and Pulled or Failed for each of the three: {told:#?}");
+    let told = told.join("\n");
+    for (user, password) in [ALICE, BOB_WRONG, BOB] {
+        assert_eq!(told.matches(password).count(), 0, "{user}'s password is in an event:\n{told}");
+        assert_eq!(told.matches(&basic(user, password)).count(), 0, "{user}'s auth is in an event:\n{told}");
+    }
 
     let (_exit, log) = daemon.terminate().await;
     assert!(log.contains("TRACE"), "the log is at trace level:\n{log}");

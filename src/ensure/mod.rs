@@ -19,6 +19,7 @@ use crate::{
         self, Credential, CredentialSource, NodeCredentials, RegistryAuth, SecretCoordinates,
         secrets::{self, PullSecret, SecretError},
     },
+    events::{Event, EventType, Events, Pod, PullFacts, reason as event_reason},
     gc::ImageGuard,
     messages::{self, reason},
     policy::{self, Decision, PullPolicy},
@@ -189,6 +190,8 @@ pub struct ImageManager<R> {
     records: Arc<PullRecords>,
     /// Marks each image handed out or pulled, so that the collector keeps it.
     guard: Arc<ImageGuard>,
+    /// Where each request's events go (the kubelet records them on the pod).
+    events: Arc<Events>,
     verification: VerificationConfig,
     metrics: Arc<EnsureMetrics>,
 }
@@ -202,6 +205,7 @@ pub struct Collaborators<R> {
     pub node_credentials: Arc<NodeCredentials>,
     pub records: Arc<PullRecords>,
     pub guard: Arc<ImageGuard>,
+    pub events: Arc<Events>,
     pub verification: VerificationConfig,
     pub metrics: Arc<EnsureMetrics>,
 }
@@ -216,11 +220,12 @@ impl<R: ImageRuntime> ImageManager<R> {
             node_credentials,
             records,
             guard,
+            events,
             verification,
             metrics,
         } = parts;
         let backoff = Mutex::new(backoff);
-        Self { runtime, scheduler, backoff, presence, node_credentials, records, guard, verification, metrics }
+        Self { runtime, scheduler, backoff, presence, node_credentials, records, guard, events, verification, metrics }
     }
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
@@ -238,6 +243,13 @@ impl<R: ImageRuntime> ImageManager<R> {
         )
     )]
     pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
+        let about = Subject::of(&request);
+        let result = self.ensure(request, &about).await;
+        self.events.publish(outcome_event(&about, &result));
+        result
+    }
+
+    async fn ensure(&self, request: EnsureRequest, about: &Subject) -> Result<EnsureOutcome, EnsureError> {
         let image = &request.image;
         let (reference, spec) = with_default_tag(&request)?;
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
@@ -262,7 +274,9 @@ impl<R: ImageRuntime> ImageManager<R> {
             EnsureError::InvalidPullSecret { source }
         })?;
         let credentials = credentials::for_pull(&repository, &pod_keyring, &self.node_credentials).await;
-        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{}", messages::pulling(image));
+        let pulling = messages::pulling(image);
+        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{pulling}");
+        self.events.publish(about.event(EventType::Normal, event_reason::PULLING, pulling));
         let started = Instant::now();
         let pull = PullSpec {
             image: spec,
@@ -482,7 +496,10 @@ impl<R: ImageRuntime> ImageManager<R> {
     pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {
         let image = spec.image.image.clone();
         spec.wait_for_rate_limit = true;
-        tracing::info!(image = %image, "{}", messages::pulling(&image));
+        let about = Subject { image: image.clone(), ..Subject::default() };
+        let pulling = messages::pulling(&image);
+        tracing::info!(image = %image, "{pulling}");
+        self.events.publish(about.event(EventType::Normal, event_reason::PULLING, pulling));
         let started = Instant::now();
         let pulled_with = match spec.auth {
             Some(_) => PullCredentials::default(),
@@ -527,13 +544,22 @@ impl<R: ImageRuntime> ImageManager<R> {
             Ok(done) => done,
             Err(_) => return Err(Arc::new(PullError::Abandoned)),
         };
-        match &scheduled.result {
+        let event = match &scheduled.result {
             Ok(pulled) => {
-                let message = messages::pulled(&image, pulled.pull_duration, started.elapsed(), pulled.image_size);
+                let total = started.elapsed();
+                let message = messages::pulled(&image, pulled.pull_duration, total, pulled.image_size);
                 tracing::info!(image = %image, image_ref = %pulled.image_ref, joined = scheduled.joined, "{message}");
+                let facts = PullFacts { pull: pulled.pull_duration, total, image_size: pulled.image_size };
+                let event = about.event(EventType::Normal, event_reason::PULLED, message);
+                Event { image_ref: pulled.image_ref.clone(), pull: Some(facts), ..event }
             }
-            Err(error) => tracing::warn!(image = %image, "{}", messages::pull_failed(&image, error)),
-        }
+            Err(error) => {
+                let message = messages::pull_failed(&image, error);
+                tracing::warn!(image = %image, "{message}");
+                about.event(EventType::Warning, event_reason::FAILED, message)
+            }
+        };
+        self.events.publish(event);
         scheduled.result
     }
 }
@@ -619,6 +645,69 @@ fn secret_record(coordinates: &SecretCoordinates, auth: &RegistryAuth) -> Secret
         name: coordinates.name.clone(),
         credential_hash: credentials::hash::kubelet_hash(auth),
     }
+}
+
+/// Who and what a request's events are about.
+#[derive(Default)]
+struct Subject {
+    pod: Option<Pod>,
+    container: String,
+    image: String,
+}
+
+impl Subject {
+    fn of(request: &EnsureRequest) -> Self {
+        let pod = &request.pod;
+        let known = !(pod.uid.is_empty() && pod.name.is_empty() && pod.namespace.is_empty());
+        Self {
+            pod: known.then(|| Pod { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }),
+            container: request.container_name.clone(),
+            image: request.image.clone(),
+        }
+    }
+
+    fn event(&self, kind: EventType, reason: &'static str, message: String) -> Event {
+        Event {
+            pod: self.pod.clone(),
+            container: self.container.clone(),
+            image: self.image.clone(),
+            ..Event::new(kind, reason, message)
+        }
+    }
+}
+
+/// The kubelet's event for a request's outcome: `Pulled` for an image pulled or already present,
+/// `InspectFailed` for a name that does not parse or a failed ImageStatus, `ErrImageNeverPull`,
+/// `BackOff` (Normal, as the kubelet's), and `Failed` for a failed pull.
+fn outcome_event(about: &Subject, result: &Result<EnsureOutcome, EnsureError>) -> Event {
+    use EventType::{Normal, Warning};
+    let error = match result {
+        Ok(outcome) => {
+            let event = about.event(Normal, event_reason::PULLED, outcome.message.clone());
+            let pull = outcome.pull.map(|times| PullFacts {
+                pull: times.pull,
+                total: times.total,
+                image_size: outcome.image_size,
+            });
+            return Event { image_ref: outcome.image_ref.clone(), pull, ..event };
+        }
+        Err(error) => error,
+    };
+    let (kind, reason, message) = match error {
+        EnsureError::InvalidImageName { message, .. } | EnsureError::ImageInspect { message, .. } => {
+            (Warning, event_reason::INSPECT_FAILED, message.clone())
+        }
+        EnsureError::NeverPull { message } => (Warning, event_reason::ERR_IMAGE_NEVER_PULL, message.clone()),
+        EnsureError::BackOff { message, .. } => (Normal, event_reason::BACK_OFF, message.clone()),
+        EnsureError::InvalidPullSecret { .. }
+        | EnsureError::Pull { .. }
+        | EnsureError::RegistryUnavailable { .. }
+        | EnsureError::SignatureValidationFailed { .. }
+        | EnsureError::RecordIntent { .. } => {
+            (Warning, event_reason::FAILED, messages::pull_failed(&about.image, error))
+        }
+    };
+    about.event(kind, reason, message)
 }
 
 /// Validates the image and applies the default tag: the parsed reference (default tag

@@ -18,6 +18,7 @@ use super::{
     plan::{self, ImageRecord, Plan, PlanError, Reason, SpaceTarget},
 };
 use crate::{
+    events::{Event, EventType, Events, reason as event_reason},
     presence::PresenceCache,
     records::PullRecords,
     runtime::{ImageFsUsage, ImageRuntime, RuntimeError, StoredImage},
@@ -121,6 +122,8 @@ pub struct GcParts<R> {
     pub presence: Arc<PresenceCache>,
     pub records: Arc<PullRecords>,
     pub ages: AgesFile,
+    /// ImageGarbageCollected, FreeDiskSpaceFailed, InvalidDiskCapacity, ImageGCFailed.
+    pub events: Arc<Events>,
     pub metrics: Arc<GcMetrics>,
 }
 
@@ -177,6 +180,8 @@ impl<R: ImageRuntime> ImageGc<R> {
                 Some(error) if failed_before => {
                     self.parts.metrics.failed_again();
                     tracing::error!(%error, "Image garbage collection failed multiple times in a row");
+                    let event = Event::new(EventType::Warning, event_reason::IMAGE_GC_FAILED, error.clone());
+                    self.parts.events.publish(event);
                 }
                 Some(error) => {
                     tracing::warn!(%error, "Image garbage collection failed once. Stats initialization may not have completed yet");
@@ -196,7 +201,11 @@ impl<R: ImageRuntime> ImageGc<R> {
         let outcome = match &result {
             Ok(report) if pass_failure(report).is_some() => PassOutcome::FreeDiskSpaceFailed,
             Ok(_) => PassOutcome::Success,
-            Err(GcError::Plan(PlanError::InvalidDiskCapacity)) => PassOutcome::InvalidDiskCapacity,
+            Err(error @ GcError::Plan(PlanError::InvalidDiskCapacity)) => {
+                let event = Event::new(EventType::Warning, event_reason::INVALID_DISK_CAPACITY, error.to_string());
+                self.parts.events.publish(event);
+                PassOutcome::InvalidDiskCapacity
+            }
             Err(GcError::Runtime { .. }) => PassOutcome::RuntimeFailed,
         };
         self.parts.metrics.passed(outcome, started.elapsed());
@@ -323,6 +332,10 @@ impl<R: ImageRuntime> ImageGc<R> {
             report.to_free = space.to_free;
             if let Some(message) = (SpaceTarget { found: freed_for_space, ..space }).shortfall() {
                 tracing::warn!(reason = "FreeDiskSpaceFailed", "{message}");
+                if !pass.dry_run {
+                    let event = Event::new(EventType::Warning, event_reason::FREE_DISK_SPACE_FAILED, message.clone());
+                    self.parts.events.publish(event);
+                }
                 report.shortfall = Some(message);
             }
         }
@@ -355,6 +368,13 @@ impl<R: ImageRuntime> ImageGc<R> {
         match removed {
             Ok(()) => {
                 self.parts.metrics.collected(reason, record.size);
+                let message = format!("Removed image {id} ({} bytes) for {}", record.size, reason.as_str());
+                let event = Event::new(EventType::Normal, event_reason::IMAGE_GARBAGE_COLLECTED, message);
+                self.parts.events.publish(Event {
+                    image_ref: id.to_owned(),
+                    image: names.first().cloned().unwrap_or_default(),
+                    ..event
+                });
                 if let Err(error) = self.parts.records.forget(id, started).await {
                     tracing::warn!(%error, image_id = id, "cannot remove the pull record of a removed image");
                 }

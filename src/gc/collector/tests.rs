@@ -93,6 +93,7 @@ fn image(id: &str, name: &str, size: u64) -> StoredImage {
 
 struct Harness {
     runtime: Arc<FakeRuntime>,
+    events: Arc<Events>,
     guard: Arc<ImageGuard>,
     records: Arc<PullRecords>,
     gc: ImageGc<FakeRuntime>,
@@ -110,6 +111,7 @@ fn harness(disk: Disk, policy: GcPolicy) -> Harness {
 
 fn collector_over(runtime: Arc<FakeRuntime>, root: tempfile::TempDir, policy: GcPolicy) -> Harness {
     let guard = Arc::new(ImageGuard::default());
+    let events = Arc::new(Events::default());
     let records = Arc::new(
         PullRecords::open(root.path(), Arc::new(RecordsMetrics::register(&mut Registry::default()))).expect("records"),
     );
@@ -120,9 +122,10 @@ fn collector_over(runtime: Arc<FakeRuntime>, root: tempfile::TempDir, policy: Gc
         presence: Arc::new(PresenceCache::new(Arc::new(PresenceMetrics::default()), Duration::ZERO)),
         records: records.clone(),
         ages: AgesFile::open(root.path()).expect("ages"),
+        events: events.clone(),
         metrics: Arc::new(GcMetrics::register(&mut Registry::default())),
     };
-    Harness { runtime, guard, records, gc: ImageGc::new(parts, Instant::now()), root }
+    Harness { runtime, guard, records, events, gc: ImageGc::new(parts, Instant::now()), root }
 }
 
 /// A pull record of `image_ref` written an hour ago, as a pull before the pass would leave it.
@@ -178,6 +181,24 @@ async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_
         [("sha256:a", Reason::Space, &Outcome::Removed), ("sha256:b", Reason::Space, &Outcome::Removed)]
     );
     assert!(h.records.record("sha256:a").expect("reads").is_none(), "the removed image's pull record goes");
+}
+
+#[tokio::test]
+async fn each_removal_and_a_shortfall_are_events() {
+    let disk =
+        Disk { images: vec![image("sha256:a", "a:1", MIB)], capacity: 100 * MIB, other: 99 * MIB, ..Disk::default() };
+    let h = harness(disk, EAGER);
+    let mut watching = h.events.subscribe(crate::events::Filter::default());
+    h.gc.pass(PassRequest::default()).await.expect("passes");
+    let Some(crate::events::Next::Event(removed)) = watching.next().await else { panic!("an event") };
+    assert_eq!(
+        (removed.kind, removed.reason, removed.image_ref.as_str(), removed.image.as_str()),
+        (EventType::Normal, "ImageGarbageCollected", "sha256:a", "a:1")
+    );
+    assert_eq!(removed.message, format!("Removed image sha256:a ({MIB} bytes) for space"));
+    let Some(crate::events::Next::Event(short)) = watching.next().await else { panic!("an event") };
+    assert_eq!((short.kind, short.reason), (EventType::Warning, "FreeDiskSpaceFailed"));
+    assert!(short.message.starts_with("Failed to garbage collect required amount of images."), "{short:?}");
 }
 
 #[tokio::test]

@@ -1,0 +1,254 @@
+//! The node's image events, in the kubelet's reasons and words, for `WatchEvents` subscribers.
+//!
+//! Publishing never waits: events go into one bounded ring shared by every subscriber (a tokio
+//! broadcast channel). A subscriber that falls a whole ring behind loses the oldest events it
+//! has not read and is told how many, once, then goes on with the rest; the pulls publishing
+//! never notice it. Events never carry a credential: they are made from the image, the pod, the
+//! runtime's answers and the kubelet's messages only.
+
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use tokio::sync::broadcast;
+
+/// How many events a subscriber may fall behind before it loses the oldest.
+pub const SUBSCRIBER_BUFFER: usize = 1024;
+
+/// The kubelet's event reasons for images, and cri-imaged's for garbage collection.
+pub mod reason {
+    pub const PULLING: &str = "Pulling";
+    pub const PULLED: &str = "Pulled";
+    pub const FAILED: &str = "Failed";
+    pub const BACK_OFF: &str = "BackOff";
+    pub const INSPECT_FAILED: &str = "InspectFailed";
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    pub const IMAGE_GARBAGE_COLLECTED: &str = "ImageGarbageCollected";
+    pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
+    pub const IMAGE_GC_FAILED: &str = "ImageGCFailed";
+    pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
+    /// Not the kubelet's: this subscriber read too slowly and lost events.
+    pub const LAGGED: &str = "Lagged";
+}
+
+/// The kubelet's event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "Normal",
+            Self::Warning => "Warning",
+        }
+    }
+}
+
+/// The pod an event is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What a successful pull took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullFacts {
+    pub pull: Duration,
+    /// Waiting (queue, rate limit, a shared pull) included.
+    pub total: Duration,
+    pub image_size: u64,
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub time: SystemTime,
+    pub kind: EventType,
+    pub reason: &'static str,
+    pub message: String,
+    /// `None` for the node's own events (garbage collection) and pod-less callers.
+    pub pod: Option<Pod>,
+    pub container: String,
+    /// The image as the caller wrote it; empty for events about an image id only.
+    pub image: String,
+    /// The runtime's image ref, when known.
+    pub image_ref: String,
+    pub pull: Option<PullFacts>,
+}
+
+impl Event {
+    /// An event about `image` for `pod`'s `container`, now.
+    pub fn new(kind: EventType, reason: &'static str, message: String) -> Self {
+        Self {
+            time: SystemTime::now(),
+            kind,
+            reason,
+            message,
+            pod: None,
+            container: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            pull: None,
+        }
+    }
+}
+
+/// Which events a subscriber wants; an empty field matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub pod_uid: String,
+    pub namespace: String,
+    /// Matches the image as written or its image ref.
+    pub image: String,
+}
+
+impl Filter {
+    pub fn matches(&self, event: &Event) -> bool {
+        let pod = event.pod.as_ref();
+        (self.pod_uid.is_empty() || pod.is_some_and(|pod| pod.uid == self.pod_uid))
+            && (self.namespace.is_empty() || pod.is_some_and(|pod| pod.namespace == self.namespace))
+            && (self.image.is_empty() || event.image == self.image || event.image_ref == self.image)
+    }
+}
+
+/// Where events are published; cheap to share.
+pub struct Events {
+    sender: broadcast::Sender<Arc<Event>>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self::with_buffer(SUBSCRIBER_BUFFER)
+    }
+}
+
+impl Events {
+    pub fn with_buffer(buffer: usize) -> Self {
+        Self { sender: broadcast::channel(buffer.max(1)).0 }
+    }
+
+    /// Publishes `event` to every subscriber; without any, it goes nowhere. Never waits.
+    pub fn publish(&self, event: Event) {
+        if self.sender.receiver_count() > 0 {
+            let _ = self.sender.send(Arc::new(event));
+        }
+    }
+
+    /// Events from now on that `filter` matches.
+    pub fn subscribe(&self, filter: Filter) -> Subscription {
+        Subscription { receiver: self.sender.subscribe(), filter }
+    }
+}
+
+/// One subscriber's events.
+pub struct Subscription {
+    receiver: broadcast::Receiver<Arc<Event>>,
+    filter: Filter,
+}
+
+/// What a subscriber reads next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    Event(Arc<Event>),
+    /// It read too slowly: this many events (matching or not) were lost.
+    Lagged(u64),
+}
+
+impl Subscription {
+    /// The next matching event, or word of lost ones; `None` once publishing has ended.
+    pub async fn next(&mut self) -> Option<Next> {
+        loop {
+            match self.receiver.recv().await {
+                Ok(event) if self.filter.matches(&event) => return Some(Next::Event(event)),
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(lost)) => return Some(Next::Lagged(lost)),
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// The event that tells a subscriber it lost `lost` events.
+pub fn lagged(lost: u64) -> Event {
+    let message = format!("{lost} events dropped: this watcher read more slowly than events came");
+    Event::new(EventType::Warning, reason::LAGGED, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn for_pod(uid: &str, namespace: &str, image: &str) -> Event {
+        let pod = Pod { namespace: namespace.into(), name: "web".into(), uid: uid.into() };
+        Event {
+            pod: Some(pod),
+            image: image.into(),
+            ..Event::new(EventType::Normal, reason::PULLING, format!("Pulling image {image:?}"))
+        }
+    }
+
+    /// Every event until publishing ends.
+    async fn read(mut subscription: Subscription) -> Vec<Event> {
+        let mut seen = Vec::new();
+        while let Some(Next::Event(event)) = subscription.next().await {
+            seen.push((*event).clone());
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_gets_the_events_its_filter_matches_in_order() {
+        let events = Events::default();
+        let all = events.subscribe(Filter::default());
+        let pod = events.subscribe(Filter { pod_uid: "u1".into(), ..Filter::default() });
+        let namespace = events.subscribe(Filter { namespace: "kube-system".into(), ..Filter::default() });
+        let image = events.subscribe(Filter { image: "busybox:1.36".into(), ..Filter::default() });
+        let published = [
+            for_pod("u1", "default", "busybox:1.36"),
+            for_pod("u2", "kube-system", "nginx:1.25"),
+            Event {
+                image_ref: "busybox:1.36".into(),
+                ..Event::new(EventType::Normal, reason::IMAGE_GARBAGE_COLLECTED, "gone".into())
+            },
+        ];
+        for event in &published {
+            events.publish(event.clone());
+        }
+        drop(events);
+        assert_eq!(read(all).await, published);
+        assert_eq!(read(pod).await, [published[0].clone()]);
+        assert_eq!(read(namespace).await, [published[1].clone()]);
+        assert_eq!(read(image).await, [published[0].clone(), published[2].clone()], "as written or as a ref");
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_is_told_once_how_many_it_lost_and_goes_on() {
+        let events = Events::with_buffer(4);
+        let mut slow = events.subscribe(Filter::default());
+        for n in 0..10 {
+            events.publish(Event::new(EventType::Normal, reason::PULLING, format!("{n}")));
+        }
+        assert_eq!(slow.next().await, Some(Next::Lagged(6)));
+        let mut rest = Vec::new();
+        for _ in 0..4 {
+            let Some(Next::Event(event)) = slow.next().await else { panic!("an event") };
+            rest.push(event.message.clone());
+        }
+        assert_eq!(rest, ["6", "7", "8", "9"], "the newest, in order");
+    }
+
+    #[test]
+    fn without_subscribers_publishing_keeps_nothing() {
+        let events = Events::with_buffer(4);
+        events.publish(Event::new(EventType::Normal, reason::PULLING, "x".into()));
+        let mut late = events.subscribe(Filter::default());
+        events.publish(Event::new(EventType::Normal, reason::PULLED, "y".into()));
+        assert!(matches!(late.receiver.try_recv(), Ok(event) if event.message == "y"));
+    }
+}

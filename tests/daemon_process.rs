@@ -369,3 +369,21 @@ async fn grpcurl_watches_events_as_they_happen() {
     assert!(stdout.contains(r#""type": "Normal""#) && stdout.contains(r#""uid": "0b7c6d5e-uid""#), "{stdout}");
     assert!(stderr.contains("DeadlineExceeded"), "ended by -max-time: {stderr}");
 }
+
+#[tokio::test]
+async fn grpcurl_reads_the_status() {
+    let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let sock = daemon.socket.clone();
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        grpcurl(&grpcurl_bin, &sock, &[], &["imagemanager.v1.ImageManager/GetStatus"])
+    })
+    .await
+    .expect("grpcurl ran");
+    assert!(ok, "{stderr}");
+    let status: serde_json::Value = serde_json::from_str(&stdout).expect("grpcurl prints JSON");
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"), "{stdout}");
+    assert_eq!(status["runtimeReachable"], true, "{stdout}");
+}

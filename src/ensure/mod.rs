@@ -25,7 +25,7 @@ use crate::{
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
     pull::ratelimit::RateLimitConfig,
-    pull::scheduler::{PullScheduler, Scheduled, SchedulerConfig},
+    pull::scheduler::{InFlight, PullScheduler, Scheduled, SchedulerConfig},
     pull::{PullError, Pulled},
     records::{
         PullRecords, RecordTo, RecordsError, check,
@@ -230,6 +230,20 @@ impl<R: ImageRuntime> ImageManager<R> {
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
         self.backoff.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pulls under way or queued now.
+    pub fn pulls_in_flight(&self) -> Vec<InFlight> {
+        self.scheduler.in_flight()
+    }
+
+    /// How many (pod, image) pairs the backoff store holds, and whether `pod_uid`'s pulls of
+    /// `image` are backing off now (time left, the last error).
+    pub fn backoff_status(&self, pod_uid: &str, image: &str) -> (usize, Option<(Duration, String)>) {
+        let backoff = self.backoff();
+        let key = backoff.key(pod_uid, image);
+        let backing_off = backoff.check(key, Instant::now());
+        (backoff.len(), backing_off.map(|entry| (entry.remaining, entry.last_error.to_string())))
     }
 
     /// Makes sure `request.image` is on the node, as the kubelet's `EnsureImageExists` does.

@@ -127,9 +127,22 @@ pub struct GcParts<R> {
     pub metrics: Arc<GcMetrics>,
 }
 
+/// How the last pass went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastPass {
+    pub finished: SystemTime,
+    pub request: PassRequest,
+    /// The images removed and the bytes they held; 0 in a dry run.
+    pub removed: usize,
+    pub freed: u64,
+    /// Why the pass failed or fell short; `None` when it did not.
+    pub failure: Option<String>,
+}
+
 /// The kubelet's `ImageGCManager`, with its records kept across restarts.
 pub struct ImageGc<R> {
     parts: GcParts<R>,
+    last_pass: std::sync::Mutex<Option<LastPass>>,
     /// Held for a whole pass: passes never overlap.
     state: tokio::sync::Mutex<Records>,
     /// The maximum age, and the minimum age after a restart, count from here, as the kubelet's
@@ -139,7 +152,12 @@ pub struct ImageGc<R> {
 
 impl<R: ImageRuntime> ImageGc<R> {
     pub fn new(parts: GcParts<R>, collecting_since: Instant) -> Self {
-        Self { parts, state: tokio::sync::Mutex::default(), collecting_since }
+        Self { parts, last_pass: std::sync::Mutex::default(), state: tokio::sync::Mutex::default(), collecting_since }
+    }
+
+    /// How the last pass (periodic or asked for) went; `None` before the first.
+    pub fn last_pass(&self) -> Option<LastPass> {
+        self.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     pub fn config(&self) -> &GcConfig {
@@ -209,6 +227,19 @@ impl<R: ImageRuntime> ImageGc<R> {
             Err(GcError::Runtime { .. }) => PassOutcome::RuntimeFailed,
         };
         self.parts.metrics.passed(outcome, started.elapsed());
+        let last = LastPass {
+            finished: SystemTime::now(),
+            request,
+            removed: result
+                .as_ref()
+                .map_or(0, |report| report.images.iter().filter(|image| image.outcome == Outcome::Removed).count()),
+            freed: result.as_ref().map_or(0, |report| if request.dry_run { 0 } else { report.freed }),
+            failure: match &result {
+                Ok(report) => pass_failure(report),
+                Err(error) => Some(error.to_string()),
+            },
+        };
+        *self.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(last);
         result
     }
 

@@ -17,7 +17,7 @@ use std::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use tokio::{
@@ -57,6 +57,11 @@ pub struct Scheduled {
 /// One pull under way, shared by its callers.
 struct PullSlot {
     result: watch::Sender<Option<SharedResult>>,
+    /// The image, as the first caller asked for it (never its credentials).
+    image: String,
+    asked_at: SystemTime,
+    /// When the upstream pull began; `None` while it waits for a slot.
+    started_at: Mutex<Option<SystemTime>>,
     /// Whether a caller that joined would rather wait for a registry token than fail. Set and read
     /// under the in-flight lock, so no caller joins after the pull decided it was refused.
     waits_for_rate_limit: AtomicBool,
@@ -100,7 +105,13 @@ impl PullScheduler {
                 None => {
                     let (result, receiver) = watch::channel(None);
                     let waits_for_rate_limit = AtomicBool::new(spec.wait_for_rate_limit);
-                    let slot = Arc::new(PullSlot { result, waits_for_rate_limit });
+                    let slot = Arc::new(PullSlot {
+                        result,
+                        image: spec.image.image.clone(),
+                        asked_at: SystemTime::now(),
+                        started_at: Mutex::new(None),
+                        waits_for_rate_limit,
+                    });
                     in_flight.insert(key.clone(), slot.clone());
                     tokio::spawn(run(self.shared.clone(), key, spec, slot));
                     (receiver, false)
@@ -116,6 +127,33 @@ impl PullScheduler {
         };
         Scheduled { result, joined }
     }
+
+    /// The pulls under way or queued now, oldest first.
+    pub fn in_flight(&self) -> Vec<InFlight> {
+        let in_flight = self.shared.in_flight();
+        let mut pulls: Vec<InFlight> = in_flight
+            .values()
+            .map(|slot| InFlight {
+                image: slot.image.clone(),
+                callers: slot.result.receiver_count(),
+                asked_at: slot.asked_at,
+                started_at: *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner),
+            })
+            .collect();
+        pulls.sort_by(|a, b| (a.asked_at, &a.image).cmp(&(b.asked_at, &b.image)));
+        pulls
+    }
+}
+
+/// A pull under way, as [`PullScheduler::in_flight`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    pub image: String,
+    /// Callers waiting for it.
+    pub callers: usize,
+    pub asked_at: SystemTime,
+    /// `None` while it waits for a slot.
+    pub started_at: Option<SystemTime>,
 }
 
 impl Shared {
@@ -165,6 +203,7 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
         return;
     };
     shared.metrics.started();
+    *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(SystemTime::now());
     let result = loop {
         spec.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
         let result = shared.call(spec.clone()).await;

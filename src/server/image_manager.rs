@@ -10,27 +10,42 @@ use super::streams::StreamShutDown;
 
 use crate::{
     api::{self, image_manager_server},
+    daemon::Parts,
     ensure::{EnsureRequest, ImageManager},
     events::{self, Event, Events, Filter, Next},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
+    presence::PresenceCache,
     runtime::{ImageFsUsage, ImageRuntime},
     shutdown::Shutdown,
 };
 
-/// The gRPC face of an [`ImageManager`], its [`ImageGc`] and the node's [`Events`].
+/// The gRPC face of the daemon's parts: the manager, the collector, the node's events, and
+/// what they report for GetStatus.
 pub struct ImageManagerService<R> {
+    runtime: Arc<R>,
     manager: Arc<ImageManager<R>>,
     gc: Arc<ImageGc<R>>,
     events: Arc<Events>,
+    presence: Arc<PresenceCache>,
     /// Event streams end when the daemon stops.
     shutdown: Shutdown,
 }
 
 impl<R> ImageManagerService<R> {
-    pub fn new(manager: Arc<ImageManager<R>>, gc: Arc<ImageGc<R>>, events: Arc<Events>, shutdown: Shutdown) -> Self {
-        Self { manager, gc, events, shutdown }
+    pub fn new(parts: &Parts<R>, shutdown: Shutdown) -> Self {
+        Self {
+            runtime: parts.runtime.clone(),
+            manager: parts.manager.clone(),
+            gc: parts.gc.clone(),
+            events: parts.events.clone(),
+            presence: parts.presence.clone(),
+            shutdown,
+        }
     }
 }
+
+/// How long GetStatus waits for the runtime's answer to its probe.
+const STATUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<api::Event, Status>> + Send>>;
 
@@ -81,6 +96,59 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             pulled: outcome.pull.is_some(),
             pull_duration,
             image_size_bytes: outcome.image_size,
+        }))
+    }
+
+    async fn get_status(
+        &self,
+        request: Request<api::GetStatusRequest>,
+    ) -> Result<Response<api::GetStatusResponse>, Status> {
+        let api::GetStatusRequest { pod_uid, image } = request.into_inner();
+        let probe = tokio::time::timeout(STATUS_PROBE_TIMEOUT, self.runtime.probe()).await;
+        let runtime_error = match probe {
+            Ok(Ok(())) => String::new(),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!("no answer within {STATUS_PROBE_TIMEOUT:?}"),
+        };
+        let timestamp = |time: SystemTime| Some(prost_types::Timestamp::from(time));
+        let pulls = self
+            .manager
+            .pulls_in_flight()
+            .into_iter()
+            .map(|pull| api::PullInFlight {
+                image: pull.image,
+                callers: u32::try_from(pull.callers).unwrap_or(u32::MAX),
+                asked: timestamp(pull.asked_at),
+                started: pull.started_at.and_then(timestamp),
+            })
+            .collect();
+        let (backoff_entries, backing_off) = self.manager.backoff_status(&pod_uid, &image);
+        let backoff = (!pod_uid.is_empty() && !image.is_empty()).then(|| match backing_off {
+            Some((remaining, last_error)) => api::BackoffStatus {
+                backing_off: true,
+                retry_after: prost_types::Duration::try_from(remaining).ok(),
+                last_error,
+            },
+            None => api::BackoffStatus::default(),
+        });
+        let last_gc_pass = self.gc.last_pass().map(|pass| api::GcPassStatus {
+            finished: timestamp(pass.finished),
+            dry_run: pass.request.dry_run,
+            delete_unused: pass.request.delete_unused,
+            images_removed: u32::try_from(pass.removed).unwrap_or(u32::MAX),
+            bytes_freed: pass.freed,
+            failure: pass.failure.unwrap_or_default(),
+        });
+        Ok(Response::new(api::GetStatusResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            runtime_reachable: runtime_error.is_empty(),
+            runtime_error,
+            pulls,
+            backoff_entries: backoff_entries as u64,
+            backoff,
+            presence_cache_watching: self.presence.is_watching(),
+            presence_cache_entries: self.presence.len() as u64,
+            last_gc_pass,
         }))
     }
 

@@ -92,14 +92,9 @@ pub async fn serve<R: ImageRuntime>(
     ));
 
     let cri_image_service = CriImageService::new(parts.manager.clone(), parts.runtime.clone(), parts.presence.clone());
-    let image_manager = ImageManagerServer::new(ImageManagerService::new(
-        parts.manager.clone(),
-        parts.gc.clone(),
-        parts.events.clone(),
-        shutdown.clone(),
-    ))
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let image_manager = ImageManagerServer::new(ImageManagerService::new(parts, shutdown.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
     let draining = Arc::new(tokio::sync::Notify::new());
     let signal = {

@@ -297,3 +297,25 @@ async fn a_pull_no_caller_would_wait_for_is_refused_at_the_rate_limit() {
     }
     assert_eq!(upstream.refused.load(SeqCst), 1, "one shared refusal");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_pulls_under_way_and_queued_are_listed_with_their_callers() {
+    let upstream = Upstream::slow(Duration::from_secs(10));
+    let scheduler = scheduler(&upstream, Some(1));
+    let pulls: Vec<_> = [("a:1", 2), ("b:1", 1)]
+        .into_iter()
+        .flat_map(|(image, callers)| std::iter::repeat_n(image, callers))
+        .map(|image| {
+            let scheduler = scheduler.clone();
+            tokio::spawn(async move { scheduler.pull(spec(image, "")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let listed: Vec<(String, usize, bool)> =
+        scheduler.in_flight().into_iter().map(|pull| (pull.image, pull.callers, pull.started_at.is_some())).collect();
+    assert_eq!(listed, [("a:1".to_owned(), 2, true), ("b:1".to_owned(), 1, false)], "b waits for a's slot");
+    for pull in pulls {
+        pull.await.expect("joins").result.expect("pulled");
+    }
+    assert!(scheduler.in_flight().is_empty());
+}

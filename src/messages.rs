@@ -35,6 +35,11 @@ pub fn back_off(image: &str, last_error: impl std::fmt::Display) -> String {
     format!("Back-off pulling image {image:?}: {last_error}")
 }
 
+/// The kubelet's BackOff event: the image only (the answer adds the last error).
+pub fn back_off_event(image: &str) -> String {
+    format!("Back-off pulling image {image:?}")
+}
+
 pub fn pulling(image: &str) -> String {
     format!("Pulling image {image:?}")
 }

@@ -259,7 +259,9 @@ impl<R: ImageRuntime> ImageManager<R> {
     pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
         let about = Subject::of(&request);
         let result = self.ensure(request, &about).await;
-        self.events.publish(outcome_event(&about, &result));
+        if let Some(event) = outcome_event(&about, &result) {
+            self.events.publish(event);
+        }
         result
     }
 
@@ -288,9 +290,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             EnsureError::InvalidPullSecret { source }
         })?;
         let credentials = credentials::for_pull(&repository, &pod_keyring, &self.node_credentials).await;
-        let pulling = messages::pulling(image);
-        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{pulling}");
-        self.events.publish(about.event(EventType::Normal, event_reason::PULLING, pulling));
+        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{}", messages::pulling(image));
         let started = Instant::now();
         let pull = PullSpec {
             image: spec,
@@ -300,12 +300,13 @@ impl<R: ImageRuntime> ImageManager<R> {
         };
         // The pull and its record run in a task of their own: a caller that goes away mid-pull
         // (its deadline passed) must not leave a pulled image without the record of who pulled it.
+        let announce = Announce { about: about.clone(), events: self.events.clone(), started };
         let pulling = pull_and_record(
             (self.scheduler.clone(), self.records.clone(), self.guard.clone()),
-            image.clone(),
-            repository,
+            (image.clone(), repository),
             pull,
             credentials,
+            announce,
         );
         let scheduled = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
             Ok(Ok(scheduled)) => scheduled,
@@ -510,10 +511,12 @@ impl<R: ImageRuntime> ImageManager<R> {
     pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {
         let image = spec.image.image.clone();
         spec.wait_for_rate_limit = true;
-        let about = Subject { image: image.clone(), ..Subject::default() };
-        let pulling = messages::pulling(&image);
-        tracing::info!(image = %image, "{pulling}");
-        self.events.publish(about.event(EventType::Normal, event_reason::PULLING, pulling));
+        tracing::info!(image = %image, "{}", messages::pulling(&image));
+        let about = Subject {
+            pod: spec.sandbox_config.as_ref().and_then(sandbox_pod),
+            image: image.clone(),
+            ..Subject::default()
+        };
         let started = Instant::now();
         let pulled_with = match spec.auth {
             Some(_) => PullCredentials::default(),
@@ -521,7 +524,9 @@ impl<R: ImageRuntime> ImageManager<R> {
         };
         let name = spec.reference.as_ref().map(|reference| reference.name());
         let (scheduler, records, guard) = (self.scheduler.clone(), self.records.clone(), self.guard.clone());
+        let announce = Announce { about, events: self.events.clone(), started };
         let pulling = async move {
+            announce.pulling();
             let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
             let intent = match &name {
                 Some(_) => records
@@ -543,6 +548,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             if let Ok(pulled) = &scheduled.result {
                 guard.pulled(&pulled.image_ref, Instant::now());
             }
+            announce.outcome(&scheduled.result);
             if let (Some(intent), Some(name)) = (intent, &name) {
                 let recorded = match &scheduled.result {
                     Ok(pulled) => intent.pulled(&pulled.image_ref, name, pulled_with).await,
@@ -558,22 +564,13 @@ impl<R: ImageRuntime> ImageManager<R> {
             Ok(done) => done,
             Err(_) => return Err(Arc::new(PullError::Abandoned)),
         };
-        let event = match &scheduled.result {
+        match &scheduled.result {
             Ok(pulled) => {
-                let total = started.elapsed();
-                let message = messages::pulled(&image, pulled.pull_duration, total, pulled.image_size);
+                let message = messages::pulled(&image, pulled.pull_duration, started.elapsed(), pulled.image_size);
                 tracing::info!(image = %image, image_ref = %pulled.image_ref, joined = scheduled.joined, "{message}");
-                let facts = PullFacts { pull: pulled.pull_duration, total, image_size: pulled.image_size };
-                let event = about.event(EventType::Normal, event_reason::PULLED, message);
-                Event { image_ref: pulled.image_ref.clone(), pull: Some(facts), ..event }
             }
-            Err(error) => {
-                let message = messages::pull_failed(&image, error);
-                tracing::warn!(image = %image, "{message}");
-                about.event(EventType::Warning, event_reason::FAILED, message)
-            }
-        };
-        self.events.publish(event);
+            Err(error) => tracing::warn!(image = %image, "{}", messages::pull_failed(&image, error)),
+        }
         scheduled.result
     }
 }
@@ -582,18 +579,20 @@ impl<R: ImageRuntime> ImageManager<R> {
 /// [`PullRecords::intend`], then [`pull_with_each`], then the record (or the intent's end).
 async fn pull_and_record(
     (scheduler, records, guard): (PullScheduler, Arc<PullRecords>, Arc<ImageGuard>),
-    image: String,
-    repository: String,
+    (image, repository): (String, String),
     spec: PullSpec,
     credentials: Vec<Arc<Credential>>,
+    announce: Announce,
 ) -> Result<Scheduled, RecordsError> {
     let intent = records.intend(&image).await?;
+    announce.pulling();
     // Named as pulled until the image is marked: the collector keeps it all along.
     let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
     let (scheduled, pulled_with) = pull_with_each(&scheduler, (&records, &repository), spec, &credentials).await;
     if let Ok(pulled) = &scheduled.result {
         guard.pulled(&pulled.image_ref, Instant::now());
     }
+    announce.outcome(&scheduled.result);
     let recorded = match &scheduled.result {
         Ok(pulled) => intent.pulled(&pulled.image_ref, &repository, pulled_with).await,
         Err(_) => intent.failed().await,
@@ -662,7 +661,7 @@ fn secret_record(coordinates: &SecretCoordinates, auth: &RegistryAuth) -> Secret
 }
 
 /// Who and what a request's events are about.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Subject {
     pod: Option<Pod>,
     container: String,
@@ -690,38 +689,77 @@ impl Subject {
     }
 }
 
-/// The kubelet's event for a request's outcome: `Pulled` for an image pulled or already present,
-/// `InspectFailed` for a name that does not parse or a failed ImageStatus, `ErrImageNeverPull`,
-/// `BackOff` (Normal, as the kubelet's), and `Failed` for a failed pull.
-fn outcome_event(about: &Subject, result: &Result<EnsureOutcome, EnsureError>) -> Event {
+/// The kubelet's event for a request's outcome, when it records one and the pull's task has not
+/// (see [`Announce`]): `Pulled` for an image already present, `InspectFailed` for a name that does
+/// not parse or a failed ImageStatus, `ErrImageNeverPull`, and `BackOff` (Normal, as the
+/// kubelet's). Like the kubelet, none for a pull secret that does not parse or an intent that
+/// cannot be recorded: those are only in the answer.
+fn outcome_event(about: &Subject, result: &Result<EnsureOutcome, EnsureError>) -> Option<Event> {
     use EventType::{Normal, Warning};
-    let error = match result {
-        Ok(outcome) => {
-            let event = about.event(Normal, event_reason::PULLED, outcome.message.clone());
-            let pull = outcome.pull.map(|times| PullFacts {
-                pull: times.pull,
-                total: times.total,
-                image_size: outcome.image_size,
-            });
-            return Event { image_ref: outcome.image_ref.clone(), pull, ..event };
-        }
-        Err(error) => error,
-    };
-    let (kind, reason, message) = match error {
-        EnsureError::InvalidImageName { message, .. } | EnsureError::ImageInspect { message, .. } => {
+    let (kind, reason, message) = match result {
+        Ok(outcome) if outcome.pull.is_none() => (Normal, event_reason::PULLED, outcome.message.clone()),
+        Ok(_) => return None,
+        Err(EnsureError::InvalidImageName { message, .. } | EnsureError::ImageInspect { message, .. }) => {
             (Warning, event_reason::INSPECT_FAILED, message.clone())
         }
-        EnsureError::NeverPull { message } => (Warning, event_reason::ERR_IMAGE_NEVER_PULL, message.clone()),
-        EnsureError::BackOff { message, .. } => (Normal, event_reason::BACK_OFF, message.clone()),
-        EnsureError::InvalidPullSecret { .. }
-        | EnsureError::Pull { .. }
-        | EnsureError::RegistryUnavailable { .. }
-        | EnsureError::SignatureValidationFailed { .. }
-        | EnsureError::RecordIntent { .. } => {
-            (Warning, event_reason::FAILED, messages::pull_failed(&about.image, error))
-        }
+        Err(EnsureError::NeverPull { message }) => (Warning, event_reason::ERR_IMAGE_NEVER_PULL, message.clone()),
+        Err(EnsureError::BackOff { .. }) => (Normal, event_reason::BACK_OFF, messages::back_off_event(&about.image)),
+        Err(
+            EnsureError::InvalidPullSecret { .. }
+            | EnsureError::RecordIntent { .. }
+            | EnsureError::Pull { .. }
+            | EnsureError::RegistryUnavailable { .. }
+            | EnsureError::SignatureValidationFailed { .. },
+        ) => return None,
     };
-    about.event(kind, reason, message)
+    let event = about.event(kind, reason, message);
+    Some(match result {
+        Ok(outcome) => Event { image_ref: outcome.image_ref.clone(), ..event },
+        Err(_) => event,
+    })
+}
+
+/// A pull's events, published from its own task so that a caller that goes away mid-pull (its
+/// deadline passed) leaves no `Pulling` without its outcome: `Pulling` once the pull is about to
+/// start, then `Pulled` with its figures or `Failed` with the pull's own error.
+struct Announce {
+    about: Subject,
+    events: Arc<Events>,
+    started: Instant,
+}
+
+impl Announce {
+    fn pulling(&self) {
+        let message = messages::pulling(&self.about.image);
+        self.events.publish(self.about.event(EventType::Normal, event_reason::PULLING, message));
+    }
+
+    fn outcome(&self, result: &Result<Pulled, Arc<PullError>>) {
+        let image = &self.about.image;
+        let event = match result {
+            Ok(pulled) => {
+                let facts = PullFacts {
+                    pull: pulled.pull_duration,
+                    total: self.started.elapsed(),
+                    image_size: pulled.image_size,
+                };
+                let message = messages::pulled(image, facts.pull, facts.total, facts.image_size);
+                let event = self.about.event(EventType::Normal, event_reason::PULLED, message);
+                Event { image_ref: pulled.image_ref.clone(), pull: Some(facts), ..event }
+            }
+            Err(error) => {
+                let message = messages::pull_failed(image, error);
+                self.about.event(EventType::Warning, event_reason::FAILED, message)
+            }
+        };
+        self.events.publish(event);
+    }
+}
+
+/// The pod a CRI PullImage is for, from its sandbox config's metadata.
+fn sandbox_pod(config: &PodSandboxConfig) -> Option<Pod> {
+    let metadata = config.metadata.as_ref()?;
+    Some(Pod { namespace: metadata.namespace.clone(), name: metadata.name.clone(), uid: metadata.uid.clone() })
 }
 
 /// Validates the image and applies the default tag: the parsed reference (default tag

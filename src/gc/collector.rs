@@ -220,8 +220,11 @@ impl<R: ImageRuntime> ImageGc<R> {
             Ok(report) if pass_failure(report).is_some() => PassOutcome::FreeDiskSpaceFailed,
             Ok(_) => PassOutcome::Success,
             Err(error @ GcError::Plan(PlanError::InvalidDiskCapacity)) => {
-                let event = Event::new(EventType::Warning, event_reason::INVALID_DISK_CAPACITY, error.to_string());
-                self.parts.events.publish(event);
+                // Events tell what happened to the node: a dry run's findings are only its answer.
+                if !request.dry_run {
+                    let event = Event::new(EventType::Warning, event_reason::INVALID_DISK_CAPACITY, error.to_string());
+                    self.parts.events.publish(event);
+                }
                 PassOutcome::InvalidDiskCapacity
             }
             Err(GcError::Runtime { .. }) => PassOutcome::RuntimeFailed,

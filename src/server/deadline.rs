@@ -9,6 +9,7 @@
 use std::{
     future::Future,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
@@ -48,16 +49,51 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
-/// The layer; add it with `Server::builder().layer(DeadlineLayer::new(drained))`.
+/// How many requests wait for their answer. A stream counts only until its response starts, so
+/// the drain waits for answers, never for a watcher (one that stops reading would otherwise hold
+/// the connection, and the exit, until the drain deadline).
+#[derive(Debug, Clone)]
+pub struct Unanswered(Arc<watch::Sender<usize>>);
+
+impl Default for Unanswered {
+    fn default() -> Self {
+        Self(Arc::new(watch::channel(0).0))
+    }
+}
+
+impl Unanswered {
+    fn begin(&self) -> Answering {
+        self.0.send_modify(|count| *count += 1);
+        Answering(self.0.clone())
+    }
+
+    /// Resolves once no request waits for its answer.
+    pub async fn all_answered(&self) {
+        let _ = self.0.subscribe().wait_for(|count| *count == 0).await;
+    }
+}
+
+/// One request waiting for its answer; counted down when its future ends, answered or dropped.
+struct Answering(Arc<watch::Sender<usize>>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count = count.saturating_sub(1));
+    }
+}
+
+/// The layer; add it with `Server::builder().layer(DeadlineLayer::new(drained, unanswered))`.
 #[derive(Debug, Clone)]
 pub struct DeadlineLayer {
     drained: watch::Receiver<Option<DrainDeadline>>,
+    unanswered: Unanswered,
 }
 
 impl DeadlineLayer {
-    /// Requests still running when `drained` holds a [`DrainDeadline`] are answered with it.
-    pub fn new(drained: watch::Receiver<Option<DrainDeadline>>) -> Self {
-        Self { drained }
+    /// Requests still running when `drained` holds a [`DrainDeadline`] are answered with it;
+    /// `unanswered` counts the requests waiting.
+    pub fn new(drained: watch::Receiver<Option<DrainDeadline>>, unanswered: Unanswered) -> Self {
+        Self { drained, unanswered }
     }
 }
 
@@ -65,7 +101,7 @@ impl<S> Layer<S> for DeadlineLayer {
     type Service = Deadline<S>;
 
     fn layer(&self, inner: S) -> Deadline<S> {
-        Deadline { inner, drained: self.drained.clone() }
+        Deadline { inner, drained: self.drained.clone(), unanswered: self.unanswered.clone() }
     }
 }
 
@@ -74,6 +110,7 @@ impl<S> Layer<S> for DeadlineLayer {
 pub struct Deadline<S> {
     inner: S,
     drained: watch::Receiver<Option<DrainDeadline>>,
+    unanswered: Unanswered,
 }
 
 type Response = http::Response<tonic::body::Body>;
@@ -97,7 +134,9 @@ where
         let deadline = timeout.map(|timeout| (Instant::now() + timeout, timeout));
         let answer = self.inner.call(request);
         let mut drained = self.drained.clone();
+        let answering = self.unanswered.begin();
         Box::pin(async move {
+            let _answering = answering;
             let in_time = async {
                 let Some((deadline, timeout)) = deadline else { return answer.await };
                 match tokio::time::timeout_at(deadline, answer).await {
@@ -136,7 +175,7 @@ mod tests {
 
     fn layer() -> (DeadlineLayer, watch::Sender<Option<DrainDeadline>>) {
         let (drain, drained) = watch::channel(None);
-        (DeadlineLayer::new(drained), drain)
+        (DeadlineLayer::new(drained, Unanswered::default()), drain)
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,7 +19,7 @@ pub use self::health::IMAGE_MANAGER_SERVICE;
 use self::{
     authority::AuthorityTolerant,
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
-    deadline::{DeadlineLayer, DrainDeadline},
+    deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
     streams::EndOnShutdown,
 };
@@ -108,8 +108,9 @@ pub async fn serve<R: ImageRuntime>(
     // Every connection's incoming HTTP/2 is made acceptable to h2 whatever its `:authority`.
     let incoming = UnixListenerStream::new(listener).map(|accepted| accepted.map(AuthorityTolerant::new));
     let (drain_deadline, drained) = tokio::sync::watch::channel(None);
+    let unanswered = Unanswered::default();
     let server = Server::builder()
-        .layer(DeadlineLayer::new(drained))
+        .layer(DeadlineLayer::new(drained, unanswered.clone()))
         .add_service(EndOnShutdown::new(health_service, shutdown.clone()))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -118,13 +119,23 @@ pub async fn serve<R: ImageRuntime>(
         .serve_with_incoming_shutdown(incoming, signal);
 
     tokio::pin!(server);
+    // Draining: every answer is waited for, up to the drain deadline; open streams are not.
+    let drained_in_time = async {
+        draining.notified().await;
+        tokio::select! {
+            () = unanswered.all_answered() => true,
+            () = tokio::time::sleep(options.drain_timeout) => false,
+        }
+    };
     let result = tokio::select! {
         result = &mut server => result.map_err(ServeError::from),
-        () = async { draining.notified().await; tokio::time::sleep(options.drain_timeout).await } => {
-            tracing::warn!(timeout = ?options.drain_timeout, "drain deadline passed; telling in-flight requests we are shutting down");
-            drain_deadline.send_replace(Some(DrainDeadline(options.drain_timeout)));
-            // Those answers are written before the connections close; a peer that never reads
-            // them does not hold the exit up for long.
+        in_time = drained_in_time => {
+            if !in_time {
+                tracing::warn!(timeout = ?options.drain_timeout, "drain deadline passed; telling in-flight requests we are shutting down");
+                drain_deadline.send_replace(Some(DrainDeadline(options.drain_timeout)));
+            }
+            // The last answers are written before the connections close; a peer that never
+            // reads them, or a watcher that stopped reading, does not hold the exit up for long.
             match tokio::time::timeout(ANSWER_GRACE, server).await {
                 Ok(result) => result.map_err(ServeError::from),
                 Err(_) => Ok(()),

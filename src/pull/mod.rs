@@ -2,6 +2,7 @@
 //! size), wrapped in layers and run by the scheduler.
 //!
 //! - [`key`]: what makes two pulls the same pull.
+//! - [`progress`]: a pull's progress and stall from containerd's ingests (pure; not yet polled).
 //! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
@@ -9,6 +10,7 @@
 
 mod key;
 pub mod metrics;
+pub mod progress;
 pub mod ratelimit;
 pub mod record;
 pub mod scheduler;

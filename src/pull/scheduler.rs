@@ -60,6 +60,8 @@ struct PullSlot {
     /// The image, as the first caller asked for it (never its credentials).
     image: String,
     asked_at: SystemTime,
+    /// For the order of [`PullScheduler::in_flight`]: a stepped wall clock does not change it.
+    asked: Instant,
     /// When the upstream pull began; `None` while it waits for a slot.
     started_at: Mutex<Option<SystemTime>>,
     /// Whether a caller that joined would rather wait for a registry token than fail. Set and read
@@ -109,6 +111,7 @@ impl PullScheduler {
                         result,
                         image: spec.image.image.clone(),
                         asked_at: SystemTime::now(),
+                        asked: Instant::now(),
                         started_at: Mutex::new(None),
                         waits_for_rate_limit,
                     });
@@ -131,17 +134,17 @@ impl PullScheduler {
     /// The pulls under way or queued now, oldest first.
     pub fn in_flight(&self) -> Vec<InFlight> {
         let in_flight = self.shared.in_flight();
-        let mut pulls: Vec<InFlight> = in_flight
-            .values()
+        let mut slots: Vec<&Slot> = in_flight.values().collect();
+        slots.sort_by(|a, b| (a.asked, &a.image).cmp(&(b.asked, &b.image)));
+        slots
+            .into_iter()
             .map(|slot| InFlight {
                 image: slot.image.clone(),
                 callers: slot.result.receiver_count(),
                 asked_at: slot.asked_at,
                 started_at: *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner),
             })
-            .collect();
-        pulls.sort_by(|a, b| (a.asked_at, &a.image).cmp(&(b.asked_at, &b.image)));
-        pulls
+            .collect()
     }
 }
 

@@ -1,0 +1,214 @@
+//! A pull's progress and stall, from what containerd's content service lists (pure; the poller
+//! that feeds it is not wired yet: issue 15).
+//!
+//! containerd writes each blob it downloads as an ingest named `layer-sha256:<hex>` (also
+//! `config-`, `manifest-`, `index-`), one per digest however many pulls need it, advancing its
+//! offset in 1 MiB steps; the pull's manifest, with its layers, is in the content store before
+//! any layer is fetched. So each poll says, for each layer of a pull, how far its download is; a
+//! layer whose ingest vanished was either committed (the content store has it) or aborted.
+
+use std::collections::{HashMap, HashSet};
+
+use tokio::time::{Duration, Instant};
+
+/// The digest an ingest ref names: `layer-sha256:<hex>` → `sha256:<hex>`; refs of the form
+/// `<kind>-<name>@<digest>` name the digest after the `@`.
+pub fn digest_of_ref(reference: &str) -> Option<&str> {
+    let digest = match reference.rsplit_once('@') {
+        Some((_, digest)) => digest,
+        None => reference.split_once('-')?.1,
+    };
+    let (algorithm, hex) = digest.split_once(':')?;
+    let valid = !algorithm.is_empty()
+        && algorithm.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && !hex.is_empty()
+        && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    valid.then_some(digest)
+}
+
+/// An ingest under way, as one poll listed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ingest {
+    pub offset: u64,
+    pub total: u64,
+}
+
+/// One layer of a pull's manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    pub digest: String,
+    pub size: u64,
+}
+
+/// What a pull has done so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub layers_done: usize,
+    pub layers_total: usize,
+}
+
+/// One pull's layers and what each poll said of them.
+#[derive(Debug)]
+pub struct PullProgress {
+    /// The layers to fetch: the manifest's, less those the store had when the pull began.
+    layers: Vec<Layer>,
+    done: HashSet<String>,
+    /// Each layer's offset at the last poll that listed it.
+    offsets: HashMap<String, u64>,
+    /// When a byte last moved, or a layer completed.
+    last_advance: Instant,
+}
+
+impl PullProgress {
+    /// A pull of `layers`, those in `present` already in the store, observed from `now`.
+    pub fn new(layers: Vec<Layer>, present: &HashSet<String>, now: Instant) -> Self {
+        let layers = layers.into_iter().filter(|layer| !present.contains(&layer.digest)).collect();
+        Self { layers, done: HashSet::new(), offsets: HashMap::new(), last_advance: now }
+    }
+
+    /// The layers that were being fetched and are no longer listed in `ingests`: the caller asks
+    /// the content store whether each was committed, for [`PullProgress::observe`].
+    pub fn vanished(&self, ingests: &HashMap<String, Ingest>) -> Vec<String> {
+        self.offsets
+            .keys()
+            .filter(|digest| !ingests.contains_key(*digest) && !self.done.contains(*digest))
+            .cloned()
+            .collect()
+    }
+
+    /// One poll at `now`: the ingests listed (by digest) and which vanished layers the store has.
+    /// A layer shared with another pull counts for both: both wait for the one download.
+    pub fn observe(
+        &mut self,
+        ingests: &HashMap<String, Ingest>,
+        committed: &HashSet<String>,
+        now: Instant,
+    ) -> Progress {
+        let mut advanced = false;
+        for layer in &self.layers {
+            if self.done.contains(&layer.digest) {
+                continue;
+            }
+            if committed.contains(&layer.digest) {
+                self.done.insert(layer.digest.clone());
+                self.offsets.remove(&layer.digest);
+                advanced = true;
+            } else if let Some(ingest) = ingests.get(&layer.digest) {
+                let before = self.offsets.insert(layer.digest.clone(), ingest.offset);
+                advanced |= before.is_none_or(|before| ingest.offset > before);
+            } else {
+                // Aborted, or not started: nothing of it counts.
+                self.offsets.remove(&layer.digest);
+            }
+        }
+        if advanced {
+            self.last_advance = now;
+        }
+        self.progress()
+    }
+
+    /// What is done so far.
+    pub fn progress(&self) -> Progress {
+        let bytes = |layer: &Layer| match self.done.contains(&layer.digest) {
+            true => layer.size,
+            false => self.offsets.get(&layer.digest).copied().unwrap_or(0).min(layer.size),
+        };
+        Progress {
+            bytes_done: self.layers.iter().map(bytes).sum(),
+            bytes_total: self.layers.iter().map(|layer| layer.size).sum(),
+            layers_done: self.done.len(),
+            layers_total: self.layers.len(),
+        }
+    }
+
+    /// Whether the pull is downloading (a layer of it has an ingest) and no byte of it moved for
+    /// `timeout`. A pull with nothing downloading (resolving, waiting for another pull's lock,
+    /// unpacking) never stalls, as containerd 1.7's own check.
+    pub fn stalled(&self, now: Instant, timeout: Duration) -> bool {
+        !self.offsets.is_empty() && now.saturating_duration_since(self.last_advance) >= timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn digest(n: u8) -> String {
+        format!("sha256:{}", format!("{n:02x}").repeat(32))
+    }
+
+    fn layers(sizes: &[(u8, u64)]) -> Vec<Layer> {
+        sizes.iter().map(|(n, size)| Layer { digest: digest(*n), size: *size }).collect()
+    }
+
+    fn listed(ingests: &[(u8, u64, u64)]) -> HashMap<String, Ingest> {
+        ingests.iter().map(|(n, offset, total)| (digest(*n), Ingest { offset: *offset, total: *total })).collect()
+    }
+
+    #[test]
+    fn an_ingest_ref_names_its_digest() {
+        let hex = "ab".repeat(32);
+        assert_eq!(digest_of_ref(&format!("layer-sha256:{hex}")), Some(format!("sha256:{hex}").as_str()));
+        assert_eq!(digest_of_ref(&format!("manifest-app:v1@sha256:{hex}")), Some(format!("sha256:{hex}").as_str()));
+        for bad in ["layer", "layer-", "layer-sha256:", "layer-sha256:xyz", "layer-SHA256:ab", "nodash"] {
+            assert_eq!(digest_of_ref(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn progress_rises_as_ingests_advance_and_layers_commit() {
+        let start = Instant::now();
+        let present = HashSet::from([digest(3)]);
+        let mut pull = PullProgress::new(layers(&[(1, 4 * MIB), (2, 2 * MIB), (3, 8 * MIB)]), &present, start);
+        let nothing = pull.observe(&listed(&[]), &HashSet::new(), start);
+        assert_eq!(
+            nothing,
+            Progress { bytes_done: 0, bytes_total: 6 * MIB, layers_done: 0, layers_total: 2 },
+            "layer 3 is there"
+        );
+        let one = pull.observe(&listed(&[(1, MIB, 4 * MIB), (2, 2 * MIB, 2 * MIB)]), &HashSet::new(), start);
+        assert_eq!(one.bytes_done, 3 * MIB);
+        // Layer 2's ingest vanished: the caller asks the store, which has it.
+        let now = listed(&[(1, 3 * MIB, 4 * MIB)]);
+        assert_eq!(pull.vanished(&now), [digest(2)]);
+        let two = pull.observe(&now, &HashSet::from([digest(2)]), start);
+        assert_eq!((two.bytes_done, two.layers_done), (5 * MIB, 1));
+        let all = pull.observe(&listed(&[]), &HashSet::from([digest(1)]), start);
+        assert_eq!(all, Progress { bytes_done: 6 * MIB, bytes_total: 6 * MIB, layers_done: 2, layers_total: 2 });
+    }
+
+    #[test]
+    fn an_aborted_layer_counts_nothing_and_a_shared_one_counts_for_each_pull() {
+        let start = Instant::now();
+        let mut first = PullProgress::new(layers(&[(1, 4 * MIB), (2, 4 * MIB)]), &HashSet::new(), start);
+        let mut second = PullProgress::new(layers(&[(2, 4 * MIB), (5, MIB)]), &HashSet::new(), start);
+        let ingests = listed(&[(1, 2 * MIB, 4 * MIB), (2, MIB, 4 * MIB)]);
+        assert_eq!(first.observe(&ingests, &HashSet::new(), start).bytes_done, 3 * MIB);
+        assert_eq!(second.observe(&ingests, &HashSet::new(), start).bytes_done, MIB, "its share of layer 2");
+        // Layer 1 vanished and the store does not have it: aborted.
+        assert_eq!(first.observe(&listed(&[(2, MIB, 4 * MIB)]), &HashSet::new(), start).bytes_done, MIB);
+    }
+
+    #[test]
+    fn a_pull_stalls_only_while_downloading_with_nothing_moving() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(30);
+        let mut pull = PullProgress::new(layers(&[(1, 4 * MIB)]), &HashSet::new(), start);
+        pull.observe(&listed(&[]), &HashSet::new(), start + Duration::from_secs(60));
+        assert!(
+            !pull.stalled(start + Duration::from_secs(60), timeout),
+            "nothing downloading yet (resolving, or waiting)"
+        );
+        pull.observe(&listed(&[(1, MIB, 4 * MIB)]), &HashSet::new(), start + Duration::from_secs(61));
+        pull.observe(&listed(&[(1, MIB, 4 * MIB)]), &HashSet::new(), start + Duration::from_secs(90));
+        assert!(!pull.stalled(start + Duration::from_secs(90), timeout), "29 s without a byte");
+        pull.observe(&listed(&[(1, MIB, 4 * MIB)]), &HashSet::new(), start + Duration::from_secs(91));
+        assert!(pull.stalled(start + Duration::from_secs(91), timeout), "30 s without a byte");
+        pull.observe(&listed(&[(1, 2 * MIB, 4 * MIB)]), &HashSet::new(), start + Duration::from_secs(92));
+        assert!(!pull.stalled(start + Duration::from_secs(92), timeout), "a step resets it");
+    }
+}

@@ -160,10 +160,6 @@ impl<R: ImageRuntime> ImageGc<R> {
         self.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    pub fn config(&self) -> &GcConfig {
-        &self.parts.config
-    }
-
     /// Makes a pass every period until `shutdown`, the first at once, as the kubelet does; a
     /// failure after a failure is logged as an error (the kubelet's `ImageGCFailed`).
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {

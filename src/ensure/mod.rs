@@ -271,6 +271,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
         // A hand-out the collector's removal of the image overlapped fails: the image is absent.
         let hand_out = self.guard.handing_out();
+        let checked_at = Instant::now();
         let present = self.image_status(image, &spec).await?;
         // The kubelet's keyring lookup and records are by the normalised repository, without tag
         // or digest.
@@ -296,6 +297,8 @@ impl<R: ImageRuntime> ImageManager<R> {
             image: spec,
             reference: Some(Arc::new(reference)),
             sandbox_config: request.sandbox_config,
+            // Not under Always: the same pull that ended since the presence check serves it.
+            absent_since: (policy != PullPolicy::Always).then_some(checked_at),
             ..Default::default()
         };
         // The pull and its record run in a task of their own: a caller that goes away mid-pull

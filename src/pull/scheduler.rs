@@ -71,11 +71,18 @@ struct PullSlot {
 
 type Slot = Arc<PullSlot>;
 
+/// How long a successful pull's result serves callers who decided to pull before it ended.
+const RECENT: Duration = Duration::from_secs(10);
+
 struct Shared {
     service: PullService,
     slots: Option<Arc<Semaphore>>,
     pull_timeout: Option<Duration>,
     in_flight: Mutex<HashMap<PullKey, Slot>>,
+    /// Successful pulls of the last [`RECENT`], with when each ended: a caller that saw the image
+    /// absent before one ended, and reaches the scheduler after, gets its result. Changed only
+    /// under the in-flight lock, so a caller sees a pull either under way or ended.
+    recent: Mutex<HashMap<PullKey, (Instant, Pulled)>>,
     metrics: Arc<PullMetrics>,
 }
 
@@ -88,8 +95,9 @@ pub struct PullScheduler {
 impl PullScheduler {
     pub fn new(service: PullService, config: SchedulerConfig, metrics: Arc<PullMetrics>) -> Self {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
-        let in_flight = Mutex::new(HashMap::new());
-        Self { shared: Arc::new(Shared { service, slots, pull_timeout: config.pull_timeout, in_flight, metrics }) }
+        let (in_flight, recent) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
+        let pull_timeout = config.pull_timeout;
+        Self { shared: Arc::new(Shared { service, slots, pull_timeout, in_flight, recent, metrics }) }
     }
 
     /// Pulls `spec`, or joins an identical pull under way, and waits for the result.
@@ -97,6 +105,14 @@ impl PullScheduler {
         let key = PullKey::of(&spec);
         let (mut receiver, joined) = {
             let mut in_flight = self.shared.in_flight();
+            if !in_flight.contains_key(&key)
+                && let Some(absent_since) = spec.absent_since
+                && let Some((ended, pulled)) = self.shared.recent().get(&key)
+                && *ended >= absent_since
+            {
+                self.shared.metrics.joined();
+                return Scheduled { result: Ok(pulled.clone()), joined: true };
+            }
             match in_flight.get(&key) {
                 Some(slot) => {
                     if spec.wait_for_rate_limit {
@@ -164,6 +180,10 @@ impl Shared {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn recent(&self) -> MutexGuard<'_, HashMap<PullKey, (Instant, Pulled)>> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Waits for a slot; `None` when every caller went away first (the pull is then forgotten).
     async fn acquire(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
         let Some(slots) = &self.slots else { return Some(None) };
@@ -218,8 +238,15 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
         {
             continue;
         }
-        // Forget the key before publishing, so a request arriving later starts a fresh pull.
+        // Forget the key before publishing, so a request arriving later starts a fresh pull,
+        // unless it decided to pull before this one ended (see `recent`).
         in_flight.remove(&key);
+        if let Ok(pulled) = &result {
+            let now = Instant::now();
+            let mut recent = shared.recent();
+            recent.retain(|_, (ended, _)| now.saturating_duration_since(*ended) < RECENT);
+            recent.insert(key.clone(), (now, pulled.clone()));
+        }
         break result;
     };
     shared.metrics.finished(match &result {

@@ -141,6 +141,10 @@ pub struct PullSpec {
     pub wait_for_rate_limit: bool,
     /// Where the pull's outcome is recorded before it is shared (KEP-2535).
     pub record: Option<Arc<crate::records::RecordTo>>,
+    /// When the caller saw the image absent (or not usable) and so decided to pull: the same
+    /// pull (image, handler, credential) that succeeded since then serves it, instead of a
+    /// second upstream pull. `None` (PullPolicy Always, CRI PullImage) always pulls.
+    pub absent_since: Option<tokio::time::Instant>,
 }
 
 impl PullSpec {

@@ -319,3 +319,25 @@ async fn the_pulls_under_way_and_queued_are_listed_with_their_callers() {
     }
     assert!(scheduler.in_flight().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_saw_the_image_absent_before_the_same_pull_ended_gets_its_result() {
+    let upstream = Upstream::slow(Duration::from_secs(1));
+    let scheduler = scheduler(&upstream, None);
+    let checked_before = Instant::now();
+    scheduler.pull(spec("busybox:latest", "")).await.result.expect("first");
+    let late = PullSpec { absent_since: Some(checked_before), ..spec("busybox:latest", "") };
+    let served = scheduler.pull(late).await;
+    assert!(served.joined && served.result.is_ok(), "{served:?}");
+    assert_eq!(upstream.calls.load(SeqCst), 1, "no second upstream pull");
+    // Saw it absent after the pull ended (it was removed since), or asked to pull always: a new pull.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let fresh = PullSpec { absent_since: Some(Instant::now()), ..spec("busybox:latest", "") };
+    scheduler.pull(fresh).await.result.expect("pulled again");
+    scheduler.pull(spec("busybox:latest", "")).await.result.expect("always");
+    assert_eq!(upstream.calls.load(SeqCst), 3);
+    // Another credential or handler is another pull.
+    let other = PullSpec { absent_since: Some(checked_before), ..spec("busybox:latest", "runc-2") };
+    scheduler.pull(other).await.result.expect("its own pull");
+    assert_eq!(upstream.calls.load(SeqCst), 4);
+}

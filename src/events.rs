@@ -133,9 +133,14 @@ impl Events {
         Self { sender: broadcast::channel(buffer.max(1)).0 }
     }
 
+    /// Whether anyone subscribes: without, an event need not even be made.
+    pub fn watched(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+
     /// Publishes `event` to every subscriber; without any, it goes nowhere. Never waits.
     pub fn publish(&self, event: Event) {
-        if self.sender.receiver_count() > 0 {
+        if self.watched() {
             let _ = self.sender.send(Arc::new(event));
         }
     }

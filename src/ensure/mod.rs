@@ -259,7 +259,10 @@ impl<R: ImageRuntime> ImageManager<R> {
     pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
         let about = Subject::of(&request);
         let result = self.ensure(request, &about).await;
-        if let Some(event) = outcome_event(&about, &result) {
+        // On the presence path: the event is made only for someone watching.
+        if self.events.watched()
+            && let Some(event) = outcome_event(&about, &result)
+        {
             self.events.publish(event);
         }
         result

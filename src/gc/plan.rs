@@ -6,7 +6,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::{reference, runtime::StoredImage};
+use crate::{messages::go_duration_millis, reference, runtime::StoredImage};
 
 /// The kubelet's `ImageGCPolicy`, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,34 +33,8 @@ pub enum GcPolicyError {
         "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
     )]
     LowNotBelowHigh { low: i64, high: i64 },
-    #[error("imageMaximumGCAge {} must be greater than imageMinimumGCAge {}", go_duration(*.max_age), go_duration(*.min_age))]
+    #[error("imageMaximumGCAge {} must be greater than imageMinimumGCAge {}", go_duration_millis(*.max_age), go_duration_millis(*.min_age))]
     MaxAgeNotAboveMinAge { max_age: Duration, min_age: Duration },
-}
-
-/// `d` as Go's `time.Duration.String` writes it: `1m0s`, `1h30m0s`, `1.5s`, `500ms`, `0s`.
-fn go_duration(d: Duration) -> String {
-    let nanos = d.as_nanos();
-    let fraction = |value: u128, unit: u128| {
-        let whole = value / unit;
-        let rest = format!("{:0width$}", value % unit, width = (unit.ilog10()) as usize);
-        let rest = rest.trim_end_matches('0');
-        if rest.is_empty() { whole.to_string() } else { format!("{whole}.{rest}") }
-    };
-    match nanos {
-        0 => "0s".to_owned(),
-        1..1_000 => format!("{nanos}ns"),
-        1_000..1_000_000 => format!("{}µs", fraction(nanos, 1_000)),
-        1_000_000..1_000_000_000 => format!("{}ms", fraction(nanos, 1_000_000)),
-        _ => {
-            let seconds = fraction(nanos % 60_000_000_000, 1_000_000_000);
-            let minutes = nanos / 60_000_000_000;
-            match minutes {
-                0 => format!("{seconds}s"),
-                1..60 => format!("{minutes}m{seconds}s"),
-                _ => format!("{}h{}m{seconds}s", minutes / 60, minutes % 60),
-            }
-        }
-    }
 }
 
 impl GcPolicy {

@@ -197,24 +197,6 @@ fn policies_are_validated_with_the_kubelets_messages() {
 }
 
 #[test]
-fn durations_in_messages_are_written_as_go_writes_them() {
-    let cases = [
-        (Duration::ZERO, "0s"),
-        (Duration::from_nanos(1), "1ns"),
-        (Duration::from_micros(1500), "1.5ms"),
-        (Duration::from_millis(500), "500ms"),
-        (Duration::from_millis(1500), "1.5s"),
-        (Duration::from_secs(90), "1m30s"),
-        (Duration::from_secs(120), "2m0s"),
-        (Duration::from_secs(7 * 24 * 3600), "168h0m0s"),
-        (Duration::from_secs(3661), "1h1m1s"),
-    ];
-    for (duration, written) in cases {
-        assert_eq!(go_duration(duration), written, "{duration:?}");
-    }
-}
-
-#[test]
 fn the_space_pass_counts_what_the_age_pass_frees() {
     let policy = GcPolicy { max_age: Duration::from_secs(3600), ..NO_MIN_AGE };
     let known = records(&[("aged", record(0, Some(0), 150)), ("recent", record(0, Some(3700), 100))]);

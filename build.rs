@@ -1,5 +1,6 @@
 //! Generates the cri-imaged API and a descriptor set for server reflection, and containerd's
-//! event service: the client the daemon watches image events with, the server its tests fake.
+//! event and content services: the clients the daemon watches image events and pull progress
+//! with, the servers its tests fake.
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["proto/containerd/services/events/v1/events.proto"], &["proto"])?;
+        .compile_protos(
+            &["proto/containerd/services/events/v1/events.proto", "proto/containerd/services/content/v1/content.proto"],
+            &["proto"],
+        )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

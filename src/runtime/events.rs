@@ -26,6 +26,11 @@ use crate::{
 };
 
 /// containerd's event service, as far as cri-imaged uses it (the server is for tests' fakes).
+/// containerd's content service (the subset cri-imaged reads pull progress from).
+pub mod content {
+    tonic::include_proto!("containerd.services.content.v1");
+}
+
 pub mod proto {
     tonic::include_proto!("containerd.services.events.v1");
 }

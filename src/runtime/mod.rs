@@ -196,6 +196,35 @@ pub trait ImageRuntime: Send + Sync + 'static {
         async { Err(RuntimeError::Unsupported("report its image filesystem")) }
     }
 
+    /// The blobs being written now (containerd's content ingests): (ref, offset, total).
+    fn list_ingests(&self) -> impl Future<Output = Result<Vec<(String, u64, u64)>, RuntimeError>> + Send {
+        async { Err(RuntimeError::Unsupported("list its content ingests")) }
+    }
+
+    /// The digest of the newest image manifest of `repository` on registry `host` (no port)
+    /// committed at or after `since`, if any (containerd labels each with its source).
+    fn find_manifest(
+        &self,
+        host: &str,
+        repository: &str,
+        since: std::time::SystemTime,
+    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send {
+        let _ = (host, repository, since);
+        async { Err(RuntimeError::Unsupported("look up manifests")) }
+    }
+
+    /// A committed blob's bytes, at most `limit` of them.
+    fn read_blob(&self, digest: &str, limit: usize) -> impl Future<Output = Result<Vec<u8>, RuntimeError>> + Send {
+        let _ = (digest, limit);
+        async { Err(RuntimeError::Unsupported("read blobs")) }
+    }
+
+    /// Whether the content store has the blob committed.
+    fn has_blob(&self, digest: &str) -> impl Future<Output = Result<bool, RuntimeError>> + Send {
+        let _ = digest;
+        async { Err(RuntimeError::Unsupported("look up blobs")) }
+    }
+
     /// Removes the image by id (CRI `RemoveImage`).
     fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
         let _ = id;

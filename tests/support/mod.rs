@@ -7,6 +7,7 @@ pub mod fake_runtime;
 pub mod private;
 pub mod process;
 pub mod stack;
+pub mod throttle;
 
 use std::{
     path::{Path, PathBuf},

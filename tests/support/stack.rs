@@ -205,6 +205,21 @@ impl LocalStack {
         run_script(&["seed-critest", &path_str(self.dir.path())]);
     }
 
+    /// Makes containerd reach `127.0.0.1:PROXY_PORT` over plain HTTP by writing
+    /// `DIR/certs.d/127.0.0.1:PROXY_PORT/hosts.toml`. With a proxy in front of
+    /// [`LocalStack::registry`] there (`support::throttle::ThrottleProxy`), images named
+    /// `127.0.0.1:PROXY_PORT/repository:tag` are pulled through it from the same registry.
+    /// containerd reads certs.d on every pull: no restart is needed. The empty `[host]` table is
+    /// what containerd 1.6 needs to parse a file of `server` alone (without it: "failed to decode
+    /// hosts.toml" and its defaults, which for a loopback port also mean plain HTTP).
+    pub fn route_through(&self, proxy_port: u16) {
+        let host = format!("127.0.0.1:{proxy_port}");
+        let dir = self.dir.path().join("certs.d").join(&host);
+        std::fs::create_dir_all(&dir).expect("create the proxy's certs.d directory");
+        let hosts = format!("server = \"http://{host}\"\n\n[host]\n");
+        std::fs::write(dir.join("hosts.toml"), hosts).expect("write the proxy's hosts.toml");
+    }
+
     /// `REGISTRY/name`.
     pub fn image(&self, name: &str) -> String {
         format!("{}/{name}", self.registry)

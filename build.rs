@@ -15,13 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_protos(&["proto/imagemanager/v1/image_manager.proto"], &["proto"])?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .compile_protos(
-            &["proto/containerd/services/events/v1/events.proto", "proto/containerd/services/content/v1/content.proto"],
-            &["proto"],
-        )?;
+    tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(
+        &["proto/containerd/services/events/v1/events.proto", "proto/containerd/services/content/v1/content.proto"],
+        &["proto"],
+    )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -8,6 +8,7 @@ use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
     ensure::{ManagerConfig, VerificationConfig},
     gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
+    pull::poller::ProgressConfig,
     pull::ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
     pull::scheduler::SchedulerConfig,
     records::policy::{Allowlist, PolicyError, VerificationPolicy},
@@ -98,6 +99,19 @@ pub struct ServeArgs {
     /// Unset (the default, as in the kubelet) waits as long as the pull takes.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub image_pull_timeout: Option<Duration>,
+
+    /// Watch each pull's downloads on containerd's content service: progress in GetStatus and
+    /// WatchEvents, and the stall timeout below. false (or a runtime without the service, such as
+    /// CRI-O) reports a pull's start and end only.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
+    pub pull_progress: bool,
+
+    /// Cancels a pull that downloaded nothing for this long (as containerd 1.7's
+    /// image_pull_progress_timeout); its callers get DEADLINE_EXCEEDED. containerd reports a
+    /// layer's progress in 1 MiB steps, so this must cover 1 MiB at the slowest rate to accept.
+    /// 0s turns it off; needs --pull-progress.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero)]
+    pub image_pull_progress_timeout: Duration,
 
     /// First backoff delay after a failed pull, per pod and image.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
@@ -262,6 +276,10 @@ impl ServeArgs {
             rate_limits,
             presence_max_staleness: self.presence_cache_max_staleness,
             verification: VerificationConfig { policy, allowlist },
+            progress: self.pull_progress.then(|| ProgressConfig {
+                stall_timeout: Some(self.image_pull_progress_timeout).filter(|timeout| !timeout.is_zero()),
+                ..ProgressConfig::default()
+            }),
         })
     }
 }

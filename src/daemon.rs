@@ -26,6 +26,7 @@ use crate::{
     presence::PresenceCache,
     pull::{
         RuntimePull,
+        poller::{ProgressPoller, TrackPulls},
         ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
         record::RecordPulls,
         scheduler::PullScheduler,
@@ -127,7 +128,11 @@ impl<R: ImageRuntime> Parts<R> {
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
         let pulls = RecordPulls::new(RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone())));
-        let scheduler = PullScheduler::new(BoxCloneSyncService::new(pulls), config.scheduler, metrics.pulls.clone());
+        let progress = config
+            .progress
+            .map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()) as Arc<dyn TrackPulls>);
+        let pulls = BoxCloneSyncService::new(pulls);
+        let scheduler = PullScheduler::tracked(pulls, config.scheduler, metrics.pulls.clone(), progress);
         let backoff = BackoffStore::new(config.backoff);
         let manager = Arc::new(ImageManager::new(Collaborators {
             runtime: runtime.clone(),

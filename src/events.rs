@@ -28,6 +28,8 @@ pub mod reason {
     pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
     pub const IMAGE_GC_FAILED: &str = "ImageGCFailed";
     pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
+    /// Not the kubelet's: how far a pull under way is.
+    pub const PULL_PROGRESS: &str = "PullProgress";
     /// Not the kubelet's: this subscriber read too slowly and lost events.
     pub const LAGGED: &str = "Lagged";
 }
@@ -65,6 +67,17 @@ pub struct PullFacts {
     pub image_size: u64,
 }
 
+/// How far a pull under way is, as its runtime's downloads show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgressFacts {
+    pub bytes_done: u64,
+    /// Of the layers the pull fetches (those already stored are not counted).
+    pub bytes_total: u64,
+    pub layers_done: usize,
+    pub layers_total: usize,
+    pub bytes_per_second: u64,
+}
+
 /// One event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -80,6 +93,9 @@ pub struct Event {
     /// The runtime's image ref, when known.
     pub image_ref: String,
     pub pull: Option<PullFacts>,
+    pub progress: Option<ProgressFacts>,
+    /// Every pod waiting for the pull a progress event is about (`pod` is the first of them).
+    pub waiting: Vec<Pod>,
 }
 
 impl Event {
@@ -95,6 +111,8 @@ impl Event {
             image: String::new(),
             image_ref: String::new(),
             pull: None,
+            progress: None,
+            waiting: Vec::new(),
         }
     }
 }
@@ -109,10 +127,14 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// A progress event matches a pod filter through any pod waiting for the pull.
     pub fn matches(&self, event: &Event) -> bool {
-        let pod = event.pod.as_ref();
-        (self.pod_uid.is_empty() || pod.is_some_and(|pod| pod.uid == self.pod_uid))
-            && (self.namespace.is_empty() || pod.is_some_and(|pod| pod.namespace == self.namespace))
+        let pod_matches = |pod: &Pod| {
+            (self.pod_uid.is_empty() || pod.uid == self.pod_uid)
+                && (self.namespace.is_empty() || pod.namespace == self.namespace)
+        };
+        let any_pod = self.pod_uid.is_empty() && self.namespace.is_empty();
+        (any_pod || event.pod.iter().chain(&event.waiting).any(pod_matches))
             && (self.image.is_empty() || event.image == self.image || event.image_ref == self.image)
     }
 }
@@ -230,6 +252,28 @@ mod tests {
         assert_eq!(read(pod).await, [published[0].clone()]);
         assert_eq!(read(namespace).await, [published[1].clone()]);
         assert_eq!(read(image).await, [published[0].clone(), published[2].clone()], "as written or as a ref");
+    }
+
+    #[test]
+    fn a_progress_event_matches_every_pod_waiting_for_the_pull() {
+        let first = Pod { namespace: "default".into(), name: "a".into(), uid: "u1".into() };
+        let joined = Pod { namespace: "batch".into(), name: "b".into(), uid: "u2".into() };
+        let progress = Event {
+            pod: Some(first.clone()),
+            waiting: vec![first, joined],
+            ..Event::new(EventType::Normal, reason::PULL_PROGRESS, "half".into())
+        };
+        let filter = |uid: &str, namespace: &str| Filter {
+            pod_uid: uid.into(),
+            namespace: namespace.into(),
+            ..Filter::default()
+        };
+        assert!(filter("u2", "").matches(&progress), "a pod that joined the pull");
+        assert!(filter("", "batch").matches(&progress));
+        assert!(filter("u2", "batch").matches(&progress));
+        assert!(!filter("u3", "").matches(&progress));
+        assert!(!filter("u1", "batch").matches(&progress), "one pod must match both");
+        assert!(!filter("", "kube-system").matches(&progress));
     }
 
     #[tokio::test]

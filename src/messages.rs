@@ -1,4 +1,5 @@
-//! The kubelet's human messages, word for word, so users see what they already know.
+//! The kubelet's human messages, word for word, so users see what they already know; and ours,
+//! in the same manner, for what the kubelet does not say (pull progress).
 
 use std::time::Duration;
 
@@ -54,6 +55,33 @@ pub fn pulled(image: &str, pull: Duration, total: Duration, size: u64) -> String
 
 pub fn pull_failed(image: &str, error: &impl std::fmt::Display) -> String {
     format!("Failed to pull image {image:?}: {error}")
+}
+
+/// Not the kubelet's: `Pulling image "X": 3.0 MiB of 8.0 MiB, 1 of 2 layers, 2.0 MiB/s`.
+pub fn pull_progress(image: &str, progress: &crate::events::ProgressFacts) -> String {
+    format!(
+        "Pulling image {image:?}: {} of {}, {} of {} layers, {}/s",
+        binary_size(progress.bytes_done),
+        binary_size(progress.bytes_total),
+        progress.layers_done,
+        progress.layers_total,
+        binary_size(progress.bytes_per_second)
+    )
+}
+
+/// Bytes in the largest binary unit under which they are at least 1, to one decimal.
+pub fn binary_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// `detail` is what follows the runtime's `RegistryUnavailable` prefix, e.g. `: connection refused`.
@@ -122,6 +150,26 @@ mod tests {
     fn sub_millisecond_remainders_are_truncated() {
         assert_eq!(go_duration_millis(Duration::from_micros(1_999_999)), "1.999s");
         assert_eq!(go_duration_millis(Duration::from_micros(999)), "0s");
+    }
+
+    #[test]
+    fn progress_reads_in_binary_units() {
+        let progress = crate::events::ProgressFacts {
+            bytes_done: 3 << 20,
+            bytes_total: (8 << 20) + 600 * 1024,
+            layers_done: 1,
+            layers_total: 2,
+            bytes_per_second: 2 << 20,
+        };
+        assert_eq!(
+            pull_progress("app:v1", &progress),
+            r#"Pulling image "app:v1": 3.0 MiB of 8.6 MiB, 1 of 2 layers, 2.0 MiB/s"#
+        );
+        let sizes =
+            [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (5 << 30, "5.0 GiB"), (u64::MAX, "16777216.0 TiB")];
+        for (bytes, expected) in sizes {
+            assert_eq!(binary_size(bytes), expected);
+        }
     }
 
     #[test]

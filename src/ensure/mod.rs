@@ -24,6 +24,7 @@ use crate::{
     messages::{self, reason},
     policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
+    pull::poller::ProgressConfig,
     pull::ratelimit::RateLimitConfig,
     pull::scheduler::{InFlight, PullScheduler, Scheduled, SchedulerConfig},
     pull::{PullError, Pulled},
@@ -48,6 +49,8 @@ pub struct ManagerConfig {
     pub presence_max_staleness: Duration,
     /// Which present images a pod must have the credentials for (KEP-2535).
     pub verification: VerificationConfig,
+    /// How pulls under way are watched; `None` reports only their start and end.
+    pub progress: Option<ProgressConfig>,
 }
 
 /// The kubelet's `imagePullCredentialsVerificationPolicy` and its allowlist.
@@ -58,7 +61,8 @@ pub struct VerificationConfig {
 }
 
 impl Default for ManagerConfig {
-    /// Serial pulls, no pull timeout, 10s-to-300s backoff, 5 pulls a second in bursts of 10.
+    /// Serial pulls, no pull timeout, 10s-to-300s backoff, 5 pulls a second in bursts of 10;
+    /// and, not the kubelet's, pull progress watched with a 5m stall timeout.
     fn default() -> Self {
         let serial = std::num::NonZeroUsize::MIN;
         Self {
@@ -67,6 +71,7 @@ impl Default for ManagerConfig {
             rate_limits: RateLimitConfig::kubelet(),
             presence_max_staleness: crate::presence::DEFAULT_MAX_STALENESS,
             verification: VerificationConfig::default(),
+            progress: Some(ProgressConfig::default()),
         }
     }
 }
@@ -302,6 +307,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             sandbox_config: request.sandbox_config,
             // Not under Always: the same pull that ended since the presence check serves it.
             absent_since: (policy != PullPolicy::Always).then_some(checked_at),
+            caller: about.pod.clone(),
             ..Default::default()
         };
         // The pull and its record run in a task of their own: a caller that goes away mid-pull
@@ -523,6 +529,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             image: image.clone(),
             ..Subject::default()
         };
+        spec.caller = about.pod.clone();
         let started = Instant::now();
         let pulled_with = match spec.auth {
             Some(_) => PullCredentials::default(),

@@ -19,6 +19,8 @@ pub enum PullResult {
     Failure,
     RateLimited,
     TimedOut,
+    /// Cancelled for making no progress (`--image-pull-progress-timeout`).
+    Stalled,
 }
 
 impl PullResult {
@@ -28,6 +30,7 @@ impl PullResult {
             Self::Failure => "failure",
             Self::RateLimited => "rate_limited",
             Self::TimedOut => "timed_out",
+            Self::Stalled => "stalled",
         }
     }
 }

@@ -2,7 +2,8 @@
 //! size), wrapped in layers and run by the scheduler.
 //!
 //! - [`key`]: what makes two pulls the same pull.
-//! - [`progress`]: a pull's progress and stall from containerd's ingests (pure; not yet polled).
+//! - [`progress`]: a pull's progress and stall from containerd's ingests (pure).
+//! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
 //! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
@@ -10,6 +11,7 @@
 
 mod key;
 pub mod metrics;
+pub mod poller;
 pub mod progress;
 pub mod ratelimit;
 pub mod record;
@@ -51,6 +53,14 @@ pub enum PullError {
     /// `--image-pull-timeout` ran out; the upstream call was cancelled.
     #[error("image pull did not finish within {0:?} (--image-pull-timeout); the pull was cancelled")]
     TimedOut(Duration),
+    /// The pull downloaded nothing for `--image-pull-progress-timeout`; it was cancelled.
+    #[error(
+        "image pull made no progress for {} (--image-pull-progress-timeout) at {} of {}; the pull was cancelled",
+        crate::messages::go_duration_millis(*.timeout),
+        crate::messages::binary_size(*.bytes_done),
+        crate::messages::binary_size(*.bytes_total)
+    )]
+    Stalled { timeout: Duration, bytes_done: u64, bytes_total: u64 },
     /// The task running the pull ended without a result.
     #[error("the pull ended without a result")]
     Abandoned,

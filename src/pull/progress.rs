@@ -1,5 +1,5 @@
-//! A pull's progress and stall, from what containerd's content service lists (pure; the poller
-//! that feeds it is not wired yet: issue 15).
+//! A pull's progress and stall, from what containerd's content service lists (pure; fed by
+//! [`super::poller`]).
 //!
 //! containerd writes each blob it downloads as an ingest named `layer-sha256:<hex>` (also
 //! `config-`, `manifest-`, `index-`), one per digest however many pulls need it, advancing its
@@ -7,7 +7,7 @@
 //! any layer is fetched. So each poll says, for each layer of a pull, how far its download is; a
 //! layer whose ingest vanished was either committed (the content store has it) or aborted.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use tokio::time::{Duration, Instant};
 
@@ -24,6 +24,23 @@ pub fn digest_of_ref(reference: &str) -> Option<&str> {
         && !hex.is_empty()
         && hex.bytes().all(|b| b.is_ascii_hexdigit());
     valid.then_some(digest)
+}
+
+/// The layers an image manifest names, in order; `None` for anything else (an index, a blob
+/// that is not JSON, a layer without a digest).
+pub fn manifest_layers(manifest: &[u8]) -> Option<Vec<Layer>> {
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        layers: Vec<Descriptor>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Descriptor {
+        digest: String,
+        #[serde(default)]
+        size: u64,
+    }
+    let manifest: Manifest = serde_json::from_slice(manifest).ok()?;
+    Some(manifest.layers.into_iter().map(|layer| Layer { digest: layer.digest, size: layer.size }).collect())
 }
 
 /// An ingest under way, as one poll listed it.
@@ -131,6 +148,32 @@ impl PullProgress {
     }
 }
 
+/// Bytes a second over the last [`RateWindow::SPAN`]: smooth enough to read, quick to follow a
+/// change of pace.
+#[derive(Debug, Default)]
+pub struct RateWindow {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl RateWindow {
+    pub const SPAN: Duration = Duration::from_secs(2);
+
+    /// Adds that `bytes` were done at `now`, and returns the rate; 0 until two samples apart.
+    pub fn sample(&mut self, now: Instant, bytes: u64) -> u64 {
+        self.samples.push_back((now, bytes));
+        // Keep one sample at or beyond the span, so the window covers all of it.
+        while self.samples.get(1).is_some_and(|(at, _)| now.saturating_duration_since(*at) >= Self::SPAN) {
+            self.samples.pop_front();
+        }
+        let Some(&(first_at, first_bytes)) = self.samples.front() else { return 0 };
+        let elapsed = now.saturating_duration_since(first_at).as_secs_f64();
+        if elapsed <= 0.0 {
+            return 0;
+        }
+        (bytes.saturating_sub(first_bytes) as f64 / elapsed) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +190,34 @@ mod tests {
 
     fn listed(ingests: &[(u8, u64, u64)]) -> HashMap<String, Ingest> {
         ingests.iter().map(|(n, offset, total)| (digest(*n), Ingest { offset: *offset, total: *total })).collect()
+    }
+
+    #[test]
+    fn a_manifest_names_its_layers_and_anything_else_names_none() {
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"config":{{"digest":"{}","size":7}},"layers":[{{"digest":"{}","size":4096}},{{"digest":"{}","size":12}}]}}"#,
+            digest(9),
+            digest(1),
+            digest(2)
+        );
+        assert_eq!(manifest_layers(manifest.as_bytes()), Some(layers(&[(1, 4096), (2, 12)])));
+        let index = r#"{"schemaVersion":2,"manifests":[{"digest":"sha256:00","size":1}]}"#;
+        for other in [index.as_bytes(), b"not json", br#"{"layers":[{"size":1}]}"#] {
+            assert_eq!(manifest_layers(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
+
+    #[test]
+    fn the_rate_is_over_the_last_two_seconds() {
+        let start = Instant::now();
+        let at = |millis: u64| start + Duration::from_millis(millis);
+        let mut rate = RateWindow::default();
+        assert_eq!(rate.sample(at(0), 0), 0, "one sample has no rate");
+        assert_eq!(rate.sample(at(500), MIB), 2 * MIB);
+        assert_eq!(rate.sample(at(2000), 4 * MIB), 2 * MIB);
+        // The pace drops: the first sample leaves the window, the rate follows within it.
+        assert_eq!(rate.sample(at(3000), 4 * MIB), 6 * MIB / 5, "3 MiB over the 2.5 s since the oldest kept");
+        assert_eq!(rate.sample(at(5000), 4 * MIB), 0, "nothing in the last two seconds");
     }
 
     #[test]

@@ -27,9 +27,11 @@ use tokio::{
 use tower::ServiceExt;
 
 use crate::{
+    events::Pod,
     pull::{
         PullError, PullKey, PullService, Pulled,
         metrics::{PullMetrics, PullResult},
+        poller::{MAX_WAITING_PODS, Report, TrackPulls, TrackedPull, Tracker, WaitingPods},
     },
     runtime::PullSpec,
 };
@@ -67,6 +69,20 @@ struct PullSlot {
     /// Whether a caller that joined would rather wait for a registry token than fail. Set and read
     /// under the in-flight lock, so no caller joins after the pull decided it was refused.
     waits_for_rate_limit: AtomicBool,
+    /// The pods waiting, for progress events; the first [`MAX_WAITING_PODS`].
+    waiting: WaitingPods,
+    /// The pull's progress reports, once it is downloading and they can be had.
+    progress: Mutex<Option<watch::Receiver<Option<Report>>>>,
+}
+
+impl PullSlot {
+    fn wait_for(&self, caller: Option<&Pod>) {
+        let Some(caller) = caller else { return };
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if waiting.len() < MAX_WAITING_PODS && !waiting.iter().any(|pod| pod.uid == caller.uid) {
+            waiting.push(caller.clone());
+        }
+    }
 }
 
 type Slot = Arc<PullSlot>;
@@ -84,6 +100,8 @@ struct Shared {
     /// under the in-flight lock, so a caller sees a pull either under way or ended.
     recent: Mutex<HashMap<PullKey, (Instant, Pulled)>>,
     metrics: Arc<PullMetrics>,
+    /// Watches each pull's downloads, and finds it stalled.
+    progress: Option<Arc<dyn TrackPulls>>,
 }
 
 /// The scheduler; cheap to clone.
@@ -94,10 +112,21 @@ pub struct PullScheduler {
 
 impl PullScheduler {
     pub fn new(service: PullService, config: SchedulerConfig, metrics: Arc<PullMetrics>) -> Self {
+        Self::tracked(service, config, metrics, None)
+    }
+
+    /// A scheduler whose pulls `progress` watches: their progress is reported, and a stalled one
+    /// is cancelled.
+    pub fn tracked(
+        service: PullService,
+        config: SchedulerConfig,
+        metrics: Arc<PullMetrics>,
+        progress: Option<Arc<dyn TrackPulls>>,
+    ) -> Self {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
         let (in_flight, recent) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
         let pull_timeout = config.pull_timeout;
-        Self { shared: Arc::new(Shared { service, slots, pull_timeout, in_flight, recent, metrics }) }
+        Self { shared: Arc::new(Shared { service, slots, pull_timeout, in_flight, recent, metrics, progress }) }
     }
 
     /// Pulls `spec`, or joins an identical pull under way, and waits for the result.
@@ -118,6 +147,7 @@ impl PullScheduler {
                     if spec.wait_for_rate_limit {
                         slot.waits_for_rate_limit.store(true, Ordering::Relaxed);
                     }
+                    slot.wait_for(spec.caller.as_ref());
                     (slot.result.subscribe(), true)
                 }
                 None => {
@@ -130,7 +160,10 @@ impl PullScheduler {
                         asked: Instant::now(),
                         started_at: Mutex::new(None),
                         waits_for_rate_limit,
+                        waiting: Arc::default(),
+                        progress: Mutex::new(None),
                     });
+                    slot.wait_for(spec.caller.as_ref());
                     in_flight.insert(key.clone(), slot.clone());
                     tokio::spawn(run(self.shared.clone(), key, spec, slot));
                     (receiver, false)
@@ -159,6 +192,12 @@ impl PullScheduler {
                 callers: slot.result.receiver_count(),
                 asked_at: slot.asked_at,
                 started_at: *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner),
+                progress: slot
+                    .progress
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .and_then(|reports| *reports.borrow()),
             })
             .collect()
     }
@@ -173,6 +212,8 @@ pub struct InFlight {
     pub asked_at: SystemTime,
     /// `None` while it waits for a slot.
     pub started_at: Option<SystemTime>,
+    /// `None` until its downloads are seen (or where they cannot be).
+    pub progress: Option<Report>,
 }
 
 impl Shared {
@@ -197,13 +238,39 @@ impl Shared {
         acquired
     }
 
-    /// One upstream pull, bounded by the pull timeout; dropping it on expiry cancels the request.
-    async fn call(&self, spec: PullSpec) -> Result<Pulled, PullError> {
+    /// One upstream pull, bounded by the pull timeout and cut short when `tracker` finds it
+    /// stalled; dropping the call cancels the runtime's pull.
+    async fn call(&self, spec: PullSpec, tracker: &mut Tracker) -> Result<Pulled, PullError> {
         let call = self.service.clone().oneshot(spec);
-        match self.pull_timeout {
-            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
-            None => call.await,
+        let bounded = async {
+            match self.pull_timeout {
+                Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
+                None => call.await,
+            }
+        };
+        tokio::select! {
+            result = bounded => result,
+            report = tracker.stalled() => Err(PullError::Stalled {
+                timeout: report.stalled.unwrap_or_default(),
+                bytes_done: report.progress.bytes_done,
+                bytes_total: report.progress.bytes_total,
+            }),
         }
+    }
+
+    /// Starts watching the pull of `slot`, when it can be watched.
+    fn track(&self, spec: &PullSpec, slot: &Slot) -> Tracker {
+        let (Some(progress), Some(reference)) = (&self.progress, &spec.reference) else {
+            return Tracker::untracked();
+        };
+        let tracker = progress.track(TrackedPull {
+            image: slot.image.clone(),
+            reference: reference.clone(),
+            started_at: SystemTime::now(),
+            waiting: slot.waiting.clone(),
+        });
+        *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(tracker.reports());
+        tracker
     }
 
     /// Resolves once nobody waits for `key` any more, having removed it from the in-flight map.
@@ -227,9 +294,10 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
     };
     shared.metrics.started();
     *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(SystemTime::now());
+    let mut tracker = shared.track(&spec, &slot);
     let result = loop {
         spec.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
-        let result = shared.call(spec.clone()).await;
+        let result = shared.call(spec.clone(), &mut tracker).await;
         let mut in_flight = shared.in_flight();
         // Refused at once, but a caller who would wait has joined meanwhile: wait for it.
         if matches!(result, Err(PullError::RateLimited))
@@ -253,9 +321,14 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
         Ok(_) => PullResult::Success,
         Err(PullError::RateLimited) => PullResult::RateLimited,
         Err(PullError::TimedOut(_)) => PullResult::TimedOut,
+        Err(PullError::Stalled { .. }) => PullResult::Stalled,
         Err(_) => PullResult::Failure,
     });
     drop(permit);
+    match &result {
+        Ok(_) => tracker.completed(),
+        Err(_) => drop(tracker),
+    }
     slot.result.send_replace(Some(result.map_err(Arc::new)));
 }
 

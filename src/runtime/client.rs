@@ -109,7 +109,9 @@ impl CriClient {
     /// A request to containerd's content service, in the CRI plugin's namespace.
     fn content_request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = self.request(message);
-        request.metadata_mut().insert("containerd-namespace", tonic::metadata::MetadataValue::from_static(CRI_NAMESPACE));
+        request
+            .metadata_mut()
+            .insert("containerd-namespace", tonic::metadata::MetadataValue::from_static(CRI_NAMESPACE));
         request
     }
 
@@ -210,7 +212,11 @@ impl ImageRuntime for CriClient {
         let request = self.content_request(content::ListStatusesRequest { filters: Vec::new() });
         let response = self.bounded(self.content().list_statuses(request)).await?;
         let size = |value: i64| u64::try_from(value).unwrap_or(0);
-        Ok(response.statuses.into_iter().map(|status| (status.r#ref, size(status.offset), size(status.total))).collect())
+        Ok(response
+            .statuses
+            .into_iter()
+            .map(|status| (status.r#ref, size(status.offset), size(status.total)))
+            .collect())
     }
 
     async fn find_manifest(
@@ -244,13 +250,16 @@ impl ImageRuntime for CriClient {
     }
 
     async fn read_blob(&self, digest: &str, limit: usize) -> Result<Vec<u8>, RuntimeError> {
-        let request = self.content_request(content::ReadContentRequest { digest: digest.to_owned(), offset: 0, size: 0 });
+        let request =
+            self.content_request(content::ReadContentRequest { digest: digest.to_owned(), offset: 0, size: 0 });
         let call = async {
             let mut stream = self.content().read(request).await?.into_inner();
             let mut data = Vec::new();
             while let Some(chunk) = stream.message().await? {
                 if data.len() + chunk.data.len() > limit {
-                    return Err(tonic::Status::resource_exhausted(format!("blob {digest} is larger than {limit} bytes")));
+                    return Err(tonic::Status::resource_exhausted(format!(
+                        "blob {digest} is larger than {limit} bytes"
+                    )));
                 }
                 data.extend_from_slice(&chunk.data);
             }

@@ -145,6 +145,8 @@ pub struct PullSpec {
     /// pull (image, handler, credential) that succeeded since then serves it, instead of a
     /// second upstream pull. `None` (PullPolicy Always, CRI PullImage) always pulls.
     pub absent_since: Option<tokio::time::Instant>,
+    /// The pod asking, for the events of a pull it waits for; never sent to the runtime.
+    pub caller: Option<crate::events::Pod>,
 }
 
 impl PullSpec {

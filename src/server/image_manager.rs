@@ -120,6 +120,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
                 callers: u32::try_from(pull.callers).unwrap_or(u32::MAX),
                 asked: timestamp(pull.asked_at),
                 started: pull.started_at.and_then(timestamp),
+                progress: pull.progress.map(|report| wire_progress(&report.facts())),
             })
             .collect();
         let (backoff_entries, backing_off) = self.manager.backoff_status(&pod_uid, &image);
@@ -181,12 +182,7 @@ fn wire_event(event: &Event, dropped: u64) -> api::Event {
         r#type: event.kind.as_str().to_owned(),
         reason: event.reason.to_owned(),
         message: event.message.clone(),
-        pod: event.pod.as_ref().map(|pod| api::PodRef {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            annotations: Default::default(),
-        }),
+        pod: event.pod.as_ref().map(wire_pod),
         container_name: event.container.clone(),
         image: event.image.clone(),
         image_ref: event.image_ref.clone(),
@@ -194,6 +190,28 @@ fn wire_event(event: &Event, dropped: u64) -> api::Event {
         pull_duration_with_waiting: event.pull.and_then(|pull| duration(pull.total)),
         image_size_bytes: event.pull.map_or(0, |pull| pull.image_size),
         dropped,
+        progress: event.progress.as_ref().map(wire_progress),
+        waiting_pods: event.waiting.iter().map(wire_pod).collect(),
+    }
+}
+
+fn wire_pod(pod: &events::Pod) -> api::PodRef {
+    api::PodRef {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        annotations: Default::default(),
+    }
+}
+
+fn wire_progress(progress: &events::ProgressFacts) -> api::PullProgress {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    api::PullProgress {
+        bytes_done: progress.bytes_done,
+        bytes_total: progress.bytes_total,
+        layers_done: count(progress.layers_done),
+        layers_total: count(progress.layers_total),
+        bytes_per_second: progress.bytes_per_second,
     }
 }
 

@@ -83,7 +83,7 @@ impl From<CriPullError> for Status {
                 status.details().to_vec().into(),
                 status.metadata().clone(),
             ),
-            PullError::Runtime(RuntimeError::Timeout(_)) | PullError::TimedOut(_) => {
+            PullError::Runtime(RuntimeError::Timeout(_)) | PullError::TimedOut(_) | PullError::Stalled { .. } => {
                 Status::deadline_exceeded(error.to_string())
             }
             PullError::Runtime(RuntimeError::EmptyImageRef(_) | RuntimeError::ImageFs(_)) => {
@@ -141,7 +141,7 @@ fn pull_error_code(error: &PullError) -> Code {
             _ => Code::Unknown,
         },
         PullError::RateLimited => Code::ResourceExhausted,
-        PullError::TimedOut(_) => Code::DeadlineExceeded,
+        PullError::TimedOut(_) | PullError::Stalled { .. } => Code::DeadlineExceeded,
         PullError::Abandoned => Code::Internal,
         // One code when every attempt agrees on it.
         PullError::EveryCredentialFailed(failures) => {
@@ -207,10 +207,20 @@ mod tests {
     }
 
     #[test]
-    fn rate_limited_and_timed_out_pulls_have_their_own_codes() {
+    fn rate_limited_timed_out_and_stalled_pulls_have_their_own_codes() {
+        let stalled = PullError::Stalled {
+            timeout: std::time::Duration::from_secs(30),
+            bytes_done: 3 << 20,
+            bytes_total: 8 << 20,
+        };
+        assert_eq!(
+            stalled.to_string(),
+            "image pull made no progress for 30s (--image-pull-progress-timeout) at 3.0 MiB of 8.0 MiB; the pull was cancelled"
+        );
         let cases = [
             (PullError::RateLimited, Code::ResourceExhausted),
             (PullError::TimedOut(std::time::Duration::from_secs(1)), Code::DeadlineExceeded),
+            (stalled, Code::DeadlineExceeded),
         ];
         for (error, code) in cases {
             let source = std::sync::Arc::new(error);

@@ -341,3 +341,92 @@ async fn a_caller_that_saw_the_image_absent_before_the_same_pull_ended_gets_its_
     scheduler.pull(other).await.result.expect("its own pull");
     assert_eq!(upstream.calls.load(SeqCst), 4);
 }
+
+/// Hands out trackers whose reports the test sends, and keeps what each pull told it.
+#[derive(Default)]
+struct ScriptedTracking {
+    reports: std::sync::Mutex<Vec<watch::Sender<Option<Report>>>>,
+    pulls: std::sync::Mutex<Vec<(String, WaitingPods)>>,
+}
+
+impl TrackPulls for ScriptedTracking {
+    fn track(&self, pull: TrackedPull) -> Tracker {
+        let (reports, tracker) = Tracker::scripted();
+        self.reports.lock().unwrap().push(reports);
+        self.pulls.lock().unwrap().push((pull.image, pull.waiting));
+        tracker
+    }
+}
+
+fn tracked_scheduler(upstream: &Arc<Upstream>, tracking: &Arc<ScriptedTracking>) -> PullScheduler {
+    let config = SchedulerConfig { max_parallel: None, pull_timeout: None };
+    PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()))
+}
+
+fn for_pod(image: &str, uid: &str) -> PullSpec {
+    let pod = Pod { namespace: "default".into(), name: format!("pod-{uid}"), uid: uid.into() };
+    PullSpec { caller: Some(pod), ..spec(image, "") }
+}
+
+fn report(bytes_done: u64, stalled: Option<Duration>) -> Report {
+    let progress =
+        crate::pull::progress::Progress { bytes_done, bytes_total: 8 << 20, layers_done: 0, layers_total: 2 };
+    Report { progress, bytes_per_second: 0, stalled }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_pull_is_cancelled_and_every_caller_told_why() {
+    let upstream = Upstream::slow(Duration::from_secs(600));
+    let tracking = Arc::new(ScriptedTracking::default());
+    let scheduler = tracked_scheduler(&upstream, &tracking);
+    let callers: Vec<_> = ["u1", "u2"]
+        .into_iter()
+        .map(|uid| {
+            let scheduler = scheduler.clone();
+            tokio::spawn(async move { scheduler.pull(for_pod("big:v1", uid)).await })
+        })
+        .collect();
+    settle().await;
+    let reports = tracking.reports.lock().unwrap()[0].clone();
+    reports.send_replace(Some(report(3 << 20, None)));
+    settle().await;
+    assert!(callers.iter().all(|caller| !caller.is_finished()), "progress alone does not end a pull");
+    reports.send_replace(Some(report(3 << 20, Some(Duration::from_secs(30)))));
+    for caller in callers {
+        let error = caller.await.expect("caller").result.expect_err("stalled");
+        assert!(
+            matches!(*error, PullError::Stalled { timeout, bytes_done, .. } if timeout == Duration::from_secs(30) && bytes_done == 3 << 20),
+            "{error}"
+        );
+    }
+    assert_eq!(upstream.cancelled.load(SeqCst), 1, "the runtime's pull was dropped");
+    assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::Stalled), 1);
+    assert!(reports.is_closed(), "the tracker went with the pull");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_in_flight_shows_its_progress_and_the_pods_waiting_for_it() {
+    let upstream = Upstream::gated();
+    let tracking = Arc::new(ScriptedTracking::default());
+    let scheduler = tracked_scheduler(&upstream, &tracking);
+    let callers: Vec<_> = ["u1", "u2", "u1"]
+        .into_iter()
+        .map(|uid| {
+            let scheduler = scheduler.clone();
+            tokio::spawn(async move { scheduler.pull(for_pod("app:v1", uid)).await })
+        })
+        .collect();
+    settle().await;
+    assert_eq!(scheduler.in_flight()[0].progress, None, "nothing seen yet");
+    tracking.reports.lock().unwrap()[0].send_replace(Some(report(1 << 20, None)));
+    assert_eq!(scheduler.in_flight()[0].progress, Some(report(1 << 20, None)));
+    let (image, waiting) = tracking.pulls.lock().unwrap()[0].clone();
+    assert_eq!(image, "app:v1");
+    let uids: Vec<String> = waiting.lock().unwrap().iter().map(|pod| pod.uid.clone()).collect();
+    assert_eq!(uids, ["u1", "u2"], "each pod once, in the order it came");
+    upstream.gate.as_ref().expect("gated").notify_one();
+    for caller in callers {
+        caller.await.expect("caller").result.expect("pulled");
+    }
+    assert_eq!(upstream.calls.load(SeqCst), 1);
+}

@@ -1,0 +1,386 @@
+//! Polls containerd's content service for the pulls under way: each pull's progress and rate
+//! (GetStatus, `PullProgress` events), and its stall, on which the scheduler cancels it
+//! (`--image-pull-progress-timeout`).
+//!
+//! One task serves every tracked pull, so N pulls cost one `ListStatuses` a tick; it sleeps while
+//! none is tracked. Until a pull's manifest is found (see [`ImageRuntime::find_manifest`]) each
+//! tick also lists that repository's manifests: a pull whose image was already stored, or whose
+//! manifest cannot be found, reports nothing and never stalls. A runtime without the content
+//! service (CRI-O) turns polling off for good, with one log line: pulls report start and end only.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError, Weak,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use tokio::{
+    sync::{Notify, watch},
+    time::{Instant, MissedTickBehavior},
+};
+
+use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, manifest_layers};
+use crate::{
+    events::{Event, EventType, Events, Pod, ProgressFacts, reason},
+    messages,
+    reference::ImageReference,
+    runtime::{ImageRuntime, RuntimeError},
+};
+
+/// How pulls are watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgressConfig {
+    /// How often the ingests are listed while a pull is tracked.
+    pub interval: Duration,
+    /// A pull downloading with no byte moved for this long is stalled; `None` never stalls.
+    pub stall_timeout: Option<Duration>,
+    /// At most one progress event per pull this often.
+    pub event_interval: Duration,
+}
+
+impl Default for ProgressConfig {
+    /// A quarter-second poll; containerd 1.7's stall default (5m); two events a second at most.
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(250),
+            stall_timeout: Some(Duration::from_secs(300)),
+            event_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The most pods a progress event names as waiting.
+pub const MAX_WAITING_PODS: usize = 32;
+
+/// The pods waiting for a pull, kept by the scheduler as callers join.
+pub type WaitingPods = Arc<Mutex<Vec<Pod>>>;
+
+/// The largest manifest read; an image manifest is a few KiB.
+const MANIFEST_LIMIT: usize = 4 * 1024 * 1024;
+
+/// How much older than the pull's start its manifest may look: containerd stamps it with its own
+/// reading of the same wall clock, to the millisecond or coarser.
+const CLOCK_SLACK: Duration = Duration::from_secs(2);
+
+/// A pull's progress at the last poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    pub progress: Progress,
+    /// Over the last two seconds.
+    pub bytes_per_second: u64,
+    /// The stall timeout, once no byte has moved for it while downloading.
+    pub stalled: Option<Duration>,
+}
+
+impl Report {
+    pub fn facts(&self) -> ProgressFacts {
+        ProgressFacts {
+            bytes_done: self.progress.bytes_done,
+            bytes_total: self.progress.bytes_total,
+            layers_done: self.progress.layers_done,
+            layers_total: self.progress.layers_total,
+            bytes_per_second: self.bytes_per_second,
+        }
+    }
+}
+
+/// A pull the scheduler has started.
+pub struct TrackedPull {
+    /// The image as the runtime is asked for it.
+    pub image: String,
+    pub reference: Arc<ImageReference>,
+    pub started_at: SystemTime,
+    pub waiting: WaitingPods,
+}
+
+/// What the scheduler needs of the poller (which is generic over the runtime; the scheduler is
+/// not).
+pub trait TrackPulls: Send + Sync {
+    /// Watches `pull` until the returned tracker is dropped.
+    fn track(&self, pull: TrackedPull) -> Tracker;
+}
+
+/// One tracked pull's reports; dropping it stops the tracking.
+pub struct Tracker {
+    reports: watch::Receiver<Option<Report>>,
+    _registration: Option<Registration>,
+}
+
+impl Tracker {
+    /// A tracker that never reports: the runtime has no progress to give.
+    pub fn untracked() -> Self {
+        Self { reports: watch::channel(None).1, _registration: None }
+    }
+
+    /// A tracker whose reports the test sends.
+    #[cfg(test)]
+    pub(crate) fn scripted() -> (watch::Sender<Option<Report>>, Self) {
+        let (reports, receiver) = watch::channel(None);
+        (reports, Self { reports: receiver, _registration: None })
+    }
+
+    /// The reports as they come, for whoever asks how the pull is going.
+    pub fn reports(&self) -> watch::Receiver<Option<Report>> {
+        self.reports.clone()
+    }
+
+    /// The pull succeeded: where its progress was seen, a last event says all of it is done (the
+    /// polls see it only up to the last quarter second).
+    pub fn completed(self) {
+        let (Some(registration), Some(last)) = (&self._registration, *self.reports.borrow()) else { return };
+        let progress = last.progress;
+        let all = Progress { bytes_done: progress.bytes_total, layers_done: progress.layers_total, ..progress };
+        let pull = &registration.pull;
+        if pull.events.watched() {
+            pull.events.publish(progress_event(pull, &Report { progress: all, ..last }.facts()));
+        }
+    }
+
+    /// Resolves with the report that found the pull stalled; never, for a pull that is not.
+    pub async fn stalled(&mut self) -> Report {
+        loop {
+            if let Some(report) = *self.reports.borrow_and_update()
+                && report.stalled.is_some()
+            {
+                return report;
+            }
+            if self.reports.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+struct Registration {
+    id: u64,
+    registry: Weak<Registry>,
+    pull: Arc<Registered>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry.pulls().remove(&self.id);
+        }
+    }
+}
+
+struct Registered {
+    image: String,
+    reference: Arc<ImageReference>,
+    started_at: SystemTime,
+    waiting: WaitingPods,
+    reports: watch::Sender<Option<Report>>,
+    events: Arc<Events>,
+}
+
+#[derive(Default)]
+struct Registry {
+    pulls: Mutex<HashMap<u64, Arc<Registered>>>,
+    next_id: AtomicU64,
+    /// Wakes the polling task when a pull is tracked, or when the poller goes.
+    wake: Arc<Notify>,
+    /// The runtime has no content service: nothing is tracked.
+    unsupported: AtomicBool,
+}
+
+impl Registry {
+    fn pulls(&self) -> MutexGuard<'_, HashMap<u64, Arc<Registered>>> {
+        self.pulls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Watches the pulls under way on the runtime's content service.
+pub struct ProgressPoller {
+    registry: Arc<Registry>,
+    events: Arc<Events>,
+}
+
+impl ProgressPoller {
+    /// Starts the polling task (it ends when the poller is dropped).
+    pub fn start<R: ImageRuntime>(runtime: Arc<R>, config: ProgressConfig, events: Arc<Events>) -> Arc<Self> {
+        let registry = Arc::new(Registry::default());
+        let task = Poll { runtime, config, pulls: HashMap::new() };
+        tokio::spawn(task.run(Arc::downgrade(&registry), registry.wake.clone()));
+        Arc::new(Self { registry, events })
+    }
+}
+
+impl Drop for ProgressPoller {
+    fn drop(&mut self) {
+        self.registry.wake.notify_one();
+    }
+}
+
+impl TrackPulls for ProgressPoller {
+    fn track(&self, pull: TrackedPull) -> Tracker {
+        if self.registry.unsupported.load(Ordering::Relaxed) {
+            return Tracker::untracked();
+        }
+        let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reports, receiver) = watch::channel(None);
+        let TrackedPull { image, reference, started_at, waiting } = pull;
+        let events = self.events.clone();
+        let pull = Arc::new(Registered { image, reference, started_at, waiting, reports, events });
+        self.registry.pulls().insert(id, pull.clone());
+        self.registry.wake.notify_one();
+        let registration = Registration { id, registry: Arc::downgrade(&self.registry), pull };
+        Tracker { reports: receiver, _registration: Some(registration) }
+    }
+}
+
+/// The polling task and what it knows of each tracked pull.
+struct Poll<R> {
+    runtime: Arc<R>,
+    config: ProgressConfig,
+    pulls: HashMap<u64, Watched>,
+}
+
+/// A tracked pull as the task follows it.
+#[derive(Default)]
+struct Watched {
+    /// `None` until its manifest is found.
+    progress: Option<PullProgress>,
+    rate: RateWindow,
+    /// The progress last published, and when.
+    published: Option<(Instant, Progress)>,
+}
+
+impl<R: ImageRuntime> Poll<R> {
+    async fn run(mut self, registry: Weak<Registry>, wake: Arc<Notify>) {
+        let mut ticker = tokio::time::interval(self.config.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let tracked: Vec<(u64, Arc<Registered>)> = match registry.upgrade() {
+                Some(registry) => registry.pulls().iter().map(|(id, pull)| (*id, pull.clone())).collect(),
+                None => return,
+            };
+            self.pulls.retain(|id, _| tracked.iter().any(|(tracked, _)| tracked == id));
+            if tracked.is_empty() {
+                wake.notified().await;
+                ticker.reset();
+                continue;
+            }
+            ticker.tick().await;
+            match self.poll(&tracked).await {
+                Ok(()) => {}
+                Err(error) if error.code() == tonic::Code::Unimplemented => {
+                    tracing::info!(%error, "pull progress is off: the runtime has no content service to read it from");
+                    if let Some(registry) = registry.upgrade() {
+                        registry.unsupported.store(true, Ordering::Relaxed);
+                        registry.pulls().clear();
+                    }
+                    return;
+                }
+                Err(error) => tracing::debug!(%error, "listing the runtime's downloads failed"),
+            }
+        }
+    }
+
+    /// One tick: the ingests once, then each pull's share of them.
+    async fn poll(&mut self, tracked: &[(u64, Arc<Registered>)]) -> Result<(), RuntimeError> {
+        let ingests: HashMap<String, Ingest> = self
+            .runtime
+            .list_ingests()
+            .await?
+            .into_iter()
+            .filter_map(|(reference, offset, total)| {
+                Some((digest_of_ref(&reference)?.to_owned(), Ingest { offset, total }))
+            })
+            .collect();
+        for (id, pull) in tracked {
+            let mut watched = self.pulls.remove(id).unwrap_or_default();
+            if watched.progress.is_none() {
+                watched.progress = self.find_layers(pull, &ingests).await;
+            }
+            if let Some(progress) = &mut watched.progress {
+                let mut committed = HashSet::new();
+                for digest in progress.vanished(&ingests) {
+                    if self.runtime.has_blob(&digest).await.unwrap_or(false) {
+                        committed.insert(digest);
+                    }
+                }
+                let now = Instant::now();
+                let done = progress.observe(&ingests, &committed, now);
+                let stalled = self.config.stall_timeout.filter(|timeout| progress.stalled(now, *timeout));
+                let report =
+                    Report { progress: done, bytes_per_second: watched.rate.sample(now, done.bytes_done), stalled };
+                pull.reports.send_replace(Some(report));
+                self.publish(pull, &mut watched, report, now);
+            }
+            self.pulls.insert(*id, watched);
+        }
+        Ok(())
+    }
+
+    /// The layers `pull` fetches, once containerd has its manifest: those stored already (and
+    /// not being written) are left out.
+    async fn find_layers(&self, pull: &Registered, ingests: &HashMap<String, Ingest>) -> Option<PullProgress> {
+        let since = pull.started_at.checked_sub(CLOCK_SLACK).unwrap_or(pull.started_at);
+        let host = host_without_port(pull.reference.domain());
+        let manifest = match self.runtime.find_manifest(host, pull.reference.path(), since).await {
+            Ok(found) => found?,
+            Err(error) => {
+                tracing::debug!(%error, image = %pull.image, "looking for the pull's manifest failed");
+                return None;
+            }
+        };
+        let blob = self.runtime.read_blob(&manifest, MANIFEST_LIMIT).await.ok()?;
+        let Some(layers) = manifest_layers(&blob) else {
+            tracing::debug!(%manifest, image = %pull.image, "the pull's manifest names no layers");
+            return None;
+        };
+        let mut stored = HashSet::new();
+        for layer in &layers {
+            if !ingests.contains_key(&layer.digest) && self.runtime.has_blob(&layer.digest).await.unwrap_or(false) {
+                stored.insert(layer.digest.clone());
+            }
+        }
+        Some(PullProgress::new(layers, &stored, Instant::now()))
+    }
+
+    /// A `PullProgress` event when the pull moved and the last one is old enough; the first
+    /// report (the size is known) always goes out.
+    fn publish(&self, pull: &Registered, watched: &mut Watched, report: Report, now: Instant) {
+        let due = match watched.published {
+            None => true,
+            Some((at, progress)) => {
+                progress != report.progress && now.saturating_duration_since(at) >= self.config.event_interval
+            }
+        };
+        if !due || !pull.events.watched() {
+            return;
+        }
+        watched.published = Some((now, report.progress));
+        pull.events.publish(progress_event(pull, &report.facts()));
+    }
+}
+
+/// A `PullProgress` event about `pull`, for every pod waiting for it.
+fn progress_event(pull: &Registered, facts: &ProgressFacts) -> Event {
+    let waiting = pull.waiting.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    Event {
+        pod: waiting.first().cloned(),
+        waiting,
+        image: pull.image.clone(),
+        progress: Some(*facts),
+        ..Event::new(EventType::Normal, reason::PULL_PROGRESS, messages::pull_progress(&pull.image, facts))
+    }
+}
+
+/// The registry host as containerd's source labels name it: without its port (or brackets).
+fn host_without_port(domain: &str) -> &str {
+    if let Some(bracketed) = domain.strip_prefix('[') {
+        return bracketed.split_once(']').map_or(domain, |(host, _)| host);
+    }
+    match domain.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => domain,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,296 @@
+use std::sync::atomic::AtomicUsize;
+
+use k8s_cri::v1::ImageSpec;
+
+use super::*;
+use crate::{
+    events::{Filter, Next},
+    runtime::{PresentImage, PullSpec},
+};
+
+const MIB: u64 = 1 << 20;
+
+fn digest(n: u8) -> String {
+    format!("sha256:{}", format!("{n:02x}").repeat(32))
+}
+
+/// A content store whose downloads the test moves: ingests, committed blobs, and manifests by
+/// repository (host without port, path).
+#[derive(Default)]
+struct Content {
+    ingests: Mutex<HashMap<String, (u64, u64)>>,
+    blobs: Mutex<HashMap<String, Vec<u8>>>,
+    manifests: Mutex<HashMap<(String, String), String>>,
+    lists: AtomicUsize,
+    /// A runtime without the content service (CRI-O).
+    unsupported: bool,
+}
+
+impl Content {
+    /// Stores an image manifest of `layers` (number, size) for `host`/`path`.
+    fn manifest(&self, host: &str, path: &str, manifest: u8, layers: &[(u8, u64)]) {
+        let layers: Vec<String> =
+            layers.iter().map(|(n, size)| format!(r#"{{"digest":"{}","size":{size}}}"#, digest(*n))).collect();
+        let json = format!(r#"{{"schemaVersion":2,"layers":[{}]}}"#, layers.join(","));
+        self.blobs.lock().unwrap().insert(digest(manifest), json.into_bytes());
+        self.manifests.lock().unwrap().insert((host.into(), path.into()), digest(manifest));
+    }
+
+    fn downloading(&self, layer: u8, offset: u64, total: u64) {
+        self.ingests.lock().unwrap().insert(format!("layer-{}", digest(layer)), (offset, total));
+    }
+
+    fn commit(&self, layer: u8) {
+        self.ingests.lock().unwrap().remove(&format!("layer-{}", digest(layer)));
+        self.blobs.lock().unwrap().insert(digest(layer), Vec::new());
+    }
+
+    fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
+    }
+}
+
+impl ImageRuntime for Content {
+    async fn image_status(&self, _: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
+        Ok(None)
+    }
+
+    async fn pull_image(&self, _: PullSpec) -> Result<String, RuntimeError> {
+        Err(RuntimeError::Unsupported("pull in this test"))
+    }
+
+    async fn probe(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+
+    async fn list_ingests(&self) -> Result<Vec<(String, u64, u64)>, RuntimeError> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        if self.unsupported {
+            return Err(RuntimeError::Status(tonic::Status::unimplemented(
+                "unknown service containerd.services.content.v1.Content",
+            )));
+        }
+        let ingests = self.ingests.lock().unwrap();
+        Ok(ingests.iter().map(|(reference, (offset, total))| (reference.clone(), *offset, *total)).collect())
+    }
+
+    async fn find_manifest(&self, host: &str, path: &str, _: SystemTime) -> Result<Option<String>, RuntimeError> {
+        Ok(self.manifests.lock().unwrap().get(&(host.to_owned(), path.to_owned())).cloned())
+    }
+
+    async fn read_blob(&self, digest: &str, _: usize) -> Result<Vec<u8>, RuntimeError> {
+        let blob = self.blobs.lock().unwrap().get(digest).cloned();
+        blob.ok_or_else(|| RuntimeError::Status(tonic::Status::not_found(digest.to_owned())))
+    }
+
+    async fn has_blob(&self, digest: &str) -> Result<bool, RuntimeError> {
+        Ok(self.blobs.lock().unwrap().contains_key(digest))
+    }
+}
+
+fn pod(uid: &str) -> Pod {
+    Pod { namespace: "default".into(), name: format!("pod-{uid}"), uid: uid.into() }
+}
+
+fn pull(image: &str, waiting: &[&str]) -> TrackedPull {
+    let reference = crate::reference::ImageReference::parse_normalized(image).expect("a valid image");
+    TrackedPull {
+        image: image.into(),
+        reference: Arc::new(reference),
+        started_at: SystemTime::now(),
+        waiting: Arc::new(Mutex::new(waiting.iter().map(|uid| pod(uid)).collect())),
+    }
+}
+
+fn config(stall: u64) -> ProgressConfig {
+    ProgressConfig { stall_timeout: Some(Duration::from_secs(stall)), ..ProgressConfig::default() }
+}
+
+/// Lets the polling task run a tick's worth (paused clock).
+async fn tick() {
+    tokio::time::sleep(ProgressConfig::default().interval).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn latest(tracker: &Tracker) -> Option<Report> {
+    *tracker.reports().borrow()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_reports_its_bytes_and_layers_as_they_arrive() {
+    let content = Arc::new(Content::default());
+    let events = Arc::new(Events::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
+    // Layer 3 was on the node already.
+    content.commit(3);
+    let tracker = poller.track(pull("registry.local:5000/team/app:v1", &["u1"]));
+    tick().await;
+    assert_eq!(latest(&tracker), None, "no manifest yet: nothing to report");
+
+    content.manifest("registry.local", "team/app", 9, &[(1, 4 * MIB), (2, 2 * MIB), (3, 8 * MIB)]);
+    content.downloading(1, MIB, 4 * MIB);
+    tick().await;
+    let first = latest(&tracker).expect("a report");
+    assert_eq!(first.progress, Progress { bytes_done: MIB, bytes_total: 6 * MIB, layers_done: 0, layers_total: 2 });
+
+    content.downloading(1, 3 * MIB, 4 * MIB);
+    content.downloading(2, MIB, 2 * MIB);
+    tick().await;
+    assert_eq!(latest(&tracker).expect("a report").progress.bytes_done, 4 * MIB);
+    content.commit(1);
+    content.commit(2);
+    tick().await;
+    let done = latest(&tracker).expect("a report");
+    assert_eq!(done.progress, Progress { bytes_done: 6 * MIB, bytes_total: 6 * MIB, layers_done: 2, layers_total: 2 });
+    assert!(done.bytes_per_second > 0, "{done:?}");
+    assert_eq!(done.stalled, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_events_name_the_pods_waiting_and_come_at_most_twice_a_second() {
+    let content = Arc::new(Content::default());
+    let events = Arc::new(Events::default());
+    let mut joined_pod = events.subscribe(Filter { pod_uid: "u2".into(), ..Filter::default() });
+    let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
+    content.manifest("docker.io", "library/busybox", 9, &[(1, 8 * MIB)]);
+    let pulling = pull("docker.io/library/busybox:1.36", &["u1", "u2"]);
+    let _tracker = poller.track(pulling);
+    // Four seconds of 1 MiB steps every quarter second: 16 polls, each one moved.
+    for step in 1..=8 {
+        content.downloading(1, step * MIB, 8 * MIB);
+        tick().await;
+        tick().await;
+    }
+    drop(poller);
+    let mut seen = Vec::new();
+    while let Ok(Some(Next::Event(event))) = tokio::time::timeout(Duration::from_millis(1), joined_pod.next()).await {
+        seen.push(event);
+    }
+    assert!((7..=9).contains(&seen.len()), "one event per half second of movement, got {}", seen.len());
+    let last = seen.last().expect("events");
+    assert_eq!(last.reason, reason::PULL_PROGRESS);
+    assert_eq!(last.pod.as_ref().map(|pod| pod.uid.as_str()), Some("u1"));
+    assert_eq!(last.waiting.iter().map(|pod| pod.uid.as_str()).collect::<Vec<_>>(), ["u1", "u2"]);
+    assert_eq!(last.image, "docker.io/library/busybox:1.36");
+    let facts = last.progress.expect("progress");
+    assert_eq!((facts.bytes_total, facts.layers_total), (8 * MIB, 1));
+    assert!(facts.bytes_done >= 7 * MIB, "{facts:?}");
+    let done: Vec<u64> = seen.iter().map(|event| event.progress.expect("progress").bytes_done).collect();
+    assert!(done.windows(2).all(|pair| pair[0] < pair[1]), "rising: {done:?}");
+    assert!(last.message.starts_with(r#"Pulling image "docker.io/library/busybox:1.36": "#), "{}", last.message);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completed_pull_says_all_of_it_is_done_and_an_unseen_one_says_nothing() {
+    let content = Arc::new(Content::default());
+    let events = Arc::new(Events::default());
+    let mut watcher = events.subscribe(Filter::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
+    content.manifest("registry.local", "app", 9, &[(1, 4 * MIB), (2, 2 * MIB)]);
+    let seen = poller.track(pull("registry.local/app:v1", &["u1"]));
+    let unseen = poller.track(pull("registry.local/other:v1", &["u1"]));
+    content.downloading(1, 3 * MIB, 4 * MIB);
+    tick().await;
+    let Some(Next::Event(first)) = watcher.next().await else { panic!("a progress event") };
+    assert_eq!(first.progress.expect("progress").bytes_done, 3 * MIB);
+    // The pull ends between two polls.
+    seen.completed();
+    unseen.completed();
+    let Some(Next::Event(last)) = watcher.next().await else { panic!("the last progress event") };
+    let facts = last.progress.expect("progress");
+    assert_eq!((facts.bytes_done, facts.layers_done), (6 * MIB, 2), "all of it");
+    assert_eq!(last.image, "registry.local/app:v1");
+    drop(poller);
+    let more = tokio::time::timeout(Duration::from_secs(1), watcher.next()).await;
+    assert!(!matches!(more, Ok(Some(Next::Event(_)))), "nothing about the pull never seen: {more:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn pulls_under_way_share_one_listing_and_each_counts_its_own_layers() {
+    let content = Arc::new(Content::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    content.manifest("registry.local", "a", 8, &[(1, 4 * MIB), (5, MIB)]);
+    content.manifest("registry.local", "b", 9, &[(2, 2 * MIB), (5, MIB)]);
+    let a = poller.track(pull("registry.local/a:v1", &[]));
+    let b = poller.track(pull("registry.local/b:v1", &[]));
+    content.downloading(1, 3 * MIB, 4 * MIB);
+    content.downloading(2, MIB, 2 * MIB);
+    // Layer 5 is shared: one download, which both wait for.
+    content.downloading(5, MIB, MIB);
+    tick().await;
+    let lists_before = content.lists();
+    tick().await;
+    assert_eq!(content.lists() - lists_before, 1, "one listing a tick, whatever the number of pulls");
+    assert_eq!(latest(&a).expect("a").progress.bytes_done, 4 * MIB);
+    assert_eq!(latest(&b).expect("b").progress.bytes_done, 2 * MIB);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_download_that_stops_moving_is_stalled_after_the_timeout() {
+    let content = Arc::new(Content::default());
+    let poller = ProgressPoller::start(content.clone(), config(5), Arc::new(Events::default()));
+    content.manifest("registry.local", "big", 9, &[(1, 8 * MIB)]);
+    let mut tracker = poller.track(pull("registry.local/big:v1", &[]));
+    content.downloading(1, 3 * MIB, 8 * MIB);
+    let started = tokio::time::Instant::now();
+    let report = tokio::time::timeout(Duration::from_secs(60), tracker.stalled()).await.expect("stalled");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(5) && waited <= Duration::from_secs(6), "stalled after {waited:?}");
+    assert_eq!(report.stalled, Some(Duration::from_secs(5)));
+    assert_eq!(report.progress.bytes_done, 3 * MIB);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_with_nothing_downloading_never_stalls() {
+    let content = Arc::new(Content::default());
+    let poller = ProgressPoller::start(content.clone(), config(5), Arc::new(Events::default()));
+    content.manifest("registry.local", "slow", 9, &[(1, 8 * MIB)]);
+    // Resolving, or waiting on another pull: no ingest of its layers.
+    let mut tracker = poller.track(pull("registry.local/slow:v1", &[]));
+    let stalled = tokio::time::timeout(Duration::from_secs(60), tracker.stalled()).await;
+    assert!(stalled.is_err(), "stalled with nothing downloading");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poller_rests_while_nothing_is_tracked() {
+    let content = Arc::new(Content::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(content.lists(), 0, "no pull, no listing");
+    let tracker = poller.track(pull("registry.local/app:v1", &[]));
+    tick().await;
+    assert!(content.lists() >= 1);
+    drop(tracker);
+    tick().await;
+    let after = content.lists();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(content.lists(), after, "the last pull went: listing stops");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runtime_without_the_content_service_turns_progress_off() {
+    let content = Arc::new(Content { unsupported: true, ..Content::default() });
+    let poller = ProgressPoller::start(content.clone(), config(1), Arc::new(Events::default()));
+    let mut first = poller.track(pull("registry.local/app:v1", &[]));
+    tick().await;
+    tick().await;
+    assert_eq!(content.lists(), 1, "asked once");
+    let mut second = poller.track(pull("registry.local/other:v1", &[]));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(content.lists(), 1, "never asked again");
+    for tracker in [&mut first, &mut second] {
+        assert_eq!(latest(tracker), None);
+        let stalled = tokio::time::timeout(Duration::from_secs(5), tracker.stalled()).await;
+        assert!(stalled.is_err(), "an untracked pull never stalls");
+    }
+}
+
+#[test]
+fn a_registry_host_loses_its_port_as_in_containerds_labels() {
+    assert_eq!(host_without_port("registry.local:5000"), "registry.local");
+    assert_eq!(host_without_port("127.0.0.1:41234"), "127.0.0.1");
+    assert_eq!(host_without_port("docker.io"), "docker.io");
+    assert_eq!(host_without_port("[::1]:5000"), "::1");
+}

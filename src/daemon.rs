@@ -109,6 +109,8 @@ pub struct Parts<R> {
     pub guard: Arc<ImageGuard>,
     /// Every image event, for WatchEvents.
     pub events: Arc<Events>,
+    /// The registry rate limits the pull path applies, for GetStatus.
+    pub limits: Arc<RegistryLimits<TokioClock>>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
@@ -126,8 +128,8 @@ impl<R: ImageRuntime> Parts<R> {
         let guard = Arc::new(ImageGuard::default());
         let events = Arc::new(Events::default());
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
-        let limits = RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone());
-        let pulls = RecordPulls::new(RateLimitLayer::new(Arc::new(limits)).layer(RuntimePull::new(runtime.clone())));
+        let limits = Arc::new(RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone()));
+        let pulls = RecordPulls::new(RateLimitLayer::new(limits.clone()).layer(RuntimePull::new(runtime.clone())));
         let progress = config
             .progress
             .map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()) as Arc<dyn TrackPulls>);
@@ -157,7 +159,7 @@ impl<R: ImageRuntime> Parts<R> {
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
-        Ok(Self { runtime, metrics, presence, records, manager, gc, guard, events })
+        Ok(Self { runtime, metrics, presence, records, manager, gc, guard, events, limits })
     }
 }
 

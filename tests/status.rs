@@ -97,3 +97,26 @@ async fn image_gcs_last_pass_and_an_unreachable_runtime_are_told() {
     assert!(!frozen.runtime_error.is_empty(), "{frozen:?}");
     stack.runtime.service.thaw();
 }
+
+#[tokio::test]
+async fn each_registry_bucket_shows_its_limit_and_tokens_left() {
+    use cri_imaged::pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitMode};
+    let limit = |qps, burst| RateLimit::try_new(qps, burst).expect("valid").expect("limited");
+    let rate_limits = RateLimitConfig {
+        global: Some(limit(5.0, 10)),
+        per_host: vec![("registry.local:5000".into(), limit(0.01, 3))],
+        mode: RateLimitMode::Wait,
+    };
+    let stack = FakeStack::start(ManagerConfig { rate_limits, ..ManagerConfig::default() }).await;
+    let mut client = stack.daemon.client();
+    for image in ["registry.local:5000/app:v1", "registry.local:5000/app:v2"] {
+        call(&mut client, ensure(image, IF_NOT_PRESENT)).await.expect("pulled");
+    }
+    let now = status(&stack, GetStatusRequest::default()).await;
+    assert_eq!(now.rate_limit_mode, "wait");
+    let buckets: Vec<(&str, f64, u32)> = now.rate_limits.iter().map(|b| (b.host.as_str(), b.qps, b.burst)).collect();
+    assert_eq!(buckets, [("", 5.0, 10), ("registry.local:5000", 0.01, 3)], "the default bucket first");
+    assert_eq!(now.rate_limits[0].tokens, 10.0, "no pull from another registry");
+    let left = now.rate_limits[1].tokens;
+    assert!((1.0..1.1).contains(&left), "two of three taken, refilling at 0.01 a second: {left}");
+}

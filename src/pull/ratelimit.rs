@@ -7,7 +7,7 @@
 use std::{
     collections::HashMap,
     num::NonZeroU32,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
     time::Duration,
 };
@@ -15,7 +15,7 @@ use std::{
 use governor::{
     Quota, RateLimiter,
     clock::{Clock, Reference},
-    middleware::NoOpMiddleware,
+    middleware::StateInformationMiddleware,
     state::{InMemoryState, NotKeyed},
 };
 use tower::{Layer, Service, ServiceExt};
@@ -125,12 +125,31 @@ impl Clock for TokioClock {
     }
 }
 
-type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
+
+/// One token bucket, and what it had left after the last pull it admitted.
+struct Bucket<C: Clock> {
+    limiter: Limiter<C>,
+    limit: RateLimit,
+    /// governor cannot be asked without taking a token: the tokens left at the last admission,
+    /// and when, tell how many there are now.
+    last_admitted: Mutex<Option<(C::Instant, u32)>>,
+}
+
+/// A bucket as GetStatus shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketStatus {
+    /// `None` for the bucket of registries without one of their own.
+    pub host: Option<String>,
+    pub limit: RateLimit,
+    /// Pulls it would admit now, with the fraction of the next one refilled.
+    pub tokens: f64,
+}
 
 /// The buckets, shared by every clone of the layer's service.
 pub struct RegistryLimits<C: Clock> {
-    global: Option<Limiter<C>>,
-    per_host: HashMap<String, Limiter<C>>,
+    global: Option<Bucket<C>>,
+    per_host: HashMap<String, Bucket<C>>,
     mode: RateLimitMode,
     clock: C,
     metrics: Arc<PullMetrics>,
@@ -138,22 +157,57 @@ pub struct RegistryLimits<C: Clock> {
 
 impl<C: Clock + Clone> RegistryLimits<C> {
     pub fn new(config: &RateLimitConfig, clock: C, metrics: Arc<PullMetrics>) -> Self {
-        let limiter = |limit: &RateLimit| RateLimiter::direct_with_clock(limit.quota(), clock.clone());
+        let bucket = |limit: &RateLimit| Bucket {
+            limiter: RateLimiter::direct_with_clock(limit.quota(), clock.clone()).with_middleware(),
+            limit: *limit,
+            last_admitted: Mutex::new(None),
+        };
         Self {
-            global: config.global.as_ref().map(limiter),
-            per_host: config.per_host.iter().map(|(host, limit)| (host.clone(), limiter(limit))).collect(),
+            global: config.global.as_ref().map(bucket),
+            per_host: config.per_host.iter().map(|(host, limit)| (host.clone(), bucket(limit))).collect(),
             mode: config.mode,
             clock,
             metrics,
         }
     }
 
+    pub fn mode(&self) -> RateLimitMode {
+        self.mode
+    }
+
+    /// Every bucket and its tokens now: the default one first, then by host.
+    pub fn buckets(&self) -> Vec<BucketStatus> {
+        let now = self.clock.now();
+        let status = |host: Option<&String>, bucket: &Bucket<C>| {
+            let burst = f64::from(bucket.limit.burst.get());
+            let last = *bucket.last_admitted.lock().unwrap_or_else(PoisonError::into_inner);
+            let tokens = match last {
+                None => burst,
+                Some((at, left)) => {
+                    let refilled = Duration::from(now.duration_since(at)).as_secs_f64() * bucket.limit.qps;
+                    (f64::from(left) + refilled).min(burst)
+                }
+            };
+            BucketStatus { host: host.cloned(), limit: bucket.limit, tokens }
+        };
+        let mut hosts: Vec<(&String, &Bucket<C>)> = self.per_host.iter().collect();
+        hosts.sort_by_key(|(host, _)| *host);
+        let global = self.global.as_ref().map(|bucket| status(None, bucket));
+        global.into_iter().chain(hosts.into_iter().map(|(host, bucket)| status(Some(host), bucket))).collect()
+    }
+
     /// Takes a token for `host`; `Err(wait)` says when one frees up.
     fn take(&self, host: Option<&str>) -> Result<(), Duration> {
-        let limiter = host.and_then(|host| self.per_host.get(host)).or(self.global.as_ref());
-        match limiter.map(Limiter::check) {
-            None | Some(Ok(())) => Ok(()),
-            Some(Err(not_until)) => Err(not_until.wait_time_from(self.clock.now())),
+        let Some(bucket) = host.and_then(|host| self.per_host.get(host)).or(self.global.as_ref()) else {
+            return Ok(());
+        };
+        match bucket.limiter.check() {
+            Ok(snapshot) => {
+                let left = snapshot.remaining_burst_capacity();
+                *bucket.last_admitted.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), left));
+                Ok(())
+            }
+            Err(not_until) => Err(not_until.wait_time_from(self.clock.now())),
         }
     }
 

@@ -15,6 +15,7 @@ use crate::{
     events::{self, Event, Events, Filter, Next},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
+    pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits, TokioClock},
     runtime::{ImageFsUsage, ImageRuntime},
     shutdown::Shutdown,
 };
@@ -27,6 +28,7 @@ pub struct ImageManagerService<R> {
     gc: Arc<ImageGc<R>>,
     events: Arc<Events>,
     presence: Arc<PresenceCache>,
+    limits: Arc<RegistryLimits<TokioClock>>,
     /// Event streams end when the daemon stops.
     shutdown: Shutdown,
 }
@@ -39,6 +41,7 @@ impl<R> ImageManagerService<R> {
             gc: parts.gc.clone(),
             events: parts.events.clone(),
             presence: parts.presence.clone(),
+            limits: parts.limits.clone(),
             shutdown,
         }
     }
@@ -150,6 +153,12 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             presence_cache_watching: self.presence.is_watching(),
             presence_cache_entries: self.presence.len() as u64,
             last_gc_pass,
+            rate_limit_mode: match self.limits.mode() {
+                RateLimitMode::Fail => "fail",
+                RateLimitMode::Wait => "wait",
+            }
+            .to_owned(),
+            rate_limits: self.limits.buckets().into_iter().map(rate_limit_bucket).collect(),
         }))
     }
 
@@ -232,6 +241,15 @@ fn collected_image(image: Chosen) -> api::CollectedImage {
         last_used: image.last_used.map(timestamp),
         removed,
         error,
+    }
+}
+
+fn rate_limit_bucket(bucket: BucketStatus) -> api::RateLimitBucket {
+    api::RateLimitBucket {
+        host: bucket.host.unwrap_or_default(),
+        qps: bucket.limit.qps,
+        burst: bucket.limit.burst.get(),
+        tokens: bucket.tokens,
     }
 }
 

@@ -116,3 +116,30 @@ async fn a_cri_pull_waits_for_a_token_even_in_fail_mode() {
     service.clone().oneshot(cri_spec("app:3")).await.expect("a CRI pull waits instead");
     assert_eq!(started.elapsed(), Duration::from_millis(200));
 }
+
+#[tokio::test]
+async fn each_bucket_tells_its_tokens_refilled_at_its_rate_up_to_its_burst() {
+    let clock = FakeRelativeClock::default();
+    let host = "registry.local:5000";
+    let config = RateLimitConfig {
+        global: Some(limit(5.0, 10)),
+        per_host: vec![(host.into(), limit(1.0, 2))],
+        mode: RateLimitMode::Fail,
+    };
+    let limits = Arc::new(RegistryLimits::new(&config, clock.clone(), Default::default()));
+    let service = RateLimitLayer::new(limits.clone()).layer(upstream(Arc::default()));
+    let tokens = |limits: &RegistryLimits<FakeRelativeClock>| -> Vec<(Option<String>, f64)> {
+        limits.buckets().into_iter().map(|bucket| (bucket.host, bucket.tokens)).collect()
+    };
+    assert_eq!(tokens(&limits), [(None, 10.0), (Some(host.to_owned()), 2.0)], "full before any pull");
+    for i in 0..3 {
+        pull(&service, &format!("app:{i}")).await.expect("within the burst");
+    }
+    pull(&service, &format!("{host}/app:v1")).await.expect("within the burst");
+    assert_eq!(tokens(&limits), [(None, 7.0), (Some(host.to_owned()), 1.0)]);
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(tokens(&limits), [(None, 9.5), (Some(host.to_owned()), 1.5)], "refilled at 5 and 1 a second");
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(tokens(&limits), [(None, 10.0), (Some(host.to_owned()), 2.0)], "never above the burst");
+    assert_eq!(limits.mode(), RateLimitMode::Fail);
+}

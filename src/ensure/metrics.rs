@@ -89,6 +89,17 @@ impl EnsureMetrics {
         self.requests.get_or_create(&labels).inc();
     }
 
+    /// Requests counted with these labels.
+    #[cfg(test)]
+    pub fn decisions(&self, policy: PullPolicy, present: bool, pull_required: bool) -> u64 {
+        let labels = vec![
+            ("pull_policy", policy.as_str()),
+            ("present_locally", flag(present)),
+            ("pull_required", flag(pull_required)),
+        ];
+        self.requests.get_or_create(&labels).get()
+    }
+
     pub fn pulled_for_request(&self, total: Duration, image_size: u64) {
         let labels = vec![("image_size_in_bytes", image_size_bucket(image_size))];
         self.pull_duration.get_or_create(&labels).observe(total.as_secs_f64());

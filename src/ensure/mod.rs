@@ -289,8 +289,11 @@ impl<R: ImageRuntime> ImageManager<R> {
                 return Ok(outcome);
             }
             tracing::info!(image_ref = %outcome.image_ref, "the present image was being removed by image GC; it is absent");
-            // Absent, the decision is a pull or, under Never, the absent image's refusal.
-            self.decide(&request, &repository, policy, None).await?;
+            // Absent, the decision is a pull or, under Never, the absent image's refusal (the
+            // request was counted once, as decided the first time).
+            if policy::decide(policy, false) != Decision::Pull {
+                return Err(never_pull(image));
+            }
         }
         drop(hand_out);
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
@@ -346,11 +349,7 @@ impl<R: ImageRuntime> ImageManager<R> {
     ) -> Result<Option<EnsureOutcome>, EnsureError> {
         let image = &request.image;
         let decision = policy::decide(policy, present.is_some());
-        let never_pull = || {
-            let message = messages::never_pull(image);
-            tracing::warn!("{message}");
-            EnsureError::NeverPull { message }
-        };
+        let never_pull = || never_pull(image);
         match (decision, present) {
             (Decision::UsePresent, Some(found)) => {
                 if !self.may_use_present(request, repository, &found.id).await? {
@@ -773,6 +772,13 @@ impl Announce {
 fn sandbox_pod(config: &PodSandboxConfig) -> Option<Pod> {
     let metadata = config.metadata.as_ref()?;
     Some(Pod { namespace: metadata.namespace.clone(), name: metadata.name.clone(), uid: metadata.uid.clone() })
+}
+
+/// The refusal of an absent image under `Never`.
+fn never_pull(image: &str) -> EnsureError {
+    let message = messages::never_pull(image);
+    tracing::warn!("{message}");
+    EnsureError::NeverPull { message }
 }
 
 /// Validates the image and applies the default tag: the parsed reference (default tag

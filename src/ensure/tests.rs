@@ -659,6 +659,9 @@ async fn a_present_image_removed_by_image_gc_during_its_presence_check_is_pulled
             true => assert!(answer.expect("pulled again").pull.is_some(), "the removed image is not handed out"),
             false => assert!(matches!(answer, Err(EnsureError::NeverPull { .. })), "absent under Never: {answer:?}"),
         }
+        let counted = |present, pull| built.metrics.decisions(policy, present, pull);
+        assert_eq!(counted(true, false), 1, "{policy:?}: counted as decided the first time");
+        assert_eq!(counted(false, true) + counted(false, false), 0, "{policy:?}: and only then");
     }
 }
 

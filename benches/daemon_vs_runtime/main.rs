@@ -16,6 +16,7 @@
 mod support;
 
 mod credentials;
+mod events;
 mod gc;
 mod load;
 mod memory;
@@ -87,6 +88,7 @@ enum Section {
     Credentials,
     Records,
     Gc,
+    Events,
 }
 
 /// How much of everything to do.
@@ -139,6 +141,7 @@ fn main() -> ExitCode {
             Section::Credentials,
             Section::Records,
             Section::Gc,
+            Section::Events,
         ]
     } else {
         args.only.clone()
@@ -249,6 +252,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
             gc::CONTAINERS
         );
         gc::run(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Events) {
+        events::run(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

@@ -1,0 +1,284 @@
+//! Event fan-out: a herd for one absent image with many `WatchEvents` subscribers reading every
+//! event, against the same herd with none, in alternating rounds on the stack.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use cri_imaged::{
+    api::{PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient},
+    events::reason,
+};
+use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
+use tokio::task::JoinHandle;
+
+use crate::{
+    Bench, Daemon, Findings, ensure, ensure_request, load,
+    report::{self, Table, Verdict},
+    support::unix_channel,
+};
+
+/// The herd's wall time with the subscribers over that without (medians), at most.
+const RATIO_TARGET: f64 = 1.10;
+/// How long the subscribers may take to read the last event after the herd's answers.
+const DELIVERY_LIMIT: Duration = Duration::from_secs(60);
+
+/// The section's sizes: the herd section's largest herd; subscribers; rounds of each side.
+struct Shape {
+    herd: usize,
+    subscribers: usize,
+    /// Rounds alternate in ABBA order: none, subscribed, subscribed, none, ...
+    pairs: usize,
+}
+
+/// One side's round.
+struct Round {
+    wall: Duration,
+    /// From the herd's start until every subscriber had read the round's last event.
+    delivered: Option<Duration>,
+    upstream_pulls: f64,
+    /// CPU time of the daemon and of this process (the herd's callers and the subscribers),
+    /// from the herd's start until every event was read.
+    daemon_cpu: Duration,
+    bench_cpu: Duration,
+    tallies: Vec<Tally>,
+}
+
+/// What one subscriber read during a round, the round's closing marker left out.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Events read, by reason (`Lagged` included).
+    by_reason: BTreeMap<String, usize>,
+    /// The events `Lagged` events said went by unread.
+    dropped: u64,
+}
+
+impl Tally {
+    /// Events read, `Lagged` ones left out.
+    fn events(&self) -> usize {
+        self.by_reason.iter().filter(|(reason, _)| *reason != reason::LAGGED).map(|(_, count)| count).sum()
+    }
+
+    fn of(&self, reason: &str) -> usize {
+        self.by_reason.get(reason).copied().unwrap_or(0)
+    }
+}
+
+/// The section: alternating herds without and with subscribers, on a daemon of its own.
+pub async fn run(bench: &Bench, findings: &mut Findings) {
+    let full = bench.sizes.pairs > 1;
+    let shape = Shape {
+        herd: bench.sizes.herds.last().copied().unwrap_or(20),
+        subscribers: if full { 100 } else { 5 },
+        pairs: if full { 10 } else { 1 },
+    };
+    eprintln!(
+        "event fan-out: herds of {} with 0 and {} subscribers, {} rounds each",
+        shape.herd, shape.subscribers, shape.pairs
+    );
+    let name = "bench/events:v1";
+    bench.stack.seed(name, "event fan-out");
+    let image = bench.stack.image(name);
+    let daemon = Daemon::start(bench, "events", &[]).await;
+    let socket = bench.work.path().join("events.sock");
+    // Connections, the first pull's set-up: not counted.
+    herd_round(bench, &daemon, &socket, &image, &shape, 0, "warm-up").await;
+    let (mut none, mut subscribed) = (Vec::new(), Vec::new());
+    for round in 0..shape.pairs * 2 {
+        let watched = round % 4 == 1 || round % 4 == 2;
+        let subscribers = if watched { shape.subscribers } else { 0 };
+        let result = herd_round(bench, &daemon, &socket, &image, &shape, subscribers, &round.to_string()).await;
+        if watched { subscribed.push(result) } else { none.push(result) }
+    }
+    report(&shape, &none, &subscribed, findings);
+}
+
+/// Removes `image` on containerd, waits until cri-imaged answers it absent, opens `subscribers`
+/// watches, then `shape.herd` pods ask for it at once.
+async fn herd_round(
+    bench: &Bench,
+    daemon: &Daemon,
+    socket: &Path,
+    image: &str,
+    shape: &Shape,
+    subscribers: usize,
+    round: &str,
+) -> Round {
+    remove(bench, daemon, image, round).await;
+    let marker = format!("events-{round}-marker");
+    let mut watchers = Vec::with_capacity(subscribers);
+    for _ in 0..subscribers {
+        watchers.push(subscribe(socket, &marker).await);
+    }
+    let pulls_before = daemon.metric("cri_imaged_pulls_total");
+    let cpu_before = (cpu_time(&daemon.pid().to_string()), cpu_time("self"));
+    let started = Instant::now();
+    let herd = {
+        let (client, image, round) = (daemon.client.clone(), image.to_owned(), round.to_owned());
+        load::herd(shape.herd, move |index| {
+            let call = ensure(&client, &image, &format!("events-{round}-{index}"));
+            async move {
+                let response = call.await.map_err(|status| status.to_string())?;
+                if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
+            }
+        })
+        .await
+    };
+    assert!(herd.errors.is_empty(), "events herd {round}: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
+    let upstream_pulls = daemon.metric("cri_imaged_pulls_total") - pulls_before;
+    assert!(upstream_pulls >= 1.0, "events herd {round}: the image was pulled, not found present");
+    // The image is present now: one more pod's answer is an event after every one of the herd's.
+    ensure(&daemon.client, image, &marker).await.expect("the marker's answer");
+    let mut tallies = Vec::with_capacity(subscribers);
+    for watcher in watchers {
+        let tally = tokio::time::timeout(DELIVERY_LIMIT, watcher).await;
+        let tally =
+            tally.unwrap_or_else(|_| panic!("events herd {round}: a subscriber's events within {DELIVERY_LIMIT:?}"));
+        tallies.push(tally.expect("a subscriber panicked"));
+    }
+    let delivered = (subscribers > 0).then(|| started.elapsed());
+    let daemon_cpu = cpu_time(&daemon.pid().to_string()) - cpu_before.0;
+    let bench_cpu = cpu_time("self") - cpu_before.1;
+    Round { wall: herd.wall, delivered, upstream_pulls, daemon_cpu, bench_cpu, tallies }
+}
+
+/// Removes `image` on containerd directly; then asks cri-imaged with policy Never until it
+/// answers absent (its presence cache learns of the removal from containerd's events).
+async fn remove(bench: &Bench, daemon: &Daemon, image: &str, round: &str) {
+    let mut containerd = ImageServiceClient::new(unix_channel(&bench.stack.containerd_socket));
+    let spec = ImageSpec { image: image.to_owned(), ..Default::default() };
+    containerd.remove_image(RemoveImageRequest { image: Some(spec) }).await.expect("containerd removes");
+    let mut client = daemon.client.clone();
+    for _ in 0..1000 {
+        let mut never = ensure_request(image, &format!("events-{round}-absent"));
+        never.pull_policy = PullPolicy::Never as i32;
+        if client.ensure_image_exists(never).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("cri-imaged still calls {image} present after its removal");
+}
+
+/// A `WatchEvents` with an empty filter on a connection of its own, subscribed once this
+/// returns, read as the events come until `marker`'s.
+async fn subscribe(socket: &Path, marker: &str) -> JoinHandle<Tally> {
+    let mut client = ImageManagerClient::new(unix_channel(socket));
+    let mut events = client.watch_events(WatchEventsRequest::default()).await.expect("watching events").into_inner();
+    let marker = marker.to_owned();
+    tokio::spawn(async move {
+        let _client = client;
+        let mut tally = Tally::default();
+        while let Some(event) = events.message().await.expect("the event stream") {
+            if event.pod.as_ref().is_some_and(|pod| pod.uid == marker) {
+                return tally;
+            }
+            tally.dropped += event.dropped;
+            *tally.by_reason.entry(event.reason).or_default() += 1;
+        }
+        panic!("the event stream ended before the marker");
+    })
+}
+
+/// User and system CPU time of process `pid` (or `self`) so far, from `/proc/PID/stat` (in
+/// USER_HZ ticks, 100 a second on Linux).
+fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let (_, fields) = stat.rsplit_once(") ").expect("a /proc/PID/stat line");
+    let ticks: u64 = fields.split(' ').skip(11).take(2).map(|field| field.parse::<u64>().expect("a tick count")).sum();
+    Duration::from_millis(ticks * 10)
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort_unstable();
+    let middle = times.len() / 2;
+    if times.len().is_multiple_of(2) { (times[middle - 1] + times[middle]) / 2 } else { times[middle] }
+}
+
+/// The herds' table and the subscribers' table, and the verdict.
+fn report(shape: &Shape, none: &[Round], subscribed: &[Round], findings: &mut Findings) {
+    let baseline = median(none.iter().map(|round| round.wall).collect());
+    let mut herds = Table::new(
+        format!(
+            "Event fan-out: a herd of {} for one absent image, without and with {} WatchEvents subscribers (rounds alternating)",
+            shape.herd, shape.subscribers
+        ),
+        &[
+            "subscribers",
+            "herds",
+            "herd wall time (median)",
+            "min – max",
+            "median / none",
+            "upstream pulls",
+            "daemon CPU (median)",
+            "load generator CPU (median)",
+        ],
+    );
+    for (subscribers, rounds) in [(0, none), (shape.subscribers, subscribed)] {
+        let walls: Vec<Duration> = rounds.iter().map(|round| round.wall).collect();
+        let (least, most) =
+            (walls.iter().min().copied().unwrap_or_default(), walls.iter().max().copied().unwrap_or_default());
+        herds.row(vec![
+            subscribers.to_string(),
+            rounds.len().to_string(),
+            report::duration(median(walls.clone())),
+            format!("{} – {}", report::duration(least), report::duration(most)),
+            report::ratio(median(walls).as_secs_f64(), baseline.as_secs_f64()),
+            rounds.iter().map(|round| round.upstream_pulls).sum::<f64>().to_string(),
+            report::duration(median(rounds.iter().map(|round| round.daemon_cpu).collect())),
+            report::duration(median(rounds.iter().map(|round| round.bench_cpu).collect())),
+        ]);
+    }
+    findings.tables.push(herds);
+    findings.tables.push(subscribers_table(shape, subscribed));
+    let watched = median(subscribed.iter().map(|round| round.wall).collect());
+    let ratio = watched.as_secs_f64() / baseline.as_secs_f64();
+    findings.verdicts.push(Verdict {
+        what: format!(
+            "herd of {} wall time with {} WatchEvents subscribers / without (median of {} each)",
+            shape.herd,
+            shape.subscribers,
+            subscribed.len()
+        ),
+        target: format!("≤ {RATIO_TARGET:.2}"),
+        measured: format!("{ratio:.2} ({} vs {})", report::duration(watched), report::duration(baseline)),
+        met: ratio <= RATIO_TARGET,
+    });
+}
+
+/// What each subscriber read in a herd, by reason, and how long until all of them had read it.
+fn subscribers_table(shape: &Shape, subscribed: &[Round]) -> Table {
+    let tallies: Vec<&Tally> = subscribed.iter().flat_map(|round| &round.tallies).collect();
+    let span = |counts: Vec<usize>| {
+        let (least, most) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+        vec![least.to_string(), most.to_string()]
+    };
+    let mut table = Table::new(
+        format!(
+            "Event fan-out: what each of the {} subscribers read of a herd of {} ({} herds)",
+            shape.subscribers,
+            shape.herd,
+            subscribed.len()
+        ),
+        &["measure", "min", "max"],
+    );
+    let mut row = |measure: String, cells: Vec<String>| table.row([vec![measure], cells].concat());
+    row("events per subscriber".into(), span(tallies.iter().map(|tally| tally.events()).collect()));
+    let reasons: BTreeSet<&String> = tallies.iter().flat_map(|tally| tally.by_reason.keys()).collect();
+    for reason in reasons {
+        row(format!("of which {reason}"), span(tallies.iter().map(|tally| tally.of(reason)).collect()));
+    }
+    let dropped: Vec<usize> = tallies.iter().map(|tally| tally.dropped as usize).collect();
+    row("dropped, as Lagged events told".into(), span(dropped));
+    let delivered: Vec<Duration> = subscribed.iter().filter_map(|round| round.delivered).collect();
+    let (least, most) =
+        (delivered.iter().min().copied().unwrap_or_default(), delivered.iter().max().copied().unwrap_or_default());
+    row(
+        "every event read by every subscriber, from the herd's start".into(),
+        vec![report::duration(least), report::duration(most)],
+    );
+    table
+}

@@ -96,6 +96,8 @@ pub struct Event {
     pub progress: Option<ProgressFacts>,
     /// Every pod waiting for the pull a progress event is about (`pod` is the first of them).
     pub waiting: Vec<Pod>,
+    /// The event as watchers receive it, encoded by the first watcher's stream for all of them.
+    pub wire: std::sync::OnceLock<bytes::Bytes>,
 }
 
 impl Event {
@@ -113,6 +115,7 @@ impl Event {
             pull: None,
             progress: None,
             waiting: Vec::new(),
+            wire: std::sync::OnceLock::new(),
         }
     }
 }
@@ -196,6 +199,21 @@ impl Subscription {
                 Ok(_) => continue,
                 Err(broadcast::error::RecvError::Lagged(lost)) => return Some(Next::Lagged(lost)),
                 Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+impl Subscription {
+    /// The next matching event already published, or word of lost ones; `None` when there is
+    /// none yet (or publishing has ended). Never waits.
+    pub fn try_next(&mut self) -> Option<Next> {
+        loop {
+            match self.receiver.try_recv() {
+                Ok(event) if self.filter.matches(&event) => return Some(Next::Event(event)),
+                Ok(_) => continue,
+                Err(broadcast::error::TryRecvError::Lagged(lost)) => return Some(Next::Lagged(lost)),
+                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => return None,
             }
         }
     }

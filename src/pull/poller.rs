@@ -131,6 +131,9 @@ impl Tracker {
     /// polls see it only up to the last quarter second).
     pub fn completed(self) {
         let (Some(registration), Some(last)) = (&self._registration, *self.reports.borrow()) else { return };
+        if registration.pull.told_all.load(Ordering::Relaxed) {
+            return;
+        }
         let progress = last.progress;
         let all = Progress { bytes_done: progress.bytes_total, layers_done: progress.layers_total, ..progress };
         let pull = &registration.pull;
@@ -175,6 +178,8 @@ struct Registered {
     waiting: WaitingPods,
     reports: watch::Sender<Option<Report>>,
     events: Arc<Events>,
+    /// A progress event has said all of it is done: the pull's end need not say it again.
+    told_all: AtomicBool,
 }
 
 #[derive(Default)]
@@ -224,7 +229,8 @@ impl TrackPulls for ProgressPoller {
         let (reports, receiver) = watch::channel(None);
         let TrackedPull { image, reference, started_at, waiting } = pull;
         let events = self.events.clone();
-        let pull = Arc::new(Registered { image, reference, started_at, waiting, reports, events });
+        let told_all = AtomicBool::new(false);
+        let pull = Arc::new(Registered { image, reference, started_at, waiting, reports, events, told_all });
         self.registry.pulls().insert(id, pull.clone());
         self.registry.wake.notify_one();
         let registration = Registration { id, registry: Arc::downgrade(&self.registry), pull };
@@ -355,6 +361,9 @@ impl<R: ImageRuntime> Poll<R> {
             return;
         }
         watched.published = Some((now, report.progress));
+        let progress = report.progress;
+        let all = progress.bytes_done == progress.bytes_total && progress.layers_done == progress.layers_total;
+        pull.told_all.store(all, Ordering::Relaxed);
         pull.events.publish(progress_event(pull, &report.facts()));
     }
 }

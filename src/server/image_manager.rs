@@ -1,48 +1,39 @@
 //! The `imagemanager.v1.ImageManager` service: translates, calls the manager or the collector,
-//! translates back.
+//! translates back. `WatchEvents` is served beside it ([`super::watch`]).
 
 use std::{pin::Pin, sync::Arc, time::SystemTime};
 
 use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
-use super::streams::StreamShutDown;
-
 use crate::{
     api::{self, image_manager_server},
     daemon::Parts,
     ensure::{EnsureRequest, ImageManager},
-    events::{self, Event, Events, Filter, Next},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
     pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits, TokioClock},
     runtime::{ImageFsUsage, ImageRuntime},
-    shutdown::Shutdown,
 };
 
-/// The gRPC face of the daemon's parts: the manager, the collector, the node's events, and
-/// what they report for GetStatus.
+/// The gRPC face of the daemon's parts: the manager, the collector, and what they report for
+/// GetStatus.
 pub struct ImageManagerService<R> {
     runtime: Arc<R>,
     manager: Arc<ImageManager<R>>,
     gc: Arc<ImageGc<R>>,
-    events: Arc<Events>,
     presence: Arc<PresenceCache>,
     limits: Arc<RegistryLimits<TokioClock>>,
-    /// Event streams end when the daemon stops.
-    shutdown: Shutdown,
 }
 
 impl<R> ImageManagerService<R> {
-    pub fn new(parts: &Parts<R>, shutdown: Shutdown) -> Self {
+    pub fn new(parts: &Parts<R>) -> Self {
         Self {
             runtime: parts.runtime.clone(),
             manager: parts.manager.clone(),
             gc: parts.gc.clone(),
-            events: parts.events.clone(),
             presence: parts.presence.clone(),
             limits: parts.limits.clone(),
-            shutdown,
         }
     }
 }
@@ -50,40 +41,16 @@ impl<R> ImageManagerService<R> {
 /// How long GetStatus waits for the runtime's answer to its probe.
 const STATUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<api::Event, Status>> + Send>>;
-
 #[tonic::async_trait]
 impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService<R> {
-    type WatchEventsStream = EventStream;
+    type WatchEventsStream = Pin<Box<dyn Stream<Item = Result<api::Event, Status>> + Send>>;
 
+    /// Never called: [`super::watch::WithWatch`] serves the method, encoding each event once.
     async fn watch_events(
         &self,
-        request: Request<api::WatchEventsRequest>,
+        _: Request<api::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
-        let api::WatchEventsRequest { pod_uid, namespace, image } = request.into_inner();
-        let subscription = self.events.subscribe(Filter { pod_uid, namespace, image });
-        let stopping = Box::pin(self.shutdown.clone().requested());
-        let stream = futures_util::stream::unfold(
-            (subscription, stopping, false),
-            |(mut subscription, mut stopping, ended)| async move {
-                if ended {
-                    return None;
-                }
-                tokio::select! {
-                    next = subscription.next() => {
-                        let event = match next? {
-                            Next::Event(event) => wire_event(&event, 0),
-                            Next::Lagged(lost) => wire_event(&events::lagged(lost), lost),
-                        };
-                        Some((Ok(event), (subscription, stopping, false)))
-                    }
-                    () = &mut stopping => {
-                        Some((Err(Status::from(StreamShutDown)), (subscription, stopping, true)))
-                    }
-                }
-            },
-        );
-        Ok(Response::new(Box::pin(stream)))
+        Err(Status::internal("WatchEvents is served by the watch route"))
     }
 
     async fn ensure_image_exists(
@@ -123,7 +90,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
                 callers: u32::try_from(pull.callers).unwrap_or(u32::MAX),
                 asked: timestamp(pull.asked_at),
                 started: pull.started_at.and_then(timestamp),
-                progress: pull.progress.map(|report| wire_progress(&report.facts())),
+                progress: pull.progress.map(|report| super::watch::wire_progress(&report.facts())),
             })
             .collect();
         let (backoff_entries, backing_off) = self.manager.backoff_status(&pod_uid, &image);
@@ -181,46 +148,6 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             freed_bytes: report.freed,
             shortfall: report.shortfall.unwrap_or_default(),
         }))
-    }
-}
-
-fn wire_event(event: &Event, dropped: u64) -> api::Event {
-    let duration = |duration: std::time::Duration| prost_types::Duration::try_from(duration).ok();
-    api::Event {
-        time: Some(prost_types::Timestamp::from(event.time)),
-        r#type: event.kind.as_str().to_owned(),
-        reason: event.reason.to_owned(),
-        message: event.message.clone(),
-        pod: event.pod.as_ref().map(wire_pod),
-        container_name: event.container.clone(),
-        image: event.image.clone(),
-        image_ref: event.image_ref.clone(),
-        pull_duration: event.pull.and_then(|pull| duration(pull.pull)),
-        pull_duration_with_waiting: event.pull.and_then(|pull| duration(pull.total)),
-        image_size_bytes: event.pull.map_or(0, |pull| pull.image_size),
-        dropped,
-        progress: event.progress.as_ref().map(wire_progress),
-        waiting_pods: event.waiting.iter().map(wire_pod).collect(),
-    }
-}
-
-fn wire_pod(pod: &events::Pod) -> api::PodRef {
-    api::PodRef {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
-        annotations: Default::default(),
-    }
-}
-
-fn wire_progress(progress: &events::ProgressFacts) -> api::PullProgress {
-    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    api::PullProgress {
-        bytes_done: progress.bytes_done,
-        bytes_total: progress.bytes_total,
-        layers_done: count(progress.layers_done),
-        layers_total: count(progress.layers_total),
-        bytes_per_second: progress.bytes_per_second,
     }
 }
 

@@ -8,6 +8,7 @@ mod image_manager;
 mod request;
 mod status;
 mod streams;
+mod watch;
 
 use std::{sync::Arc, time::Duration};
 
@@ -22,6 +23,7 @@ use self::{
     deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
     streams::EndOnShutdown,
+    watch::WithWatch,
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},
@@ -92,9 +94,10 @@ pub async fn serve<R: ImageRuntime>(
     ));
 
     let cri_image_service = CriImageService::new(parts.manager.clone(), parts.runtime.clone(), parts.presence.clone());
-    let image_manager = ImageManagerServer::new(ImageManagerService::new(parts, shutdown.clone()))
+    let image_manager = ImageManagerServer::new(ImageManagerService::new(parts))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let image_manager = WithWatch::new(image_manager, parts.events.clone(), shutdown.clone());
 
     let draining = Arc::new(tokio::sync::Notify::new());
     let signal = {

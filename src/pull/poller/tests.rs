@@ -208,6 +208,30 @@ async fn a_completed_pull_says_all_of_it_is_done_and_an_unseen_one_says_nothing(
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_pull_whose_last_poll_told_all_of_it_ends_without_repeating_it() {
+    let content = Arc::new(Content::default());
+    let events = Arc::new(Events::default());
+    let mut watcher = events.subscribe(Filter::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
+    content.manifest("registry.local", "app", 9, &[(1, 4 * MIB)]);
+    // The manifest is found while layer 1 is being written; it is committed before the end.
+    content.downloading(1, MIB, 4 * MIB);
+    let tracker = poller.track(pull("registry.local/app:v1", &[]));
+    tick().await;
+    content.commit(1);
+    tick().await;
+    tick().await;
+    tick().await;
+    tracker.completed();
+    drop(poller);
+    let mut told = Vec::new();
+    while let Ok(Some(Next::Event(event))) = tokio::time::timeout(Duration::from_millis(1), watcher.next()).await {
+        told.push(event.progress.expect("progress").bytes_done);
+    }
+    assert_eq!(told, [MIB, 4 * MIB], "the total once");
+}
+
+#[tokio::test(start_paused = true)]
 async fn pulls_under_way_share_one_listing_and_each_counts_its_own_layers() {
     let content = Arc::new(Content::default());
     let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));

@@ -9,7 +9,8 @@
 //!   shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
-//!   health, reflection, caller and drain deadlines, the accept path that serves any
+//!   WatchEvents (each event encoded once for every watcher), health, reflection, caller and
+//!   drain deadlines, the accept path that serves any
 //!   `:authority`; `server::status` is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
 //!   present image), back off, find credentials, pull, record.
@@ -20,10 +21,11 @@
 //! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely
 //!   in the kubelet's files, so that a present private image goes only to pods that could pull it.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
-//! - [`pull`]: one upstream pull as a tower service, its key, the registry rate limits and the
-//!   scheduler (fair parallel cap, single-flight).
-//! - [`runtime`]: the runtime trait, the CRI client, its endpoint, the pass-through codec and
-//!   containerd's image events.
+//! - [`pull`]: one upstream pull as a tower service, its key, the registry rate limits, the
+//!   scheduler (fair parallel cap, single-flight, stall cancel), and pull progress read from
+//!   containerd's content service.
+//! - [`runtime`]: the runtime trait, the CRI client (with containerd's content service), its
+//!   endpoint, the pass-through codec and containerd's image events.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).

@@ -1,5 +1,6 @@
 //! The pull scheduler: a fair cap on parallel pulls, and single-flight so that identical
-//! concurrent pulls share one upstream call.
+//! concurrent pulls share one upstream call. Each pull is bounded by `--image-pull-timeout` and,
+//! where its downloads can be watched ([`super::poller`]), cancelled when they stall.
 //!
 //! Each pull runs in its own task: a caller that gives up never aborts a pull others wait for.
 //! A pull still queued when every caller has gone is dropped, so the queue moves on.

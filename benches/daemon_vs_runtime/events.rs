@@ -184,7 +184,7 @@ async fn subscribe(socket: &Path, marker: &str) -> JoinHandle<Tally> {
 
 /// User and system CPU time of process `pid` (or `self`) so far, from `/proc/PID/stat` (in
 /// USER_HZ ticks, 100 a second on Linux).
-fn cpu_time(pid: &str) -> Duration {
+pub fn cpu_time(pid: &str) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
     // The fields after the command name, which is in parentheses and may hold spaces.
     let (_, fields) = stat.rsplit_once(") ").expect("a /proc/PID/stat line");
@@ -192,7 +192,8 @@ fn cpu_time(pid: &str) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn median(mut times: Vec<Duration>) -> Duration {
+/// The median of `times` (the mean of the middle two for an even count).
+pub fn median(mut times: Vec<Duration>) -> Duration {
     times.sort_unstable();
     let middle = times.len() / 2;
     if times.len().is_multiple_of(2) { (times[middle - 1] + times[middle]) / 2 } else { times[middle] }

@@ -8,9 +8,11 @@
 //!
 //! Sections: start-up (exec → SERVING), the presence path (EnsureImageExists on a present image
 //! against ImageStatus, alternating), the herd (N callers for one absent image, both ways, with
-//! the registry's and containerd's own counts), memory (idle, herd peak, backoff entries), and
+//! the registry's and containerd's own counts), memory (idle, herd peak, backoff entries),
 //! staleness (how long after an image is removed behind cri-imaged's back it may still be
-//! called present), and image GC (planning at scale in process, a dry-run pass on the stack).
+//! called present), image GC (planning at scale in process, a dry-run pass on the stack), event
+//! fan-out (a herd with and without WatchEvents subscribers), and pull progress polling
+//! (containerd's CPU over a throttled pull with `--pull-progress` off and on).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -20,6 +22,7 @@ mod events;
 mod gc;
 mod load;
 mod memory;
+mod progress;
 mod records;
 mod report;
 
@@ -89,6 +92,7 @@ enum Section {
     Records,
     Gc,
     Events,
+    Progress,
 }
 
 /// How much of everything to do.
@@ -142,6 +146,7 @@ fn main() -> ExitCode {
             Section::Records,
             Section::Gc,
             Section::Events,
+            Section::Progress,
         ]
     } else {
         args.only.clone()
@@ -255,6 +260,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     }
     if sections.contains(&Section::Events) {
         events::run(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Progress) {
+        progress::run(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

@@ -61,6 +61,9 @@ pub type WaitingPods = Arc<Mutex<Vec<Pod>>>;
 /// The largest manifest read; an image manifest is a few KiB.
 const MANIFEST_LIMIT: usize = 4 * 1024 * 1024;
 
+/// The least time between two looks for one pull's manifest.
+const SEARCH_INTERVAL: Duration = Duration::from_millis(500);
+
 /// How much older than the pull's start its manifest may look: containerd stamps it with its own
 /// reading of the same wall clock, to the millisecond or coarser.
 const CLOCK_SLACK: Duration = Duration::from_secs(2);
@@ -250,6 +253,8 @@ struct Poll<R> {
 struct Watched {
     /// `None` until its manifest is found.
     progress: Option<PullProgress>,
+    /// No look for its manifest before this.
+    next_search: Option<Instant>,
     rate: RateWindow,
     /// The progress last published, and when.
     published: Option<(Instant, Progress)>,
@@ -297,9 +302,21 @@ impl<R: ImageRuntime> Poll<R> {
                 Some((digest_of_ref(&reference)?.to_owned(), Ingest { offset, total }))
             })
             .collect();
+        // Looking for a manifest costs containerd a pass over its whole content store: only while
+        // something is being written that no tracked pull accounts for, and at most every
+        // [`SEARCH_INTERVAL`] a pull.
+        let accounted: HashSet<&str> = self
+            .pulls
+            .values()
+            .filter_map(|watched| watched.progress.as_ref())
+            .flat_map(PullProgress::digests)
+            .collect();
+        let unaccounted = ingests.keys().any(|digest| !accounted.contains(digest.as_str()));
         for (id, pull) in tracked {
             let mut watched = self.pulls.remove(id).unwrap_or_default();
-            if watched.progress.is_none() {
+            let now = Instant::now();
+            if watched.progress.is_none() && unaccounted && watched.next_search.is_none_or(|next| now >= next) {
+                watched.next_search = Some(now + SEARCH_INTERVAL);
                 watched.progress = self.find_layers(pull, &ingests).await;
             }
             if let Some(progress) = &mut watched.progress {

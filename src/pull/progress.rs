@@ -85,6 +85,11 @@ impl PullProgress {
         Self { layers, done: HashSet::new(), offsets: HashMap::new(), last_advance: now }
     }
 
+    /// The digests of the layers it fetches.
+    pub fn digests(&self) -> impl Iterator<Item = &str> {
+        self.layers.iter().map(|layer| layer.digest.as_str())
+    }
+
     /// The layers that were being fetched and are no longer listed in `ingests`: the caller asks
     /// the content store whether each was committed, for [`PullProgress::observe`].
     pub fn vanished(&self, ingests: &HashMap<String, Ingest>) -> Vec<String> {

@@ -22,6 +22,7 @@ struct Content {
     blobs: Mutex<HashMap<String, Vec<u8>>>,
     manifests: Mutex<HashMap<(String, String), String>>,
     lists: AtomicUsize,
+    searches: AtomicUsize,
     /// A runtime without the content service (CRI-O).
     unsupported: bool,
 }
@@ -75,6 +76,7 @@ impl ImageRuntime for Content {
     }
 
     async fn find_manifest(&self, host: &str, path: &str, _: SystemTime) -> Result<Option<String>, RuntimeError> {
+        self.searches.fetch_add(1, Ordering::SeqCst);
         Ok(self.manifests.lock().unwrap().get(&(host.to_owned(), path.to_owned())).cloned())
     }
 
@@ -309,6 +311,30 @@ async fn a_runtime_without_the_content_service_turns_progress_off() {
         let stalled = tokio::time::timeout(Duration::from_secs(5), tracker.stalled()).await;
         assert!(stalled.is_err(), "an untracked pull never stalls");
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_manifest_is_looked_for_only_while_an_unaccounted_download_runs_and_at_most_twice_a_second() {
+    let content = Arc::new(Content::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    // An image the node had: nothing is downloaded, its manifest is never looked for.
+    let stored = poller.track(pull("registry.local/stored:v1", &[]));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(content.searches.load(Ordering::SeqCst), 0);
+    // Someone else's download (say, the kubelet pulling straight from containerd): looked for,
+    // but not at every poll.
+    content.downloading(7, MIB, 4 * MIB);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let searches = content.searches.load(Ordering::SeqCst);
+    assert!((9..=11).contains(&searches), "{searches} looks in 5 s");
+    drop(stored);
+    // Found once, a pull's own layers no longer count as unaccounted.
+    content.manifest("registry.local", "app", 9, &[(7, 4 * MIB)]);
+    let _app = poller.track(pull("registry.local/app:v1", &[]));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_found = content.searches.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(content.searches.load(Ordering::SeqCst), after_found, "nothing left to account for");
 }
 
 #[test]

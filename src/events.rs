@@ -14,7 +14,7 @@ use std::{
 use tokio::sync::broadcast;
 
 /// How many events a subscriber may fall behind before it loses the oldest.
-pub const SUBSCRIBER_BUFFER: usize = 1024;
+pub const SUBSCRIBER_BUFFER: usize = 4096;
 
 /// The kubelet's event reasons for images, and cri-imaged's for garbage collection.
 pub mod reason {

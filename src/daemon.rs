@@ -23,6 +23,7 @@ use crate::{
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
     listener::{self, ListenError},
     metrics::{self, Metrics, MetricsServerError},
+    notify,
     presence::PresenceCache,
     pull::{
         RuntimePull,
@@ -217,6 +218,20 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             }
         });
     }
+    // systemd starts what is ordered after us once we serve and know how the runtime is.
+    let serving = listener.local_addr().ok().and_then(|addr| addr.as_pathname().map(|path| path.display().to_string()));
+    tokio::spawn({
+        let (runtime, timeout) = (runtime.clone(), settings.serve.health_probe_timeout);
+        async move {
+            let at = serving.unwrap_or_else(|| "the socket systemd passed".to_owned());
+            let status = match tokio::time::timeout(timeout, runtime.probe()).await {
+                Ok(Ok(())) => format!("serving on {at}; the runtime answers"),
+                Ok(Err(error)) => format!("serving on {at}; the runtime does not answer: {error}"),
+                Err(_) => format!("serving on {at}; the runtime did not answer within {timeout:?}"),
+            };
+            notify::ready(&status);
+        }
+    });
     let served = server::serve(listener, &parts, settings.serve, shutdown).await;
     forwarder.abort();
     Ok(served?)
@@ -231,15 +246,28 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
     let node_credentials = Arc::new(node_credentials(&args)?);
-    let (listener, socket_file) = listener::bind(&args.listen).await?;
+    // Socket activation: systemd's socket (its unit sets the path, mode and group), else our own.
+    let (listener, socket_file) = match listener::passed_by_systemd()? {
+        Some(listener) => (listener, None),
+        None => {
+            let (listener, socket_file) = listener::bind(&args.listen).await?;
+            (listener, Some(socket_file))
+        }
+    };
+    let listen = match listener.local_addr().ok().as_ref().and_then(|addr| addr.as_pathname()) {
+        Some(path) => path.display().to_string(),
+        None => args.listen.display().to_string(),
+    };
     let metrics = match args.metrics_listen {
         Some(addr) => Some(metrics::bind(addr).await?),
         None => None,
     };
+    let metrics_listen = args.metrics_listen.map_or_else(|| "off".to_owned(), |addr| addr.to_string());
     tracing::info!(
-        listen = %args.listen.display(),
+        %listen,
+        socket_activated = socket_file.is_none(),
         runtime_endpoint = %args.runtime_endpoint,
-        metrics_listen = ?args.metrics_listen,
+        %metrics_listen,
         version = env!("CARGO_PKG_VERSION"),
         "cri-imaged serving"
     );
@@ -249,6 +277,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
             _ = terminate.recv() => tracing::info!("received SIGTERM"),
             _ = interrupt.recv() => tracing::info!("received SIGINT"),
         }
+        notify::stopping("draining: answering the requests under way, taking no new ones");
         trigger.request();
     });
     let settings = Settings {
@@ -268,8 +297,10 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
     };
     serve(listener, settings, shutdown).await?;
     // The socket file would otherwise look like a stale daemon to the next start; a successor
-    // that bound the path while we drained keeps its own.
-    socket_file.remove_if_ours();
+    // that bound the path while we drained keeps its own. systemd's socket stays: it is its own.
+    if let Some(socket_file) = socket_file {
+        socket_file.remove_if_ours();
+    }
     tracing::info!("cri-imaged stopped");
     Ok(())
 }

@@ -27,6 +27,7 @@
 //! - [`runtime`]: the runtime trait, the CRI client (with containerd's content service), its
 //!   endpoint, the pass-through codec and containerd's image events.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
@@ -44,6 +45,7 @@ pub mod gc;
 pub mod listener;
 pub mod messages;
 pub mod metrics;
+mod notify;
 pub mod policy;
 pub mod presence;
 pub mod pull;

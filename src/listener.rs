@@ -1,5 +1,5 @@
-//! The unix socket we serve on: created safely, never stolen from a live daemon, and removed on
-//! exit only while it is still ours.
+//! The unix socket we serve on: the one systemd passes (socket activation), or one we create
+//! safely, never stolen from a live daemon, and removed on exit only while it is still ours.
 
 use std::{
     io,
@@ -34,6 +34,22 @@ pub enum ListenError {
     Bind { path: PathBuf, source: io::Error },
     #[error("cannot set mode {SOCKET_MODE:o} on {path}: {source}")]
     Permissions { path: PathBuf, source: io::Error },
+    #[error(
+        "the socket systemd passed (LISTEN_FDS) cannot be served: {0}; it must be a unix stream socket (ListenStream=/path)"
+    )]
+    Passed(io::Error),
+}
+
+/// The listening socket systemd passed (`LISTEN_FDS`, `LISTEN_PID` ours), if any. The socket
+/// unit owns its file, its mode and its group; we never remove it.
+pub fn passed_by_systemd() -> Result<Option<UnixListener>, ListenError> {
+    let mut passed = listenfd::ListenFd::from_env();
+    if passed.len() > 1 {
+        tracing::warn!(sockets = passed.len(), "systemd passed more than one socket; serving the first");
+    }
+    let Some(listener) = passed.take_unix_listener(0).map_err(ListenError::Passed)? else { return Ok(None) };
+    listener.set_nonblocking(true).map_err(ListenError::Passed)?;
+    UnixListener::from_std(listener).map(Some).map_err(ListenError::Passed)
 }
 
 /// The socket file we bound, told apart from any later one at the same path by its inode.

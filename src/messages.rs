@@ -1,7 +1,24 @@
 //! The kubelet's human messages, word for word, so users see what they already know; and ours,
 //! in the same manner, for what the kubelet does not say (pull progress).
 
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
+
+/// The most of a caller's value that an answer, a log line or an event repeats, in bytes.
+pub const ECHO_LIMIT: usize = 256;
+
+/// `value` as we repeat it back: whole up to [`ECHO_LIMIT`] bytes; beyond, its start and its
+/// length, so that a huge value costs neither memory nor a client's trailer limit (C-core
+/// clients refuse more than 16 KiB of them).
+pub fn echo(value: &str) -> Cow<'_, str> {
+    if value.len() <= ECHO_LIMIT {
+        return Cow::Borrowed(value);
+    }
+    let mut end = ECHO_LIMIT;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}… ({} bytes)", &value[..end], value.len()))
+}
 
 /// The reason strings the kubelet reports for image failures.
 pub mod reason {
@@ -15,10 +32,12 @@ pub mod reason {
 }
 
 pub fn invalid_image_name(image: &str, error: &impl std::fmt::Display) -> String {
+    let image = echo(image);
     format!("Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: {error}")
 }
 
 pub fn inspect_failed(image: &str, error: &impl std::fmt::Display) -> String {
+    let image = echo(image);
     format!("Failed to inspect image {image:?}: {error}")
 }
 
@@ -150,6 +169,19 @@ mod tests {
     fn sub_millisecond_remainders_are_truncated() {
         assert_eq!(go_duration_millis(Duration::from_micros(1_999_999)), "1.999s");
         assert_eq!(go_duration_millis(Duration::from_micros(999)), "0s");
+    }
+
+    #[test]
+    fn a_long_value_is_echoed_as_its_start_and_its_length() {
+        assert_eq!(echo("busybox:1.36"), "busybox:1.36");
+        let long = "a".repeat(1 << 20);
+        let echoed = echo(&long);
+        assert_eq!(echoed, format!("{}… (1048576 bytes)", "a".repeat(ECHO_LIMIT)));
+        let message = invalid_image_name(&long, &"repository name must not be more than 255 characters");
+        assert!(message.len() < 2 * ECHO_LIMIT + 200, "{} bytes", message.len());
+        // Never cut inside a character.
+        let wide = "é".repeat(200);
+        assert!(echo(&wide).starts_with(&"é".repeat(ECHO_LIMIT / 2)));
     }
 
     #[test]

@@ -63,3 +63,46 @@ async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_imag
     assert_eq!(lines.len(), 6, "{stdout}");
     assert_eq!(runtime.service.pulls().len(), 2, "busybox once, missing:1 once");
 }
+
+/// A 1 MiB image name once made an answer whose trailers C-core clients refuse (`received
+/// metadata size exceeds hard limit`, no reason); a 3 MiB request is beyond what our API takes.
+#[tokio::test]
+async fn python_grpcio_gets_invalid_image_name_for_a_huge_name_and_the_size_limit_beyond() {
+    if !require_python_modules(&["grpc", "grpc_tools", "grpc_health.v1", "grpc_status"]) {
+        return;
+    }
+    let Some(python) = require_tool("python3") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let socket = daemon.socket.clone();
+    let images = [format!("LONG:{}", 1 << 20), format!("LONG:{}", 3 << 20)];
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python).arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images).output()
+    })
+    .await
+    .expect("client task")
+    .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the client failed:\n{stdout}\n{stderr}");
+    let lines: Vec<serde_json::Value> =
+        stdout.lines().skip(2).map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
+    let huge = &lines[0];
+    assert_eq!(huge["code"], "INVALID_ARGUMENT", "{huge}");
+    assert_eq!(huge["reason"], "InvalidImageName", "{huge}");
+    let message = huge["message"].as_str().expect("a message");
+    assert!(message.len() < 1024, "the name is echoed bounded: {} bytes", message.len());
+    assert!(message.contains("(1048576 bytes)"), "{message}");
+    let beyond = &lines[1];
+    // tonic's code for a request over the limit (grpc-go says RESOURCE_EXHAUSTED), with both sizes.
+    assert_eq!(beyond["code"], "OUT_OF_RANGE", "{beyond}");
+    assert!(
+        beyond["message"].as_str().is_some_and(|message| message.contains("the limit is: 2097152 bytes")),
+        "{beyond}"
+    );
+    assert_eq!(lines.len(), 2, "{stdout}");
+    let log = daemon.log_text();
+    assert!(log.len() < 64 * 1024, "the log repeats the name bounded: {} bytes", log.len());
+    assert!(runtime.service.pulls().is_empty());
+}

@@ -36,7 +36,7 @@ impl fmt::Debug for PullSecret {
 /// A pull secret whose content cannot be read. Names the secret and what is wrong, never what
 /// it holds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("pull secret {namespace}/{name}: its {data_key} {error}")]
+#[error("pull secret {}/{}: its {data_key} {error}", crate::messages::echo(.namespace), crate::messages::echo(.name))]
 pub struct SecretError {
     pub namespace: String,
     pub name: String,

@@ -256,9 +256,9 @@ impl<R: ImageRuntime> ImageManager<R> {
         name = "ensure_image_exists",
         skip_all,
         fields(
-            image = %request.image,
-            pod = %format_args!("{}/{}", request.pod.namespace, request.pod.name),
-            container = %request.container_name,
+            image = %messages::echo(&request.image),
+            pod = %messages::echo(&format!("{}/{}", request.pod.namespace, request.pod.name)),
+            container = %messages::echo(&request.container_name),
         )
     )]
     pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
@@ -521,11 +521,13 @@ impl<R: ImageRuntime> ImageManager<R> {
     /// its record names none (every pod is verified); anonymously, it is every pod's.
     pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {
         let image = spec.image.image.clone();
+        // Not parsed yet (the runtime judges the name): logs and events repeat it bounded.
+        let shown = messages::echo(&image).into_owned();
         spec.wait_for_rate_limit = true;
-        tracing::info!(image = %image, "{}", messages::pulling(&image));
+        tracing::info!(image = %shown, "{}", messages::pulling(&shown));
         let about = Subject {
             pod: spec.sandbox_config.as_ref().and_then(sandbox_pod),
-            image: image.clone(),
+            image: shown.clone(),
             ..Subject::default()
         };
         spec.caller = about.pod.clone();
@@ -570,18 +572,18 @@ impl<R: ImageRuntime> ImageManager<R> {
                     tracing::warn!(%error, "failed to record the pull's outcome; its intent stays");
                 }
             }
-            (image, scheduled)
+            scheduled
         };
-        let (image, scheduled) = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
+        let scheduled = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
             Ok(done) => done,
             Err(_) => return Err(Arc::new(PullError::Abandoned)),
         };
         match &scheduled.result {
             Ok(pulled) => {
-                let message = messages::pulled(&image, pulled.pull_duration, started.elapsed(), pulled.image_size);
-                tracing::info!(image = %image, image_ref = %pulled.image_ref, joined = scheduled.joined, "{message}");
+                let message = messages::pulled(&shown, pulled.pull_duration, started.elapsed(), pulled.image_size);
+                tracing::info!(image = %shown, image_ref = %pulled.image_ref, joined = scheduled.joined, "{message}");
             }
-            Err(error) => tracing::warn!(image = %image, "{}", messages::pull_failed(&image, error)),
+            Err(error) => tracing::warn!(image = %shown, "{}", messages::pull_failed(&shown, error)),
         }
         scheduled.result
     }
@@ -684,10 +686,12 @@ impl Subject {
     fn of(request: &EnsureRequest) -> Self {
         let pod = &request.pod;
         let known = !(pod.uid.is_empty() && pod.name.is_empty() && pod.namespace.is_empty());
+        // Events repeat what the caller wrote: bounded, however much it wrote.
+        let echo = |value: &str| messages::echo(value).into_owned();
         Self {
-            pod: known.then(|| Pod { namespace: pod.namespace.clone(), name: pod.name.clone(), uid: pod.uid.clone() }),
-            container: request.container_name.clone(),
-            image: request.image.clone(),
+            pod: known.then(|| Pod { namespace: echo(&pod.namespace), name: echo(&pod.name), uid: echo(&pod.uid) }),
+            container: echo(&request.container_name),
+            image: echo(&request.image),
         }
     }
 

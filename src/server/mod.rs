@@ -32,6 +32,11 @@ use crate::{
     shutdown::Shutdown,
 };
 
+/// The largest request our own API takes: a pod's pull secrets are Kubernetes objects (1 MiB at
+/// most, as etcd stores them), an image reference a few hundred bytes. The CRI pass-through keeps
+/// the kubelet's 16 MiB.
+pub const API_MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
+
 /// How the server behaves, beyond what it serves.
 #[derive(Debug, Clone, Copy)]
 pub struct ServeOptions {
@@ -95,7 +100,7 @@ pub async fn serve<R: ImageRuntime>(
 
     let cri_image_service = CriImageService::new(parts.manager.clone(), parts.runtime.clone(), parts.presence.clone());
     let image_manager = ImageManagerServer::new(ImageManagerService::new(parts))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(API_MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let image_manager = WithWatch::new(image_manager, parts.events.clone(), shutdown.clone());
 

@@ -17,14 +17,11 @@ use tonic::{
     server::{Grpc, NamedService, ServerStreamingService},
 };
 
-use super::streams::StreamShutDown;
+use super::{API_MAX_REQUEST_BYTES, streams::StreamShutDown};
 use crate::{
     api,
     events::{self, Event, Events, Filter, Next},
-    runtime::{
-        MAX_MESSAGE_BYTES,
-        passthrough::{RawCodec, RawEncoder},
-    },
+    runtime::passthrough::{RawCodec, RawEncoder},
     shutdown::Shutdown,
 };
 
@@ -73,7 +70,7 @@ where
             return Box::pin(self.inner.call(request));
         }
         let watch = Watch { events: self.events.clone(), shutdown: self.shutdown.clone() };
-        let mut grpc = Grpc::new(WatchCodec).apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), None);
+        let mut grpc = Grpc::new(WatchCodec).apply_max_message_size_config(Some(API_MAX_REQUEST_BYTES), None);
         Box::pin(async move { Ok(grpc.server_streaming(watch, request).await) })
     }
 }

@@ -41,6 +41,15 @@ def error_reason(error):
     return None
 
 
+def expand(image):
+    """`LONG:N` stands for an image name of N letters: longer than a command line may carry."""
+    return "a" * int(image[5:]) if image.startswith("LONG:") else image
+
+
+def shown(image):
+    return image if len(image) <= 100 else f"<{len(image)} bytes>"
+
+
 def main():
     socket, proto_dir, images = sys.argv[1], sys.argv[2], sys.argv[3:]
     with tempfile.TemporaryDirectory() as out_dir:
@@ -53,15 +62,15 @@ def main():
                 print(json.dumps({"health": service, "status": status}), flush=True)
             manager = api_grpc.ImageManagerStub(channel)
             pod = api.PodRef(namespace="default", name="agent", uid="python-agent-uid")
-            for image in images:
+            for image in map(expand, images):
                 request = api.EnsureImageExistsRequest(
                     image=image, pull_policy=api.IF_NOT_PRESENT, pod=pod, container_name="app"
                 )
                 try:
                     answer = manager.EnsureImageExists(request, timeout=10)
-                    print(json.dumps({"image": image, "pulled": answer.pulled, "message": answer.message}), flush=True)
+                    print(json.dumps({"image": shown(image), "pulled": answer.pulled, "message": answer.message}), flush=True)
                 except grpc.RpcError as error:
-                    line = {"image": image, "code": error.code().name, "message": error.details()}
+                    line = {"image": shown(image), "code": error.code().name, "message": error.details()}
                     print(json.dumps(dict(line, reason=error_reason(error))), flush=True)
 
 

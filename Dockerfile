@@ -1,13 +1,15 @@
 # cri-imaged as a container image (for the DaemonSet in deploy/kubernetes).
-FROM rust:1.95-bookworm AS build
-RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
-COPY proto proto
-COPY src src
-RUN cargo build --release --locked --bin cri-imaged
-
-FROM debian:bookworm-slim
-COPY --from=build /src/target/release/cri-imaged /usr/local/bin/cri-imaged
+#
+# Build it with scripts/build-image.sh, which builds the binary with cargo outside the image and
+# stages this build context; the image is FROM scratch, so it builds offline (buildah bud
+# --isolation chroot --storage-driver vfs) and holds only what runs:
+#   rootfs/usr/local/bin/cri-imaged  the daemon (the entrypoint)
+#   rootfs/lib*/...                  its dynamic loader and the libraries `ldd` names (glibc's
+#                                    libc, libm, libgcc_s), copied from the build machine
+#   rootfs/bin/busybox               static busybox: the shell of the DaemonSet's exec probes
+#   rootfs/usr/local/bin/grpcurl     static grpcurl: the probes' grpc.health.v1 client on the
+#                                    unix socket (Kubernetes' own grpc probe speaks TCP only)
+FROM scratch
+COPY rootfs/ /
 ENTRYPOINT ["/usr/local/bin/cri-imaged"]
 CMD ["serve"]

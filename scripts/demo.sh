@@ -2,27 +2,60 @@
 # The main job on a real local stack: containerd (CRI) + a loopback registry seeded with an image
 # built here, cri-imaged in front of containerd, and grpcurl calling EnsureImageExists twice:
 # the first call pulls, the second finds the image already present.
+#
+# The binary is the one cargo reports building, so CARGO_TARGET_DIR and cargo's build.target-dir
+# are honoured. If anything fails, cri-imaged's log is printed and kept. Bold headings only on a
+# terminal, and not with NO_COLOR set.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "demo: containerd needs root; run: sudo make demo" >&2; exit 1; }
+
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
+# A command as it would be typed: words that need it in single quotes (JSON stays readable).
+quote() {
+    local word words=()
+    for word in "$@"; do
+        if [[ $word =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then words+=("$word"); else words+=("'${word//\'/\'\\\'\'}'"); fi
+    done
+    printf '%s' "${words[*]}"
+}
+show() { printf '$ %s\n' "$(quote "$@")"; "$@"; }
+
 "$root/scripts/install-deps.sh"
-cargo build --quiet --manifest-path "$root/Cargo.toml"
+
+step "Building cri-imaged (cargo build; a first build takes a few minutes)"
+# cargo's progress goes to stderr as usual; the JSON on stdout names the executable it built.
+artifacts=$(cargo build --manifest-path "$root/Cargo.toml" --bin cri-imaged --message-format=json-render-diagnostics)
+binary=$(printf '%s\n' "$artifacts" | grep '"reason":"compiler-artifact"' | grep '"kind":\["bin"\]' |
+    grep '"name":"cri-imaged"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$binary" ] || { echo "demo: cargo did not report a cri-imaged executable" >&2; exit 1; }
+echo "built $binary"
 
 dir=$(mktemp -d /tmp/cri-demo.XXXXXX)
+# The daemon's log lives outside the stack's dir, so that it outlives a failed run.
+log=$(mktemp /tmp/cri-imaged-demo.XXXXXX.log)
 daemon_pid=
 cleanup() {
+    local status=$?
     if [ -n "$daemon_pid" ]; then
         kill -TERM "$daemon_pid" 2>/dev/null || true
         wait "$daemon_pid" 2>/dev/null || true
     fi
     "$root/scripts/local-stack.sh" stop "$dir" >/dev/null 2>&1 || true
     rm -rf "$dir"
+    if [ "$status" -eq 0 ]; then
+        rm -f "$log"
+    elif [ -s "$log" ]; then
+        printf '\ndemo: failed; cri-imaged logged (kept in %s):\n' "$log" >&2
+        cat "$log" >&2
+    else
+        rm -f "$log"
+    fi
 }
 trap cleanup EXIT
-
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-show() { printf '$'; printf ' %q' "$@"; printf '\n'; "$@"; }
+fail() { echo "demo: $*" >&2; exit 1; }
 
 step "Starting containerd (CRI) and a loopback registry in $dir"
 "$root/scripts/local-stack.sh" start "$dir" >/dev/null
@@ -34,14 +67,23 @@ echo "registry $REGISTRY holds $image ($digest)"
 
 step "Starting cri-imaged"
 socket="$dir/cri-imaged.sock"
-"$root/target/debug/cri-imaged" serve --listen "$socket" --runtime-endpoint "unix://$CONTAINERD_SOCK" \
-    2>"$dir/cri-imaged.log" &
+daemon=("$binary" serve --listen "$socket" --runtime-endpoint "unix://$CONTAINERD_SOCK" --root-dir "$dir/cri-imaged")
+printf '$ %s 2>%s &\n' "$(quote "${daemon[@]}")" "$log"
+"${daemon[@]}" 2>"$log" &
 daemon_pid=$!
-grpc() { grpcurl -plaintext -unix "$@"; }
-for _ in $(seq 100); do
-    grpc "$socket" grpc.health.v1.Health/Check >/dev/null 2>&1 && break
-    sleep 0.05
+ready_within=15
+deadline=$((SECONDS + ready_within))
+until grpcurl -plaintext -unix "$socket" grpc.health.v1.Health/Check >/dev/null 2>&1; do
+    if ! kill -0 "$daemon_pid" 2>/dev/null; then
+        status=0
+        wait "$daemon_pid" || status=$?
+        daemon_pid=
+        fail "cri-imaged exited with status $status before it answered on $socket"
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || fail "cri-imaged did not answer health checks on $socket within ${ready_within}s"
+    sleep 0.1
 done
+echo "cri-imaged answers on $socket"
 show grpcurl -plaintext -unix "$socket" list
 
 request="{\"image\":\"$image\",\"pull_policy\":\"IF_NOT_PRESENT\",\"pod\":{\"namespace\":\"default\",\"name\":\"demo\",\"uid\":\"demo-uid\"},\"container_name\":\"hello\"}"
@@ -51,7 +93,8 @@ step "Second call: already present"
 show grpcurl -plaintext -unix -d "$request" "$socket" imagemanager.v1.ImageManager/EnsureImageExists
 step "A missing image: the kubelet's reason in the error details"
 missing="{\"image\":\"$REGISTRY/demo/missing:v1\",\"pull_policy\":\"IF_NOT_PRESENT\"}"
-show grpcurl -plaintext -unix -d "$missing" "$socket" imagemanager.v1.ImageManager/EnsureImageExists || true
+# grpcurl prints a failed call on stderr; here it is the point, so it joins the rest on stdout.
+show grpcurl -plaintext -unix -d "$missing" "$socket" imagemanager.v1.ImageManager/EnsureImageExists 2>&1 || true
 
 step "What cri-imaged logged"
-grep -E 'Pulling image|Successfully pulled|already present|Failed to pull' "$dir/cri-imaged.log" | sed 's/\x1b\[[0-9;]*m//g'
+grep -E 'Pulling image|Successfully pulled|already present|Failed to pull' "$log"

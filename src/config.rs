@@ -1,6 +1,11 @@
 //! Command line: every flag with its meaning, unit and default.
 
-use std::{net::SocketAddr, num::NonZeroUsize, path::PathBuf, time::Duration};
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    num::{NonZeroU32, NonZeroUsize},
+    path::PathBuf,
+    time::Duration,
+};
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
@@ -9,10 +14,10 @@ use crate::{
     ensure::{ManagerConfig, VerificationConfig},
     gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
     pull::poller::ProgressConfig,
-    pull::ratelimit::{self, RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
+    pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitError, RateLimitMode},
     pull::scheduler::SchedulerConfig,
     records::policy::{Allowlist, PolicyError, VerificationPolicy},
-    runtime::RuntimeEndpoint,
+    runtime::{EndpointError, RuntimeEndpoint},
 };
 
 /// Where the daemon listens unless told otherwise.
@@ -43,20 +48,22 @@ pub struct ServeArgs {
     pub listen: PathBuf,
 
     /// The runtime's CRI socket: unix:///path or an absolute path.
-    #[arg(long, value_name = "ENDPOINT", default_value = DEFAULT_RUNTIME_ENDPOINT, value_parser = RuntimeEndpoint::parse)]
+    #[arg(long, value_name = "ENDPOINT", default_value = DEFAULT_RUNTIME_ENDPOINT, value_parser = parse_runtime_endpoint)]
     pub runtime_endpoint: RuntimeEndpoint,
 
     /// Deadline for runtime calls other than pulls (e.g. 2m, 30s, 500ms), as the kubelet's
     /// --runtime-request-timeout.
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub runtime_request_timeout: Duration,
 
     /// After SIGTERM or SIGINT, how long in-flight requests may take before the daemon exits.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub shutdown_timeout: Duration,
 
-    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9757); off when unset.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics on http://ADDR/metrics; off when unset. IP:PORT (127.0.0.1:9757,
+    /// [::1]:9757) or HOST:PORT (localhost:9757): a host name is resolved once, at start, to its
+    /// first IPv4 address (else its first IPv6 one).
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     pub metrics_listen: Option<SocketAddr>,
 
     /// Answer presence checks from memory while containerd's image events are watched (any image
@@ -69,21 +76,21 @@ pub struct ServeArgs {
     /// through containerd's event stream came back) at most this long ago; 0s proves every hit,
     /// so that no removal that has returned is ever missed. Under traffic the proof is renewed
     /// ahead of time, so hits rarely wait.
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero)]
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub presence_cache_max_staleness: Duration,
 
     /// Threads serving requests. One (the default) is fastest here: the daemon mostly waits on
     /// the runtime, and one thread never pays for waking another.
-    #[arg(long, value_name = "N", default_value = "1")]
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_at_least_one, allow_hyphen_values = true)]
     pub worker_threads: NonZeroUsize,
 
     /// How often the runtime is probed for the health service.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub health_probe_interval: Duration,
 
     /// How long one health probe may take; a runtime that does not answer in time (frozen,
     /// overloaded) is reported NOT_SERVING.
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub health_probe_timeout: Duration,
 
     /// Pull one image at a time, as the kubelet's --serialize-image-pulls. Defaults to true,
@@ -92,12 +99,12 @@ pub struct ServeArgs {
     pub serialize_image_pulls: Option<bool>,
 
     /// The most upstream pulls at once when pulls are not serialized; unset means no cap.
-    #[arg(long, value_name = "N")]
-    pub max_parallel_image_pulls: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = parse_at_least_one, allow_hyphen_values = true)]
+    pub max_parallel_image_pulls: Option<NonZeroUsize>,
 
     /// Bounds one upstream pull; on expiry it is cancelled and its callers get DEADLINE_EXCEEDED.
     /// Unset (the default, as in the kubelet) waits as long as the pull takes.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub image_pull_timeout: Option<Duration>,
 
     /// Watch each pull's downloads on containerd's content service: progress in GetStatus and
@@ -110,27 +117,27 @@ pub struct ServeArgs {
     /// image_pull_progress_timeout); its callers get DEADLINE_EXCEEDED. containerd reports a
     /// layer's progress in 1 MiB steps, so this must cover 1 MiB at the slowest rate to accept.
     /// 0s turns it off; needs --pull-progress.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub image_pull_progress_timeout: Duration,
 
     /// First backoff delay after a failed pull, per pod and image.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub image_pull_backoff_initial: Duration,
 
     /// Longest backoff delay; entries not updated for twice this are forgotten.
-    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub image_pull_backoff_max: Duration,
 
     /// The most (pod, image) backoff entries kept; past it the stalest is forgotten.
-    #[arg(long, value_name = "N", default_value_t = BackoffConfig::KUBELET.capacity)]
-    pub image_pull_backoff_max_entries: usize,
+    #[arg(long, value_name = "N", default_value = "100000", value_parser = parse_at_least_one, allow_hyphen_values = true)]
+    pub image_pull_backoff_max_entries: NonZeroUsize,
 
     /// Average upstream pulls a second (presence checks are never limited); 0 turns the limit off.
-    #[arg(long, value_name = "QPS", default_value_t = 5.0)]
+    #[arg(long, value_name = "QPS", default_value = "5", value_parser = parse_qps, allow_hyphen_values = true)]
     pub registry_qps: f64,
 
-    /// Pulls allowed at once before the QPS limit applies.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    /// Pulls allowed at once before the QPS limit applies; at least 1 unless --registry-qps is 0.
+    #[arg(long, value_name = "N", default_value = "10", value_parser = parse_burst, allow_hyphen_values = true)]
     pub registry_burst: u32,
 
     /// A pull over the limit fails at once with `pull QPS exceeded` (fail, the kubelet's way) or
@@ -140,7 +147,7 @@ pub struct ServeArgs {
 
     /// A bucket of its own for one registry host, as HOST=QPS:BURST (repeatable), e.g.
     /// docker.io=2:5 or registry.local:5000=20:40.
-    #[arg(long, value_name = "HOST=QPS:BURST", value_parser = ratelimit::parse_host_limit)]
+    #[arg(long, value_name = "HOST=QPS:BURST", value_parser = parse_host_limit, allow_hyphen_values = true)]
     pub registry_qps_per_host: Vec<(String, RateLimit)>,
 
     /// cri-imaged's state directory, as the kubelet's --root-dir: the first place the node's
@@ -181,35 +188,31 @@ pub struct ServeArgs {
     /// are removed, least recently used first. 100 with --image-maximum-gc-age 0 turns image GC
     /// off. Turn the kubelet's own image GC off (imageGCHighThresholdPercent: 100) so that one
     /// collector runs.
-    #[arg(long, value_name = "PERCENT", default_value_t = 85, allow_negative_numbers = true)]
+    #[arg(long, value_name = "PERCENT", default_value = "85", value_parser = parse_percent, allow_hyphen_values = true)]
     pub image_gc_high_threshold: i64,
 
     /// Image GC removes images until usage is down to this percent.
-    #[arg(long, value_name = "PERCENT", default_value_t = 80, allow_negative_numbers = true)]
+    #[arg(long, value_name = "PERCENT", default_value = "80", value_parser = parse_percent, allow_hyphen_values = true)]
     pub image_gc_low_threshold: i64,
 
     /// An image detected less than this long ago is never removed for space (a Go duration, as
     /// the kubelet's: 2m, 1m30s).
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = go_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_go_duration, allow_hyphen_values = true)]
     pub minimum_image_ttl_duration: Duration,
 
     /// An unused image not used for longer than this is removed, whatever the disk's usage, once
     /// cri-imaged has collected that long; 0 turns it off.
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = go_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_go_duration, allow_hyphen_values = true)]
     pub image_maximum_gc_age: Duration,
 
     /// Between image GC passes (the kubelet's fixed 5 minutes).
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub image_gc_period: Duration,
 
     /// The image pod sandboxes run from, never collected. Unset: what the runtime reports
     /// (containerd's CRI config), and anything the runtime pins.
     #[arg(long, value_name = "IMAGE")]
     pub pod_infra_container_image: Option<String>,
-}
-
-fn go_duration(text: &str) -> Result<Duration, crate::credentials::plugin::duration::GoDurationError> {
-    crate::credentials::plugin::duration::parse(text)
 }
 
 /// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
@@ -230,40 +233,96 @@ impl From<RateLimitModeArg> for RateLimitMode {
     }
 }
 
-/// Flags that contradict each other or cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Flags that parse one by one but do not work together (the kubelet's `invalid configuration`).
+/// Each message names the flags, their values and what is accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--max-parallel-image-pulls must be at least 1")]
-    ZeroParallelPulls,
-    #[error("--max-parallel-image-pulls={0} needs --serialize-image-pulls=false (as in the kubelet)")]
+    #[error(
+        "invalid configuration: --max-parallel-image-pulls {0} needs --serialize-image-pulls=false (or unset); with --serialize-image-pulls=true only 1 is accepted, as in the kubelet"
+    )]
     ParallelWhileSerialized(usize),
-    #[error(transparent)]
-    Backoff(#[from] BackoffConfigError),
-    #[error(transparent)]
-    RateLimit(#[from] RateLimitError),
-    #[error(transparent)]
-    Verification(#[from] PolicyError),
+    #[error(
+        "invalid configuration: --image-pull-backoff-initial {} must not exceed --image-pull-backoff-max {}",
+        flag_duration(*.initial),
+        flag_duration(*.max)
+    )]
+    BackoffInitialAboveMax { initial: Duration, max: Duration },
+    #[error(
+        "invalid configuration: --registry-burst 0 needs --registry-qps 0 (no limit); with --registry-qps {qps} the burst must be 1 or more"
+    )]
+    ZeroBurst { qps: f64 },
+    /// Refused by a check the flags' own parsers already make; kept for callers other than clap.
     #[error("invalid configuration: {0}")]
+    Backoff(BackoffConfigError),
+    /// As [`ConfigError::Backoff`].
+    #[error("invalid configuration: {0}")]
+    RateLimit(RateLimitError),
+    #[error("{0} ({hint})", hint = verification_hint(.0))]
+    Verification(#[from] PolicyError),
+    #[error("invalid configuration: {0}{hint}", hint = gc_hint(.0))]
     ImageGc(#[from] GcPolicyError),
+}
+
+/// The flags behind the kubelet's words for the verification policy.
+fn verification_hint(error: &PolicyError) -> &'static str {
+    match error {
+        PolicyError::AllowlistWithoutItsPolicy => {
+            "--preloaded-images-verification-allowlist needs --image-pull-credentials-verification-policy NeverVerifyAllowlistedImages"
+        }
+        PolicyError::Pattern(_) => {
+            "--preloaded-images-verification-allowlist takes a full name without tag or digest, e.g. docker.io/library/nginx, or a prefix ending in /*, e.g. registry.local/base/*"
+        }
+    }
+}
+
+/// The flags behind the kubelet's words, where its message names only its config fields.
+fn gc_hint(error: &GcPolicyError) -> &'static str {
+    match error {
+        GcPolicyError::MaxAgeNotAboveMinAge { .. } => {
+            " (--image-maximum-gc-age must exceed --minimum-image-ttl-duration, or be 0s to turn it off)"
+        }
+        _ => "",
+    }
+}
+
+/// A duration as a flag takes it: `90s`, `10m`, `1h`, `500ms`.
+fn flag_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    match millis {
+        0 => "0s".to_owned(),
+        _ if millis.is_multiple_of(3_600_000) => format!("{}h", millis / 3_600_000),
+        _ if millis.is_multiple_of(60_000) => format!("{}m", millis / 60_000),
+        _ if millis.is_multiple_of(1_000) => format!("{}s", millis / 1_000),
+        _ => format!("{millis}ms"),
+    }
 }
 
 impl ServeArgs {
     /// The manager's configuration, validated as the kubelet validates its flags.
     pub fn manager_config(&self) -> Result<ManagerConfig, ConfigError> {
         let max_parallel = match (self.serialize_image_pulls, self.max_parallel_image_pulls) {
-            (_, Some(0)) => return Err(ConfigError::ZeroParallelPulls),
-            (Some(true), Some(n)) if n > 1 => return Err(ConfigError::ParallelWhileSerialized(n)),
+            (Some(true), Some(n)) if n.get() > 1 => return Err(ConfigError::ParallelWhileSerialized(n.get())),
             (Some(false), None) => None,
-            (_, Some(n)) => NonZeroUsize::new(n),
+            (_, Some(n)) => Some(n),
             (Some(true) | None, None) => Some(NonZeroUsize::MIN),
         };
         let backoff = BackoffConfig::try_new(
             self.image_pull_backoff_initial,
             self.image_pull_backoff_max,
-            self.image_pull_backoff_max_entries,
-        )?;
+            self.image_pull_backoff_max_entries.get(),
+        )
+        .map_err(|error| match error {
+            BackoffConfigError::InitialAboveMax { initial, max } => {
+                ConfigError::BackoffInitialAboveMax { initial, max }
+            }
+            other => ConfigError::Backoff(other),
+        })?;
+        let global = RateLimit::try_new(self.registry_qps, self.registry_burst).map_err(|error| match error {
+            RateLimitError::ZeroBurst => ConfigError::ZeroBurst { qps: self.registry_qps },
+            other => ConfigError::RateLimit(other),
+        })?;
         let rate_limits = RateLimitConfig {
-            global: RateLimit::try_new(self.registry_qps, self.registry_burst)?,
+            global,
             per_host: self.registry_qps_per_host.clone(),
             mode: self.registry_rate_limit_mode.into(),
         };
@@ -297,12 +356,138 @@ impl ServeArgs {
     }
 }
 
+/// A command line clap refused (an unknown flag, a value its flag does not take), in the daemon's
+/// one error style: `cri-imaged: invalid value '0' for '--worker-threads <N>': expected …`, then
+/// clap's usage hint. `None` for what is not an error: `--help` and `--version`.
+pub fn usage_error(error: &clap::Error) -> Option<String> {
+    if !error.use_stderr() {
+        return None;
+    }
+    let text = error.render().to_string();
+    Some(match text.strip_prefix("error: ") {
+        Some(message) => format!("cri-imaged: {message}"),
+        // `cri-imaged` with no command: clap's help, which names every command.
+        None => text,
+    })
+}
+
+/// A value its flag does not take. clap's message around it names the flag and the value,
+/// `invalid value '0' for '--worker-threads <N>': `, and this says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("expected a whole number, 1 or more")]
+    NotAtLeastOne,
+    #[error("expected a whole number, 0 or more")]
+    NotACount,
+    #[error("expected a whole number of percent, from 0 to 100")]
+    NotAPercent,
+    #[error("expected a number of pulls a second, 0 or more (0 turns the limit off), e.g. 5 or 0.5")]
+    NotAQps,
+    #[error("expected HOST=QPS:BURST, e.g. docker.io=2:5 or registry.local:5000=20:40")]
+    NotAHostLimit,
+    #[error("the HOST before '=' is empty; expected HOST=QPS:BURST, e.g. docker.io=2:5")]
+    EmptyHost,
+    #[error(
+        "QPS {0:?} is not accepted for a host: expected a number of pulls a second above 0, e.g. 2 or 0.5 (only --registry-qps takes 0, for no limit)"
+    )]
+    HostQps(String),
+    #[error("BURST {0:?} is not accepted: expected a whole number of pulls, 1 or more")]
+    HostBurst(String),
+    #[error("{0}")]
+    Duration(#[from] DurationError),
+    #[error("{0:?} is not a duration: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h")]
+    GoDuration(String),
+    #[error("{0}")]
+    Endpoint(EndpointError),
+    #[error("expected unix:///path/to.sock or an absolute socket path, e.g. {DEFAULT_RUNTIME_ENDPOINT}")]
+    EmptyEndpoint,
+    #[error("expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:9757, [::1]:9757 or localhost:9757")]
+    NotAnAddress,
+    #[error("port {0:?} is not accepted: expected a number from 0 to 65535")]
+    Port(String),
+    #[error(
+        "cannot resolve {host:?} ({reason}); expected an IP address or a host name this machine resolves, e.g. 127.0.0.1:9757 or localhost:9757"
+    )]
+    Unresolved { host: String, reason: String },
+}
+
+/// A count of at least one: threads, parallel pulls, backoff entries.
+pub fn parse_at_least_one(text: &str) -> Result<NonZeroUsize, ValueError> {
+    text.parse().map_err(|_| ValueError::NotAtLeastOne)
+}
+
+/// `--registry-burst`: any count; whether 0 goes with the QPS is checked with it.
+pub fn parse_burst(text: &str) -> Result<u32, ValueError> {
+    text.parse().map_err(|_| ValueError::NotACount)
+}
+
+/// `--registry-qps`: a finite number, 0 or more.
+pub fn parse_qps(text: &str) -> Result<f64, ValueError> {
+    text.parse::<f64>().ok().filter(|qps| qps.is_finite() && *qps >= 0.0).ok_or(ValueError::NotAQps)
+}
+
+/// An image GC threshold: any whole number, so that the kubelet's own check (0 to 100, in its
+/// words) judges the range.
+pub fn parse_percent(text: &str) -> Result<i64, ValueError> {
+    text.parse().map_err(|_| ValueError::NotAPercent)
+}
+
+/// `HOST=QPS:BURST` for `--registry-qps-per-host`, the host as in the image reference (port
+/// included): `registry.local:5000=2.5:4`. A host's QPS must be above 0 and its burst at least 1.
+pub fn parse_host_limit(text: &str) -> Result<(String, RateLimit), ValueError> {
+    let (host, limit) = text.split_once('=').ok_or(ValueError::NotAHostLimit)?;
+    let (qps, burst) = limit.split_once(':').ok_or(ValueError::NotAHostLimit)?;
+    if host.is_empty() {
+        return Err(ValueError::EmptyHost);
+    }
+    let qps_value = qps.parse::<f64>().ok().filter(|qps| qps.is_finite() && *qps > 0.0);
+    let qps_value = qps_value.ok_or_else(|| ValueError::HostQps(qps.to_owned()))?;
+    let burst_value: NonZeroU32 = burst.parse().map_err(|_| ValueError::HostBurst(burst.to_owned()))?;
+    Ok((host.to_owned(), RateLimit { qps: qps_value, burst: burst_value }))
+}
+
+/// `--runtime-endpoint`, saying what is accepted when it is refused.
+pub fn parse_runtime_endpoint(text: &str) -> Result<RuntimeEndpoint, ValueError> {
+    RuntimeEndpoint::parse(text).map_err(|error| match error {
+        EndpointError::Empty => ValueError::EmptyEndpoint,
+        other => ValueError::Endpoint(other),
+    })
+}
+
+/// A Go duration, 0 or more (`2m`, `1m30s`), as the kubelet takes its image GC ages.
+pub fn parse_go_duration(text: &str) -> Result<Duration, ValueError> {
+    crate::credentials::plugin::duration::parse(text).map_err(|_| ValueError::GoDuration(text.to_owned()))
+}
+
+/// An address to listen on: `IP:PORT`, or `HOST:PORT` with the host resolved now, to its first
+/// IPv4 address (loopback names resolve to `::1` first, which a host without IPv6 cannot bind),
+/// else its first address.
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, ValueError> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or(ValueError::NotAnAddress)?;
+    if host.is_empty() || host.contains([':', '[', ']', '/']) {
+        return Err(ValueError::NotAnAddress);
+    }
+    let port: u16 = port.parse().map_err(|_| ValueError::Port(port.to_owned()))?;
+    let unresolved = |reason: String| ValueError::Unresolved { host: host.to_owned(), reason };
+    let addrs: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().map_err(|error| unresolved(error.to_string()))?.collect();
+    addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| unresolved("no address".to_owned()))
+}
+
 /// A duration not written as a whole number and a unit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DurationError {
     #[error("{0:?} is not a duration: write a whole number and a unit, e.g. 500ms, 30s, 2m or 1h")]
     Malformed(String),
-    #[error("{0:?} must be greater than zero")]
+    #[error("{0:?} must be greater than zero: write a whole number and a unit, e.g. 500ms, 30s, 2m or 1h")]
     Zero(String),
 }
 
@@ -435,16 +620,117 @@ mod tests {
         assert_eq!(config.rate_limits.mode, RateLimitMode::Wait);
         let hosts: Vec<&str> = config.rate_limits.per_host.iter().map(|(host, _)| host.as_str()).collect();
         assert_eq!(hosts, ["docker.io", "quay.io"]);
-        assert_eq!(manager_config(&["--registry-burst=0"]), Err(ConfigError::RateLimit(RateLimitError::ZeroBurst)));
+        let zero_burst = manager_config(&["--registry-burst=0"]).expect_err("a burst of 0 under a limit");
+        assert_eq!(zero_burst, ConfigError::ZeroBurst { qps: 5.0 });
+        assert_eq!(
+            zero_burst.to_string(),
+            "invalid configuration: --registry-burst 0 needs --registry-qps 0 (no limit); with --registry-qps 5 the burst must be 1 or more"
+        );
+        assert!(manager_config(&["--registry-qps=0", "--registry-burst=0"]).is_ok(), "no limit, no burst");
     }
 
     #[test]
     fn contradictory_pull_flags_are_refused() {
         let both = manager_config(&["--serialize-image-pulls=true", "--max-parallel-image-pulls", "4"]);
         assert_eq!(both, Err(ConfigError::ParallelWhileSerialized(4)));
-        assert_eq!(manager_config(&["--max-parallel-image-pulls", "0"]), Err(ConfigError::ZeroParallelPulls));
-        let backwards = manager_config(&["--image-pull-backoff-initial", "10m", "--image-pull-backoff-max", "1m"]);
-        assert!(matches!(backwards, Err(ConfigError::Backoff(BackoffConfigError::InitialAboveMax { .. }))));
+        let backwards = manager_config(&["--image-pull-backoff-initial", "10m", "--image-pull-backoff-max", "90s"]);
+        assert_eq!(
+            backwards.expect_err("initial over max").to_string(),
+            "invalid configuration: --image-pull-backoff-initial 10m must not exceed --image-pull-backoff-max 90s"
+        );
+    }
+
+    /// clap's message for `flags`, as the daemon prints it.
+    fn usage_message(flags: &[&str]) -> String {
+        let error = Cli::try_parse_from(["cri-imaged", "serve"].iter().chain(flags)).expect_err("refused");
+        usage_error(&error).expect("an error, not help")
+    }
+
+    #[test]
+    fn a_refused_value_names_its_flag_the_value_and_what_is_accepted() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--worker-threads", "0"],
+                "invalid value '0' for '--worker-threads <N>': expected a whole number, 1 or more",
+            ),
+            (
+                &["--max-parallel-image-pulls", "0"],
+                "'--max-parallel-image-pulls <N>': expected a whole number, 1 or more",
+            ),
+            (&["--image-pull-backoff-max-entries", "0"], "expected a whole number, 1 or more"),
+            (
+                &["--registry-qps", "-1"],
+                "invalid value '-1' for '--registry-qps <QPS>': expected a number of pulls a second, 0 or more",
+            ),
+            (&["--registry-qps", "inf"], "invalid value 'inf' for '--registry-qps <QPS>'"),
+            (
+                &["--registry-burst", "-1"],
+                "invalid value '-1' for '--registry-burst <N>': expected a whole number, 0 or more",
+            ),
+            (
+                &["--registry-qps-per-host", "docker.io=0:5"],
+                "QPS \"0\" is not accepted for a host: expected a number of pulls a second above 0",
+            ),
+            (
+                &["--registry-qps-per-host", "docker.io=2:0"],
+                "BURST \"0\" is not accepted: expected a whole number of pulls, 1 or more",
+            ),
+            (&["--registry-qps-per-host", "docker.io"], "expected HOST=QPS:BURST, e.g. docker.io=2:5"),
+            (&["--registry-qps-per-host", "=2:5"], "the HOST before '=' is empty"),
+            (
+                &["--image-gc-high-threshold", "lots"],
+                "'--image-gc-high-threshold <PERCENT>': expected a whole number of percent, from 0 to 100",
+            ),
+            (
+                &["--presence-cache-max-staleness", "-1s"],
+                "invalid value '-1s' for '--presence-cache-max-staleness <DURATION>': \"-1s\" is not a duration",
+            ),
+            (&["--shutdown-timeout", "0s"], "\"0s\" must be greater than zero: write a whole number and a unit"),
+            (
+                &["--minimum-image-ttl-duration", "5"],
+                "\"5\" is not a duration: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h",
+            ),
+            (&["--image-maximum-gc-age", "-1h"], "invalid value '-1h' for '--image-maximum-gc-age <DURATION>'"),
+            (&["--runtime-endpoint", ""], "expected unix:///path/to.sock or an absolute socket path"),
+            (
+                &["--metrics-listen", "localhost"],
+                "expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:9757, [::1]:9757 or localhost:9757",
+            ),
+            (
+                &["--metrics-listen", "localhost:http"],
+                "port \"http\" is not accepted: expected a number from 0 to 65535",
+            ),
+        ];
+        for (flags, expected) in cases {
+            let message = usage_message(flags);
+            assert!(message.starts_with("cri-imaged: "), "{flags:?}: {message}");
+            assert!(message.contains(expected), "{flags:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_not_errors() {
+        for flag in ["--help", "--version"] {
+            let error = Cli::try_parse_from(["cri-imaged", flag]).expect_err("clap stops there");
+            assert_eq!(usage_error(&error), None, "{flag}");
+        }
+    }
+
+    #[test]
+    fn metrics_listen_takes_an_address_or_a_host_name() {
+        assert_eq!(parse_listen_address("127.0.0.1:9757"), Ok(SocketAddr::from(([127, 0, 0, 1], 9757))));
+        assert_eq!(parse_listen_address("[::1]:9757"), "[::1]:9757".parse().map_err(|_| ValueError::NotAnAddress));
+        assert_eq!(parse_listen_address("localhost:9757"), Ok(SocketAddr::from(([127, 0, 0, 1], 9757))));
+        assert!(matches!(parse_listen_address("no-such-host.invalid:1"), Err(ValueError::Unresolved { .. })));
+    }
+
+    #[test]
+    fn a_host_limit_takes_a_host_with_its_port_a_rate_and_a_burst() {
+        let (host, limit) = parse_host_limit("registry.local:5000=2.5:4").expect("valid");
+        assert_eq!(host, "registry.local:5000");
+        assert_eq!(limit, RateLimit { qps: 2.5, burst: NonZeroU32::new(4).expect("non-zero") });
+        assert_eq!(parse_host_limit("docker.io=x:10"), Err(ValueError::HostQps("x".to_owned())));
+        assert_eq!(parse_host_limit("docker.io=5"), Err(ValueError::NotAHostLimit));
     }
 
     #[test]

@@ -133,7 +133,9 @@ async fn in_the_image_the_daemonsets_probes_follow_the_runtime_while_the_socket_
     let liveness = Probe::of(&container, "livenessProbe");
     let ready = readiness.wait_for(&image, &ctr, &mounts, true, Duration::from_secs(20));
     assert!(ready.status.success(), "never ready: {}\ndaemon log:\n{}", text(&ready), daemon.log());
-    let live = liveness.run(&image, &ctr, &mounts);
+    // A probe is one buildah run and one grpcurl: under a loaded CI machine one may time out, as
+    // a kubelet's would (its failureThreshold is 3); retried here for as long as readiness is.
+    let live = liveness.wait_for(&image, &ctr, &mounts, true, Duration::from_secs(20));
     assert!(live.status.success(), "not live: {}\ndaemon log:\n{}", text(&live), daemon.log());
     let metrics = tokio::task::spawn_blocking(move || http_get(metrics_port, "/metrics")).await.expect("metrics");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
@@ -143,7 +145,7 @@ async fn in_the_image_the_daemonsets_probes_follow_the_runtime_while_the_socket_
     let unready = readiness.wait_for(&image, &ctr, &mounts, false, Duration::from_secs(20));
     assert!(!unready.status.success(), "still ready without a runtime; daemon log:\n{}", daemon.log());
     assert!(text(&unready).contains("NOT_SERVING"), "the probe prints why: {}", text(&unready));
-    let live = liveness.run(&image, &ctr, &mounts);
+    let live = liveness.wait_for(&image, &ctr, &mounts, true, Duration::from_secs(20));
     assert!(live.status.success(), "not live without a runtime: {}\ndaemon log:\n{}", text(&live), daemon.log());
 
     let socket = host_path(&mounts, flag(&args, "--listen").expect("--listen").as_str());

@@ -102,9 +102,11 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
         subscribers: if full { 100 } else { 5 },
         pairs: if full { 10 } else { 1 },
     };
-    eprintln!(
+    progress!(
         "event fan-out: herds of {} with 0 and {} subscribers, {} rounds each",
-        shape.herd, shape.subscribers, shape.pairs
+        shape.herd,
+        shape.subscribers,
+        shape.pairs
     );
     let name = "bench/events:v1";
     bench.stack.seed(name, "event fan-out");

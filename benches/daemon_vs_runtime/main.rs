@@ -1,10 +1,12 @@
 //! `make bench`: what cri-imaged costs against calling containerd directly, and what it saves,
 //! on a real containerd and a loopback registry that this program starts itself.
 //!
-//! `cargo bench --bench daemon_vs_runtime` runs the full sizes on a release build and writes the
-//! report to `target/bench/daemon_vs_runtime.md`. `cargo test --bench daemon_vs_runtime` (part
-//! of `make test`) runs the same code with small sizes, so the bench cannot rot; its figures
-//! mean nothing.
+//! `cargo bench --bench daemon_vs_runtime` runs the full sizes on a release build, prints the
+//! report and writes it to `bench/daemon_vs_runtime.md` in cargo's target directory (`target/`
+//! unless `CARGO_TARGET_DIR` or `build.target-dir` says otherwise). `cargo test --bench
+//! daemon_vs_runtime` (part of `make test`) runs the same code with small sizes, so the bench
+//! cannot rot; its figures mean nothing, so it prints one line, `bench smoke: ok, report at PATH`
+//! (`-- --tables` prints the report too).
 //!
 //! Sections: start-up (exec → SERVING), the presence path (EnsureImageExists on a present image
 //! against ImageStatus, alternating), the herd (N callers for one absent image, both ways, with
@@ -13,6 +15,16 @@
 //! called present), image GC (planning at scale in process, a dry-run pass on the stack), event
 //! fan-out (a herd with and without WatchEvents subscribers), and pull progress polling
 //! (containerd's CPU over a throttled pull with `--pull-progress` off and on).
+
+/// A progress line on stderr, in a full run or when the tables are asked for; a smoke run in
+/// `make test` stays quiet.
+macro_rules! progress {
+    ($($arg:tt)*) => {
+        if crate::VERBOSE.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!($($arg)*);
+        }
+    };
+}
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -30,7 +42,7 @@ use std::{
     path::{Path, PathBuf},
     pin::Pin,
     process::{Command, ExitCode},
-    sync::Arc,
+    sync::{Arc, atomic::AtomicBool},
     time::{Duration, Instant},
 };
 
@@ -64,15 +76,22 @@ static ALLOCATOR: memory::CountingAllocator = memory::CountingAllocator::new();
 /// The daemon logs as it would under systemd: `info`.
 const DAEMON_LOG: &str = "info";
 
+/// Whether progress lines are printed (see [`progress!`]).
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
 #[derive(Parser)]
 #[command(about = "cri-imaged against containerd directly: presence path, herd, memory, start-up")]
 struct Args {
     /// Passed by `cargo bench`: run the full sizes. Without it, a quick smoke run.
     #[arg(long)]
     bench: bool,
-    /// Write the report here too (default target/bench/daemon_vs_runtime[.quick].md).
+    /// Write the report here (default: bench/daemon_vs_runtime.md, or .quick.md for a smoke run,
+    /// in cargo's target directory).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
+    /// Print the report's tables and progress in a smoke run too (a full run always does).
+    #[arg(long)]
+    tables: bool,
     /// Run only these sections (repeatable), e.g. to profile one of them.
     #[arg(long, value_enum, value_name = "SECTION")]
     only: Vec<Section>,
@@ -130,11 +149,10 @@ const QUICK: Sizes = Sizes {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let (sizes, default_out) = if args.bench {
-        (&FULL, "target/bench/daemon_vs_runtime.md")
-    } else {
-        (&QUICK, "target/bench/daemon_vs_runtime.quick.md")
-    };
+    let (sizes, report_name) =
+        if args.bench { (&FULL, "daemon_vs_runtime.md") } else { (&QUICK, "daemon_vs_runtime.quick.md") };
+    let verbose = args.bench || args.tables;
+    VERBOSE.store(verbose, std::sync::atomic::Ordering::Relaxed);
     let sections = if args.only.is_empty() {
         vec![
             Section::Startup,
@@ -155,14 +173,24 @@ fn main() -> ExitCode {
     let Some(report) = runtime.block_on(run(sizes, &sections, &args.daemon_flags)) else {
         return ExitCode::SUCCESS;
     };
-    print!("{report}");
-    let out = args.out.unwrap_or_else(|| PathBuf::from(default_out));
+    let out = args.out.unwrap_or_else(|| target_dir().join("bench").join(report_name));
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).expect("report directory");
     }
     std::fs::write(&out, &report).expect("write the report");
-    eprintln!("report written to {}", out.display());
+    if verbose {
+        print!("{report}");
+        eprintln!("report written to {}", out.display());
+    } else {
+        println!("bench smoke: ok, report at {}", out.display());
+    }
     ExitCode::SUCCESS
+}
+
+/// Cargo's target directory, as this bench was built for: `CARGO_TARGET_TMPDIR` is its `tmp/`.
+fn target_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_owned()
 }
 
 /// Images pushed for this run; each herd gets images of its own so that each starts cold.
@@ -220,14 +248,14 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
         verdicts: Vec::new(),
     };
     if sections.contains(&Section::Startup) {
-        eprintln!("start-up: {} runs", sizes.startups);
+        progress!("start-up: {} runs", sizes.startups);
         startup(&bench, &mut findings).await;
     }
     if sections.contains(&Section::Presence) || sections.contains(&Section::Herd) {
         let daemon = Daemon::start(&bench, "bench", &[]).await;
         idle(&daemon, &mut findings);
         if sections.contains(&Section::Presence) {
-            eprintln!("presence path: concurrency {:?}", sizes.concurrencies);
+            progress!("presence path: concurrency {:?}", sizes.concurrencies);
             presence(&bench, &daemon, &mut findings).await;
         }
         if sections.contains(&Section::Herd) {
@@ -235,23 +263,23 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
         }
     }
     if sections.contains(&Section::Backoff) {
-        eprintln!("backoff store: {} entries", sizes.backoff_entries);
+        progress!("backoff store: {} entries", sizes.backoff_entries);
         backoff(&bench, &mut findings).await;
     }
     if sections.contains(&Section::Staleness) {
-        eprintln!("staleness: {} removals behind the daemon's back per setting", sizes.removals);
+        progress!("staleness: {} removals behind the daemon's back per setting", sizes.removals);
         staleness(&bench, &mut findings).await;
     }
     if sections.contains(&Section::Credentials) {
-        eprintln!("credentials: {} secrets of {} registries", credentials::SECRETS, credentials::ENTRIES);
+        progress!("credentials: {} secrets of {} registries", credentials::SECRETS, credentials::ENTRIES);
         pull_credentials(&bench, &mut findings).await;
     }
     if sections.contains(&Section::Records) {
-        eprintln!("pull records: {} on disk", records::RECORDS);
+        progress!("pull records: {} on disk", records::RECORDS);
         pull_records(&bench, &mut findings).await;
     }
     if sections.contains(&Section::Gc) {
-        eprintln!(
+        progress!(
             "image GC: planning for {} images and {} containers, then a pass on the stack",
             gc::IMAGES,
             gc::CONTAINERS
@@ -293,7 +321,7 @@ async fn herds(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
         &["N", "path", "wall time", "manifest resolutions", "containerd PullImage calls"],
     );
     for (turn, (size, through_image, direct_image)) in bench.images.herds.iter().enumerate() {
-        eprintln!("herd of {size}");
+        progress!("herd of {size}");
         // Neither side always meets the warmer containerd.
         let ((through, resident), direct) = if turn % 2 == 0 {
             let through = herd_through(bench, daemon, *size, through_image).await;

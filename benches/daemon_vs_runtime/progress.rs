@@ -68,7 +68,7 @@ impl Round {
 pub async fn run(bench: &Bench, findings: &mut Findings) {
     let full = bench.sizes.pairs > 1;
     let shape = Shape { bytes: if full { 16 * MIB } else { 2 * MIB }, rounds: if full { 8 } else { 1 } };
-    eprintln!(
+    progress!(
         "pull progress polling: {} rounds each of a {} MiB pull at {} MiB/s, --pull-progress false and true",
         shape.rounds,
         shape.bytes / MIB,
@@ -347,7 +347,7 @@ async fn calls(bench: &Bench, containerd: &str, host: &str, repository: &str, co
     row(&mut table, &store, "Info (a layer)", when, time_calls(containerd, count, &info).await);
 
     let Some(ctr_path) = require_tool("ctr") else { return table };
-    eprintln!("pull progress polling: {filler} more blobs in containerd's content store");
+    progress!("pull progress polling: {filler} more blobs in containerd's content store");
     let added = fill_store(bench, &ctr_path, filler);
     let store = content_blobs(bench);
     row(

@@ -50,8 +50,6 @@ pub enum RateLimitError {
     BadQps(String),
     #[error("registry burst must be at least 1 when QPS is above 0")]
     ZeroBurst,
-    #[error("{0:?} is not HOST=QPS:BURST (e.g. registry.example.com:5000=10:20)")]
-    BadHostLimit(String),
 }
 
 impl RateLimit {
@@ -71,20 +69,6 @@ impl RateLimit {
         let period = Duration::from_secs_f64(1.0 / self.qps).max(Duration::from_nanos(1));
         Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX)).allow_burst(self.burst)
     }
-}
-
-/// Parses `HOST=QPS:BURST` for `--registry-qps-per-host`.
-pub fn parse_host_limit(text: &str) -> Result<(String, RateLimit), RateLimitError> {
-    let bad = || RateLimitError::BadHostLimit(text.to_owned());
-    let (host, limit) = text.split_once('=').ok_or_else(bad)?;
-    let (qps, burst) = limit.split_once(':').ok_or_else(bad)?;
-    let qps: f64 = qps.parse().map_err(|_| bad())?;
-    let burst: u32 = burst.parse().map_err(|_| bad())?;
-    if host.is_empty() {
-        return Err(bad());
-    }
-    let limit = RateLimit::try_new(qps, burst)?.ok_or_else(bad)?;
-    Ok((host.to_owned(), limit))
 }
 
 /// Every registry limit the daemon applies.

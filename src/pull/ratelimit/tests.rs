@@ -93,16 +93,6 @@ fn zero_qps_means_no_limit_and_bad_values_are_refused() {
     assert!(matches!(RateLimit::try_new(f64::NAN, 10), Err(RateLimitError::BadQps(_))));
 }
 
-#[test]
-fn per_host_limits_parse_as_host_equals_qps_colon_burst() {
-    let (host, parsed) = parse_host_limit("registry.local:5000=2.5:4").expect("valid");
-    assert_eq!(host, "registry.local:5000");
-    assert_eq!(parsed, limit(2.5, 4));
-    for bad in ["docker.io", "docker.io=5", "=5:10", "docker.io=x:10", "docker.io=5:0", "docker.io=0:10"] {
-        assert!(parse_host_limit(bad).is_err(), "{bad:?}");
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_cri_pull_waits_for_a_token_even_in_fail_mode() {
     let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Fail, ..Default::default() };

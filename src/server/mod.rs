@@ -1,5 +1,6 @@
 //! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
 
+mod accept;
 mod authority;
 mod cri_image_service;
 mod deadline;
@@ -13,7 +14,7 @@ mod watch;
 use std::{sync::Arc, time::Duration};
 
 use tokio::net::UnixListener;
-use tokio_stream::{StreamExt, wrappers::UnixListenerStream};
+use tokio_stream::StreamExt;
 use tonic::transport::Server;
 
 pub use self::health::IMAGE_MANAGER_SERVICE;
@@ -114,7 +115,7 @@ pub async fn serve<R: ImageRuntime>(
         }
     };
     // Every connection's incoming HTTP/2 is made acceptable to h2 whatever its `:authority`.
-    let incoming = UnixListenerStream::new(listener).map(|accepted| accepted.map(AuthorityTolerant::new));
+    let incoming = accept::connections(listener).map(|accepted| accepted.map(AuthorityTolerant::new));
     let (drain_deadline, drained) = tokio::sync::watch::channel(None);
     let unanswered = Unanswered::default();
     let server = Server::builder()

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::process::Command;
+use std::{path::PathBuf, process::Command};
 
 use support::{
     fake_runtime::{FakeImageService, FakeRuntime},
@@ -14,6 +14,22 @@ use support::{
 
 const GRPCIO_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/grpcio_client.py");
 const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
+
+/// Runs the Python grpcio client against `daemon` for `images`; its stdout and stderr, once it
+/// succeeded.
+async fn grpcio_client(python: PathBuf, daemon: &DaemonProcess, images: Vec<String>) -> (String, String) {
+    let socket = daemon.socket.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python).arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images).output()
+    })
+    .await
+    .expect("client task")
+    .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "the client failed:\n{stdout}\n{stderr}");
+    (stdout, stderr)
+}
 
 #[tokio::test]
 async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_images() {
@@ -25,18 +41,9 @@ async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_imag
     let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
     runtime.service.fail_pull("missing:1", tonic::Status::not_found("manifest unknown"));
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
-    let socket = daemon.socket.clone();
 
     let images = ["busybox:1.36", "busybox:1.36", "missing:1", "Not/A Valid:Name"];
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(python).arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images).output()
-    })
-    .await
-    .expect("client task")
-    .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the client failed:\n{stdout}\n{stderr}");
+    let (stdout, stderr) = grpcio_client(python, &daemon, images.map(String::from).to_vec()).await;
 
     let lines: Vec<&str> = stdout.lines().collect();
     let expected = [
@@ -75,17 +82,8 @@ async fn python_grpcio_gets_invalid_image_name_for_a_huge_name_and_the_size_limi
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
-    let socket = daemon.socket.clone();
-    let images = [format!("LONG:{}", 1 << 20), format!("LONG:{}", 3 << 20)];
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(python).arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images).output()
-    })
-    .await
-    .expect("client task")
-    .expect("python3 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the client failed:\n{stdout}\n{stderr}");
+    let images = vec![format!("LONG:{}", 1 << 20), format!("LONG:{}", 3 << 20)];
+    let (stdout, _) = grpcio_client(python, &daemon, images).await;
     let lines: Vec<serde_json::Value> =
         stdout.lines().skip(2).map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
     let huge = &lines[0];

@@ -2,7 +2,7 @@
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},
-    num::{NonZeroU32, NonZeroUsize},
+    num::NonZeroUsize,
     path::PathBuf,
     time::Duration,
 };
@@ -440,10 +440,16 @@ pub fn parse_host_limit(text: &str) -> Result<(String, RateLimit), ValueError> {
     if host.is_empty() {
         return Err(ValueError::EmptyHost);
     }
-    let qps_value = qps.parse::<f64>().ok().filter(|qps| qps.is_finite() && *qps > 0.0);
-    let qps_value = qps_value.ok_or_else(|| ValueError::HostQps(qps.to_owned()))?;
-    let burst_value: NonZeroU32 = burst.parse().map_err(|_| ValueError::HostBurst(burst.to_owned()))?;
-    Ok((host.to_owned(), RateLimit { qps: qps_value, burst: burst_value }))
+    let bad_qps = || ValueError::HostQps(qps.to_owned());
+    let bad_burst = || ValueError::HostBurst(burst.to_owned());
+    let qps_value: f64 = qps.parse().map_err(|_| bad_qps())?;
+    let burst_value: u32 = burst.parse().map_err(|_| bad_burst())?;
+    // The limit's own checks; a host's 0 QPS (no limit) is refused: omit the host instead.
+    match RateLimit::try_new(qps_value, burst_value) {
+        Ok(Some(limit)) => Ok((host.to_owned(), limit)),
+        Ok(None) | Err(RateLimitError::BadQps(_)) => Err(bad_qps()),
+        Err(RateLimitError::ZeroBurst) => Err(bad_burst()),
+    }
 }
 
 /// `--runtime-endpoint`, saying what is accepted when it is refused.
@@ -728,7 +734,7 @@ mod tests {
     fn a_host_limit_takes_a_host_with_its_port_a_rate_and_a_burst() {
         let (host, limit) = parse_host_limit("registry.local:5000=2.5:4").expect("valid");
         assert_eq!(host, "registry.local:5000");
-        assert_eq!(limit, RateLimit { qps: 2.5, burst: NonZeroU32::new(4).expect("non-zero") });
+        assert_eq!(limit, RateLimit { qps: 2.5, burst: std::num::NonZeroU32::new(4).expect("non-zero") });
         assert_eq!(parse_host_limit("docker.io=x:10"), Err(ValueError::HostQps("x".to_owned())));
         assert_eq!(parse_host_limit("docker.io=5"), Err(ValueError::NotAHostLimit));
     }

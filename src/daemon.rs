@@ -33,7 +33,7 @@ use crate::{
         scheduler::PullScheduler,
     },
     records::{PullRecords, RecordsError},
-    runtime::{CriClient, ImageRuntime, RuntimeEndpoint, events},
+    runtime::{CriClient, ImageRuntime, RuntimeEndpoint, events, probe_within},
     server::{self, ServeError, ServeOptions},
     shutdown::{self, Shutdown},
 };
@@ -224,10 +224,9 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         let (runtime, timeout) = (runtime.clone(), settings.serve.health_probe_timeout);
         async move {
             let at = serving.unwrap_or_else(|| "the socket systemd passed".to_owned());
-            let status = match tokio::time::timeout(timeout, runtime.probe()).await {
-                Ok(Ok(())) => format!("serving on {at}; the runtime answers"),
-                Ok(Err(error)) => format!("serving on {at}; the runtime does not answer: {error}"),
-                Err(_) => format!("serving on {at}; the runtime did not answer within {timeout:?}"),
+            let status = match probe_within(&*runtime, timeout).await {
+                Ok(()) => format!("serving on {at}; the runtime answers"),
+                Err(error) => format!("serving on {at}; the runtime does not answer: {error}"),
             };
             notify::ready(&status);
         }

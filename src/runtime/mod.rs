@@ -158,6 +158,12 @@ impl PullSpec {
     }
 }
 
+/// A probe of `runtime` bounded by `timeout`: a runtime that does not answer in time (frozen,
+/// overloaded) is not serving. Health, GetStatus and the readiness notice all ask it this way.
+pub async fn probe_within<R: ImageRuntime>(runtime: &R, timeout: Duration) -> Result<(), RuntimeError> {
+    tokio::time::timeout(timeout, runtime.probe()).await.unwrap_or(Err(RuntimeError::Timeout(timeout)))
+}
+
 /// The image half of a container runtime, as cri-imaged uses it.
 pub trait ImageRuntime: Send + Sync + 'static {
     /// The image if the runtime has it, `None` if not.

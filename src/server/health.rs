@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::{
-    runtime::{ImageRuntime, RuntimeError},
+    runtime::{ImageRuntime, probe_within},
     shutdown::Shutdown,
 };
 
@@ -30,10 +30,7 @@ pub async fn probe_runtime<R: ImageRuntime>(
             _ = ticker.tick() => {}
             () = &mut stopping => return,
         }
-        let result = match tokio::time::timeout(timeout, runtime.probe()).await {
-            Ok(result) => result,
-            Err(_) => Err(RuntimeError::Timeout(timeout)),
-        };
+        let result = probe_within(&*runtime, timeout).await;
         let status = if result.is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing };
         if last != Some(status) {
             match &result {

@@ -13,7 +13,7 @@ use crate::{
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
     pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits, TokioClock},
-    runtime::{ImageFsUsage, ImageRuntime},
+    runtime::{ImageFsUsage, ImageRuntime, probe_within},
 };
 
 /// The gRPC face of the daemon's parts: the manager, the collector, and what they report for
@@ -74,12 +74,8 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         request: Request<api::GetStatusRequest>,
     ) -> Result<Response<api::GetStatusResponse>, Status> {
         let api::GetStatusRequest { pod_uid, image } = request.into_inner();
-        let probe = tokio::time::timeout(STATUS_PROBE_TIMEOUT, self.runtime.probe()).await;
-        let runtime_error = match probe {
-            Ok(Ok(())) => String::new(),
-            Ok(Err(error)) => error.to_string(),
-            Err(_) => format!("no answer within {STATUS_PROBE_TIMEOUT:?}"),
-        };
+        let probe = probe_within(&*self.runtime, STATUS_PROBE_TIMEOUT).await;
+        let runtime_error = probe.err().map(|error| error.to_string()).unwrap_or_default();
         let timestamp = |time: SystemTime| Some(prost_types::Timestamp::from(time));
         let pulls = self
             .manager

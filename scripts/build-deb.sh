@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package cri-imaged_VERSION_ARCH.deb with dpkg-deb from a staged tree (no tool
 # beyond Debian's own): the binary at /usr/bin/cri-imaged (stripped), the units of deploy/systemd
-# in /lib/systemd/system with ExecStart at /usr/bin/cri-imaged, the README and copyright in
+# in /lib/systemd/system with ExecStart at /usr/bin/cri-imaged, the default config at
+# /etc/cri-imaged/config.yaml (a conffile), the README and copyright in
 # /usr/share/doc/cri-imaged, and the maintainer scripts and control file of packaging/deb
 # (Depends from dpkg-shlibdeps, the version from Cargo.toml).
 #
@@ -77,8 +78,11 @@ for unit in cri-imaged.service cri-imaged.socket; do
     ! grep -q /usr/local/bin "$root/lib/systemd/system/$unit" ||
         die "deploy/systemd/$unit still names /usr/local/bin after the rewrite: update this script"
 done
-grep -q '^ExecStart=/usr/bin/cri-imaged serve ' "$root/lib/systemd/system/cri-imaged.service" ||
-    die "deploy/systemd/cri-imaged.service: no ExecStart=/usr/local/bin/cri-imaged serve … to point at /usr/bin"
+grep -q '^ExecStart=/usr/bin/cri-imaged serve --config /etc/cri-imaged/config.yaml$' "$root/lib/systemd/system/cri-imaged.service" ||
+    die "deploy/systemd/cri-imaged.service: no ExecStart=/usr/local/bin/cri-imaged serve --config /etc/cri-imaged/config.yaml"
+
+# The documented defaults, a conffile: dpkg keeps an admin's edits on upgrade and on removal.
+install -D -m 0644 "$repo/deploy/cri-imaged.yaml" "$root/etc/cri-imaged/config.yaml"
 
 docs="$root/usr/share/doc/cri-imaged"
 install -D -m 0644 "$repo/README.md" "$docs/README.md"
@@ -89,6 +93,8 @@ install -d "$root/DEBIAN"
 for script in postinst prerm postrm; do
     install -m 0755 "$repo/packaging/deb/$script" "$root/DEBIAN/$script"
 done
+echo /etc/cri-imaged/config.yaml >"$root/DEBIAN/conffiles"
+chmod 0644 "$root/DEBIAN/conffiles"
 
 # What the binary links against, with the versions its symbols need (libc6, libgcc-s1).
 printf 'Source: cri-imaged\n\nPackage: cri-imaged\nArchitecture: any\n' >"$work/debian/control"

@@ -159,6 +159,15 @@ impl<E: Clone> BackoffStore<E> {
         }
     }
 
+    /// Grows delays by `config` from now on; a delay already running keeps its length. Past a
+    /// smaller capacity the stalest entries go.
+    pub fn set_config(&mut self, config: BackoffConfig) {
+        self.config = config;
+        while self.entries.len() > config.capacity {
+            self.evict_stalest();
+        }
+    }
+
     /// How many keys are remembered.
     pub fn len(&self) -> usize {
         self.entries.len()

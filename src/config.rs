@@ -1,13 +1,18 @@
-//! Command line: every flag with its meaning, unit and default.
+//! Command line and config file: every flag with its meaning, unit and default; the file
+//! ([`file`]) has a field for each, and a flag given on the command line wins over it.
+
+pub mod file;
 
 use std::{
+    collections::BTreeMap,
+    ffi::OsString,
     net::{SocketAddr, ToSocketAddrs},
     num::NonZeroUsize,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, parser::ValueSource};
 
 use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
@@ -43,6 +48,12 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// A YAML file with a field for any of these flags, named as the flag without its dashes
+    /// (`registry-qps: 5`; a repeatable flag takes a list). A flag given here wins over the file.
+    /// SIGHUP reads it again and applies what can change while serving.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Unix socket to serve on; its directory is created if missing, the socket gets mode 0660.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_LISTEN)]
     pub listen: PathBuf,
@@ -164,11 +175,11 @@ pub struct ServeArgs {
 
     /// The kubelet's credential-provider config (kind CredentialProviderConfig, YAML or JSON);
     /// needs --image-credential-provider-bin-dir.
-    #[arg(long, value_name = "PATH", requires = "image_credential_provider_bin_dir")]
+    #[arg(long, value_name = "PATH")]
     pub image_credential_provider_config: Option<PathBuf>,
 
     /// Where the credential-provider plugins named in the config are.
-    #[arg(long, value_name = "DIR", requires = "image_credential_provider_config")]
+    #[arg(long, value_name = "DIR")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
 
     /// Which present images a pod must hold the credentials for (KEP-2535, the kubelet's
@@ -261,6 +272,10 @@ pub enum ConfigError {
     Verification(#[from] PolicyError),
     #[error("invalid configuration: {0}{hint}", hint = gc_hint(.0))]
     ImageGc(#[from] GcPolicyError),
+    #[error(
+        "invalid configuration: --{given} needs --{missing}: the plugins' config and the directory they are in go together"
+    )]
+    CredentialProviderHalf { given: &'static str, missing: &'static str },
 }
 
 /// The flags behind the kubelet's words for the verification policy.
@@ -344,6 +359,18 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// The credential-provider config and the plugins' directory, when both are given.
+    pub fn credential_providers(&self) -> Result<Option<(&Path, &Path)>, ConfigError> {
+        const CONFIG: &str = "image-credential-provider-config";
+        const BIN_DIR: &str = "image-credential-provider-bin-dir";
+        match (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir) {
+            (Some(config), Some(bin_dir)) => Ok(Some((config, bin_dir))),
+            (Some(_), None) => Err(ConfigError::CredentialProviderHalf { given: CONFIG, missing: BIN_DIR }),
+            (None, Some(_)) => Err(ConfigError::CredentialProviderHalf { given: BIN_DIR, missing: CONFIG }),
+            (None, None) => Ok(None),
+        }
+    }
+
     /// Image GC's configuration, validated as the kubelet validates its flags.
     pub fn gc_config(&self) -> Result<GcConfig, ConfigError> {
         let policy = GcPolicy::try_new(
@@ -369,6 +396,100 @@ pub fn usage_error(error: &clap::Error) -> Option<String> {
         // `cri-imaged` with no command: clap's help, which names every command.
         None => text,
     })
+}
+
+/// The command line as given and the config file it names, read together.
+#[derive(Debug)]
+pub struct Loaded {
+    pub cli: Cli,
+    /// Every `serve` flag's value as it took effect, for what a reload changes.
+    pub values: Values,
+}
+
+/// Why the command line and its config file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A flag clap refused (or `--help`, `--version`: see [`usage_error`]).
+    #[error("{}", .0.render().to_string().trim_start_matches("error: ").lines().next().unwrap_or_default())]
+    Usage(clap::Error),
+    #[error(transparent)]
+    File(#[from] file::FileError),
+}
+
+/// Parses `argv` (the program's name first) with the config file its `--config` names: a flag on
+/// the command line wins over the file, the file over the default. Read at start and again on
+/// every reload.
+pub fn load(argv: &[OsString]) -> Result<Loaded, LoadError> {
+    let command = Cli::command();
+    let given = command.clone().try_get_matches_from(argv).map_err(LoadError::Usage)?;
+    let mut argv = argv.to_vec();
+    if let Some((serve, given)) = serve_parts(&command, &given)
+        && let Some(path) = given.get_one::<PathBuf>("config")
+    {
+        let on_command_line =
+            |arg: &clap::Arg| given.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine);
+        argv.extend(file::read(path, serve, on_command_line)?);
+    }
+    let matches = command.clone().try_get_matches_from(&argv).map_err(LoadError::Usage)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    let values = serve_parts(&command, &matches).map(|(serve, matches)| Values::of(serve, matches)).unwrap_or_default();
+    Ok(Loaded { cli, values })
+}
+
+/// The `serve` subcommand and its matches.
+fn serve_parts<'a>(command: &'a clap::Command, matches: &'a ArgMatches) -> Option<(&'a clap::Command, &'a ArgMatches)> {
+    let (name, matches) = matches.subcommand()?;
+    Some((command.find_subcommand(name)?, matches))
+}
+
+/// Each `serve` flag (by its long name) and the values it took, defaults included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Values(BTreeMap<String, Vec<String>>);
+
+/// A flag whose value differs between two loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub flag: String,
+    pub from: String,
+    pub to: String,
+}
+
+impl Values {
+    fn of(serve: &clap::Command, matches: &ArgMatches) -> Self {
+        let flags = serve.get_arguments().filter_map(|arg| {
+            let long = arg.get_long().filter(|long| *long != file::CONFIG_FIELD)?;
+            let raw = matches.get_raw(arg.get_id().as_str()).into_iter().flatten();
+            Some((long.to_owned(), raw.map(|value| value.to_string_lossy().into_owned()).collect()))
+        });
+        Self(flags.collect())
+    }
+
+    /// The flags whose values differ in `other`, by name.
+    pub fn changes(&self, other: &Self) -> Vec<Change> {
+        let shown = |values: Option<&Vec<String>>| match values {
+            Some(values) if !values.is_empty() => values.join(", "),
+            _ => "unset".to_owned(),
+        };
+        let flags: std::collections::BTreeSet<&String> = self.0.keys().chain(other.0.keys()).collect();
+        flags
+            .into_iter()
+            .filter(|flag| self.0.get(*flag) != other.0.get(*flag))
+            .map(|flag| Change { flag: flag.clone(), from: shown(self.0.get(flag)), to: shown(other.0.get(flag)) })
+            .collect()
+    }
+
+    /// These values with `flag` as it is in `other`.
+    pub fn take(&mut self, flag: &str, other: &Self) {
+        match other.0.get(flag) {
+            Some(values) => self.0.insert(flag.to_owned(), values.clone()),
+            None => self.0.remove(flag),
+        };
+    }
+
+    /// Whether `flag` is a `serve` flag.
+    pub fn knows(&self, flag: &str) -> bool {
+        self.0.contains_key(flag)
+    }
 }
 
 /// A value its flag does not take. clap's message around it names the flag and the value,
@@ -737,6 +858,93 @@ mod tests {
         assert_eq!(limit, RateLimit { qps: 2.5, burst: std::num::NonZeroU32::new(4).expect("non-zero") });
         assert_eq!(parse_host_limit("docker.io=x:10"), Err(ValueError::HostQps("x".to_owned())));
         assert_eq!(parse_host_limit("docker.io=5"), Err(ValueError::NotAHostLimit));
+    }
+
+    fn load_with_file(text: &str, flags: &[&str]) -> Result<Loaded, LoadError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, text).expect("config written");
+        let config = path.to_str().expect("utf-8").to_owned();
+        let argv = ["cri-imaged", "serve", "--config", &config].into_iter().chain(flags.iter().copied());
+        let argv = argv.map(OsString::from);
+        load(&argv.collect::<Vec<_>>())
+    }
+
+    fn serve_args(loaded: Loaded) -> ServeArgs {
+        let Command::Serve(args) = loaded.cli.command;
+        args
+    }
+
+    fn no_file() -> Loaded {
+        load(&["cri-imaged", "serve"].map(OsString::from)).expect("defaults load")
+    }
+
+    #[test]
+    fn the_file_sets_what_the_command_line_leaves_and_a_flag_wins_over_it() {
+        let text = "registry-qps: 2\nregistry-burst: 3\nregistry-qps-per-host: [docker.io=1:1]\n";
+        let args = serve_args(load_with_file(text, &["--registry-burst", "7"]).expect("valid"));
+        assert_eq!(args.registry_qps, 2.0, "from the file");
+        assert_eq!(args.registry_burst, 7, "the flag wins");
+        assert_eq!(args.registry_qps_per_host.len(), 1);
+        assert_eq!(args.shutdown_timeout, Duration::from_secs(30), "the default where neither says");
+        let flag_list = ["--registry-qps-per-host", "quay.io=2:2"];
+        let args = serve_args(load_with_file(text, &flag_list).expect("valid"));
+        let hosts: Vec<&str> = args.registry_qps_per_host.iter().map(|(host, _)| host.as_str()).collect();
+        assert_eq!(hosts, ["quay.io"], "a repeatable flag replaces the file's list, not adds to it");
+    }
+
+    #[test]
+    fn values_from_the_file_are_checked_together_as_flags_are() {
+        let halves = load_with_file("image-credential-provider-config: /etc/p.yaml\n", &[]).expect("loads");
+        assert_eq!(
+            serve_args(halves).credential_providers().expect_err("half").to_string(),
+            "invalid configuration: --image-credential-provider-config needs --image-credential-provider-bin-dir: the plugins' config and the directory they are in go together"
+        );
+        let backwards = load_with_file("image-pull-backoff-initial: 10m\nimage-pull-backoff-max: 90s\n", &[]);
+        assert!(matches!(
+            serve_args(backwards.expect("loads")).manager_config(),
+            Err(ConfigError::BackoffInitialAboveMax { .. })
+        ));
+        let missing = load(&["cri-imaged", "serve", "--config", "/nonexistent/cri-imaged.yaml"].map(OsString::from));
+        assert!(
+            matches!(&missing, Err(LoadError::File(file::FileError::Read { .. }))),
+            "{:?}",
+            missing.map(|loaded| loaded.values)
+        );
+    }
+
+    #[test]
+    fn the_shipped_config_file_has_every_flag_and_sets_only_the_defaults() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/cri-imaged.yaml");
+        let text = std::fs::read_to_string(path).expect("the shipped config");
+        let loaded =
+            load(&["cri-imaged", "serve", "--config", path].map(OsString::from)).expect("the shipped file loads");
+        assert_eq!(no_file().values.changes(&loaded.values), [], "every value is the default");
+        let serve = Cli::command().find_subcommand("serve").expect("serve").clone();
+        for long in serve.get_arguments().filter_map(clap::Arg::get_long).filter(|long| *long != file::CONFIG_FIELD) {
+            let written = text.lines().any(|line| {
+                let line = line.trim_start_matches(['#', ' ']);
+                line.strip_prefix(long).is_some_and(|rest| rest.starts_with(':'))
+            });
+            assert!(written, "{long} is missing from {path}");
+        }
+    }
+
+    #[test]
+    fn changes_name_each_flag_whose_value_differs() {
+        let before = no_file().values;
+        let after =
+            load_with_file("registry-qps: 2\nregistry-qps-per-host: [a.io=1:1, b.io=2:2]\n", &[]).expect("valid");
+        let changes = before.changes(&after.values);
+        let change = |flag: &str, from: &str, to: &str| Change { flag: flag.into(), from: from.into(), to: to.into() };
+        assert_eq!(
+            changes,
+            [change("registry-qps", "5", "2"), change("registry-qps-per-host", "unset", "a.io=1:1, b.io=2:2")]
+        );
+        let mut running = before.clone();
+        running.take("registry-qps", &after.values);
+        assert_eq!(running.changes(&after.values).len(), 1, "only the per-host limits still differ");
+        assert!(running.knows("registry-qps") && !running.knows("config") && !running.knows("no-such-flag"));
     }
 
     #[test]

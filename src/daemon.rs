@@ -7,7 +7,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use tokio::net::UnixListener;
+use tokio::{net::UnixListener, sync::mpsc};
 use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
@@ -33,6 +33,7 @@ use crate::{
         scheduler::PullScheduler,
     },
     records::{PullRecords, RecordsError},
+    reload::{self, Reloadable},
     runtime::{CriClient, ImageRuntime, RuntimeEndpoint, events, probe_within},
     server::{self, ServeError, ServeOptions},
     shutdown::{self, Shutdown},
@@ -72,9 +73,9 @@ pub fn node_credentials(args: &ServeArgs) -> Result<NodeCredentials, DaemonError
             NodeDockerConfig::search(&args.root_dir, &working_dir, home.as_deref())?
         }
     };
-    let providers = match (&args.image_credential_provider_config, &args.image_credential_provider_bin_dir) {
-        (Some(config), Some(bin_dir)) => plugin::config::load(config, bin_dir)?,
-        _ => Vec::new(),
+    let providers = match args.credential_providers()? {
+        Some((config, bin_dir)) => plugin::config::load(config, bin_dir)?,
+        None => Vec::new(),
     };
     if let Some(path) = docker_config.path() {
         tracing::info!(path = %path.display(), "node credentials from this docker config");
@@ -181,6 +182,8 @@ pub struct Settings {
     pub presence_cache: bool,
     /// Where to serve `/metrics`, already bound.
     pub metrics: Option<tokio::net::TcpListener>,
+    /// What a reload reads again, and the requests for one (SIGHUP); `None`: no reloads.
+    pub reload: Option<(reload::Source, mpsc::UnboundedReceiver<()>)>,
 }
 
 /// Builds every part for `settings` and serves `listener` until `shutdown` is requested, then
@@ -200,7 +203,17 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
     let started = SystemTime::now();
     let configs = (settings.manager, settings.image_gc);
-    let parts = Parts::build(runtime.clone(), configs, settings.node_credentials, &settings.root_dir)?;
+    let node_credentials = settings.node_credentials;
+    let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
+    if let Some((source, requests)) = settings.reload {
+        let reloadable = Reloadable {
+            limits: parts.limits.clone(),
+            manager: parts.manager.clone(),
+            gc: parts.gc.clone(),
+            credentials: node_credentials,
+        };
+        tokio::spawn(reloadable.serve(source, requests, shutdown.clone()));
+    }
     // The records are read into memory, and what a crash left behind is settled, while serving.
     tokio::spawn({
         let (records, runtime) = (parts.records.clone(), runtime.clone());
@@ -236,11 +249,21 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     Ok(served?)
 }
 
-/// Serves until SIGTERM or SIGINT, then drains and returns.
-pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
+/// Serves until SIGTERM or SIGINT, then drains and returns; SIGHUP reloads `source`.
+pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate = signal(SignalKind::terminate()).map_err(DaemonError::Signal)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+    let mut hangup = signal(SignalKind::hangup()).map_err(DaemonError::Signal)?;
+    let (reload_requests, reloads) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::info!("received SIGHUP: reloading the configuration");
+            if reload_requests.send(()).is_err() {
+                return;
+            }
+        }
+    });
 
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
@@ -293,6 +316,7 @@ pub async fn run(args: ServeArgs) -> Result<(), DaemonError> {
         },
         presence_cache: args.presence_cache,
         metrics,
+        reload: Some((source, reloads)),
     };
     serve(listener, settings, shutdown).await?;
     // The socket file would otherwise look like a stale daemon to the next start; a successor

@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
-//! - [`config`]: the command line, with every default; each part validates its own config type.
+//! - [`config`]: the command line and the config file (a field per flag), with every default;
+//!   each part validates its own config type.
 //! - [`credentials`]: pull credentials the kubelet's way: pod secrets, the node's docker config
 //!   and credential-provider plugins, matched to images by the keyring.
 //! - [`daemon`]: the `serve` command, the composition root that builds every part; signals and
@@ -31,6 +32,8 @@
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
+//! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
+//!   serving (rate limits, backoff, image GC, credential files).
 //! - [`shutdown`]: the one stop signal every loop and server observes.
 //! - [`telemetry`]: logging set-up.
 
@@ -51,6 +54,7 @@ pub mod presence;
 pub mod pull;
 pub mod records;
 pub mod reference;
+pub mod reload;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;

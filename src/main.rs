@@ -1,22 +1,22 @@
 //! `cri-imaged`: parse the command line, start logging, serve. Every error is one line on stderr,
 //! `cri-imaged: …`, naming the flag, the value and what is accepted. Exit status: 0 after a clean
 //! stop (and for `--help`, `--version`); 2 when the command line is refused before anything
-//! starts (an unknown flag, a value its flag does not take); 1 when the flags parse but the
-//! configuration is refused (`invalid configuration: …`, flags that contradict each other) or the
-//! daemon cannot start or stops with an error.
+//! starts (an unknown flag, a value its flag does not take, a config file that does not read);
+//! 1 when the flags parse but the configuration is refused (`invalid configuration: …`, flags
+//! that contradict each other) or the daemon cannot start or stops with an error.
 
-use std::process::ExitCode;
+use std::{ffi::OsString, process::ExitCode};
 
-use clap::Parser;
-use cri_imaged::config::{self, Cli, Command};
+use cri_imaged::config::{self, Command, LoadError};
 
 /// The exit status of a command line refused while parsing, as clap and most tools use.
 const USAGE_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(error) => match config::usage_error(&error) {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let loaded = match config::load(&argv) {
+        Ok(loaded) => loaded,
+        Err(LoadError::Usage(error)) => match config::usage_error(&error) {
             Some(message) => {
                 eprint!("{message}");
                 return ExitCode::from(USAGE_ERROR);
@@ -24,11 +24,18 @@ fn main() -> ExitCode {
             // --help, --version: printed on stdout, exit 0.
             None => error.exit(),
         },
+        Err(error @ LoadError::File(_)) => {
+            eprintln!("cri-imaged: {error}");
+            return ExitCode::from(USAGE_ERROR);
+        }
     };
     cri_imaged::telemetry::init();
-    let result = match cli.command {
+    let result = match loaded.cli.command {
         Command::Serve(args) => match cri_imaged::daemon::async_runtime(&args) {
-            Ok(runtime) => runtime.block_on(cri_imaged::daemon::run(args)),
+            Ok(runtime) => {
+                let source = cri_imaged::reload::Source { argv, running: loaded.values };
+                runtime.block_on(cri_imaged::daemon::run(args, source))
+            }
             Err(error) => {
                 eprintln!("cri-imaged: cannot start the async runtime: {error}");
                 return ExitCode::FAILURE;

@@ -22,7 +22,9 @@ const PACKAGE: &str = "cri-imaged";
 const BINARY: &str = "/usr/bin/cri-imaged";
 const SERVICE: &str = "/lib/systemd/system/cri-imaged.service";
 const SOCKET: &str = "/lib/systemd/system/cri-imaged.socket";
-/// Every file the package installs.
+/// The default config, a conffile: kept on removal, gone on purge.
+const CONFIG: &str = "/etc/cri-imaged/config.yaml";
+/// Every file the package installs but its conffile.
 const FILES: [&str; 5] =
     [BINARY, SERVICE, SOCKET, "/usr/share/doc/cri-imaged/README.md.gz", "/usr/share/doc/cri-imaged/copyright"];
 /// What its postinst makes besides: the socket enabled (deb-systemd-helper's symlink and record).
@@ -108,6 +110,7 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     files.sort_unstable();
     let mut expected: Vec<(&str, &str, &str)> = FILES
         .iter()
+        .chain([&CONFIG])
         .map(|file| (*file, if *file == BINARY { "-rwxr-xr-x" } else { "-rw-r--r--" }, "root/root"))
         .collect();
     expected.sort_unstable();
@@ -118,8 +121,13 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     assert!(extract.status.success(), "{}", said(&extract));
     let service = std::fs::read_to_string(tree.join(SERVICE.trim_start_matches('/'))).expect("the service");
     let exec_start = field(&service, "ExecStart", "=").expect("an ExecStart");
-    assert!(exec_start.starts_with("/usr/bin/cri-imaged serve "), "ExecStart={exec_start}");
+    assert_eq!(exec_start, format!("/usr/bin/cri-imaged serve --config {CONFIG}"), "every setting in the file");
     assert!(!service.contains("/usr/local/bin"), "{service}");
+    let conffiles = dir.path().join("control");
+    let control = Command::new("dpkg-deb").args(["--control", deb]).arg(&conffiles).output().expect("dpkg-deb runs");
+    assert!(control.status.success(), "{}", said(&control));
+    let conffiles = std::fs::read_to_string(conffiles.join("conffiles")).expect("a conffiles list");
+    assert_eq!(conffiles, format!("{CONFIG}\n"), "the config is a conffile: an admin's edits survive upgrades");
 }
 
 fn is_root() -> bool {
@@ -142,7 +150,7 @@ fn assert_nothing_installed() {
              its own build, so it will not touch it: remove it first (`dpkg --purge {PACKAGE}`)"
         );
     }
-    for path in FILES.iter().chain(&ENABLEMENT) {
+    for path in FILES.iter().chain(&ENABLEMENT).chain([&CONFIG]) {
         assert!(
             std::fs::symlink_metadata(path).is_err(),
             "{path} exists, though no {PACKAGE} package is installed; this test would overwrite it and then \
@@ -189,29 +197,33 @@ impl Drop for Killed {
 fn activation_of_installed_units(socket: &Path, runtime: &Path, root_dir: &Path) -> Vec<String> {
     let service = std::fs::read_to_string(SERVICE).expect("the installed service");
     let socket_unit = std::fs::read_to_string(SOCKET).expect("the installed socket");
+    let config = std::fs::read_to_string(CONFIG).expect("the installed config");
     let listen_stream = field(&socket_unit, "ListenStream", "=").expect("a ListenStream");
+    assert_eq!(field(&config, "listen", ":"), Some(listen_stream), "the config listens where the socket unit does");
     let exec_start = field(&service, "ExecStart", "=").expect("an ExecStart");
     let mut words: Vec<String> = exec_start.split_whitespace().map(str::to_owned).collect();
-    assert_eq!(words.first().map(String::as_str), Some(BINARY), "ExecStart={exec_start}");
-    for (flag, value) in [("--listen", socket), ("--runtime-endpoint", runtime)] {
-        let at = words.iter().position(|word| word == flag).unwrap_or_else(|| panic!("no {flag}: {exec_start}"));
-        if flag == "--listen" {
-            assert_eq!(words[at + 1], listen_stream, "the service listens where the socket unit does");
-        }
-        words[at + 1] = value.to_str().expect("utf-8 path").to_owned();
-    }
-    // Not the machine's /var/lib/cri-imaged (the unit's StateDirectory), no periodic image GC of
-    // the machine's disk, a short drain.
-    let root_dir = root_dir.to_str().expect("utf-8 path");
+    assert_eq!(words, [BINARY, "serve", "--config", CONFIG], "ExecStart={exec_start}");
+    // Flags win over the installed config: the test's runtime and state dir, not the machine's
+    // (the unit's StateDirectory); no periodic image GC of the machine's disk; a short drain.
+    let [socket, runtime, root_dir] = [socket, runtime, root_dir].map(|path| path.to_str().expect("utf-8 path"));
     words.extend(
-        ["--root-dir", root_dir, "--image-gc-high-threshold", "100", "--shutdown-timeout", "2s"].map(String::from),
+        [
+            ["--listen", socket],
+            ["--runtime-endpoint", runtime],
+            ["--root-dir", root_dir],
+            ["--image-gc-high-threshold", "100"],
+            ["--shutdown-timeout", "2s"],
+        ]
+        .concat()
+        .into_iter()
+        .map(String::from),
     );
     let environment = service
         .lines()
         .filter_map(|line| line.strip_prefix("Environment="))
         .flat_map(str::split_whitespace)
         .map(|assignment| format!("--setenv={assignment}"));
-    let mut arguments = vec!["--listen".to_owned(), socket.to_str().expect("utf-8 path").to_owned()];
+    let mut arguments = vec!["--listen".to_owned(), socket.to_owned()];
     arguments.extend(environment);
     arguments.extend(words);
     arguments
@@ -235,8 +247,8 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     let installed = Installed::install(&deb);
     let listed = run("dpkg", &["--listfiles", PACKAGE]);
     let listed = String::from_utf8_lossy(&listed.stdout);
-    for file in FILES {
-        assert!(listed.lines().any(|line| line == file), "dpkg does not list {file}:\n{listed}");
+    for file in FILES.iter().chain([&CONFIG]) {
+        assert!(listed.lines().any(|line| line == *file), "dpkg does not list {file}:\n{listed}");
         assert!(Path::new(file).is_file(), "{file} is not installed");
     }
     let group = run("getent", &["group", PACKAGE]);
@@ -301,8 +313,10 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
         assert!(std::fs::symlink_metadata(path).is_err(), "{path} is left after dpkg --remove");
     }
     assert!(!Path::new("/usr/share/doc/cri-imaged").exists(), "the doc directory is left");
+    assert!(Path::new(CONFIG).is_file(), "dpkg --remove keeps the conffile");
     let purge = run("dpkg", &["--purge", PACKAGE]);
     assert!(purge.status.success(), "dpkg --purge failed:\n{}", said(&purge));
+    assert!(!Path::new("/etc/cri-imaged").exists(), "the purge takes the config and its directory");
     assert_eq!(package_status(), None, "dpkg still knows the package after purging it");
     // Kept, as Debian keeps system groups.
     assert!(run("getent", &["group", PACKAGE]).status.success());

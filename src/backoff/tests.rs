@@ -135,3 +135,29 @@ fn configurations_that_cannot_work_are_refused() {
     );
     assert_eq!(BackoffConfig::try_new(secs(1), secs(300), 0), Err(BackoffConfigError::ZeroCapacity));
 }
+
+#[test]
+fn a_new_configuration_grows_the_next_delays_and_a_smaller_capacity_forgets_the_stalest() {
+    let now = Instant::now();
+    let mut store = BackoffStore::new(BackoffConfig::KUBELET);
+    let keys: Vec<BackoffKey> = (0..3).map(|pod| store.key(&format!("pod-{pod}"), "app:1")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        store.record_failure(*key, "failed", now + Duration::from_secs(i as u64));
+    }
+    let faster = BackoffConfig::try_new(Duration::from_secs(1), Duration::from_secs(4), 2).expect("valid");
+    store.set_config(faster);
+    assert_eq!(store.len(), 2, "down to the new capacity");
+    assert!(store.check(keys[0], now + Duration::from_secs(3)).is_none(), "the stalest went");
+    let later = now + Duration::from_secs(3);
+    assert_eq!(
+        store.record_failure(keys[2], "failed", later),
+        Duration::from_secs(4),
+        "doubling is capped by the new max"
+    );
+    let fresh = store.key("pod-new", "app:1");
+    assert_eq!(
+        store.record_failure(fresh, "failed", later),
+        Duration::from_secs(1),
+        "a new entry starts at the new initial"
+    );
+}

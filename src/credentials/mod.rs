@@ -56,15 +56,27 @@ pub struct Credential {
     pub source: CredentialSource,
 }
 
-/// The node's own credentials: its docker config and its credential-provider plugins.
+/// The node's own credentials: its docker config and its credential-provider plugins, replaced
+/// whole when the configuration is reloaded.
 pub struct NodeCredentials {
+    sources: std::sync::RwLock<Arc<NodeSources>>,
+}
+
+struct NodeSources {
     docker_config: node::NodeDockerConfig,
     plugins: plugin::Plugins,
 }
 
 impl NodeCredentials {
     pub fn new(docker_config: node::NodeDockerConfig, plugins: plugin::Plugins) -> Self {
-        Self { docker_config, plugins }
+        Self { sources: std::sync::RwLock::new(Arc::new(NodeSources { docker_config, plugins })) }
+    }
+
+    /// Takes `other`'s docker config and plugins (with their caches) for lookups from now on; a
+    /// lookup under way finishes with the old ones.
+    pub fn replace(&self, other: NodeCredentials) {
+        let sources = other.sources.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *self.sources.write().unwrap_or_else(std::sync::PoisonError::into_inner) = sources;
     }
 
     /// No docker config, no plugins: every pull without a pod secret is anonymous.
@@ -77,12 +89,13 @@ impl NodeCredentials {
     /// its own (most specific key first, Docker Hub's fallback applied apart); the plugins' answers
     /// share one, in config order.
     pub async fn lookup(&self, image: &str) -> Vec<Arc<Credential>> {
+        let sources = self.sources.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut docker_config = Keyring::for_image(image);
-        for (key, credential) in self.docker_config.current().iter() {
+        for (key, credential) in sources.docker_config.current().iter() {
             docker_config.add(key, credential.clone());
         }
         let mut plugins = Keyring::for_image(image);
-        for (key, credential) in self.plugins.provide(image).await {
+        for (key, credential) in sources.plugins.provide(image).await {
             plugins.add(&key, credential);
         }
         let mut found = docker_config.lookup(image);
@@ -108,3 +121,6 @@ pub async fn for_pull(image: &str, pod: &Keyring, node: &NodeCredentials) -> Vec
     }
     unique
 }
+
+#[cfg(test)]
+mod tests;

@@ -242,6 +242,11 @@ impl<R: ImageRuntime> ImageManager<R> {
         self.scheduler.in_flight()
     }
 
+    /// Backs off by `config` from the next failure on (a reload).
+    pub fn set_backoff(&self, config: BackoffConfig) {
+        self.backoff().set_config(config);
+    }
+
     /// How many (pod, image) pairs the backoff store holds, and whether `pod_uid`'s pulls of
     /// `image` are backing off now (time left, the last error).
     pub fn backoff_status(&self, pod_uid: &str, image: &str) -> (usize, Option<(Duration, String)>) {

@@ -127,6 +127,13 @@ pub struct GcParts<R> {
     pub metrics: Arc<GcMetrics>,
 }
 
+/// Why the periodic passes under one configuration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Reconfigured,
+    Stop,
+}
+
 /// How the last pass went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastPass {
@@ -142,6 +149,8 @@ pub struct LastPass {
 /// The kubelet's `ImageGCManager`, with its records kept across restarts.
 pub struct ImageGc<R> {
     parts: GcParts<R>,
+    /// The configuration now: `parts.config` at start, then what reloads set.
+    config: tokio::sync::watch::Sender<GcConfig>,
     last_pass: std::sync::Mutex<Option<LastPass>>,
     /// Held for a whole pass: passes never overlap.
     state: tokio::sync::Mutex<Records>,
@@ -152,7 +161,19 @@ pub struct ImageGc<R> {
 
 impl<R: ImageRuntime> ImageGc<R> {
     pub fn new(parts: GcParts<R>, collecting_since: Instant) -> Self {
-        Self { parts, last_pass: std::sync::Mutex::default(), state: tokio::sync::Mutex::default(), collecting_since }
+        let config = tokio::sync::watch::Sender::new(parts.config.clone());
+        let (last_pass, state) = (std::sync::Mutex::default(), tokio::sync::Mutex::default());
+        Self { parts, config, last_pass, state, collecting_since }
+    }
+
+    /// How and how often images are collected now.
+    pub fn config(&self) -> GcConfig {
+        self.config.borrow().clone()
+    }
+
+    /// Collects by `config` from the next pass on, the first one new period from now (a reload).
+    pub fn set_config(&self, config: GcConfig) {
+        self.config.send_replace(config);
     }
 
     /// How the last pass (periodic or asked for) went; `None` before the first.
@@ -160,31 +181,56 @@ impl<R: ImageRuntime> ImageGc<R> {
         self.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// Makes a pass every period until `shutdown`, the first at once, as the kubelet does; a
-    /// failure after a failure is logged as an error (the kubelet's `ImageGCFailed`).
+    /// Makes a pass every period until `shutdown`, the first at once, as the kubelet does. A new
+    /// configuration applies from the next pass, one new period after it came; a pass under way
+    /// is never cut short, by a reload or by the shutdown.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
-        let policy = self.parts.config.policy;
-        if policy.disabled() {
-            tracing::info!("ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC");
-            return;
-        }
-        tracing::info!(
-            high_threshold = policy.high_threshold_percent,
-            low_threshold = policy.low_threshold_percent,
-            min_age = ?policy.min_age,
-            max_age = ?policy.max_age,
-            period = ?self.parts.config.period,
-            "image garbage collection every period"
-        );
-        let mut ticks = tokio::time::interval(self.parts.config.period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failed_before = false;
+        let mut changes = self.config.subscribe();
         let stopping = shutdown.requested();
         tokio::pin!(stopping);
+        let mut first_pass = Instant::now();
+        loop {
+            let config = changes.borrow_and_update().clone();
+            let woken = self.collect_every_period(&config, first_pass, changes.changed(), stopping.as_mut());
+            if woken.await == Wake::Stop {
+                return;
+            }
+            first_pass = Instant::now() + self.config().period;
+        }
+    }
+
+    /// The passes under one configuration, every period from `first_pass`, until the
+    /// configuration `changed` or `stopping`; a failure after a failure is logged as an error (the
+    /// kubelet's `ImageGCFailed`).
+    async fn collect_every_period(
+        &self,
+        config: &GcConfig,
+        first_pass: Instant,
+        changed: impl Future<Output = Result<(), tokio::sync::watch::error::RecvError>>,
+        mut stopping: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> Wake {
+        tokio::pin!(changed);
+        let policy = config.policy;
+        if policy.disabled() {
+            tracing::info!("ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC");
+        } else {
+            tracing::info!(
+                high_threshold = policy.high_threshold_percent,
+                low_threshold = policy.low_threshold_percent,
+                min_age = ?policy.min_age,
+                max_age = ?policy.max_age,
+                period = ?config.period,
+                "image garbage collection every period"
+            );
+        }
+        let mut ticks = tokio::time::interval_at(first_pass, config.period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failed_before = false;
         loop {
             tokio::select! {
-                _ = ticks.tick() => {}
-                () = &mut stopping => return,
+                _ = ticks.tick(), if !policy.disabled() => {}
+                _ = &mut changed => return Wake::Reconfigured,
+                () = &mut stopping => return Wake::Stop,
             }
             let failure = match self.pass(PassRequest::default()).await {
                 Ok(report) => pass_failure(&report),
@@ -260,7 +306,8 @@ impl<R: ImageRuntime> ImageGc<R> {
             names: listed.iter().map(|image| (image.id.as_str(), image.names.as_slice())).collect(),
         };
         let images = &mut records.images;
-        let policy = &self.parts.config.policy;
+        let config = self.config();
+        let policy = &config.policy;
         let mut report = PassReport::default();
         if request.delete_unused {
             report.usage_before = self.measure().await.ok();
@@ -315,7 +362,7 @@ impl<R: ImageRuntime> ImageGc<R> {
         images: &mut HashMap<String, ImageRecord>,
         report: &mut PassReport,
     ) {
-        let policy = &self.parts.config.policy;
+        let policy = self.config().policy;
         if let Some(space) = plan.space {
             tracing::info!(
                 usage = space.usage_percent,
@@ -382,7 +429,7 @@ impl<R: ImageRuntime> ImageGc<R> {
             Reason::Age => tracing::info!(
                 image_id = id,
                 size = record.size,
-                max_age = ?self.parts.config.policy.max_age,
+                max_age = ?self.config().policy.max_age,
                 "Removing image not used for longer than the maximum age"
             ),
             Reason::Space | Reason::Unused => {
@@ -423,8 +470,8 @@ impl<R: ImageRuntime> ImageGc<R> {
         let runtime = &self.parts.runtime;
         let containers =
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
-        let sandbox_image = match &self.parts.config.sandbox_image {
-            Some(image) => Some(image.clone()),
+        let sandbox_image = match self.config().sandbox_image {
+            Some(image) => Some(image),
             None => runtime.sandbox_image().await.unwrap_or_else(|error| {
                 tracing::debug!(%error, "the runtime does not say which sandbox image it uses");
                 None

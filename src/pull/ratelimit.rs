@@ -7,7 +7,7 @@
 use std::{
     collections::HashMap,
     num::NonZeroU32,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError, RwLock},
     task::{Context, Poll},
     time::Duration,
 };
@@ -132,31 +132,39 @@ pub struct BucketStatus {
 
 /// The buckets, shared by every clone of the layer's service.
 pub struct RegistryLimits<C: Clock> {
-    global: Option<Bucket<C>>,
-    per_host: HashMap<String, Bucket<C>>,
-    mode: RateLimitMode,
+    /// Replaced whole on a reload; a bucket whose limit did not change is carried over, tokens
+    /// and all.
+    buckets: RwLock<Arc<Buckets<C>>>,
     clock: C,
     metrics: Arc<PullMetrics>,
 }
 
+struct Buckets<C: Clock> {
+    global: Option<Arc<Bucket<C>>>,
+    per_host: HashMap<String, Arc<Bucket<C>>>,
+    mode: RateLimitMode,
+}
+
 impl<C: Clock + Clone> RegistryLimits<C> {
     pub fn new(config: &RateLimitConfig, clock: C, metrics: Arc<PullMetrics>) -> Self {
-        let bucket = |limit: &RateLimit| Bucket {
-            limiter: RateLimiter::direct_with_clock(limit.quota(), clock.clone()).with_middleware(),
-            limit: *limit,
-            last_admitted: Mutex::new(None),
-        };
-        Self {
-            global: config.global.as_ref().map(bucket),
-            per_host: config.per_host.iter().map(|(host, limit)| (host.clone(), bucket(limit))).collect(),
-            mode: config.mode,
-            clock,
-            metrics,
-        }
+        let empty = Buckets { global: None, per_host: HashMap::new(), mode: config.mode };
+        let buckets = RwLock::new(Arc::new(empty.reconfigured(config, &clock)));
+        Self { buckets, clock, metrics }
+    }
+
+    /// Applies `config` to the pulls admitted from now on (a reload). A bucket keeps its tokens
+    /// while its limit stays the same; a new or changed one starts full.
+    pub fn reconfigure(&self, config: &RateLimitConfig) {
+        let mut buckets = self.buckets.write().unwrap_or_else(PoisonError::into_inner);
+        *buckets = Arc::new(buckets.reconfigured(config, &self.clock));
+    }
+
+    fn current(&self) -> Arc<Buckets<C>> {
+        self.buckets.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub fn mode(&self) -> RateLimitMode {
-        self.mode
+        self.current().mode
     }
 
     /// Every bucket and its tokens now: the default one first, then by host.
@@ -174,15 +182,17 @@ impl<C: Clock + Clone> RegistryLimits<C> {
             };
             BucketStatus { host: host.cloned(), limit: bucket.limit, tokens }
         };
-        let mut hosts: Vec<(&String, &Bucket<C>)> = self.per_host.iter().collect();
+        let buckets = self.current();
+        let mut hosts: Vec<(&String, &Arc<Bucket<C>>)> = buckets.per_host.iter().collect();
         hosts.sort_by_key(|(host, _)| *host);
-        let global = self.global.as_ref().map(|bucket| status(None, bucket));
+        let global = buckets.global.as_ref().map(|bucket| status(None, bucket));
         global.into_iter().chain(hosts.into_iter().map(|(host, bucket)| status(Some(host), bucket))).collect()
     }
 
     /// Takes a token for `host`; `Err(wait)` says when one frees up.
     fn take(&self, host: Option<&str>) -> Result<(), Duration> {
-        let Some(bucket) = host.and_then(|host| self.per_host.get(host)).or(self.global.as_ref()) else {
+        let buckets = self.current();
+        let Some(bucket) = host.and_then(|host| buckets.per_host.get(host)).or(buckets.global.as_ref()) else {
             return Ok(());
         };
         match bucket.limiter.check() {
@@ -197,7 +207,7 @@ impl<C: Clock + Clone> RegistryLimits<C> {
 
     /// Admits a pull to `host`, failing or waiting as the mode (or `always_wait`) says.
     async fn admit(&self, host: Option<&str>, always_wait: bool) -> Result<(), PullError> {
-        let wait = always_wait || self.mode == RateLimitMode::Wait;
+        let wait = always_wait || self.mode() == RateLimitMode::Wait;
         let mut counted = false;
         loop {
             let Err(until_free) = self.take(host) else { return Ok(()) };
@@ -210,6 +220,29 @@ impl<C: Clock + Clone> RegistryLimits<C> {
             }
             // A zero wait would spin; governor's clock may round below tokio's tick.
             tokio::time::sleep(until_free.max(Duration::from_millis(1))).await;
+        }
+    }
+}
+
+impl<C: Clock + Clone> Buckets<C> {
+    /// The buckets `config` asks for, reusing each of these whose limit is unchanged.
+    fn reconfigured(&self, config: &RateLimitConfig, clock: &C) -> Self {
+        let bucket = |limit: &RateLimit, old: Option<&Arc<Bucket<C>>>| match old {
+            Some(old) if old.limit == *limit => old.clone(),
+            _ => Arc::new(Bucket {
+                limiter: RateLimiter::direct_with_clock(limit.quota(), clock.clone()).with_middleware(),
+                limit: *limit,
+                last_admitted: Mutex::new(None),
+            }),
+        };
+        Self {
+            global: config.global.as_ref().map(|limit| bucket(limit, self.global.as_ref())),
+            per_host: config
+                .per_host
+                .iter()
+                .map(|(host, limit)| (host.clone(), bucket(limit, self.per_host.get(host))))
+                .collect(),
+            mode: config.mode,
         }
     }
 }

@@ -81,6 +81,7 @@ impl InProcessDaemon {
             },
             presence_cache: true,
             metrics: None,
+            reload: None,
         };
         let (stop, shutdown) = cri_imaged::shutdown::channel();
         let task = tokio::spawn(async move {

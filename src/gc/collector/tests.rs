@@ -27,6 +27,8 @@ struct Disk {
     other: u64,
     refuse: HashSet<String>,
     removed: Vec<String>,
+    /// How many times images were listed: once a pass.
+    listings: usize,
     /// Each removal waits here.
     hold: Option<Hold>,
 }
@@ -54,7 +56,9 @@ impl ImageRuntime for FakeRuntime {
     }
 
     async fn list_images(&self) -> Result<Vec<StoredImage>, RuntimeError> {
-        Ok(self.disk().images.clone())
+        let mut disk = self.disk();
+        disk.listings += 1;
+        Ok(disk.images.clone())
     }
 
     async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
@@ -383,4 +387,36 @@ async fn a_removed_images_pull_record_goes_unless_a_pull_wrote_it_since() {
     assert!(h.records.record("sha256:a").expect("reads").is_some(), "written after the removal began: kept");
     h.records.forget("sha256:a", SystemTime::now() + Duration::from_secs(5)).await.expect("forgets");
     assert!(h.records.record("sha256:a").expect("reads").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_configuration_applies_from_the_next_pass_one_new_period_after_it_came() {
+    let h = harness(Disk { capacity: 100 * MIB, ..Disk::default() }, EAGER);
+    let gc = Arc::new(h.gc);
+    let (stop, shutdown) = crate::shutdown::channel();
+    let running = tokio::spawn(gc.clone().run(shutdown));
+    let passes = || h.runtime.disk().listings;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(passes(), 1, "the first pass at once");
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(passes(), 2, "then every 5 minutes");
+
+    gc.set_config(GcConfig { period: Duration::from_secs(60), ..gc.config() });
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert_eq!(passes(), 2, "no pass before the new period is up");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(passes(), 3);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(passes(), 4, "every new period");
+
+    let off = GcPolicy { high_threshold_percent: 100, ..EAGER };
+    gc.set_config(GcConfig { policy: off, ..gc.config() });
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(passes(), 4, "collection turned off");
+    gc.set_config(GcConfig { policy: EAGER, ..gc.config() });
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(passes(), 5, "and on again");
+
+    stop.request();
+    running.await.expect("the loop stops at shutdown");
 }

@@ -133,3 +133,39 @@ async fn each_bucket_tells_its_tokens_refilled_at_its_rate_up_to_its_burst() {
     assert_eq!(tokens(&limits), [(None, 10.0), (Some(host.to_owned()), 2.0)], "never above the burst");
     assert_eq!(limits.mode(), RateLimitMode::Fail);
 }
+
+#[tokio::test]
+async fn a_reload_keeps_the_tokens_of_an_unchanged_bucket_and_starts_a_changed_one_full() {
+    let clock = FakeRelativeClock::default();
+    let before = RateLimitConfig {
+        global: Some(limit(1.0, 2)),
+        per_host: vec![("registry.local:5000".into(), limit(1.0, 2))],
+        mode: RateLimitMode::Fail,
+    };
+    let limits = Arc::new(RegistryLimits::new(&before, clock.clone(), Default::default()));
+    let service = RateLimitLayer::new(limits.clone()).layer(upstream(Arc::new(AtomicUsize::new(0))));
+    for image in ["app:1", "app:2", "registry.local:5000/app:1", "registry.local:5000/app:2"] {
+        pull(&service, image).await.expect("within the bursts");
+    }
+
+    let after = RateLimitConfig {
+        global: Some(limit(1.0, 2)),
+        per_host: vec![("registry.local:5000".into(), limit(1.0, 3)), ("quay.io".into(), limit(1.0, 1))],
+        mode: RateLimitMode::Fail,
+    };
+    limits.reconfigure(&after);
+    assert!(pull(&service, "app:3").await.is_err(), "the unchanged bucket is still empty");
+    for i in 3..6 {
+        pull(&service, &format!("registry.local:5000/app:{i}")).await.expect("the changed bucket starts full");
+    }
+    pull(&service, "quay.io/app:1").await.expect("a new host's bucket");
+    assert!(pull(&service, "quay.io/app:2").await.is_err(), "with its own burst");
+    let hosts: Vec<Option<String>> = limits.buckets().into_iter().map(|bucket| bucket.host).collect();
+    assert_eq!(hosts, [None, Some("quay.io".to_owned()), Some("registry.local:5000".to_owned())]);
+
+    limits.reconfigure(&RateLimitConfig { mode: RateLimitMode::Wait, ..RateLimitConfig::default() });
+    assert_eq!(limits.mode(), RateLimitMode::Wait);
+    for i in 6..20 {
+        pull(&service, &format!("app:{i}")).await.expect("no limit at all");
+    }
+}

@@ -1,0 +1,136 @@
+//! SIGHUP: the command line and its config file read again, and applied while serving where that
+//! is safe: the registry rate limits, the pull backoff, image GC's policy and the credential files
+//! (the node's docker config and the credential-provider plugins, read afresh even when no flag
+//! changed). Any other flag that changed is logged as waiting for a restart. A file that does not
+//! load, or a configuration that does not validate, changes nothing: the running one is kept.
+
+use std::{ffi::OsString, sync::Arc};
+
+use tokio::sync::mpsc;
+
+use crate::{
+    config::{self, Change, ConfigError, LoadError, Values},
+    credentials::NodeCredentials,
+    daemon::{DaemonError, node_credentials},
+    ensure::ImageManager,
+    gc::ImageGc,
+    notify,
+    pull::ratelimit::{RegistryLimits, TokioClock},
+    runtime::ImageRuntime,
+    shutdown::Shutdown,
+};
+
+/// The flags a reload applies; the others take effect at the next start.
+pub const RELOADABLE: &[&str] = &[
+    "registry-qps",
+    "registry-burst",
+    "registry-rate-limit-mode",
+    "registry-qps-per-host",
+    "image-pull-backoff-initial",
+    "image-pull-backoff-max",
+    "image-pull-backoff-max-entries",
+    "image-gc-high-threshold",
+    "image-gc-low-threshold",
+    "minimum-image-ttl-duration",
+    "image-maximum-gc-age",
+    "image-gc-period",
+    "pod-infra-container-image",
+    "node-docker-config",
+    "image-credential-provider-config",
+    "image-credential-provider-bin-dir",
+];
+
+/// What a reload reads again and how the daemon runs now.
+pub struct Source {
+    /// The command line as given; its `--config` file is read anew each time.
+    pub argv: Vec<OsString>,
+    /// Every flag's value in effect.
+    pub running: Values,
+}
+
+/// A reload that changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Credentials(#[from] DaemonError),
+}
+
+/// The parts a reload reconfigures.
+pub struct Reloadable<R> {
+    pub limits: Arc<RegistryLimits<TokioClock>>,
+    pub manager: Arc<ImageManager<R>>,
+    pub gc: Arc<ImageGc<R>>,
+    pub credentials: Arc<NodeCredentials>,
+}
+
+/// What one reload did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Flags now in effect with their new values.
+    pub applied: Vec<Change>,
+    /// Flags that changed but wait for a restart.
+    pub need_restart: Vec<Change>,
+}
+
+impl<R: ImageRuntime> Reloadable<R> {
+    /// Reads `source` again and applies what can change; on any error nothing changes.
+    pub fn reload(&self, source: &mut Source) -> Result<Reloaded, ReloadError> {
+        let loaded = config::load(&source.argv)?;
+        let config::Command::Serve(args) = loaded.cli.command;
+        // Everything is read and checked before anything is applied.
+        let manager = args.manager_config()?;
+        let gc = args.gc_config()?;
+        let credentials = node_credentials(&args)?;
+        self.limits.reconfigure(&manager.rate_limits);
+        self.manager.set_backoff(manager.backoff);
+        self.gc.set_config(gc);
+        self.credentials.replace(credentials);
+        let (applied, need_restart) = source
+            .running
+            .changes(&loaded.values)
+            .into_iter()
+            .partition::<Vec<_>, _>(|change| RELOADABLE.contains(&change.flag.as_str()));
+        for change in &applied {
+            source.running.take(&change.flag, &loaded.values);
+        }
+        Ok(Reloaded { applied, need_restart })
+    }
+
+    /// Reloads on each request until `shutdown`, logging what changed, and telling systemd.
+    pub async fn serve(self, mut source: Source, mut requests: mpsc::UnboundedReceiver<()>, shutdown: Shutdown) {
+        let stopping = shutdown.requested();
+        tokio::pin!(stopping);
+        loop {
+            tokio::select! {
+                request = requests.recv() => if request.is_none() { return },
+                () = &mut stopping => return,
+            }
+            notify::reloading("reloading the configuration");
+            let status = match self.reload(&mut source) {
+                Ok(reloaded) => {
+                    for Change { flag, from, to } in &reloaded.applied {
+                        tracing::info!(flag = %flag, %from, %to, "configuration reloaded: applied");
+                    }
+                    for Change { flag, from, to } in &reloaded.need_restart {
+                        tracing::warn!(flag = %flag, %from, %to, "configuration reloaded: this flag changes at the next start");
+                    }
+                    let (applied, waiting) = (reloaded.applied.len(), reloaded.need_restart.len());
+                    tracing::info!(applied, waiting, "configuration reloaded; credential files read again");
+                    format!("configuration reloaded: {applied} changed, {waiting} waiting for a restart")
+                }
+                Err(error) => {
+                    tracing::error!(%error, "configuration reload refused; the running configuration is kept");
+                    "configuration reload refused; the running configuration is kept".to_owned()
+                }
+            };
+            notify::ready(&status);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

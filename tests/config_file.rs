@@ -1,0 +1,116 @@
+//! The real binary with `--config FILE`: the file's values take effect under the command line's,
+//! a file it cannot use stops the start naming the line, and SIGHUP applies a changed file while
+//! serving, or refuses a bad one and keeps the running configuration.
+
+mod support;
+
+use std::{path::Path, process::Command, time::Duration};
+
+use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
+use support::{process::DaemonProcess, unix_channel};
+
+/// The registry buckets GetStatus shows: (host, qps, burst), the default bucket's host empty.
+async fn buckets(socket: &Path) -> (String, Vec<(String, f64, u32)>) {
+    let mut client = ImageManagerClient::new(unix_channel(socket));
+    let status = client.get_status(GetStatusRequest::default()).await.expect("GetStatus answers").into_inner();
+    let buckets = status.rate_limits.into_iter().map(|bucket| (bucket.host, bucket.qps, bucket.burst)).collect();
+    (status.rate_limit_mode, buckets)
+}
+
+fn hang_up(daemon: &DaemonProcess) {
+    let sent = Command::new("kill").args(["-HUP", &daemon.pid().to_string()]).status().expect("kill runs");
+    assert!(sent.success(), "SIGHUP could not be sent");
+}
+
+/// Waits, at most 5 s, until the log holds `count` lines saying `text`.
+async fn wait_for_log(daemon: &DaemonProcess, text: &str, count: usize) -> String {
+    for _ in 0..500 {
+        let log = daemon.log_text();
+        if log.matches(text).count() >= count {
+            return log;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{text:?} not logged {count} times within 5s; log:\n{}", daemon.log_text());
+}
+
+#[tokio::test]
+async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_while_serving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (socket, config) = (dir.path().join("s.sock"), dir.path().join("config.yaml"));
+    std::fs::write(&config, "registry-qps: 2\nregistry-burst: 3\nimage-gc-period: 1m\n").expect("config written");
+    let config_flag = config.to_str().expect("utf-8");
+    let flags = ["--config", config_flag, "--registry-burst", "4"];
+    let daemon = DaemonProcess::start(&socket, &dir.path().join("r.sock"), &flags).await;
+    assert_eq!(buckets(&socket).await, ("fail".to_owned(), vec![(String::new(), 2.0, 4)]), "the flag wins the burst");
+
+    let changed = "registry-qps: 1\nregistry-rate-limit-mode: wait\nregistry-qps-per-host: [registry.local:5000=3:6]\n\
+                   image-pull-backoff-initial: 1s\nimage-gc-period: 2m\nworker-threads: 2\n";
+    std::fs::write(&config, changed).expect("config rewritten");
+    hang_up(&daemon);
+    let log = wait_for_log(&daemon, "configuration reloaded; credential files read again", 1).await;
+    assert_eq!(
+        buckets(&socket).await,
+        ("wait".to_owned(), vec![(String::new(), 1.0, 4), ("registry.local:5000".to_owned(), 3.0, 6)]),
+        "applied while serving; the command line still wins"
+    );
+    for applied in ["registry-qps", "registry-rate-limit-mode", "image-pull-backoff-initial", "image-gc-period"] {
+        let line = log.lines().find(|line| line.contains("applied") && line.contains(&format!("flag={applied} ")));
+        assert!(line.is_some(), "{applied} is logged as applied:\n{log}");
+    }
+    let waiting = log.lines().find(|line| line.contains("flag=worker-threads"));
+    assert!(
+        waiting.is_some_and(|line| line.contains("WARN") && line.contains("next start")),
+        "a flag a reload cannot change says so:\n{log}"
+    );
+    assert!(!log.contains("flag=registry-burst"), "unchanged: the command line set it");
+
+    std::fs::write(&config, "registry-qps: 9\nregistry-qps-per-host: docker.io=0:1\n").expect("bad config written");
+    hang_up(&daemon);
+    let log = wait_for_log(&daemon, "configuration reload refused", 1).await;
+    let refusal = log.lines().find(|line| line.contains("configuration reload refused")).expect("logged");
+    assert!(
+        refusal.contains("config.yaml:2: registry-qps-per-host") && refusal.contains("QPS \"0\" is not accepted"),
+        "names the line, the field and the reason: {refusal}"
+    );
+    assert_eq!(buckets(&socket).await.1[0], (String::new(), 1.0, 4), "the running configuration is kept");
+
+    std::fs::write(&config, "image-pull-backoff-initial: 10m\nimage-pull-backoff-max: 1m\n").expect("written");
+    hang_up(&daemon);
+    let log = wait_for_log(&daemon, "configuration reload refused", 2).await;
+    assert!(log.contains("--image-pull-backoff-initial 10m must not exceed --image-pull-backoff-max 1m"), "{log}");
+    assert_eq!(buckets(&socket).await.1.len(), 2, "still the last good configuration");
+
+    let (status, log) = daemon.terminate().await;
+    assert!(status.success(), "serving all along, then a clean stop:\n{log}");
+}
+
+#[tokio::test]
+async fn a_file_the_daemon_cannot_use_stops_the_start_naming_the_file_line_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.yaml");
+    let config_flag = config.to_str().expect("utf-8").to_owned();
+    let cases: &[(&str, &str)] = &[
+        (
+            "registry-qps: 1\nregistryBurst: 4\n",
+            "config.yaml:2: unknown field `registryBurst`: the fields are the serve flags without their dashes, e.g. `registry-burst`",
+        ),
+        (
+            "worker-threads: 0\n",
+            "config.yaml:1: worker-threads: invalid value \"0\": expected a whole number, 1 or more",
+        ),
+        ("registry-qps: [\n", "config.yaml: not valid YAML"),
+    ];
+    for (text, says) in cases {
+        std::fs::write(&config, text).expect("config written");
+        let mut daemon =
+            DaemonProcess::spawn(&dir.path().join("s.sock"), &dir.path().join("r.sock"), &["--config", &config_flag]);
+        let status = daemon.wait_for_exit(Duration::from_secs(10)).await;
+        let stderr = daemon.log_text();
+        assert_eq!(status.code(), Some(2), "{text:?}: {stderr}");
+        assert!(
+            stderr.starts_with("cri-imaged: ") && stderr.contains(says),
+            "{text:?}: {says:?} missing from {stderr}"
+        );
+    }
+}

@@ -23,6 +23,7 @@ use crate::{
     pull::scheduler::SchedulerConfig,
     records::policy::{Allowlist, PolicyError, VerificationPolicy},
     runtime::{EndpointError, RuntimeEndpoint},
+    server::{ConnectionLimits, ServeLimits},
 };
 
 /// Where the daemon listens unless told otherwise.
@@ -89,6 +90,34 @@ pub struct ServeArgs {
     /// ahead of time, so hits rarely wait.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub presence_cache_max_staleness: Duration,
+
+    /// The most client connections served at once. At the cap a new connection takes the place of
+    /// the oldest one that has not yet begun HTTP/2, else it is closed at once.
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_at_least_one, allow_hyphen_values = true)]
+    pub max_connections: NonZeroUsize,
+
+    /// A connection that has not sent the HTTP/2 preface this long after it was accepted is
+    /// closed (gRPC clients send it at once).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub connection_handshake_timeout: Duration,
+
+    /// The most requests (streams) open at once on one connection; a client past it waits.
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_stream_count, allow_hyphen_values = true)]
+    pub max_concurrent_streams: u32,
+
+    /// A request whose body has not fully arrived this long after its headers fails with
+    /// DEADLINE_EXCEEDED, and what came of it is freed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub request_body_timeout: Duration,
+
+    /// A connection quiet this long is sent an HTTP/2 PING; one not answered within
+    /// --http2-keepalive-timeout is closed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub http2_keepalive_interval: Duration,
+
+    /// How long a keep-alive PING may go unanswered.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub http2_keepalive_timeout: Duration,
 
     /// Threads serving requests. One (the default) is fastest here: the daemon mostly waits on
     /// the runtime, and one thread never pays for waking another.
@@ -359,6 +388,20 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
+    /// What one client may take of the daemon.
+    pub fn serve_limits(&self) -> ServeLimits {
+        ServeLimits {
+            connections: ConnectionLimits {
+                max_connections: self.max_connections.get(),
+                handshake_timeout: self.connection_handshake_timeout,
+            },
+            max_concurrent_streams: self.max_concurrent_streams,
+            request_body_timeout: self.request_body_timeout,
+            keepalive_interval: self.http2_keepalive_interval,
+            keepalive_timeout: self.http2_keepalive_timeout,
+        }
+    }
+
     /// The credential-provider config and the plugins' directory, when both are given.
     pub fn credential_providers(&self) -> Result<Option<(&Path, &Path)>, ConfigError> {
         const CONFIG: &str = "image-credential-provider-config";
@@ -537,6 +580,11 @@ pub fn parse_at_least_one(text: &str) -> Result<NonZeroUsize, ValueError> {
     text.parse().map_err(|_| ValueError::NotAtLeastOne)
 }
 
+/// `--max-concurrent-streams`: 1 or more, as HTTP/2's setting takes it.
+pub fn parse_stream_count(text: &str) -> Result<u32, ValueError> {
+    text.parse().ok().filter(|count| *count > 0).ok_or(ValueError::NotAtLeastOne)
+}
+
 /// `--registry-burst`: any count; whether 0 goes with the QPS is checked with it.
 pub fn parse_burst(text: &str) -> Result<u32, ValueError> {
     text.parse().map_err(|_| ValueError::NotACount)
@@ -677,6 +725,7 @@ mod tests {
         assert_eq!(args.presence_cache_max_staleness, crate::presence::DEFAULT_MAX_STALENESS);
         assert_eq!(args.worker_threads.get(), 1);
         assert_eq!(args.gc_config(), Ok(GcConfig::default()));
+        assert_eq!(args.serve_limits(), ServeLimits::default());
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::{
     events::Events,
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
     listener::{self, ListenError},
+    memory,
     metrics::{self, Metrics, MetricsServerError},
     notify,
     presence::PresenceCache,
@@ -220,6 +221,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         async move { records.settle(&*runtime, started).await }
     });
     tokio::spawn(parts.gc.clone().run(shutdown.clone()));
+    tokio::spawn(memory::trim_periodically(shutdown.clone()));
     if settings.presence_cache {
         tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));
     }
@@ -302,6 +304,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         notify::stopping("draining: answering the requests under way, taking no new ones");
         trigger.request();
     });
+    let limits = args.serve_limits();
     let settings = Settings {
         runtime_endpoint: args.runtime_endpoint,
         runtime_request_timeout: args.runtime_request_timeout,
@@ -313,6 +316,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
             drain_timeout: args.shutdown_timeout,
             health_probe_interval: args.health_probe_interval,
             health_probe_timeout: args.health_probe_timeout,
+            limits,
         },
         presence_cache: args.presence_cache,
         metrics,

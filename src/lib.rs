@@ -27,6 +27,7 @@
 //!   containerd's content service.
 //! - [`runtime`]: the runtime trait, the CRI client (with containerd's content service), its
 //!   endpoint, the pass-through codec and containerd's image events.
+//! - `memory`: gives memory freed after a burst back to the system (glibc's `malloc_trim`).
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
 //! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
@@ -46,6 +47,7 @@ pub mod ensure;
 pub mod events;
 pub mod gc;
 pub mod listener;
+mod memory;
 pub mod messages;
 pub mod metrics;
 mod notify;

@@ -33,6 +33,9 @@ pub mod reason {
 
 pub fn invalid_image_name(image: &str, error: &impl std::fmt::Display) -> String {
     let image = echo(image);
+    // The grammar's error may quote the image's name whole (one that is not lowercase).
+    let error = error.to_string();
+    let error = echo(&error);
     format!("Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: {error}")
 }
 
@@ -179,6 +182,11 @@ mod tests {
         assert_eq!(echoed, format!("{}… (1048576 bytes)", "a".repeat(ECHO_LIMIT)));
         let message = invalid_image_name(&long, &"repository name must not be more than 255 characters");
         assert!(message.len() < 2 * ECHO_LIMIT + 200, "{} bytes", message.len());
+        // Found by the ensure_request fuzz target: the error itself quoted a name not lowercase.
+        let upper = format!("x/{long}A");
+        let error = crate::reference::ImageReference::parse_normalized(&upper).expect_err("not lowercase");
+        let message = invalid_image_name(&upper, &error);
+        assert!(message.len() < 3 * ECHO_LIMIT + 200, "{} bytes", message.len());
         // Never cut inside a character.
         let wide = "é".repeat(200);
         assert!(echo(&wide).starts_with(&"é".repeat(ECHO_LIMIT / 2)));

@@ -1,5 +1,5 @@
 //! Prometheus metrics (`cri_imaged_*`): one registry that each concern registers its own metrics
-//! in (`ensure`, `pull`, `presence`, `records`, `gc`), and the HTTP endpoint that serves them.
+//! in (`ensure`, `pull`, `presence`, `records`, `gc`, the server's connections), and the HTTP endpoint that serves them.
 //!
 //! Labels never carry image names or pods, so the series count stays small on any node.
 
@@ -9,7 +9,7 @@ use prometheus_client::{encoding::text::encode, registry::Registry};
 
 use crate::{
     ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, presence::metrics::PresenceMetrics,
-    pull::metrics::PullMetrics, records::metrics::RecordsMetrics,
+    pull::metrics::PullMetrics, records::metrics::RecordsMetrics, server::metrics::ConnectionMetrics,
 };
 
 /// A series' labels.
@@ -23,6 +23,7 @@ pub struct Metrics {
     pub presence: Arc<PresenceMetrics>,
     pub records: Arc<RecordsMetrics>,
     pub gc: Arc<GcMetrics>,
+    pub connections: Arc<ConnectionMetrics>,
 }
 
 impl Default for Metrics {
@@ -33,7 +34,8 @@ impl Default for Metrics {
         let presence = Arc::new(PresenceMetrics::register(&mut registry));
         let records = Arc::new(RecordsMetrics::register(&mut registry));
         let gc = Arc::new(GcMetrics::register(&mut registry));
-        Self { registry, ensure, pulls, presence, records, gc }
+        let connections = Arc::new(ConnectionMetrics::register(&mut registry));
+        Self { registry, ensure, pulls, presence, records, gc, connections }
     }
 }
 

@@ -1,5 +1,6 @@
-//! The daemon under a local client that abuses its socket (issue 17): what it does at its
-//! open-file limit.
+//! The daemon under a local client that abuses its socket (issue 17): at its open-file limit,
+//! with idle connections beyond its cap, stalled request bodies and floods of streams; each test
+//! prints the daemon's RSS and open files before, during and after.
 
 mod support;
 
@@ -12,7 +13,7 @@ use std::{
 use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
 use support::{
     fake_runtime::{FakeImageService, FakeRuntime},
-    process::require_tool,
+    process::{DaemonProcess, require_tool},
     unix_channel,
 };
 
@@ -81,4 +82,187 @@ async fn at_the_open_file_limit_the_daemon_waits_and_warns_instead_of_spinning_a
     assert!(text.contains("accepting connections again"), "{text}");
     let _ = daemon.kill();
     let _ = daemon.wait();
+}
+
+/// The daemon's resident memory now, in MiB (`VmRSS`).
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .expect("a VmRSS line");
+    kib / 1024.0
+}
+
+/// The daemon's open file descriptors now.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the daemon's fds").count()
+}
+
+/// A daemon on a fake runtime with `flags`, and a GetStatus call to warm it up.
+async fn daemon_with(dir: &std::path::Path, flags: &[&str]) -> (DaemonProcess, FakeRuntime) {
+    let runtime = FakeRuntime::start(&dir.join("runtime.sock"), FakeImageService::default());
+    let daemon = DaemonProcess::start(&dir.join("cri-imaged.sock"), &runtime.socket, flags).await;
+    assert!(answers_within(&daemon.socket, Duration::from_secs(5)).await, "never served");
+    (daemon, runtime)
+}
+
+/// Polls `condition` every 50 ms for at most 10 s.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what} did not happen within 10 s");
+}
+
+#[tokio::test]
+async fn idle_connections_beyond_the_cap_give_way_to_a_normal_call_and_close_at_the_handshake_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flags = ["--max-connections", "100", "--connection-handshake-timeout", "2s"];
+    let (daemon, _runtime) = daemon_with(dir.path(), &flags).await;
+    let pid = daemon.pid();
+    let (fds_before, rss_before) = (open_fds(pid), rss_mib(pid));
+
+    let idle: Vec<UnixStream> = (0..300).map(|_| UnixStream::connect(&daemon.socket).expect("connects")).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fds_during = open_fds(pid);
+    let started = Instant::now();
+    assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "a normal call waited past 1 s");
+    let answered_in = started.elapsed();
+    assert!(fds_during <= fds_before + 100, "{fds_during} fds with 300 idle connections: the cap is 100");
+
+    eventually("the idle connections closing", || open_fds(pid) <= fds_before + 2).await;
+    let (fds_after, rss_after) = (open_fds(pid), rss_mib(pid));
+    let log = daemon.log_text();
+    eprintln!(
+        "300 idle connections, cap 100: fds {fds_before} -> {fds_during} -> {fds_after}; RSS {rss_before:.1} -> \
+         {rss_after:.1} MiB; a normal call answered in {answered_in:?}"
+    );
+    assert!(rss_after < rss_before + 10.0, "RSS {rss_before:.1} -> {rss_after:.1} MiB");
+    drop(idle);
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Opens an HTTP/2 connection to `socket`, driven in the background.
+async fn h2_connection(socket: &std::path::Path) -> h2::client::SendRequest<bytes::Bytes> {
+    let stream = tokio::net::UnixStream::connect(socket).await.expect("connects");
+    let (client, connection) = h2::client::handshake(stream).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    client.ready().await.expect("h2 ready")
+}
+
+/// A gRPC request's headers for `path`, its body left open.
+fn grpc_request(path: &str) -> http::Request<()> {
+    http::Request::post(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("request")
+}
+
+/// Long enough that the floods below are all sent, measured and a normal call made before it.
+const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[tokio::test]
+async fn stalled_bodies_fail_at_the_body_timeout_and_free_what_they_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (daemon, _runtime) = daemon_with(dir.path(), &["--request-body-timeout", "5s"]).await;
+    let pid = daemon.pid();
+    let rss_before = rss_mib(pid);
+
+    // Eight CRI pulls, each declaring a 16 MiB message and stopping 1 MiB short of it.
+    let mut client = h2_connection(&daemon.socket).await;
+    let declared: u32 = 16 * 1024 * 1024 - 1024;
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        client = client.ready().await.expect("h2 ready");
+        let (response, mut body) =
+            client.send_request(grpc_request("/runtime.v1.ImageService/PullImage"), false).expect("headers sent");
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&declared.to_be_bytes());
+        frame.resize(5 + 15 * 1024 * 1024, 0);
+        body.send_data(frame.into(), false).expect("most of the body sent");
+        stalled.push((response, body));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let rss_stalled = rss_mib(pid);
+    let started = Instant::now();
+    assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "a normal call waited past 1 s");
+    let answered_in = started.elapsed();
+
+    for (response, _body) in stalled.drain(..) {
+        let (code, message) = tokio::time::timeout(BODY_TIMEOUT * 3, support::grpc_status(response))
+            .await
+            .expect("answered within the body timeout");
+        assert_eq!(code, tonic::Code::DeadlineExceeded as i32, "{message}");
+        assert!(message.contains("did not arrive within 5s of its headers (--request-body-timeout)"), "{message}");
+    }
+    eventually("RSS near its baseline", || rss_mib(pid) < rss_before + 10.0).await;
+    let rss_after = rss_mib(pid);
+    eprintln!(
+        "8 stalled 15 MiB bodies: RSS {rss_before:.1} -> {rss_stalled:.1} (stalled) -> {rss_after:.1} MiB after the \
+         body timeout; a normal call answered in {answered_in:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the_body_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flags = ["--request-body-timeout", "5s", "--max-concurrent-streams", "1000"];
+    let (daemon, _runtime) = daemon_with(dir.path(), &flags).await;
+    let pid = daemon.pid();
+    let rss_before = rss_mib(pid);
+
+    let path = "/imagemanager.v1.ImageManager/EnsureImageExists";
+    let mut connections = Vec::new();
+    let mut open = Vec::new();
+    for _ in 0..10 {
+        let mut client = h2_connection(&daemon.socket).await;
+        for _ in 0..1000 {
+            client = client.ready().await.expect("h2 ready");
+            open.push(client.send_request(grpc_request(path), false).expect("headers sent"));
+        }
+        connections.push(client);
+    }
+    // One stream over the cap on the first connection: h2 holds it until one of the others ends.
+    let mut first = connections[0].clone().ready().await.expect("h2 ready");
+    let (over_the_cap, body) = first.send_request(grpc_request(path), false).expect("queued");
+    let over_the_cap = tokio::spawn(async move {
+        let _open = body;
+        support::grpc_status(over_the_cap).await;
+        Instant::now()
+    });
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let rss_flooded = rss_mib(pid);
+    let started = Instant::now();
+    assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "a normal call waited past 1 s");
+    let answered_in = started.elapsed();
+
+    let mut timed_out = 0;
+    let mut first_ended = None;
+    for (response, _body) in open.drain(..) {
+        let (code, _) = tokio::time::timeout(BODY_TIMEOUT * 5, support::grpc_status(response)).await.expect("answered");
+        first_ended.get_or_insert_with(Instant::now);
+        timed_out += usize::from(code == tonic::Code::DeadlineExceeded as i32);
+    }
+    assert_eq!(timed_out, 10_000, "every stream ends at the body timeout");
+    let over_the_cap_ended = over_the_cap.await.expect("answered");
+    let first_ended = first_ended.expect("streams ended");
+    assert!(
+        over_the_cap_ended >= first_ended + BODY_TIMEOUT / 2,
+        "the stream over the cap began only once another ended: {:?} after",
+        over_the_cap_ended.saturating_duration_since(first_ended)
+    );
+    drop(connections);
+    // Freed memory goes back to the system every 5 s.
+    eventually("RSS near its baseline", || rss_mib(pid) < rss_before + 10.0).await;
+    let rss_after = rss_mib(pid);
+    eprintln!(
+        "10,000 header-only streams on 10 connections: RSS {rss_before:.1} -> {rss_flooded:.1} (open) -> \
+         {rss_after:.1} MiB after; a normal call answered in {answered_in:?}"
+    );
 }

@@ -386,3 +386,31 @@ async fn grpcurl_reads_the_status() {
     assert_eq!(status["version"], env!("CARGO_PKG_VERSION"), "{stdout}");
     assert_eq!(status["runtimeReachable"], true, "{stdout}");
 }
+
+/// The calling process as the daemon logs it: what SO_PEERCRED says of this test.
+fn this_process() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let first = |key: &str| {
+        let line = status.lines().find_map(|line| line.strip_prefix(key)).expect("a uid/gid line");
+        line.split_whitespace().next().expect("a value").to_owned()
+    };
+    format!("peer=uid={} gid={} pid={}", first("Uid:"), first("Gid:"), std::process::id())
+}
+
+#[tokio::test]
+async fn each_pull_is_logged_with_the_uid_and_pid_of_the_process_that_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let answer = call(&mut daemon_client(&daemon), ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("pulled");
+    assert!(answer.pulled);
+    let mut cri = ImageServiceClient::new(support::unix_channel(&daemon.socket));
+    let image = Some(ImageSpec { image: "alpine:3.20".into(), ..Default::default() });
+    cri.pull_image(k8s_cri::v1::PullImageRequest { image, ..Default::default() }).await.expect("pulled");
+    let (_, log) = daemon.terminate().await;
+    let peer = this_process();
+    for image in ["busybox:1.36", "alpine:3.20"] {
+        let pulling = log.lines().find(|line| line.contains(&format!("Pulling image \"{image}")));
+        assert!(pulling.is_some_and(|line| line.contains(&peer)), "no `{peer}` on the pull of {image}:\n{log}");
+    }
+}

@@ -86,6 +86,31 @@ pub struct PodRef {
     pub annotations: HashMap<String, String>,
 }
 
+/// The process that called, as the kernel told when it connected (SO_PEERCRED): logged with
+/// each pull it asks for, for audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    /// `None` when the caller is in another PID namespace.
+    pub pid: Option<i32>,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "uid={} gid={}", self.uid, self.gid)?;
+        match self.pid {
+            Some(pid) => write!(f, " pid={pid}"),
+            None => write!(f, " pid=unknown"),
+        }
+    }
+}
+
+/// How a log line shows the caller of a pull.
+fn shown_peer(peer: Option<Peer>) -> String {
+    peer.map_or_else(|| "unknown".to_owned(), |peer| peer.to_string())
+}
+
 /// One EnsureImageExists request, already translated from the wire.
 #[derive(Debug, Clone, Default)]
 pub struct EnsureRequest {
@@ -99,6 +124,8 @@ pub struct EnsureRequest {
     pub sandbox_config: Option<PodSandboxConfig>,
     /// The pod's image pull secrets, read only when a pull is needed (as the kubelet does).
     pub pull_secrets: Vec<PullSecret>,
+    /// Who called: not on the wire, from the connection.
+    pub peer: Option<Peer>,
 }
 
 /// A successful answer.
@@ -307,7 +334,8 @@ impl<R: ImageRuntime> ImageManager<R> {
             EnsureError::InvalidPullSecret { source }
         })?;
         let credentials = credentials::for_pull(&repository, &pod_keyring, &self.node_credentials).await;
-        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), "{}", messages::pulling(image));
+        let peer = shown_peer(request.peer);
+        tracing::info!(policy = policy.as_str(), credentials = credentials.len(), %peer, "{}", messages::pulling(image));
         let started = Instant::now();
         let pull = PullSpec {
             image: spec,
@@ -524,12 +552,13 @@ impl<R: ImageRuntime> ImageManager<R> {
     /// The pull is recorded too (KEP-2535), so that an image the kubelet pulled through here with
     /// its credentials is not "preloaded" for EnsureImageExists callers: pulled with credentials,
     /// its record names none (every pod is verified); anonymously, it is every pod's.
-    pub async fn pull_image(&self, mut spec: PullSpec) -> Result<Pulled, Arc<PullError>> {
+    pub async fn pull_image(&self, mut spec: PullSpec, peer: Option<Peer>) -> Result<Pulled, Arc<PullError>> {
         let image = spec.image.image.clone();
         // Not parsed yet (the runtime judges the name): logs and events repeat it bounded.
         let shown = messages::echo(&image).into_owned();
         spec.wait_for_rate_limit = true;
-        tracing::info!(image = %shown, "{}", messages::pulling(&shown));
+        let peer = shown_peer(peer);
+        tracing::info!(image = %shown, %peer, "{}", messages::pulling(&shown));
         let about = Subject {
             pod: spec.sandbox_config.as_ref().and_then(sandbox_pod),
             image: shown.clone(),

@@ -155,6 +155,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
         runtime_handler: "runc".into(),
         sandbox_config: Some(PodSandboxConfig { hostname: "web-0".into(), ..Default::default() }),
         pull_secrets: Vec::new(),
+        peer: None,
     }
 }
 
@@ -630,7 +631,7 @@ async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verifie
     let manager = manager(ScriptedRuntime::private_for("alice"));
     let login = Arc::new(RegistryAuth::login("alice".into(), "alice-pw".into()));
     let image = ImageSpec { image: "registry.local/team/app:v1".into(), ..Default::default() };
-    manager.pull_image(PullSpec { auth: Some(login), ..PullSpec::for_image(image) }).await.expect("pulled");
+    manager.pull_image(PullSpec { auth: Some(login), ..PullSpec::for_image(image) }, None).await.expect("pulled");
     let error = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B must pull, and cannot");
     assert_eq!(error.reason(), "ErrImagePull");
     let record = manager.records.record("sha256:private").unwrap().expect("recorded");

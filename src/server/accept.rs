@@ -1,41 +1,256 @@
-//! The accept loop's side of the listener: tonic logs a failed accept at trace and tries again at
-//! once, which at the file-descriptor limit (EMFILE) spins a core and says nothing. Here a
-//! failure the next accept would repeat waits, doubling from 10 ms to 1 s, with a warning; one
-//! that ends only the connection being accepted is tried again at once.
+//! The accept path: how many connections are served at once, and how soon each must start
+//! speaking HTTP/2.
+//!
+//! - **A cap on connections** (`--max-connections`): each holds a slot until it closes. At the
+//!   cap, a new connection takes the place of the oldest one that has not yet sent the HTTP/2
+//!   preface (every gRPC client sends it the moment it connects, so such a connection is idle or
+//!   abusive), else it is closed at once, counted and logged, so that the caller fails fast.
+//! - **A handshake timeout** (`--connection-handshake-timeout`): a connection that has not sent
+//!   the preface within it is closed, so connections that never send a byte cannot pile up.
+//! - **Accept failures**: tonic logs a failed accept at trace and tries again at once, which at
+//!   the file-descriptor limit (EMFILE) spins a core and says nothing. Here a failure the next
+//!   accept would repeat waits, doubling from 10 ms to 1 s, with a warning; one that ends only the
+//!   connection being accepted is tried again at once.
 
-use std::{io, time::Duration};
+use std::{
+    collections::VecDeque,
+    future::Future,
+    io,
+    pin::Pin,
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
 
-use futures_util::Stream;
-use tokio::net::{UnixListener, UnixStream};
+use futures_util::{Stream, task::AtomicWaker};
+use tokio::{
+    io::{AsyncRead, ReadBuf},
+    net::{UnixListener, UnixStream},
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::{Instant, Sleep},
+};
+
+use super::metrics::{Closed, ConnectionMetrics};
 
 /// The first wait after a failed accept, and the longest.
 const FIRST_WAIT: Duration = Duration::from_millis(10);
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
+/// What every HTTP/2 client sends first (RFC 9113, 3.4).
+const PREFACE_LEN: usize = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".len();
+/// How long a new connection waits for the place of the connection it displaced.
+const DISPLACEMENT_WAIT: Duration = Duration::from_millis(200);
+/// Refused connections are logged at most this often, with their count.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Accepted connections; never an error, so tonic never spins on one.
-pub fn connections(listener: UnixListener) -> impl Stream<Item = io::Result<UnixStream>> {
-    futures_util::stream::unfold((listener, None::<Duration>), |(listener, mut waited)| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    if waited.take().is_some() {
-                        tracing::info!("accepting connections again");
-                    }
-                    return Some((Ok(stream), (listener, waited)));
-                }
-                Err(error) if only_this_connection(&error) => {
-                    tracing::debug!(%error, "a connection ended while it was accepted");
-                }
-                Err(error) => {
-                    let wait = next_wait(waited);
-                    waited = Some(wait);
-                    tracing::warn!(%error, retry_in = ?wait, "cannot accept connections (at the open-file limit? see LimitNOFILE)");
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        }
+/// How many connections at once, and how soon each must send the HTTP/2 preface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+}
+
+/// A connection's handshake, as the accept loop sees it.
+#[derive(Default)]
+struct Handshake {
+    /// The preface arrived (or the connection ended): it can no longer be displaced.
+    done: AtomicBool,
+    displaced: AtomicBool,
+    waker: AtomicWaker,
+}
+
+/// An accepted connection: its slot under the cap, held until it closes, and its handshake.
+pub struct Admitted<IO> {
+    inner: IO,
+    _slot: OwnedSemaphorePermit,
+    handshake: Option<HandshakeWait>,
+}
+
+struct HandshakeWait {
+    shared: Arc<Handshake>,
+    received: usize,
+    deadline: Instant,
+    /// Made only if the preface did not come with the first read.
+    timer: Option<Pin<Box<Sleep>>>,
+    timeout: Duration,
+    metrics: Arc<ConnectionMetrics>,
+}
+
+struct AcceptLoop {
+    listener: UnixListener,
+    limits: ConnectionLimits,
+    slots: Arc<Semaphore>,
+    /// Connections still in their handshake, oldest first (some may have finished since).
+    handshaking: VecDeque<Weak<Handshake>>,
+    metrics: Arc<ConnectionMetrics>,
+    refused_since_log: u64,
+    last_refusal_log: Option<Instant>,
+    waited: Option<Duration>,
+}
+
+/// Accepted connections within `limits`; never an error, so tonic never spins on one.
+pub fn connections(
+    listener: UnixListener,
+    limits: ConnectionLimits,
+    metrics: Arc<ConnectionMetrics>,
+) -> impl Stream<Item = io::Result<Admitted<UnixStream>>> {
+    let state = AcceptLoop {
+        listener,
+        limits,
+        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        handshaking: VecDeque::new(),
+        metrics,
+        refused_since_log: 0,
+        last_refusal_log: None,
+        waited: None,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        let admitted = state.next().await;
+        Some((Ok(admitted), state))
     })
 }
+
+impl AcceptLoop {
+    async fn next(&mut self) -> Admitted<UnixStream> {
+        loop {
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(error) if only_this_connection(&error) => {
+                    tracing::debug!(%error, "a connection ended while it was accepted");
+                    continue;
+                }
+                Err(error) => {
+                    let wait = next_wait(self.waited);
+                    self.waited = Some(wait);
+                    tracing::warn!(%error, retry_in = ?wait, "cannot accept connections (at the open-file limit? see LimitNOFILE)");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            };
+            if self.waited.take().is_some() {
+                tracing::info!("accepting connections again");
+            }
+            if let Some(slot) = self.slot().await {
+                return self.admit(stream, slot);
+            }
+            // Dropping it closes it: the caller fails at once instead of waiting in the backlog.
+            drop(stream);
+            self.refused();
+        }
+    }
+
+    /// A place under the cap: a free one, or that of the oldest connection still in its
+    /// handshake.
+    async fn slot(&mut self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            return Some(slot);
+        }
+        if !self.displace_oldest_handshake() {
+            return None;
+        }
+        tokio::time::timeout(DISPLACEMENT_WAIT, self.slots.clone().acquire_owned()).await.ok()?.ok()
+    }
+
+    fn displace_oldest_handshake(&mut self) -> bool {
+        while let Some(oldest) = self.handshaking.pop_front() {
+            let Some(handshake) = oldest.upgrade() else { continue };
+            if handshake.done.load(Ordering::Acquire) {
+                continue;
+            }
+            handshake.displaced.store(true, Ordering::Release);
+            handshake.waker.wake();
+            self.metrics.closed(Closed::Displaced);
+            return true;
+        }
+        false
+    }
+
+    fn admit(&mut self, stream: UnixStream, slot: OwnedSemaphorePermit) -> Admitted<UnixStream> {
+        // Those ended or done since are forgotten from the front; the rest are bounded by the
+        // connections a handshake timeout lets through, and pruned whole past twice the cap.
+        let finished = |handshake: &Weak<Handshake>| {
+            handshake.upgrade().is_none_or(|handshake| handshake.done.load(Ordering::Acquire))
+        };
+        while self.handshaking.front().is_some_and(finished) {
+            self.handshaking.pop_front();
+        }
+        if self.handshaking.len() > 2 * self.limits.max_connections {
+            self.handshaking.retain(|handshake| !finished(handshake));
+        }
+        let shared = Arc::new(Handshake::default());
+        self.handshaking.push_back(Arc::downgrade(&shared));
+        let handshake = HandshakeWait {
+            shared,
+            received: 0,
+            deadline: Instant::now() + self.limits.handshake_timeout,
+            timer: None,
+            timeout: self.limits.handshake_timeout,
+            metrics: self.metrics.clone(),
+        };
+        Admitted { inner: stream, _slot: slot, handshake: Some(handshake) }
+    }
+
+    fn refused(&mut self) {
+        self.metrics.closed(Closed::Refused);
+        self.refused_since_log += 1;
+        let now = Instant::now();
+        if self.last_refusal_log.is_none_or(|last| now.duration_since(last) >= REFUSAL_LOG_INTERVAL) {
+            tracing::warn!(
+                refused = self.refused_since_log,
+                max_connections = self.limits.max_connections,
+                "connections refused: every place is taken by a connection that has begun HTTP/2 (--max-connections)"
+            );
+            self.refused_since_log = 0;
+            self.last_refusal_log = Some(now);
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Admitted<IO> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let Some(wait) = &mut this.handshake else { return polled };
+        match polled {
+            Poll::Ready(Ok(())) => {
+                let read = buf.filled().len() - before;
+                wait.received += read;
+                // The preface, or the end of the connection: nothing left to wait for.
+                if wait.received >= PREFACE_LEN || read == 0 {
+                    wait.shared.done.store(true, Ordering::Release);
+                    this.handshake = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => wait.poll_expired(cx).map(Err),
+        }
+    }
+}
+
+impl HandshakeWait {
+    /// Ready with the reason when the connection must close before its preface.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.shared.waker.register(cx.waker());
+        if self.shared.displaced.load(Ordering::Acquire) {
+            let reason = "closed before it began HTTP/2: its place was needed (--max-connections)";
+            return Poll::Ready(io::Error::new(io::ErrorKind::ConnectionAborted, reason));
+        }
+        let deadline = self.deadline;
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.metrics.closed(Closed::HandshakeTimeout);
+        let reason = format!("no HTTP/2 preface within {:?} (--connection-handshake-timeout)", self.timeout);
+        Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, reason))
+    }
+}
+
+writes_pass_through!(Admitted);
 
 /// Whether the failure ends only the connection being accepted (the next accept may succeed).
 fn only_this_connection(error: &io::Error) -> bool {
@@ -52,7 +267,118 @@ fn next_wait(waited: Option<Duration>) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    const LIMITS: ConnectionLimits =
+        ConnectionLimits { max_connections: 2, handshake_timeout: Duration::from_secs(10) };
+
+    /// A connection as the accept loop admits it, over an in-memory pipe; the other end.
+    fn admitted(metrics: &Arc<ConnectionMetrics>) -> (Admitted<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        let slot = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("a slot");
+        let handshake = HandshakeWait {
+            shared: Arc::default(),
+            received: 0,
+            deadline: Instant::now() + LIMITS.handshake_timeout,
+            timer: None,
+            timeout: LIMITS.handshake_timeout,
+            metrics: metrics.clone(),
+        };
+        (Admitted { inner: ours, _slot: slot, handshake: Some(handshake) }, theirs)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_sends_the_preface_is_closed_at_the_handshake_timeout() {
+        let metrics = Arc::new(ConnectionMetrics::default());
+        let (mut connection, _client) = admitted(&metrics);
+        let started = Instant::now();
+        let error = connection.read(&mut [0; 64]).await.expect_err("closed");
+        assert_eq!(started.elapsed(), LIMITS.handshake_timeout);
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(error.to_string(), "no HTTP/2 preface within 10s (--connection-handshake-timeout)");
+        assert_eq!(metrics.closed_total(Closed::HandshakeTimeout), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn once_the_preface_came_in_pieces_a_quiet_connection_stays() {
+        let metrics = Arc::new(ConnectionMetrics::default());
+        let (mut connection, mut client) = admitted(&metrics);
+        let mut buf = [0; 64];
+        for piece in PREFACE.chunks(10) {
+            client.write_all(piece).await.expect("written");
+            assert_eq!(connection.read(&mut buf).await.expect("read"), piece.len());
+        }
+        let quiet = tokio::time::timeout(Duration::from_secs(3600), connection.read(&mut buf)).await;
+        assert!(quiet.is_err(), "still open an hour later: {quiet:?}");
+        assert_eq!(metrics.closed_total(Closed::HandshakeTimeout), 0);
+    }
+
+    /// Connects to `socket`, sending the preface when `speaks`; the connection and, for one the
+    /// accept loop admitted, a task reading it as hyper would, ending with how the read ended.
+    async fn connect(socket: &std::path::Path, speaks: bool) -> UnixStream {
+        let mut client = UnixStream::connect(socket).await.expect("connects");
+        if speaks {
+            client.write_all(PREFACE).await.expect("preface sent");
+        }
+        client
+    }
+
+    fn serve_reads(mut connection: Admitted<UnixStream>) -> tokio::task::JoinHandle<io::ErrorKind> {
+        tokio::spawn(async move {
+            let mut buf = [0; 64];
+            loop {
+                match connection.read(&mut buf).await {
+                    Ok(0) => return io::ErrorKind::UnexpectedEof,
+                    Ok(_) => {}
+                    Err(error) => return error.kind(),
+                }
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_a_connection_in_its_handshake_gives_its_place_and_else_the_newcomer_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("s.sock");
+        let metrics = Arc::new(ConnectionMetrics::default());
+        let incoming = connections(UnixListener::bind(&socket).expect("binds"), LIMITS, metrics.clone());
+        let (admitted, mut admissions) = tokio::sync::mpsc::unbounded_channel();
+        let accepting = tokio::spawn(async move {
+            let mut incoming = std::pin::pin!(incoming);
+            while let Some(Ok(connection)) = futures_util::StreamExt::next(&mut incoming).await {
+                if admitted.send(connection).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut next = async || {
+            let accepted = tokio::time::timeout(Duration::from_secs(5), admissions.recv()).await;
+            accepted.expect("accepted in time").expect("the accept loop runs")
+        };
+        let _silent = connect(&socket, false).await;
+        let silent = serve_reads(next().await);
+        let _speaking = connect(&socket, true).await;
+        let speaking = serve_reads(next().await);
+        tokio::task::yield_now().await;
+
+        let mut newcomer = connect(&socket, false).await;
+        let newcomer_served = serve_reads(next().await);
+        assert_eq!(silent.await.expect("read task"), io::ErrorKind::ConnectionAborted, "the silent one made room");
+        assert_eq!(metrics.closed_total(Closed::Displaced), 1);
+        newcomer.write_all(PREFACE).await.expect("the newcomer speaks");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+
+        let mut refused = connect(&socket, true).await;
+        let end =
+            tokio::time::timeout(Duration::from_secs(5), refused.read(&mut [0; 8])).await.expect("closed at once");
+        assert!(matches!(end, Ok(0) | Err(_)), "closed without an answer: {end:?}");
+        assert_eq!(metrics.closed_total(Closed::Refused), 1);
+        assert!(!speaking.is_finished() && !newcomer_served.is_finished(), "both speaking connections stay");
+        accepting.abort();
+    }
 
     #[test]
     fn waits_double_up_to_a_second() {

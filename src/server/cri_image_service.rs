@@ -101,10 +101,12 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
             let pull = tower::service_fn(move |call: Request<PullImageRequest>| {
                 let manager = manager.clone();
                 async move {
+                    let peer = super::request::peer(&call);
                     let PullImageRequest { image, auth, sandbox_config } = call.into_inner();
                     let auth = auth.map(|auth| Arc::new(RegistryAuth::from_cri(auth)));
                     let spec = PullSpec { auth, sandbox_config, ..PullSpec::for_image(image.unwrap_or_default()) };
-                    let pulled = manager.pull_image(spec).await.map_err(|error| Status::from(CriPullError(error)))?;
+                    let pulled =
+                        manager.pull_image(spec, peer).await.map_err(|error| Status::from(CriPullError(error)))?;
                     Ok(Response::new(PullImageResponse { image_ref: pulled.image_ref }))
                 }
             });

@@ -57,7 +57,8 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::EnsureImageExistsRequest>,
     ) -> Result<Response<api::EnsureImageExistsResponse>, Status> {
-        let request = EnsureRequest::try_from(request.into_inner())?;
+        let peer = super::request::peer(&request);
+        let request = EnsureRequest { peer, ..EnsureRequest::try_from(request.into_inner())? };
         let outcome = self.manager.ensure_image_exists(request).await?;
         let pull_duration = outcome.pull.and_then(|times| prost_types::Duration::try_from(times.total).ok());
         Ok(Response::new(api::EnsureImageExistsResponse {

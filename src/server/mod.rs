@@ -1,11 +1,63 @@
 //! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
 
+/// `AsyncWrite` and tonic's `Connected` for a connection wrapper `$wrapper<IO>` that changes only
+/// what is read: writes go untouched to its `inner` IO.
+macro_rules! writes_pass_through {
+    ($wrapper:ident) => {
+        impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $wrapper<IO> {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.inner.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+            }
+        }
+
+        impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for $wrapper<IO> {
+            type ConnectInfo = IO::ConnectInfo;
+
+            fn connect_info(&self) -> Self::ConnectInfo {
+                self.inner.connect_info()
+            }
+        }
+    };
+}
+
 mod accept;
 mod authority;
+mod body_timeout;
 mod cri_image_service;
 mod deadline;
 mod health;
 mod image_manager;
+pub mod metrics;
 mod request;
 mod status;
 mod streams;
@@ -17,9 +69,10 @@ use tokio::net::UnixListener;
 use tokio_stream::StreamExt;
 use tonic::transport::Server;
 
-pub use self::health::IMAGE_MANAGER_SERVICE;
+pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE};
 use self::{
     authority::AuthorityTolerant,
+    body_timeout::BodyTimeoutLayer,
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
@@ -47,6 +100,33 @@ pub struct ServeOptions {
     pub health_probe_interval: Duration,
     /// How long one health probe may take before the runtime counts as unreachable.
     pub health_probe_timeout: Duration,
+    pub limits: ServeLimits,
+}
+
+/// What one client may take of the daemon: connections, streams, time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    pub connections: ConnectionLimits,
+    /// Streams open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: u32,
+    /// From a request's headers to the end of its body.
+    pub request_body_timeout: Duration,
+    /// An HTTP/2 PING on a connection quiet this long; one unanswered for the timeout closes it.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    /// The flags' defaults.
+    fn default() -> Self {
+        Self {
+            connections: ConnectionLimits { max_connections: 1024, handshake_timeout: Duration::from_secs(10) },
+            max_concurrent_streams: 1024,
+            request_body_timeout: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 /// After the drain deadline, how long the last answers may take to be written.
@@ -114,12 +194,19 @@ pub async fn serve<R: ImageRuntime>(
             draining.notify_one();
         }
     };
-    // Every connection's incoming HTTP/2 is made acceptable to h2 whatever its `:authority`.
-    let incoming = accept::connections(listener).map(|accepted| accepted.map(AuthorityTolerant::new));
+    // Connections within the limits, each one's incoming HTTP/2 made acceptable to h2 whatever its
+    // `:authority`.
+    let limits = options.limits;
+    let incoming = accept::connections(listener, limits.connections, parts.metrics.connections.clone())
+        .map(|accepted| accepted.map(AuthorityTolerant::new));
     let (drain_deadline, drained) = tokio::sync::watch::channel(None);
     let unanswered = Unanswered::default();
     let server = Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .layer(DeadlineLayer::new(drained, unanswered.clone()))
+        .layer(BodyTimeoutLayer::new(limits.request_body_timeout))
         .add_service(EndOnShutdown::new(health_service, shutdown.clone()))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

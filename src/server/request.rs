@@ -6,7 +6,7 @@ use zeroize::Zeroize;
 use crate::{
     api::{self, PullPolicy as WirePolicy},
     credentials::{SecretCoordinates, secrets::PullSecret},
-    ensure::{EnsureRequest, PodRef},
+    ensure::{EnsureRequest, Peer, PodRef},
     policy::PullPolicy,
 };
 
@@ -24,6 +24,13 @@ impl RequestError {
             Self::UnknownPullPolicy(_) => "pull_policy",
         }
     }
+}
+
+/// The calling process, from the credentials the kernel took when it connected.
+pub fn peer<T>(request: &tonic::Request<T>) -> Option<Peer> {
+    let connection = request.extensions().get::<tonic::transport::server::UdsConnectInfo>()?;
+    let credentials = connection.peer_cred?;
+    Some(Peer { uid: credentials.uid(), gid: credentials.gid(), pid: credentials.pid() })
 }
 
 impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
@@ -46,6 +53,8 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             container_name: wire.container_name,
             runtime_handler: wire.runtime_handler,
             sandbox_config: wire.pod_sandbox_config,
+            // From the connection, not the message: see [`peer`].
+            peer: None,
         })
     }
 }

@@ -9,6 +9,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use super::{
+    body_timeout::BodyTimedOut,
     deadline::{CallerDeadline, DrainDeadline},
     request::RequestError,
     streams::StreamShutDown,
@@ -99,6 +100,13 @@ impl From<CriPullError> for Status {
 
 impl From<CallerDeadline> for Status {
     fn from(error: CallerDeadline) -> Self {
+        let details = ErrorDetails::with_error_info(DEADLINE_EXCEEDED, ERROR_DOMAIN, HashMap::new());
+        Status::with_error_details(Code::DeadlineExceeded, error.to_string(), details)
+    }
+}
+
+impl From<BodyTimedOut> for Status {
+    fn from(error: BodyTimedOut) -> Self {
         let details = ErrorDetails::with_error_info(DEADLINE_EXCEEDED, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(Code::DeadlineExceeded, error.to_string(), details)
     }

@@ -78,6 +78,7 @@ impl InProcessDaemon {
                 drain_timeout: Duration::from_secs(5),
                 health_probe_interval: Duration::from_millis(50),
                 health_probe_timeout: Duration::from_millis(500),
+                limits: cri_imaged::server::ServeLimits::default(),
             },
             presence_cache: true,
             metrics: None,
@@ -196,6 +197,11 @@ pub async fn raw_grpc_call(socket: &Path, path: &str, message: &[u8], grpc_timeo
     frame.extend_from_slice(&u32::try_from(message.len()).expect("small message").to_be_bytes());
     frame.extend_from_slice(message);
     body.send_data(frame.into(), true).expect("send message");
+    grpc_status(response).await
+}
+
+/// The (grpc-status, grpc-message) an HTTP/2 response ends with.
+pub async fn grpc_status(response: h2::client::ResponseFuture) -> (i32, String) {
     let mut response = response.await.expect("response");
     let grpc =
         |headers: &http::HeaderMap, name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -212,5 +218,26 @@ pub async fn raw_grpc_call(socket: &Path, path: &str, message: &[u8], grpc_timeo
             (grpc(&trailers, "grpc-status").expect("grpc-status"), grpc(&trailers, "grpc-message"))
         }
     };
-    (status.0.parse().expect("numeric grpc-status"), status.1.unwrap_or_default())
+    (status.0.parse().expect("numeric grpc-status"), percent_decoded(&status.1.unwrap_or_default()))
+}
+
+/// A `grpc-message` as written: gRPC percent-encodes it on the wire.
+fn percent_decoded(message: &str) -> String {
+    let bytes = message.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = (bytes[at] == b'%').then(|| message.get(at + 1..at + 3)).flatten();
+        match escaped.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
+            Some(byte) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            None => {
+                decoded.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }

@@ -114,7 +114,8 @@ pub async fn run(provider: &ProviderConfig, image: &str) -> Result<PluginRespons
     decoded
 }
 
-fn decode(stdout: &[u8], api_version: &str) -> Result<PluginResponse, ExecError> {
+/// Reads a plugin's stdout, which must answer in `api_version`. Public for the fuzz targets.
+pub fn decode(stdout: &[u8], api_version: &str) -> Result<PluginResponse, ExecError> {
     let response: Response = serde_json::from_slice(stdout).map_err(|_| ExecError::Decode)?;
     if response.api_version != api_version {
         return Err(ExecError::ApiVersion { expected: api_version.to_owned(), actual: response.api_version });

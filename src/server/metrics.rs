@@ -1,0 +1,56 @@
+//! The accept path's metrics: connections it closed to keep its bounds, by why.
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family},
+    registry::Registry,
+};
+
+use crate::metrics::Labels;
+
+/// Why the accept path closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// At `--max-connections`, with no connection in its handshake to give its place.
+    Refused,
+    /// Its place was needed before it sent the HTTP/2 preface.
+    Displaced,
+    /// No HTTP/2 preface within `--connection-handshake-timeout`.
+    HandshakeTimeout,
+}
+
+impl Closed {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Displaced => "displaced",
+            Self::HandshakeTimeout => "handshake_timeout",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionMetrics {
+    closed: Family<Labels, Counter>,
+}
+
+impl ConnectionMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "connections_closed",
+            "Connections the accept path closed to keep its bounds: refused at --max-connections, displaced before their HTTP/2 preface, or timed out waiting for it",
+            metrics.closed.clone(),
+        );
+        metrics
+    }
+
+    pub fn closed(&self, why: Closed) {
+        self.closed.get_or_create(&vec![("reason", why.label())]).inc();
+    }
+
+    /// How many were closed for `why` so far.
+    pub fn closed_total(&self, why: Closed) -> u64 {
+        self.closed.get_or_create(&vec![("reason", why.label())]).get()
+    }
+}

@@ -12,6 +12,8 @@
 #                                             with --image-fs-mib containerd's root is a tmpfs of N MiB (below)
 #   local-stack.sh stop  DIR                  remove pods, stop the daemons (TERM, then KILL), kill what is left
 #                                             in the stack's cgroup, unmount leftovers; idempotent
+#   local-stack.sh restart-containerd DIR     start the stack's containerd again after it died (chaos tests kill
+#                                             it), same config and log; wait for its CRI; print its pid
 #   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed [--user USER] DIR NAME:TAG [TEXT]
 #                                             build a 1-layer OCI image (config User = USER), push it, print its
 #                                             manifest digest
@@ -145,6 +147,7 @@ usage: $PROG start [--htpasswd FILE] [--image-fs-mib N] DIR
                                            (--htpasswd: registry demands Basic auth, bcrypt entries;
                                            --image-fs-mib: containerd's root on a tmpfs of N MiB)
        $PROG stop  DIR                     remove pods, stop them; idempotent
+       $PROG restart-containerd DIR        start containerd again after it died; print its pid
        $PROG seed  [--user USER] DIR NAME:TAG [CONTENT]
                                            push a 1-layer OCI image, print its manifest digest
        $PROG seed-critest DIR              push critest's "Image Manager" images (gcr.io/k8s-staging-cri-tools/...)
@@ -913,6 +916,33 @@ cmd_stop() {
     note "stopped ($DIR)"
 }
 
+cmd_restart_containerd() {
+    (($# == 1)) || usage
+    need_root
+    resolve_dir "$1" no
+    [[ -f $DIR/containerd.toml ]] || die "no stack in $DIR (run '$PROG start $DIR' first)"
+    [[ -z $(find_ours containerd) ]] || die "the containerd of $DIR is still running"
+    HAVE_GRPCURL=yes
+    if ! command -v "$GRPCURL" >/dev/null 2>&1; then
+        HAVE_GRPCURL=no
+        need_cmd ctr
+    fi
+    local pid deadline=$((SECONDS + START_TIMEOUT))
+    pid=$(launch containerd "$DIR/containerd.log" "$CONTAINERD_BIN" --config "$DIR/containerd.toml")
+    until cri_ready; do
+        if ! alive "$pid"; then
+            log_tail "$DIR/containerd.log"
+            die "containerd exited during its restart"
+        fi
+        if ((SECONDS >= deadline)); then
+            log_tail "$DIR/containerd.log"
+            die "containerd CRI did not become ready within ${START_TIMEOUT}s of its restart"
+        fi
+        sleep 0.1
+    done
+    echo "$pid"
+}
+
 go_arch() {
     local a
     if command -v dpkg >/dev/null 2>&1; then
@@ -1145,6 +1175,7 @@ main() {
     case $cmd in
         start) cmd_start "$@" ;;
         stop) cmd_stop "$@" ;;
+        restart-containerd) cmd_restart_containerd "$@" ;;
         seed) cmd_seed "$@" ;;
         seed-critest) cmd_seed_critest "$@" ;;
         seed-sized) cmd_seed_sized "$@" ;;

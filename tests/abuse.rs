@@ -195,11 +195,14 @@ async fn stalled_bodies_fail_at_the_body_timeout_and_free_what_they_held() {
     let answered_in = started.elapsed();
 
     for (response, _body) in stalled.drain(..) {
-        let (code, message) = tokio::time::timeout(BODY_TIMEOUT * 3, support::grpc_status(response))
+        let status = tokio::time::timeout(BODY_TIMEOUT * 3, support::response_status(response))
             .await
             .expect("answered within the body timeout");
-        assert_eq!(code, tonic::Code::DeadlineExceeded as i32, "{message}");
-        assert!(message.contains("did not arrive within 5s of its headers (--request-body-timeout)"), "{message}");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+        assert!(
+            status.message().contains("did not arrive within 5s of its headers (--request-body-timeout)"),
+            "{status:?}"
+        );
     }
     eventually("RSS near its baseline", || rss_mib(pid) < rss_before + 10.0).await;
     let rss_after = rss_mib(pid);
@@ -233,7 +236,7 @@ async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the
     let (over_the_cap, body) = first.send_request(grpc_request(path), false).expect("queued");
     let over_the_cap = tokio::spawn(async move {
         let _open = body;
-        support::grpc_status(over_the_cap).await;
+        support::response_status(over_the_cap).await;
         Instant::now()
     });
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -245,9 +248,10 @@ async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the
     let mut timed_out = 0;
     let mut first_ended = None;
     for (response, _body) in open.drain(..) {
-        let (code, _) = tokio::time::timeout(BODY_TIMEOUT * 5, support::grpc_status(response)).await.expect("answered");
+        let status =
+            tokio::time::timeout(BODY_TIMEOUT * 5, support::response_status(response)).await.expect("answered");
         first_ended.get_or_insert_with(Instant::now);
-        timed_out += usize::from(code == tonic::Code::DeadlineExceeded as i32);
+        timed_out += usize::from(status.code() == tonic::Code::DeadlineExceeded);
     }
     assert_eq!(timed_out, 10_000, "every stream ends at the body timeout");
     let over_the_cap_ended = over_the_cap.await.expect("answered");

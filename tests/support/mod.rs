@@ -185,6 +185,19 @@ pub async fn raw_grpc_call(socket: &Path, path: &str, message: &[u8], grpc_timeo
     let stream = UnixStream::connect(socket).await.expect("connect");
     let (client, connection) = h2::client::handshake(stream).await.expect("h2 handshake");
     tokio::spawn(connection);
+    let status = raw_unary(client, path, message, grpc_timeout).await;
+    (status.code() as i32, status.message().to_owned())
+}
+
+/// One unary gRPC call on an HTTP/2 connection, `grpc-timeout` a plain header (tonic's client
+/// would time the call itself and answer CANCELLED first): the server's own status, its details
+/// included (OK for an answer).
+pub async fn raw_unary(
+    client: h2::client::SendRequest<bytes::Bytes>,
+    path: &str,
+    message: &[u8],
+    grpc_timeout: &str,
+) -> tonic::Status {
     let mut client = client.ready().await.expect("h2 ready");
     let request = http::Request::post(format!("http://localhost{path}"))
         .header("content-type", "application/grpc")
@@ -197,47 +210,20 @@ pub async fn raw_grpc_call(socket: &Path, path: &str, message: &[u8], grpc_timeo
     frame.extend_from_slice(&u32::try_from(message.len()).expect("small message").to_be_bytes());
     frame.extend_from_slice(message);
     body.send_data(frame.into(), true).expect("send message");
-    grpc_status(response).await
+    response_status(response).await
 }
 
-/// The (grpc-status, grpc-message) an HTTP/2 response ends with.
-pub async fn grpc_status(response: h2::client::ResponseFuture) -> (i32, String) {
+/// The status an HTTP/2 gRPC response ends with: from its headers (a trailers-only answer) or
+/// its trailers, message decoded and details kept.
+pub async fn response_status(response: h2::client::ResponseFuture) -> tonic::Status {
     let mut response = response.await.expect("response");
-    let grpc =
-        |headers: &http::HeaderMap, name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    // A trailers-only answer carries the status in its headers; otherwise it is in the trailers.
-    let headers = response.headers().clone();
-    let status = match grpc(&headers, "grpc-status") {
-        Some(status) => (status, grpc(&headers, "grpc-message")),
-        None => {
-            let body = response.body_mut();
-            while let Some(chunk) = body.data().await {
-                chunk.expect("body");
-            }
-            let trailers = body.trailers().await.expect("trailers").expect("grpc trailers");
-            (grpc(&trailers, "grpc-status").expect("grpc-status"), grpc(&trailers, "grpc-message"))
-        }
-    };
-    (status.0.parse().expect("numeric grpc-status"), percent_decoded(&status.1.unwrap_or_default()))
-}
-
-/// A `grpc-message` as written: gRPC percent-encodes it on the wire.
-fn percent_decoded(message: &str) -> String {
-    let bytes = message.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        let escaped = (bytes[at] == b'%').then(|| message.get(at + 1..at + 3)).flatten();
-        match escaped.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
-            Some(byte) => {
-                decoded.push(byte);
-                at += 3;
-            }
-            None => {
-                decoded.push(bytes[at]);
-                at += 1;
-            }
-        }
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
     }
-    String::from_utf8_lossy(&decoded).into_owned()
+    let body = response.body_mut();
+    while let Some(chunk) = body.data().await {
+        chunk.expect("body");
+    }
+    let trailers = body.trailers().await.expect("trailers").expect("grpc trailers");
+    tonic::Status::from_header_map(&trailers).expect("a grpc-status trailer")
 }

@@ -173,6 +173,17 @@ impl LocalStack {
         found
     }
 
+    /// containerd's pid now.
+    pub fn containerd_pid(&self) -> u32 {
+        let found = self.processes().into_iter().find(|(_, name)| name == "containerd");
+        found.map(|(pid, _)| pid).expect("containerd runs")
+    }
+
+    /// Starts containerd again after it died, as it was; returns once its CRI answers.
+    pub fn restart_containerd(&self) {
+        run_script(&["restart-containerd", &path_str(self.dir.path())]);
+    }
+
     /// The mount points at or below this stack's directory (the image filesystem, a running
     /// container's rootfs bind mount, a pod's /dev/shm).
     pub fn mounts(&self) -> Vec<PathBuf> {

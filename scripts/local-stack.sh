@@ -682,6 +682,23 @@ cri_ready() {
     fi
 }
 
+# wait_for_cri PID DEADLINE WHEN: wait until containerd (PID) serves its CRI, dying with its log's tail if
+# it exits or DEADLINE (in $SECONDS) passes first; WHEN says during what ("startup").
+wait_for_cri() {
+    local pid=$1 deadline=$2 when=$3
+    until cri_ready; do
+        if ! alive "$pid"; then
+            log_tail "$DIR/containerd.log"
+            die "containerd exited during $when"
+        fi
+        if ((SECONDS >= deadline)); then
+            log_tail "$DIR/containerd.log"
+            die "containerd CRI did not become ready on $DIR/containerd.sock during $when (${START_TIMEOUT}s)"
+        fi
+        sleep 0.1
+    done
+}
+
 # ---------------------------------------------------------------------------------------------------------
 # subcommands
 
@@ -838,17 +855,7 @@ cmd_start() {
         rm -rf -- "$SEED_WORK"
         SEED_WORK=""
     fi
-    until cri_ready; do
-        if ! alive "$ctd_pid"; then
-            log_tail "$DIR/containerd.log"
-            die "containerd exited during startup"
-        fi
-        if ((SECONDS >= deadline)); then
-            log_tail "$DIR/containerd.log"
-            die "containerd CRI did not become ready on $DIR/containerd.sock within ${START_TIMEOUT}s"
-        fi
-        sleep 0.2
-    done
+    wait_for_cri "$ctd_pid" "$deadline" "startup"
     alive "$reg_pid" || {
         log_tail "$DIR/registry.log"
         die "registry died during startup"
@@ -927,19 +934,9 @@ cmd_restart_containerd() {
         HAVE_GRPCURL=no
         need_cmd ctr
     fi
-    local pid deadline=$((SECONDS + START_TIMEOUT))
+    local pid
     pid=$(launch containerd "$DIR/containerd.log" "$CONTAINERD_BIN" --config "$DIR/containerd.toml")
-    until cri_ready; do
-        if ! alive "$pid"; then
-            log_tail "$DIR/containerd.log"
-            die "containerd exited during its restart"
-        fi
-        if ((SECONDS >= deadline)); then
-            log_tail "$DIR/containerd.log"
-            die "containerd CRI did not become ready within ${START_TIMEOUT}s of its restart"
-        fi
-        sleep 0.1
-    done
+    wait_for_cri "$pid" $((SECONDS + START_TIMEOUT)) "its restart"
     echo "$pid"
 }
 

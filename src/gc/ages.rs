@@ -54,22 +54,27 @@ pub struct AgesFile {
 }
 
 impl AgesFile {
-    /// Opens `root_dir/image_gc/` (mode 0700), removing a temporary file a crash left.
+    /// Opens `root_dir/image_gc/` (mode 0700), removing temporary files a crash left.
     pub fn open(root_dir: &Path) -> Result<Self, AgesError> {
         let path = root_dir.join("image_gc");
         let (dir, _) = RecordDir::open(path.clone()).map_err(|error| AgesError::Io { path, error })?;
         Ok(Self { dir })
     }
 
-    /// The ages kept, or none. A file that does not decode is an error: the caller starts
-    /// afresh (every image newly detected, as the kubelet always does) and says so.
+    /// The file the ages are kept in.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join(RecordDir::file_name(KEY))
+    }
+
+    /// The ages kept, or none. A file that cannot be read or does not decode is an error naming
+    /// it: the caller starts afresh (every image newly detected, as the kubelet always does),
+    /// says so, and its next write replaces the file.
     pub fn load(&self) -> Result<HashMap<String, ImageRecord>, AgesError> {
-        let path = || self.dir.path().join(RecordDir::file_name(KEY));
-        let Some(contents) = self.dir.read(KEY).map_err(|error| AgesError::Io { path: path(), error })? else {
+        let Some(contents) = self.dir.read(KEY).map_err(|error| AgesError::Io { path: self.path(), error })? else {
             return Ok(HashMap::new());
         };
         let file: File = serde_json::from_slice(&contents)
-            .map_err(|error| AgesError::Decode { path: path(), error: error.to_string() })?;
+            .map_err(|error| AgesError::Decode { path: self.path(), error: error.to_string() })?;
         let time = |millis: u64| UNIX_EPOCH + Duration::from_millis(millis);
         Ok(file
             .images
@@ -114,8 +119,7 @@ impl AgesFile {
 
     /// Writes contents made by [`AgesFile::encode`], durably.
     pub fn write(&self, contents: &[u8]) -> Result<(), AgesError> {
-        let path = || self.dir.path().join(RecordDir::file_name(KEY));
-        self.dir.write(KEY, contents).map(|_| ()).map_err(|error| AgesError::Io { path: path(), error })
+        self.dir.write(KEY, contents).map(|_| ()).map_err(|error| AgesError::Io { path: self.path(), error })
     }
 }
 
@@ -151,12 +155,44 @@ mod tests {
     }
 
     #[test]
-    fn no_file_is_no_ages_and_a_torn_one_is_an_error() {
+    fn no_file_is_no_ages_and_a_torn_or_unreadable_one_is_an_error_naming_it() {
         let root = tempfile::tempdir().expect("tempdir");
         let ages = AgesFile::open(root.path()).expect("opens");
         assert!(ages.load().expect("none yet").is_empty());
         let file = root.path().join("image_gc").join(RecordDir::file_name(KEY));
-        std::fs::write(file, b"{\"images\":{\"sha256:a\":{\"firstDe").expect("written");
-        assert!(matches!(ages.load(), Err(AgesError::Decode { .. })));
+        assert_eq!(ages.path(), file);
+        std::fs::write(&file, b"{\"images\":{\"sha256:a\":{\"firstDe").expect("written");
+        let torn = ages.load().expect_err("torn");
+        assert!(matches!(torn, AgesError::Decode { .. }), "{torn}");
+        assert!(torn.to_string().contains(&file.display().to_string()), "{torn}");
+        std::fs::write(&file, b"").expect("emptied");
+        assert!(matches!(ages.load(), Err(AgesError::Decode { .. })), "an empty file is torn too");
+        std::fs::remove_file(&file).expect("removed");
+        std::fs::create_dir(&file).expect("a directory in its place");
+        let unreadable = ages.load().expect_err("unreadable");
+        assert!(
+            matches!(unreadable, AgesError::Io { .. }) && unreadable.to_string().contains(&file.display().to_string())
+        );
+    }
+
+    #[test]
+    fn a_temporary_file_a_crash_left_is_removed_and_the_whole_file_loads() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let records = HashMap::from([(
+            "sha256:a".to_owned(),
+            ImageRecord {
+                first_detected: UNIX_EPOCH + Duration::from_millis(5),
+                last_used: None,
+                size: 1,
+                pinned: false,
+            },
+        )]);
+        let ages = AgesFile::open(root.path()).expect("opens");
+        ages.save(&records).expect("saved");
+        let temporary = format!("{}.99.3.tmp", RecordDir::file_name(KEY));
+        std::fs::write(root.path().join("image_gc").join(&temporary), b"{\"images\":{").expect("written");
+        let reopened = AgesFile::open(root.path()).expect("reopens");
+        assert_eq!(reopened.load().expect("loads"), records);
+        assert!(!root.path().join("image_gc").join(temporary).exists(), "removed at open");
     }
 }

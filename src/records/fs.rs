@@ -1,6 +1,6 @@
 //! Record files on disk, written so that a crash at any instant leaves either the old file or
 //! the new one, never a torn one: write a temporary file, fsync it, rename it over the old one,
-//! fsync the directory. The kubelet renames without the fsyncs.
+//! fsync the directory (and a new directory's parent). The kubelet renames without the fsyncs.
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -17,8 +17,9 @@ use crate::credentials::hash::hex;
 /// The suffix of a file being written; one left over is from a write that never finished.
 const TMP_SUFFIX: &str = ".tmp";
 
-/// Makes each temporary file's name unique, so that two writes of one record (one abandoned by
-/// its caller, still running) never share one.
+/// Makes each temporary file's name unique, with the process id, so that two writes of one record
+/// (one abandoned by its caller, still running; or another process's on the same root dir) never
+/// share one.
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// A directory of record files, one per key.
@@ -28,15 +29,28 @@ pub struct RecordDir {
 }
 
 impl RecordDir {
-    /// Opens `path`, creating it (and its parents) with mode 0700, and removes temporary files
-    /// left by writes a crash interrupted; returns how many it removed.
+    /// Opens `path`, creating it (and its parents) with mode 0700, each new directory made
+    /// durable in its parent; removes temporary files left by writes a crash interrupted, and
+    /// returns how many it removed. A temporary file that cannot be removed stays, ignored: no
+    /// read takes it for a record.
     pub fn open(path: PathBuf) -> io::Result<(Self, usize)> {
+        let new_dirs: Vec<PathBuf> = path
+            .ancestors()
+            .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+            .map(Path::to_owned)
+            .collect();
         fs::DirBuilder::new().recursive(true).mode(0o700).create(&path)?;
+        for dir in new_dirs.iter().rev() {
+            match dir.parent() {
+                Some(parent) if parent.as_os_str().is_empty() => sync_dir(Path::new("."))?,
+                Some(parent) => sync_dir(parent)?,
+                None => {}
+            }
+        }
         let mut stale = 0;
         for entry in fs::read_dir(&path)? {
             let entry = entry?;
-            if entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
-                fs::remove_file(entry.path())?;
+            if entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) && fs::remove_file(entry.path()).is_ok() {
                 stale += 1;
             }
         }
@@ -59,13 +73,14 @@ impl RecordDir {
         let target = self.path.join(&name);
         let replaced = target.exists();
         let write = WRITES.fetch_add(1, Ordering::Relaxed);
-        let temporary = self.path.join(format!("{name}.{write}{TMP_SUFFIX}"));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temporary, &target)?;
-        File::open(&self.path)?.sync_all()?;
+        let temporary = self.path.join(format!("{name}.{}.{write}{TMP_SUFFIX}", std::process::id()));
+        let written = write_synced(&temporary, contents).and_then(|()| fs::rename(&temporary, &target));
+        if let Err(error) = written {
+            // Not left for the next start to find (a full disk would otherwise fill up with them).
+            let _ = fs::remove_file(&temporary);
+            return Err(error);
+        }
+        sync_dir(&self.path)?;
         Ok(replaced)
     }
 
@@ -81,21 +96,26 @@ impl RecordDir {
     /// Removes the file for `key`, durably; no file is not an error.
     pub fn remove(&self, key: &str) -> io::Result<()> {
         match fs::remove_file(self.path.join(Self::file_name(key))) {
-            Ok(()) => File::open(&self.path)?.sync_all(),
+            Ok(()) => sync_dir(&self.path),
             Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(error) => Err(error),
         }
     }
 
-    /// Every record file (not temporary ones): its path and contents.
-    pub fn read_all(&self) -> io::Result<Vec<(PathBuf, Vec<u8>)>> {
+    /// Every record file (not temporary ones): its path and contents, or why it could not be
+    /// read (one that cannot is the caller's to report and pass over). A file removed since the
+    /// listing is left out.
+    pub fn read_all(&self) -> io::Result<Vec<(PathBuf, io::Result<Vec<u8>>)>> {
         let mut files = Vec::new();
         for entry in fs::read_dir(&self.path)? {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
             if name.starts_with("sha256-") && !name.ends_with(TMP_SUFFIX) {
-                files.push((entry.path(), fs::read(entry.path())?));
+                match fs::read(entry.path()) {
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                    contents => files.push((entry.path(), contents)),
+                }
             }
         }
         Ok(files)
@@ -104,8 +124,20 @@ impl RecordDir {
     /// Removes the file at `path` (one [`RecordDir::read_all`] returned), durably.
     pub fn remove_path(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)?;
-        File::open(&self.path)?.sync_all()
+        sync_dir(&self.path)
     }
+}
+
+/// Writes `contents` to a new file at `path`, mode 0600, and fsyncs it.
+fn write_synced(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()
+}
+
+/// Makes the entries of `dir` (a rename, a removal, a new directory) durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -128,22 +160,67 @@ mod tests {
         let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
         assert_eq!(mode(&dir.path().join(&name)), 0o600);
         assert_eq!(mode(dir.path()), 0o700);
-        assert_eq!(dir.read_all().expect("lists").len(), 1, "no temporary file is left");
+        assert_eq!(files(&dir), [(name.clone(), b"second".to_vec())]);
+        assert_eq!(fs::read_dir(dir.path()).expect("lists").count(), 1, "no temporary file is left");
         dir.remove("sha256:abc").expect("removed");
         dir.remove("sha256:abc").expect("removing twice is fine");
         assert!(dir.read_all().expect("lists").is_empty());
     }
 
+    /// What [`RecordDir::read_all`] lists: each file's name and contents.
+    fn files(dir: &RecordDir) -> Vec<(String, Vec<u8>)> {
+        let listed = dir.read_all().expect("lists").into_iter();
+        let name = |path: PathBuf| path.file_name().expect("a name").to_string_lossy().into_owned();
+        listed.map(|(path, contents)| (name(path), contents.expect("readable"))).collect()
+    }
+
     #[test]
-    fn temporary_files_of_interrupted_writes_are_removed_on_open() {
+    fn temporary_files_of_interrupted_writes_are_removed_on_open_or_else_ignored() {
         let root = tempfile::tempdir().expect("tempdir");
         let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
         dir.write("kept", b"whole").expect("written");
-        fs::write(dir.path().join(format!("{}.tmp", RecordDir::file_name("torn"))), b"tor").expect("written");
+        fs::write(dir.path().join(format!("{}.7.0.tmp", RecordDir::file_name("torn"))), b"tor").expect("written");
+        // One that cannot be removed (a directory) stays, and is never read as a record.
+        fs::create_dir(dir.path().join(format!("{}.tmp", RecordDir::file_name("stuck")))).expect("created");
         let (dir, stale) = RecordDir::open(root.path().to_owned()).expect("reopens");
         assert_eq!(stale, 1);
-        let files = dir.read_all().expect("lists");
-        assert_eq!(files.len(), 1);
-        assert_eq!(files[0].1, b"whole");
+        assert_eq!(files(&dir), [(RecordDir::file_name("kept"), b"whole".to_vec())]);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_listed_with_its_error_and_the_others_are_read() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
+        dir.write("kept", b"whole").expect("written");
+        let unreadable = dir.path().join(RecordDir::file_name("a directory"));
+        fs::create_dir(&unreadable).expect("created");
+        let mut listed = dir.read_all().expect("lists");
+        listed.sort_by_key(|(path, _)| path.clone() != unreadable);
+        let [(first, error), (_, kept)] = <[_; 2]>::try_from(listed).expect("two files");
+        assert_eq!(first, unreadable);
+        assert!(error.is_err());
+        assert_eq!(kept.expect("readable"), b"whole");
+    }
+
+    #[test]
+    fn a_write_that_fails_leaves_no_temporary_file() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
+        // The rename cannot replace a directory.
+        fs::create_dir(dir.path().join(RecordDir::file_name("blocked"))).expect("created");
+        assert!(dir.write("blocked", b"never").is_err());
+        let names: Vec<_> =
+            fs::read_dir(dir.path()).expect("lists").map(|entry| entry.expect("entry").file_name()).collect();
+        assert_eq!(names, [std::ffi::OsString::from(RecordDir::file_name("blocked"))]);
+    }
+
+    #[test]
+    fn every_directory_open_creates_is_private() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (dir, _) = RecordDir::open(root.path().join("a/b/c")).expect("opens");
+        dir.write("key", b"contents").expect("written");
+        let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!([mode(&root.path().join("a")), mode(&root.path().join("a/b"))], [0o700, 0o700]);
+        assert_eq!(dir.read("key").expect("reads").as_deref(), Some(&b"contents"[..]));
     }
 }

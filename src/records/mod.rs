@@ -101,14 +101,14 @@ impl PullRecords {
         let mut intents = HashSet::new();
         let mut intents_authoritative = true;
         for (path, contents) in pulling.read_all().map_err(io_error(pulling.path()))? {
-            match Intent::decode(&contents) {
+            match decode_listed(contents, Intent::decode) {
                 Ok(intent) => {
                     intents.insert(intent.image);
                 }
                 Err(error) => {
                     // Treated as absent on listing; a lookup by image reads the file again and
                     // fails safe (the image is verified).
-                    tracing::warn!(path = %path.display(), %error, "pull intent does not decode; ignored");
+                    tracing::warn!(path = %path.display(), %error, "pull intent unreadable or corrupt; ignored");
                     intents_authoritative = false;
                 }
             }
@@ -164,10 +164,10 @@ impl PullRecords {
         let mut decoded = Vec::with_capacity(files.len());
         let mut complete = true;
         for (path, contents) in files {
-            match PulledRecord::decode(&contents) {
+            match decode_listed(contents, PulledRecord::decode) {
                 Ok(record) => decoded.push(record),
                 Err(error) => {
-                    tracing::warn!(path = %path.display(), %error, "pull record does not decode; its image will be verified");
+                    tracing::warn!(path = %path.display(), %error, "pull record unreadable or corrupt; its image will be verified");
                     complete = false;
                 }
             }
@@ -496,7 +496,10 @@ impl PullRecords {
         let removed = blocking(move || {
             let mut removed = Vec::new();
             for (path, contents) in dir.read_all()? {
-                let Ok(record) = PulledRecord::decode(&contents) else { continue };
+                // One that cannot be read was reported when the records were read.
+                let Some(record) = contents.ok().and_then(|contents| PulledRecord::decode(&contents).ok()) else {
+                    continue;
+                };
                 if !ids.contains(&record.image_ref) && record.last_updated_time < before {
                     dir.remove_path(&path)?;
                     removed.push(record.image_ref);
@@ -563,6 +566,12 @@ impl Drop for PullIntent {
             self.records.orphan(&self.image);
         }
     }
+}
+
+/// A listed file decoded, or why it is not, for a warning: it cannot be read, or does not decode.
+fn decode_listed<T>(contents: io::Result<Vec<u8>>, decode: fn(&[u8]) -> Result<T, FormatError>) -> Result<T, String> {
+    let contents = contents.map_err(|error| format!("cannot be read: {error}"))?;
+    decode(&contents).map_err(|error| error.to_string())
 }
 
 /// Runs file I/O off the async threads.

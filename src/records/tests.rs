@@ -93,6 +93,28 @@ async fn temporary_files_a_crash_left_are_removed_at_start() {
     assert!(records.record("sha256:x").expect("readable").is_none());
 }
 
+#[tokio::test]
+async fn at_start_torn_unreadable_and_temporary_files_are_passed_over_and_every_whole_one_is_read() {
+    let root = tempfile::tempdir().unwrap();
+    {
+        let records = open(root.path());
+        records.record_pulled("app:v1", "sha256:app", "docker.io/library/app", secret("s")).await.expect("written");
+    }
+    let (pulled, pulling) = (root.path().join("image_manager/pulled"), root.path().join("image_manager/pulling"));
+    std::fs::write(pulling.join(RecordDir::file_name("torn:v1")), b"{\"kind\":\"ImagePullIn").expect("written");
+    std::fs::create_dir(pulled.join(RecordDir::file_name("sha256:unreadable"))).expect("created");
+    for dir in [&pulled, &pulling] {
+        std::fs::write(dir.join(format!("{}.4242.0.tmp", RecordDir::file_name("half"))), b"{").expect("written");
+    }
+    let records = open(root.path());
+    records.warm().expect("warms");
+    assert!(records.record("sha256:app").expect("readable").is_some(), "a whole record is read");
+    assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").is_err(), "a torn intent's image is verified");
+    assert!(records.record("sha256:unreadable").is_err(), "an error, never \"no record\"");
+    assert!(!records.pulled_by_cri_imaged("other:v1", "sha256:other").expect("no file, no error"));
+    assert!(files(&pulled).iter().chain(&files(&pulling)).all(|name| !name.ends_with(".tmp")), "removed at start");
+}
+
 /// A runtime that has the images it is given: (image name, id).
 struct Images(Vec<(&'static str, &'static str)>);
 

@@ -1,16 +1,20 @@
 //! A scripted CRI ImageService: k8s-cri's generated server on a unix socket, optionally with
-//! containerd's event service beside it.
+//! containerd's event service beside it, or the RuntimeService's ListContainers that image GC
+//! asks.
 
 use std::{
     collections::HashMap,
+    convert::Infallible,
     path::{Path, PathBuf},
+    pin::Pin,
     sync::{Arc, Mutex},
+    task::{Context, Poll},
 };
 
 use k8s_cri::v1::{
-    FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse, ImageStatusRequest, ImageStatusResponse,
-    ListImagesRequest, ListImagesResponse, PullImageRequest, PullImageResponse, RemoveImageRequest,
-    RemoveImageResponse,
+    FilesystemIdentifier, FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse, ImageStatusRequest,
+    ImageStatusResponse, ListContainersRequest, ListContainersResponse, ListImagesRequest, ListImagesResponse,
+    PullImageRequest, PullImageResponse, RemoveImageRequest, RemoveImageResponse,
     image_service_server::{ImageService, ImageServiceServer},
 };
 use tokio::{
@@ -47,6 +51,9 @@ pub struct Script {
     /// Pulls under way now, and the most there ever were at once.
     pub pulls_running: usize,
     pub most_pulls_at_once: usize,
+    /// The mount point ImageFsInfo names (none: a filesystem without one, which image GC
+    /// cannot measure).
+    pub image_fs: Option<PathBuf>,
 }
 
 /// Shared handle on the script.
@@ -159,7 +166,9 @@ impl ImageService for FakeImageService {
 
     async fn image_fs_info(&self, _: Request<ImageFsInfoRequest>) -> Result<Response<ImageFsInfoResponse>, Status> {
         self.wait_while_frozen().await;
-        let usage = FilesystemUsage::default();
+        let mountpoint = self.script.lock().unwrap().image_fs.clone();
+        let fs_id = mountpoint.map(|path| FilesystemIdentifier { mountpoint: path.to_string_lossy().into_owned() });
+        let usage = FilesystemUsage { fs_id, ..FilesystemUsage::default() };
         Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![] }))
     }
 }
@@ -175,21 +184,28 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     /// Serves `service` on `socket`, without containerd's event service (as CRI-O).
     pub fn start(socket: &Path, service: FakeImageService) -> Self {
-        Self::serve(socket, service, false)
+        Self::serve(socket, service, Serve::default())
     }
 
     /// Serves `service` and its events on `socket`, as containerd does.
     pub fn start_with_events(socket: &Path, service: FakeImageService) -> Self {
-        Self::serve(socket, service, true)
+        Self::serve(socket, service, Serve { events: true, containers: false })
     }
 
-    fn serve(socket: &Path, service: FakeImageService, with_events: bool) -> Self {
+    /// Serves `service` and a RuntimeService that lists no containers (all image GC asks of it),
+    /// so that GC passes run against the fake.
+    pub fn start_for_gc(socket: &Path, service: FakeImageService) -> Self {
+        Self::serve(socket, service, Serve { events: false, containers: true })
+    }
+
+    fn serve(socket: &Path, service: FakeImageService, with: Serve) -> Self {
         let _ = std::fs::remove_file(socket);
         let listener = UnixListener::bind(socket).expect("fake runtime binds its socket");
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
             .add_service(ImageServiceServer::new(service.clone()))
-            .add_optional_service(with_events.then(|| service.events.server()));
+            .add_optional_service(with.events.then(|| service.events.server()))
+            .add_optional_service(with.containers.then_some(NoContainers));
         let task = tokio::spawn(async move {
             let incoming = UnixListenerStream::new(listener);
             server
@@ -225,5 +241,52 @@ impl Drop for FakeRuntime {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+    }
+}
+
+/// What a [`FakeRuntime`] serves besides the image service.
+#[derive(Default, Clone, Copy)]
+struct Serve {
+    /// containerd's event service.
+    events: bool,
+    /// The RuntimeService's ListContainers (see [`NoContainers`]).
+    containers: bool,
+}
+
+/// The CRI RuntimeService as far as image GC asks it: ListContainers, answered with no
+/// containers. Every other method is unimplemented (so the runtime names no sandbox image).
+#[derive(Clone, Copy)]
+struct NoContainers;
+
+impl tonic::server::NamedService for NoContainers {
+    const NAME: &'static str = "runtime.v1.RuntimeService";
+}
+
+impl tonic::server::UnaryService<ListContainersRequest> for NoContainers {
+    type Response = ListContainersResponse;
+    type Future = std::future::Ready<Result<Response<ListContainersResponse>, Status>>;
+
+    fn call(&mut self, _: Request<ListContainersRequest>) -> Self::Future {
+        std::future::ready(Ok(Response::new(ListContainersResponse::default())))
+    }
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for NoContainers {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(async move {
+            if request.uri().path() != "/runtime.v1.RuntimeService/ListContainers" {
+                return Ok(Status::unimplemented("the fake runtime only lists containers").into_http());
+            }
+            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
+            Ok(grpc.unary(NoContainers, request).await)
+        })
     }
 }

@@ -328,6 +328,19 @@ async fn ages_survive_a_restart_of_the_collector() {
 }
 
 #[tokio::test]
+async fn a_torn_ages_file_is_passed_over_and_the_pass_writes_a_whole_one() {
+    let h = harness(crowded(), GcPolicy { high_threshold_percent: 100, ..EAGER });
+    let ages = AgesFile::open(h.root.path()).expect("ages");
+    std::fs::write(ages.path(), b"{\"images\":{\"sha256:a\":{\"firstDetectedMs\":17").expect("torn");
+    let report = h.gc.pass(PassRequest { dry_run: true, delete_unused: true }).await.expect("the pass goes on");
+    assert_eq!(report.images.len(), 3, "every image newly detected");
+    let loaded = ages.load().expect("a whole file now");
+    let mut ids: Vec<&str> = loaded.keys().map(String::as_str).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["sha256:a", "sha256:b", "sha256:c"]);
+}
+
+#[tokio::test]
 async fn a_disk_reported_with_no_capacity_is_an_error() {
     let mut disk = crowded();
     disk.capacity = 0;

@@ -13,7 +13,7 @@ use std::{
 use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
 use support::{
     fake_runtime::{FakeImageService, FakeRuntime},
-    process::{DaemonProcess, require_tool},
+    process::{DaemonProcess, open_fds, require_tool, rss_mib},
     unix_channel,
 };
 
@@ -82,22 +82,6 @@ async fn at_the_open_file_limit_the_daemon_waits_and_warns_instead_of_spinning_a
     assert!(text.contains("accepting connections again"), "{text}");
     let _ = daemon.kill();
     let _ = daemon.wait();
-}
-
-/// The daemon's resident memory now, in MiB (`VmRSS`).
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the daemon's status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
-        .expect("a VmRSS line");
-    kib / 1024.0
-}
-
-/// The daemon's open file descriptors now.
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the daemon's fds").count()
 }
 
 /// A daemon on a fake runtime with `flags`, and a GetStatus call to warm it up.

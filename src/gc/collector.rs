@@ -171,9 +171,14 @@ impl<R: ImageRuntime> ImageGc<R> {
         self.config.borrow().clone()
     }
 
-    /// Collects by `config` from the next pass on, the first one new period from now (a reload).
+    /// Collects by `config` from the next pass on, the first one new period from now (a reload);
+    /// the same configuration again changes nothing, so reloads never put a pass off.
     pub fn set_config(&self, config: GcConfig) {
-        self.config.send_replace(config);
+        self.config.send_if_modified(|current| {
+            let changed = *current != config;
+            *current = config;
+            changed
+        });
     }
 
     /// How the last pass (periodic or asked for) went; `None` before the first.

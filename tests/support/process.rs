@@ -250,3 +250,19 @@ pub fn metric_with_label(port: u16, name: &str, label: &str) -> f64 {
         .filter_map(|(_, value)| value.trim().split(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The resident memory of process `pid` now, in MiB (`VmRSS`).
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process's status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .expect("a VmRSS line");
+    kib / 1024.0
+}
+
+/// The open file descriptors of process `pid` now.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's fds").count()
+}

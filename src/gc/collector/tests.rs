@@ -414,21 +414,26 @@ async fn a_new_configuration_applies_from_the_next_pass_one_new_period_after_it_
     tokio::time::sleep(Duration::from_secs(300)).await;
     assert_eq!(passes(), 2, "then every 5 minutes");
 
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    gc.set_config(gc.config());
+    tokio::time::sleep(Duration::from_secs(201)).await;
+    assert_eq!(passes(), 3, "the same configuration again puts no pass off");
+
     gc.set_config(GcConfig { period: Duration::from_secs(60), ..gc.config() });
     tokio::time::sleep(Duration::from_secs(59)).await;
-    assert_eq!(passes(), 2, "no pass before the new period is up");
+    assert_eq!(passes(), 3, "no pass before the new period is up");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(passes(), 3);
+    assert_eq!(passes(), 4);
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(passes(), 4, "every new period");
+    assert_eq!(passes(), 5, "every new period");
 
     let off = GcPolicy { high_threshold_percent: 100, ..EAGER };
     gc.set_config(GcConfig { policy: off, ..gc.config() });
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    assert_eq!(passes(), 4, "collection turned off");
+    assert_eq!(passes(), 5, "collection turned off");
     gc.set_config(GcConfig { policy: EAGER, ..gc.config() });
     tokio::time::sleep(Duration::from_secs(61)).await;
-    assert_eq!(passes(), 5, "and on again");
+    assert_eq!(passes(), 6, "and on again");
 
     stop.request();
     running.await.expect("the loop stops at shutdown");

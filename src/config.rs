@@ -2,17 +2,18 @@
 //! ([`file`]) has a field for each, and a flag given on the command line wins over it.
 
 pub mod file;
+mod load;
+
+pub use self::load::{Change, LoadError, Loaded, Values, load};
 
 use std::{
-    collections::BTreeMap,
-    ffi::OsString,
     net::{SocketAddr, ToSocketAddrs},
     num::NonZeroUsize,
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use clap::{ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, parser::ValueSource};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
@@ -93,7 +94,7 @@ pub struct ServeArgs {
 
     /// The most client connections served at once. At the cap a new connection takes the place of
     /// the oldest one that has not yet begun HTTP/2, else it is closed at once.
-    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_at_least_one, allow_hyphen_values = true)]
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_connection_count, allow_hyphen_values = true)]
     pub max_connections: NonZeroUsize,
 
     /// A connection that has not sent the HTTP/2 preface this long after it was accepted is
@@ -441,100 +442,6 @@ pub fn usage_error(error: &clap::Error) -> Option<String> {
     })
 }
 
-/// The command line as given and the config file it names, read together.
-#[derive(Debug)]
-pub struct Loaded {
-    pub cli: Cli,
-    /// Every `serve` flag's value as it took effect, for what a reload changes.
-    pub values: Values,
-}
-
-/// Why the command line and its config file cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// A flag clap refused (or `--help`, `--version`: see [`usage_error`]).
-    #[error("{}", .0.render().to_string().trim_start_matches("error: ").lines().next().unwrap_or_default())]
-    Usage(clap::Error),
-    #[error(transparent)]
-    File(#[from] file::FileError),
-}
-
-/// Parses `argv` (the program's name first) with the config file its `--config` names: a flag on
-/// the command line wins over the file, the file over the default. Read at start and again on
-/// every reload.
-pub fn load(argv: &[OsString]) -> Result<Loaded, LoadError> {
-    let command = Cli::command();
-    let given = command.clone().try_get_matches_from(argv).map_err(LoadError::Usage)?;
-    let mut argv = argv.to_vec();
-    if let Some((serve, given)) = serve_parts(&command, &given)
-        && let Some(path) = given.get_one::<PathBuf>("config")
-    {
-        let on_command_line =
-            |arg: &clap::Arg| given.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine);
-        argv.extend(file::read(path, serve, on_command_line)?);
-    }
-    let matches = command.clone().try_get_matches_from(&argv).map_err(LoadError::Usage)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(LoadError::Usage)?;
-    let values = serve_parts(&command, &matches).map(|(serve, matches)| Values::of(serve, matches)).unwrap_or_default();
-    Ok(Loaded { cli, values })
-}
-
-/// The `serve` subcommand and its matches.
-fn serve_parts<'a>(command: &'a clap::Command, matches: &'a ArgMatches) -> Option<(&'a clap::Command, &'a ArgMatches)> {
-    let (name, matches) = matches.subcommand()?;
-    Some((command.find_subcommand(name)?, matches))
-}
-
-/// Each `serve` flag (by its long name) and the values it took, defaults included.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Values(BTreeMap<String, Vec<String>>);
-
-/// A flag whose value differs between two loads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
-    pub flag: String,
-    pub from: String,
-    pub to: String,
-}
-
-impl Values {
-    fn of(serve: &clap::Command, matches: &ArgMatches) -> Self {
-        let flags = serve.get_arguments().filter_map(|arg| {
-            let long = arg.get_long().filter(|long| *long != file::CONFIG_FIELD)?;
-            let raw = matches.get_raw(arg.get_id().as_str()).into_iter().flatten();
-            Some((long.to_owned(), raw.map(|value| value.to_string_lossy().into_owned()).collect()))
-        });
-        Self(flags.collect())
-    }
-
-    /// The flags whose values differ in `other`, by name.
-    pub fn changes(&self, other: &Self) -> Vec<Change> {
-        let shown = |values: Option<&Vec<String>>| match values {
-            Some(values) if !values.is_empty() => values.join(", "),
-            _ => "unset".to_owned(),
-        };
-        let flags: std::collections::BTreeSet<&String> = self.0.keys().chain(other.0.keys()).collect();
-        flags
-            .into_iter()
-            .filter(|flag| self.0.get(*flag) != other.0.get(*flag))
-            .map(|flag| Change { flag: flag.clone(), from: shown(self.0.get(flag)), to: shown(other.0.get(flag)) })
-            .collect()
-    }
-
-    /// These values with `flag` as it is in `other`.
-    pub fn take(&mut self, flag: &str, other: &Self) {
-        match other.0.get(flag) {
-            Some(values) => self.0.insert(flag.to_owned(), values.clone()),
-            None => self.0.remove(flag),
-        };
-    }
-
-    /// Whether `flag` is a `serve` flag.
-    pub fn knows(&self, flag: &str) -> bool {
-        self.0.contains_key(flag)
-    }
-}
-
 /// A value its flag does not take. clap's message around it names the flag and the value,
 /// `invalid value '0' for '--worker-threads <N>': `, and this says what is accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -543,6 +450,8 @@ pub enum ValueError {
     NotAtLeastOne,
     #[error("expected a whole number, 0 or more")]
     NotACount,
+    #[error("expected a whole number from 1 to {MOST_CONNECTIONS}")]
+    NotAConnectionCount,
     #[error("expected a whole number of percent, from 0 to 100")]
     NotAPercent,
     #[error("expected a number of pulls a second, 0 or more (0 turns the limit off), e.g. 5 or 0.5")]
@@ -578,6 +487,19 @@ pub enum ValueError {
 /// A count of at least one: threads, parallel pulls, backoff entries.
 pub fn parse_at_least_one(text: &str) -> Result<NonZeroUsize, ValueError> {
     text.parse().map_err(|_| ValueError::NotAtLeastOne)
+}
+
+/// The most connections `--max-connections` takes: each holds a file descriptor, and the unit's
+/// `LimitNOFILE` is 65,536.
+pub const MOST_CONNECTIONS: usize = 1_000_000;
+
+/// `--max-connections`: from 1 to [`MOST_CONNECTIONS`].
+pub fn parse_connection_count(text: &str) -> Result<NonZeroUsize, ValueError> {
+    let count: NonZeroUsize = text.parse().map_err(|_| ValueError::NotAConnectionCount)?;
+    if count.get() > MOST_CONNECTIONS {
+        return Err(ValueError::NotAConnectionCount);
+    }
+    Ok(count)
 }
 
 /// `--max-concurrent-streams`: 1 or more, as HTTP/2's setting takes it.
@@ -664,7 +586,13 @@ pub enum DurationError {
     Malformed(String),
     #[error("{0:?} must be greater than zero: write a whole number and a unit, e.g. 500ms, 30s, 2m or 1h")]
     Zero(String),
+    #[error("{0:?} is too long: at most 8760h (a year)")]
+    TooLong(String),
 }
+
+/// The longest duration a flag takes: every duration here is a bound on a wait or a period, and
+/// far-future instants overflow.
+const LONGEST_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Parses `500ms`, `30s`, `2m`, `1h`; zero is refused because every duration here is a bound.
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
@@ -687,11 +615,18 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, DurationError> {
         "h" => Duration::from_secs(value.checked_mul(3600).ok_or_else(malformed)?),
         _ => return Err(malformed()),
     };
+    if duration > LONGEST_DURATION {
+        return Err(DurationError::TooLong(text.to_owned()));
+    }
     Ok(duration)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
+    use clap::CommandFactory;
+
     use super::*;
 
     #[test]
@@ -862,6 +797,8 @@ mod tests {
                 "invalid value '-1s' for '--presence-cache-max-staleness <DURATION>': \"-1s\" is not a duration",
             ),
             (&["--shutdown-timeout", "0s"], "\"0s\" must be greater than zero: write a whole number and a unit"),
+            (&["--request-body-timeout", "18446744073709551615s"], "is too long: at most 8760h (a year)"),
+            (&["--max-connections", "99999999999"], "expected a whole number from 1 to 1000000"),
             (
                 &["--minimum-image-ttl-duration", "5"],
                 "\"5\" is not a duration: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h",
@@ -982,6 +919,8 @@ mod tests {
     #[test]
     fn changes_name_each_flag_whose_value_differs() {
         let before = no_file().values;
+        let same = load_with_file("registry-qps: 5.0\nimage-pull-backoff-max: 5m\nimage-gc-period: 300s\n", &[]);
+        assert_eq!(before.changes(&same.expect("valid").values), [], "another spelling of the same value");
         let after =
             load_with_file("registry-qps: 2\nregistry-qps-per-host: [a.io=1:1, b.io=2:2]\n", &[]).expect("valid");
         let changes = before.changes(&after.values);

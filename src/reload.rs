@@ -41,6 +41,7 @@ pub const RELOADABLE: &[&str] = &[
 ];
 
 /// What a reload reads again and how the daemon runs now.
+#[derive(Debug, Clone)]
 pub struct Source {
     /// The command line as given; its `--config` file is read anew each time.
     pub argv: Vec<OsString>,
@@ -101,7 +102,11 @@ impl<R: ImageRuntime> Reloadable<R> {
     }
 
     /// Reloads on each request until `shutdown`, logging what changed, and telling systemd.
-    pub async fn serve(self, mut source: Source, mut requests: mpsc::UnboundedReceiver<()>, shutdown: Shutdown) {
+    pub async fn serve(self, mut source: Source, mut requests: mpsc::UnboundedReceiver<()>, shutdown: Shutdown)
+    where
+        R: 'static,
+    {
+        let reloadable = Arc::new(self);
         let stopping = shutdown.requested();
         tokio::pin!(stopping);
         loop {
@@ -110,26 +115,40 @@ impl<R: ImageRuntime> Reloadable<R> {
                 () = &mut stopping => return,
             }
             notify::reloading("reloading the configuration");
-            let status = match self.reload(&mut source) {
-                Ok(reloaded) => {
-                    for Change { flag, from, to } in &reloaded.applied {
-                        tracing::info!(flag = %flag, %from, %to, "configuration reloaded: applied");
-                    }
-                    for Change { flag, from, to } in &reloaded.need_restart {
-                        tracing::warn!(flag = %flag, %from, %to, "configuration reloaded: this flag changes at the next start");
-                    }
-                    let (applied, waiting) = (reloaded.applied.len(), reloaded.need_restart.len());
-                    tracing::info!(applied, waiting, "configuration reloaded; credential files read again");
-                    format!("configuration reloaded: {applied} changed, {waiting} waiting for a restart")
+            // Reading the files blocks: off the thread that serves requests.
+            let (this, mut read) = (reloadable.clone(), source.clone());
+            let reloading =
+                tokio::task::spawn_blocking(move || this.reload(&mut read).map(|reloaded| (reloaded, read)));
+            let status = match reloading.await {
+                Ok(Ok((reloaded, read))) => {
+                    source = read;
+                    log(&reloaded)
                 }
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::error!(%error, "configuration reload refused; the running configuration is kept");
                     "configuration reload refused; the running configuration is kept".to_owned()
+                }
+                Err(error) => {
+                    tracing::error!(%error, "configuration reload failed; the running configuration is kept");
+                    "configuration reload failed; the running configuration is kept".to_owned()
                 }
             };
             notify::ready(&status);
         }
     }
+}
+
+/// Logs what a reload changed; the status line for systemd.
+fn log(reloaded: &Reloaded) -> String {
+    for Change { flag, from, to } in &reloaded.applied {
+        tracing::info!(flag = %flag, %from, %to, "configuration reloaded: applied");
+    }
+    for Change { flag, from, to } in &reloaded.need_restart {
+        tracing::warn!(flag = %flag, %from, %to, "configuration reloaded: this flag changes at the next start");
+    }
+    let (applied, waiting) = (reloaded.applied.len(), reloaded.need_restart.len());
+    tracing::info!(applied, waiting, "configuration reloaded; credential files read again");
+    format!("configuration reloaded: {applied} changed, {waiting} waiting for a restart")
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::{
 
 use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
 use support::{
+    eventually,
     fake_runtime::{FakeImageService, FakeRuntime},
     process::{DaemonProcess, open_fds, require_tool, rss_mib},
     unix_channel,
@@ -92,17 +93,6 @@ async fn daemon_with(dir: &std::path::Path, flags: &[&str]) -> (DaemonProcess, F
     (daemon, runtime)
 }
 
-/// Polls `condition` every 50 ms for at most 10 s.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what} did not happen within 10 s");
-}
-
 #[tokio::test]
 async fn idle_connections_beyond_the_cap_give_way_to_a_normal_call_and_close_at_the_handshake_timeout() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -112,14 +102,24 @@ async fn idle_connections_beyond_the_cap_give_way_to_a_normal_call_and_close_at_
     let (fds_before, rss_before) = (open_fds(pid), rss_mib(pid));
 
     let idle: Vec<UnixStream> = (0..300).map(|_| UnixStream::connect(&daemon.socket).expect("connects")).collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every one accepted: all but the last 100 were closed to make room for the next.
+    for connection in &idle {
+        connection.set_nonblocking(true).expect("non-blocking");
+    }
+    // `&UnixStream` reads; at the end of a closed connection a read gives 0 bytes.
+    let closed = || {
+        idle.iter()
+            .filter(|connection| std::io::Read::read(&mut &**connection, &mut [0; 64]).is_ok_and(|read| read == 0))
+            .count()
+    };
+    eventually("200 idle connections displaced", Duration::from_secs(10), || closed() >= 200).await;
     let fds_during = open_fds(pid);
     let started = Instant::now();
     assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "a normal call waited past 1 s");
     let answered_in = started.elapsed();
     assert!(fds_during <= fds_before + 100, "{fds_during} fds with 300 idle connections: the cap is 100");
 
-    eventually("the idle connections closing", || open_fds(pid) <= fds_before + 2).await;
+    eventually("the idle connections closing", Duration::from_secs(10), || open_fds(pid) <= fds_before + 2).await;
     let (fds_after, rss_after) = (open_fds(pid), rss_mib(pid));
     let log = daemon.log_text();
     eprintln!(
@@ -129,23 +129,6 @@ async fn idle_connections_beyond_the_cap_give_way_to_a_normal_call_and_close_at_
     assert!(rss_after < rss_before + 10.0, "RSS {rss_before:.1} -> {rss_after:.1} MiB");
     drop(idle);
     assert!(!log.contains("panicked"), "{log}");
-}
-
-/// Opens an HTTP/2 connection to `socket`, driven in the background.
-async fn h2_connection(socket: &std::path::Path) -> h2::client::SendRequest<bytes::Bytes> {
-    let stream = tokio::net::UnixStream::connect(socket).await.expect("connects");
-    let (client, connection) = h2::client::handshake(stream).await.expect("h2 handshake");
-    tokio::spawn(connection);
-    client.ready().await.expect("h2 ready")
-}
-
-/// A gRPC request's headers for `path`, its body left open.
-fn grpc_request(path: &str) -> http::Request<()> {
-    http::Request::post(format!("http://localhost{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .expect("request")
 }
 
 /// Long enough that the floods below are all sent, measured and a normal call made before it.
@@ -159,13 +142,14 @@ async fn stalled_bodies_fail_at_the_body_timeout_and_free_what_they_held() {
     let rss_before = rss_mib(pid);
 
     // Eight CRI pulls, each declaring a 16 MiB message and stopping 1 MiB short of it.
-    let mut client = h2_connection(&daemon.socket).await;
+    let mut client = support::h2_connection(&daemon.socket).await;
     let declared: u32 = 16 * 1024 * 1024 - 1024;
     let mut stalled = Vec::new();
     for _ in 0..8 {
         client = client.ready().await.expect("h2 ready");
-        let (response, mut body) =
-            client.send_request(grpc_request("/runtime.v1.ImageService/PullImage"), false).expect("headers sent");
+        let (response, mut body) = client
+            .send_request(support::grpc_request("/runtime.v1.ImageService/PullImage", None), false)
+            .expect("headers sent");
         let mut frame = vec![0u8];
         frame.extend_from_slice(&declared.to_be_bytes());
         frame.resize(5 + 15 * 1024 * 1024, 0);
@@ -174,6 +158,10 @@ async fn stalled_bodies_fail_at_the_body_timeout_and_free_what_they_held() {
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let rss_stalled = rss_mib(pid);
+    assert!(
+        rss_stalled > rss_before + 50.0,
+        "the stalled bodies were held: RSS {rss_before:.1} -> {rss_stalled:.1} MiB"
+    );
     let started = Instant::now();
     assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "a normal call waited past 1 s");
     let answered_in = started.elapsed();
@@ -188,7 +176,7 @@ async fn stalled_bodies_fail_at_the_body_timeout_and_free_what_they_held() {
             "{status:?}"
         );
     }
-    eventually("RSS near its baseline", || rss_mib(pid) < rss_before + 10.0).await;
+    eventually("RSS near its baseline", Duration::from_secs(10), || rss_mib(pid) < rss_before + 10.0).await;
     let rss_after = rss_mib(pid);
     eprintln!(
         "8 stalled 15 MiB bodies: RSS {rss_before:.1} -> {rss_stalled:.1} (stalled) -> {rss_after:.1} MiB after the \
@@ -208,16 +196,16 @@ async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the
     let mut connections = Vec::new();
     let mut open = Vec::new();
     for _ in 0..10 {
-        let mut client = h2_connection(&daemon.socket).await;
+        let mut client = support::h2_connection(&daemon.socket).await;
         for _ in 0..1000 {
             client = client.ready().await.expect("h2 ready");
-            open.push(client.send_request(grpc_request(path), false).expect("headers sent"));
+            open.push(client.send_request(support::grpc_request(path, None), false).expect("headers sent"));
         }
         connections.push(client);
     }
     // One stream over the cap on the first connection: h2 holds it until one of the others ends.
     let mut first = connections[0].clone().ready().await.expect("h2 ready");
-    let (over_the_cap, body) = first.send_request(grpc_request(path), false).expect("queued");
+    let (over_the_cap, body) = first.send_request(support::grpc_request(path, None), false).expect("queued");
     let over_the_cap = tokio::spawn(async move {
         let _open = body;
         support::response_status(over_the_cap).await;
@@ -225,6 +213,7 @@ async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the
     });
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let rss_flooded = rss_mib(pid);
+    assert!(rss_flooded > rss_before + 50.0, "the streams were held: RSS {rss_before:.1} -> {rss_flooded:.1} MiB");
     let started = Instant::now();
     assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "a normal call waited past 1 s");
     let answered_in = started.elapsed();
@@ -247,7 +236,7 @@ async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the
     );
     drop(connections);
     // Freed memory goes back to the system every 5 s.
-    eventually("RSS near its baseline", || rss_mib(pid) < rss_before + 10.0).await;
+    eventually("RSS near its baseline", Duration::from_secs(10), || rss_mib(pid) < rss_before + 10.0).await;
     let rss_after = rss_mib(pid);
     eprintln!(
         "10,000 header-only streams on 10 connections: RSS {rss_before:.1} -> {rss_flooded:.1} (open) -> \

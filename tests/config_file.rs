@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
 use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
 use support::{process::DaemonProcess, unix_channel};
@@ -17,21 +17,9 @@ async fn buckets(socket: &Path) -> (String, Vec<(String, f64, u32)>) {
     (status.rate_limit_mode, buckets)
 }
 
-fn hang_up(daemon: &DaemonProcess) {
-    let sent = Command::new("kill").args(["-HUP", &daemon.pid().to_string()]).status().expect("kill runs");
-    assert!(sent.success(), "SIGHUP could not be sent");
-}
-
-/// Waits, at most 5 s, until the log holds `count` lines saying `text`.
-async fn wait_for_log(daemon: &DaemonProcess, text: &str, count: usize) -> String {
-    for _ in 0..500 {
-        let log = daemon.log_text();
-        if log.matches(text).count() >= count {
-            return log;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{text:?} not logged {count} times within 5s; log:\n{}", daemon.log_text());
+/// Waits until the log says `text` `count` times; the log.
+async fn logged(daemon: &DaemonProcess, text: &str, count: usize) -> String {
+    daemon.wait_for_log(text, |log| log.matches(text).count() >= count).await
 }
 
 #[tokio::test]
@@ -47,8 +35,8 @@ async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_wh
     let changed = "registry-qps: 1\nregistry-rate-limit-mode: wait\nregistry-qps-per-host: [registry.local:5000=3:6]\n\
                    image-pull-backoff-initial: 1s\nimage-gc-period: 2m\nworker-threads: 2\n";
     std::fs::write(&config, changed).expect("config rewritten");
-    hang_up(&daemon);
-    let log = wait_for_log(&daemon, "configuration reloaded; credential files read again", 1).await;
+    daemon.signal("-HUP");
+    let log = logged(&daemon, "configuration reloaded; credential files read again", 1).await;
     assert_eq!(
         buckets(&socket).await,
         ("wait".to_owned(), vec![(String::new(), 1.0, 4), ("registry.local:5000".to_owned(), 3.0, 6)]),
@@ -66,8 +54,8 @@ async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_wh
     assert!(!log.contains("flag=registry-burst"), "unchanged: the command line set it");
 
     std::fs::write(&config, "registry-qps: 9\nregistry-qps-per-host: docker.io=0:1\n").expect("bad config written");
-    hang_up(&daemon);
-    let log = wait_for_log(&daemon, "configuration reload refused", 1).await;
+    daemon.signal("-HUP");
+    let log = logged(&daemon, "configuration reload refused", 1).await;
     let refusal = log.lines().find(|line| line.contains("configuration reload refused")).expect("logged");
     assert!(
         refusal.contains("config.yaml:2: registry-qps-per-host") && refusal.contains("QPS \"0\" is not accepted"),
@@ -76,8 +64,8 @@ async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_wh
     assert_eq!(buckets(&socket).await.1[0], (String::new(), 1.0, 4), "the running configuration is kept");
 
     std::fs::write(&config, "image-pull-backoff-initial: 10m\nimage-pull-backoff-max: 1m\n").expect("written");
-    hang_up(&daemon);
-    let log = wait_for_log(&daemon, "configuration reload refused", 2).await;
+    daemon.signal("-HUP");
+    let log = logged(&daemon, "configuration reload refused", 2).await;
     assert!(log.contains("--image-pull-backoff-initial 10m must not exceed --image-pull-backoff-max 1m"), "{log}");
     assert_eq!(buckets(&socket).await.1.len(), 2, "still the last good configuration");
 

@@ -130,21 +130,9 @@ fn corruption_warnings(log: &str) -> Vec<&str> {
         .collect()
 }
 
-async fn wait_until(what: &str, daemon: &DaemonProcess, mut condition: impl FnMut(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = daemon.log_text();
-        if condition(&log) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}; log:\n{log}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// Waits until a GC pass of this daemon has loaded the ages, collected and written them.
 async fn wait_for_a_pass(daemon: &DaemonProcess) {
-    wait_until("a GC pass succeeded", daemon, |log| log.contains("Image garbage collection succeeded")).await;
+    daemon.wait_for_log("a GC pass succeeded", |log| log.contains("Image garbage collection succeeded")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,6 +209,8 @@ async fn killed_while_gc_passes_and_pulls_write_the_daemon_leaves_every_file_who
     for (id, first) in &first_seen {
         assert_eq!(left.first_detected.get(id), Some(first), "{id} kept its first detection to the end");
     }
+    // Where a kill lands is chance; mid-write is rare enough to be only reported, mid-pull is not.
+    assert!(kills_mid_pull > 0, "no kill came while a pull was under way");
     eprintln!(
         "{KILLS} kills in {loop_time:.1?}: {kills_mid_write} left a temporary file, {kills_mid_pull} came mid-pull; \
          {} images aged, {} records at the end",
@@ -246,11 +236,12 @@ async fn torn_files_written_before_a_start_are_each_reported_once_and_the_daemon
     std::fs::write(&root.ages, br#"{"images":{"sha256:kept":{"firstDetectedMs":17"#).expect("a torn ages file");
     std::fs::write(&record, br#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.con"#).expect("a torn record");
     std::fs::write(&intent, b"").expect("an empty intent");
-    let temporary = root.ages_dir.join(format!("{}.1.0.tmp", RecordDir::file_name("image-ages")));
+    // Its writer (the pid in its name, above any pid Linux gives) is gone.
+    let temporary = root.ages_dir.join(format!("{}.4194305.0.tmp", RecordDir::file_name("image-ages")));
     std::fs::write(&temporary, br#"{"images":{"#).expect("a temporary file");
 
     let daemon = DaemonProcess::start(&socket, &runtime_socket, &GC_FLAGS).await;
-    wait_until("every torn file was reported", &daemon, |log| corruption_warnings(log).len() >= 3).await;
+    daemon.wait_for_log("every torn file was reported", |log| corruption_warnings(log).len() >= 3).await;
     let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
     let pulled = call(&mut client, ensure("gc/new:v1", IF_NOT_PRESENT)).await.expect("serves");
     assert!(pulled.pulled, "{pulled:?}");

@@ -390,11 +390,12 @@ async fn grpcurl_reads_the_status() {
 /// The calling process as the daemon logs it: what SO_PEERCRED says of this test.
 fn this_process() -> String {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let first = |key: &str| {
+    // "Uid:\treal\teffective\t…": the kernel gives the effective ids of the process that connected.
+    let effective = |key: &str| {
         let line = status.lines().find_map(|line| line.strip_prefix(key)).expect("a uid/gid line");
-        line.split_whitespace().next().expect("a value").to_owned()
+        line.split_whitespace().nth(1).expect("an effective id").to_owned()
     };
-    format!("peer=uid={} gid={} pid={}", first("Uid:"), first("Gid:"), std::process::id())
+    format!("peer=uid={} gid={} pid={}", effective("Uid:"), effective("Gid:"), std::process::id())
 }
 
 #[tokio::test]

@@ -189,7 +189,7 @@ mod tests {
         )]);
         let ages = AgesFile::open(root.path()).expect("opens");
         ages.save(&records).expect("saved");
-        let temporary = format!("{}.99.3.tmp", RecordDir::file_name(KEY));
+        let temporary = format!("{}.4194305.3.tmp", RecordDir::file_name(KEY));
         std::fs::write(root.path().join("image_gc").join(&temporary), b"{\"images\":{").expect("written");
         let reopened = AgesFile::open(root.path()).expect("reopens");
         assert_eq!(reopened.load().expect("loads"), records);

@@ -15,7 +15,7 @@ use super::{
     ages::AgesFile,
     guard::ImageGuard,
     metrics::{GcMetrics, PassOutcome},
-    plan::{self, ImageRecord, Plan, PlanError, Reason, SpaceTarget},
+    plan::{self, GcPolicy, ImageRecord, Plan, PlanError, Reason, SpaceTarget},
 };
 use crate::{
     events::{Event, EventType, Events, reason as event_reason},
@@ -101,6 +101,8 @@ impl PassReport {
 /// What a pass knows while it removes.
 struct Pass<'a> {
     dry_run: bool,
+    /// The policy the whole pass plans and logs by, read once as it began (a reload may come).
+    policy: GcPolicy,
     /// The guard's clock when the pass began: images handed out after it are kept.
     began: u64,
     /// Each listed image's repo tags and digests.
@@ -300,19 +302,20 @@ impl<R: ImageRuntime> ImageGc<R> {
             records.loaded = true;
         }
         let (now, collected_for) = (SystemTime::now(), self.collecting_since.elapsed());
+        let config = self.config();
         let runtime = &self.parts.runtime;
         let began = self.parts.guard.now();
         let listed = runtime.list_images().await.map_err(|source| GcError::Runtime { what: "list images", source })?;
-        let in_use = self.in_use(&listed).await?;
+        let in_use = self.in_use(&listed, config.sandbox_image).await?;
         plan::detect(&mut records.images, &listed, &in_use, now);
         let pass = Pass {
             dry_run: request.dry_run,
+            policy: config.policy,
             began,
             names: listed.iter().map(|image| (image.id.as_str(), image.names.as_slice())).collect(),
         };
         let images = &mut records.images;
-        let config = self.config();
-        let policy = &config.policy;
+        let policy = &pass.policy;
         let mut report = PassReport::default();
         if request.delete_unused {
             report.usage_before = self.measure().await.ok();
@@ -367,7 +370,7 @@ impl<R: ImageRuntime> ImageGc<R> {
         images: &mut HashMap<String, ImageRecord>,
         report: &mut PassReport,
     ) {
-        let policy = self.config().policy;
+        let policy = pass.policy;
         if let Some(space) = plan.space {
             tracing::info!(
                 usage = space.usage_percent,
@@ -389,7 +392,7 @@ impl<R: ImageRuntime> ImageGc<R> {
             let names = pass.names.get(id.as_str()).copied().unwrap_or_default();
             let outcome = match pass.dry_run {
                 true => Outcome::WouldRemove,
-                false => self.remove(id, names, &record, reason, pass.began).await,
+                false => self.remove(id, names, &record, reason, pass).await,
             };
             if outcome == Outcome::Removed {
                 images.remove(id);
@@ -425,8 +428,15 @@ impl<R: ImageRuntime> ImageGc<R> {
 
     /// Removes one image, unless it was handed out or pulled since the pass began, or is being
     /// pulled.
-    async fn remove(&self, id: &str, names: &[String], record: &ImageRecord, reason: Reason, began: u64) -> Outcome {
-        let Some(claim) = self.parts.guard.claim(id, names, began) else {
+    async fn remove(
+        &self,
+        id: &str,
+        names: &[String],
+        record: &ImageRecord,
+        reason: Reason,
+        pass: &Pass<'_>,
+    ) -> Outcome {
+        let Some(claim) = self.parts.guard.claim(id, names, pass.began) else {
             tracing::info!(image_id = id, "image handed out or pulled during the pass; kept");
             return Outcome::KeptInUse;
         };
@@ -434,7 +444,7 @@ impl<R: ImageRuntime> ImageGc<R> {
             Reason::Age => tracing::info!(
                 image_id = id,
                 size = record.size,
-                max_age = ?self.config().policy.max_age,
+                max_age = ?pass.policy.max_age,
                 "Removing image not used for longer than the maximum age"
             ),
             Reason::Space | Reason::Unused => {
@@ -471,11 +481,11 @@ impl<R: ImageRuntime> ImageGc<R> {
 
     /// Images in use: by any container (exited ones included), the sandbox image, and those
     /// handed out or pulled lately.
-    async fn in_use(&self, listed: &[StoredImage]) -> Result<HashSet<String>, GcError> {
+    async fn in_use(&self, listed: &[StoredImage], sandbox_image: Option<String>) -> Result<HashSet<String>, GcError> {
         let runtime = &self.parts.runtime;
         let containers =
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
-        let sandbox_image = match self.config().sandbox_image {
+        let sandbox_image = match sandbox_image {
             Some(image) => Some(image),
             None => runtime.sandbox_image().await.unwrap_or_else(|error| {
                 tracing::debug!(%error, "the runtime does not say which sandbox image it uses");

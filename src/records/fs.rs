@@ -1,6 +1,7 @@
 //! Record files on disk, written so that a crash at any instant leaves either the old file or
 //! the new one, never a torn one: write a temporary file, fsync it, rename it over the old one,
 //! fsync the directory (and a new directory's parent). The kubelet renames without the fsyncs.
+//! A temporary file is removed at start only when its writer (the pid in its name) is gone.
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -50,7 +51,7 @@ impl RecordDir {
         let mut stale = 0;
         for entry in fs::read_dir(&path)? {
             let entry = entry?;
-            if entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) && fs::remove_file(entry.path()).is_ok() {
+            if left_by_a_crash(&entry.file_name().to_string_lossy()) && fs::remove_file(entry.path()).is_ok() {
                 stale += 1;
             }
         }
@@ -128,6 +129,16 @@ impl RecordDir {
     }
 }
 
+/// Whether `name` is a temporary file no live process is writing: its writer (the pid in its
+/// name) is gone. A daemon draining while its successor starts on the same root dir keeps its
+/// writes under way.
+fn left_by_a_crash(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(TMP_SUFFIX) else { return false };
+    // `{record}.{pid}.{write}`; a name without a pid is from before pids were written.
+    let writer = stem.rsplit('.').nth(1).and_then(|pid| pid.parse::<u32>().ok());
+    writer.is_none_or(|pid| !Path::new("/proc").join(pid.to_string()).exists())
+}
+
 /// Writes `contents` to a new file at `path`, mode 0600, and fsyncs it.
 fn write_synced(path: &Path, contents: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
@@ -179,12 +190,16 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
         dir.write("kept", b"whole").expect("written");
-        fs::write(dir.path().join(format!("{}.7.0.tmp", RecordDir::file_name("torn"))), b"tor").expect("written");
+        fs::write(dir.path().join(format!("{}.4194305.0.tmp", RecordDir::file_name("torn"))), b"tor").expect("written");
         // One that cannot be removed (a directory) stays, and is never read as a record.
         fs::create_dir(dir.path().join(format!("{}.tmp", RecordDir::file_name("stuck")))).expect("created");
+        // A live process's write under way (a draining daemon's, beside its successor) stays.
+        let live = dir.path().join(format!("{}.{}.0.tmp", RecordDir::file_name("live"), std::process::id()));
+        fs::write(&live, b"being written").expect("written");
         let (dir, stale) = RecordDir::open(root.path().to_owned()).expect("reopens");
         assert_eq!(stale, 1);
         assert_eq!(files(&dir), [(RecordDir::file_name("kept"), b"whole".to_vec())]);
+        assert!(live.exists(), "a live writer's file is left to it");
     }
 
     #[test]

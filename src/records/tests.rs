@@ -104,7 +104,7 @@ async fn at_start_torn_unreadable_and_temporary_files_are_passed_over_and_every_
     std::fs::write(pulling.join(RecordDir::file_name("torn:v1")), b"{\"kind\":\"ImagePullIn").expect("written");
     std::fs::create_dir(pulled.join(RecordDir::file_name("sha256:unreadable"))).expect("created");
     for dir in [&pulled, &pulling] {
-        std::fs::write(dir.join(format!("{}.4242.0.tmp", RecordDir::file_name("half"))), b"{").expect("written");
+        std::fs::write(dir.join(format!("{}.4194305.0.tmp", RecordDir::file_name("half"))), b"{").expect("written");
     }
     let records = open(root.path());
     records.warm().expect("warms");

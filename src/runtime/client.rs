@@ -290,7 +290,7 @@ impl ImageRuntime for CriClient {
         match tokio::time::timeout(self.request_timeout, call).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
-            Ok(Err(status)) => Err(status),
+            Ok(Err(status)) => Err(super::connection_failure_as_unavailable(status)),
             Err(_) => Err(timed_out()),
         }
     }

@@ -70,7 +70,24 @@ impl RuntimeError {
 
 impl From<tonic::Status> for RuntimeError {
     fn from(status: tonic::Status) -> Self {
-        Self::Status(status)
+        Self::Status(connection_failure_as_unavailable(status))
+    }
+}
+
+/// A failure of the connection to the runtime (it died mid-call), not an answer from it, as
+/// grpc-go reports one: UNAVAILABLE, with the cause. tonic reports some as UNKNOWN with an empty
+/// message and the cause only in its source, which a caller could neither act on nor read.
+pub fn connection_failure_as_unavailable(status: tonic::Status) -> tonic::Status {
+    let cause = std::error::Error::source(&status).map(ToString::to_string);
+    match cause {
+        Some(cause) if matches!(status.code(), tonic::Code::Unknown | tonic::Code::Internal) => {
+            let message = match status.message() {
+                "" => format!("the connection to the runtime failed: {cause}"),
+                said => format!("the connection to the runtime failed: {said}: {cause}"),
+            };
+            tonic::Status::unavailable(message)
+        }
+        _ => status,
     }
 }
 
@@ -264,5 +281,18 @@ mod tests {
         assert_eq!(error.to_string(), "rpc error: code = NotFound desc = no such image");
         let cancelled = RuntimeError::from(tonic::Status::cancelled("gone"));
         assert_eq!(cancelled.to_string(), "rpc error: code = Canceled desc = gone");
+    }
+
+    #[test]
+    fn a_broken_connection_to_the_runtime_is_unavailable_and_says_why() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset by peer");
+        let broken = tonic::Status::from_error(Box::new(reset));
+        assert_eq!(broken.code(), tonic::Code::Unknown, "as tonic reports it");
+        let error = RuntimeError::from(broken);
+        assert_eq!(error.code(), tonic::Code::Unavailable);
+        assert!(error.to_string().contains("the connection to the runtime failed"), "{error}");
+        assert!(error.to_string().contains("connection reset by peer"), "{error}");
+        let answered = RuntimeError::from(tonic::Status::unknown("the runtime's own words"));
+        assert_eq!(answered.code(), tonic::Code::Unknown, "an answer from the runtime is passed on as it is");
     }
 }

@@ -14,12 +14,11 @@
 
 use std::{
     collections::VecDeque,
-    future::Future,
     io,
     pin::Pin,
     sync::{
         Arc, Weak,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicU8, Ordering},
     },
     task::{Context, Poll},
     time::Duration,
@@ -39,7 +38,7 @@ use super::metrics::{Closed, ConnectionMetrics};
 const FIRST_WAIT: Duration = Duration::from_millis(10);
 const LONGEST_WAIT: Duration = Duration::from_secs(1);
 /// What every HTTP/2 client sends first (RFC 9113, 3.4).
-const PREFACE_LEN: usize = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".len();
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// How long a new connection waits for the place of the connection it displaced.
 const DISPLACEMENT_WAIT: Duration = Duration::from_millis(200);
 /// Refused connections are logged at most this often, with their count.
@@ -48,17 +47,48 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// How many connections at once, and how soon each must send the HTTP/2 preface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
+    /// Connections served at once (`--max-connections`).
     pub max_connections: usize,
+    /// From accepting a connection to its HTTP/2 preface (`--connection-handshake-timeout`).
     pub handshake_timeout: Duration,
 }
 
-/// A connection's handshake, as the accept loop sees it.
+/// Where a connection's handshake stands, as both the connection and the accept loop see it: one
+/// compare-and-swap decides whether its preface or its displacement came first.
 #[derive(Default)]
 struct Handshake {
-    /// The preface arrived (or the connection ended): it can no longer be displaced.
-    done: AtomicBool,
-    displaced: AtomicBool,
+    state: AtomicU8,
     waker: AtomicWaker,
+}
+
+const HANDSHAKING: u8 = 0;
+/// The preface arrived (or the connection ended): it can no longer be displaced.
+const SPOKE: u8 = 1;
+const DISPLACED: u8 = 2;
+
+impl Handshake {
+    /// The connection spoke; false when it had been displaced first.
+    fn finish(&self) -> bool {
+        self.state.compare_exchange(HANDSHAKING, SPOKE, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Displaces the connection if it is still in its handshake, waking it to close.
+    fn displace(&self) -> bool {
+        let displaced =
+            self.state.compare_exchange(HANDSHAKING, DISPLACED, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if displaced {
+            self.waker.wake();
+        }
+        displaced
+    }
+
+    fn in_progress(&self) -> bool {
+        self.state.load(Ordering::Acquire) == HANDSHAKING
+    }
+
+    fn displaced(&self) -> bool {
+        self.state.load(Ordering::Acquire) == DISPLACED
+    }
 }
 
 /// An accepted connection: its slot under the cap, held until it closes, and its handshake.
@@ -75,7 +105,49 @@ struct HandshakeWait {
     /// Made only if the preface did not come with the first read.
     timer: Option<Pin<Box<Sleep>>>,
     timeout: Duration,
+    /// Why the connection was closed, once it was: counted once, told on every later read.
+    closed_for: Option<Closed>,
     metrics: Arc<ConnectionMetrics>,
+}
+
+impl HandshakeWait {
+    fn new(timeout: Duration, metrics: Arc<ConnectionMetrics>) -> Self {
+        let (shared, received, deadline) = (Arc::default(), 0, Instant::now() + timeout);
+        Self { shared, received, deadline, timer: None, timeout, closed_for: None, metrics }
+    }
+
+    /// Registers for a displacement; why the connection must close, if it must.
+    fn closing(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        self.shared.waker.register(cx.waker());
+        match self.closed_for {
+            Some(why) => Some(closed_error(why, self.timeout)),
+            None if self.shared.displaced() => Some(self.close(Closed::Displaced)),
+            None => None,
+        }
+    }
+
+    /// Closes the connection for `why`, counted once.
+    fn close(&mut self, why: Closed) -> io::Error {
+        if self.closed_for.replace(why).is_none() {
+            self.metrics.closed(why);
+        }
+        closed_error(why, self.timeout)
+    }
+}
+
+/// What a connection's reader is told when the accept path closes it.
+fn closed_error(why: Closed, handshake_timeout: Duration) -> io::Error {
+    match why {
+        Closed::Displaced => io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "closed before it began HTTP/2: its place was needed (--max-connections)",
+        ),
+        Closed::HandshakeTimeout => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no HTTP/2 preface within {handshake_timeout:?} (--connection-handshake-timeout)"),
+        ),
+        Closed::Refused => io::Error::new(io::ErrorKind::ConnectionRefused, "refused (--max-connections)"),
+    }
 }
 
 struct AcceptLoop {
@@ -136,8 +208,8 @@ impl AcceptLoop {
                 return self.admit(stream, slot);
             }
             // Dropping it closes it: the caller fails at once instead of waiting in the backlog.
-            drop(stream);
             self.refused();
+            drop(stream);
         }
     }
 
@@ -153,16 +225,12 @@ impl AcceptLoop {
         tokio::time::timeout(DISPLACEMENT_WAIT, self.slots.clone().acquire_owned()).await.ok()?.ok()
     }
 
+    /// Displaces the oldest connection still in its handshake; false when there is none.
     fn displace_oldest_handshake(&mut self) -> bool {
         while let Some(oldest) = self.handshaking.pop_front() {
-            let Some(handshake) = oldest.upgrade() else { continue };
-            if handshake.done.load(Ordering::Acquire) {
-                continue;
+            if oldest.upgrade().is_some_and(|handshake| handshake.displace()) {
+                return true;
             }
-            handshake.displaced.store(true, Ordering::Release);
-            handshake.waker.wake();
-            self.metrics.closed(Closed::Displaced);
-            return true;
         }
         false
     }
@@ -170,25 +238,16 @@ impl AcceptLoop {
     fn admit(&mut self, stream: UnixStream, slot: OwnedSemaphorePermit) -> Admitted<UnixStream> {
         // Those ended or done since are forgotten from the front; the rest are bounded by the
         // connections a handshake timeout lets through, and pruned whole past twice the cap.
-        let finished = |handshake: &Weak<Handshake>| {
-            handshake.upgrade().is_none_or(|handshake| handshake.done.load(Ordering::Acquire))
-        };
+        let finished =
+            |handshake: &Weak<Handshake>| handshake.upgrade().is_none_or(|handshake| !handshake.in_progress());
         while self.handshaking.front().is_some_and(finished) {
             self.handshaking.pop_front();
         }
-        if self.handshaking.len() > 2 * self.limits.max_connections {
+        if self.handshaking.len() > self.limits.max_connections.saturating_mul(2) {
             self.handshaking.retain(|handshake| !finished(handshake));
         }
-        let shared = Arc::new(Handshake::default());
-        self.handshaking.push_back(Arc::downgrade(&shared));
-        let handshake = HandshakeWait {
-            shared,
-            received: 0,
-            deadline: Instant::now() + self.limits.handshake_timeout,
-            timer: None,
-            timeout: self.limits.handshake_timeout,
-            metrics: self.metrics.clone(),
-        };
+        let handshake = HandshakeWait::new(self.limits.handshake_timeout, self.metrics.clone());
+        self.handshaking.push_back(Arc::downgrade(&handshake.shared));
         Admitted { inner: stream, _slot: slot, handshake: Some(handshake) }
     }
 
@@ -211,42 +270,30 @@ impl AcceptLoop {
 impl<IO: AsyncRead + Unpin> AsyncRead for Admitted<IO> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let Some(wait) = &mut this.handshake else { return Pin::new(&mut this.inner).poll_read(cx, buf) };
+        if let Some(closed) = wait.closing(cx) {
+            return Poll::Ready(Err(closed));
+        }
         let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let Some(wait) = &mut this.handshake else { return polled };
-        match polled {
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let read = buf.filled().len() - before;
                 wait.received += read;
                 // The preface, or the end of the connection: nothing left to wait for.
-                if wait.received >= PREFACE_LEN || read == 0 {
-                    wait.shared.done.store(true, Ordering::Release);
+                if wait.received >= PREFACE.len() || read == 0 {
+                    if !wait.shared.finish() {
+                        return Poll::Ready(Err(wait.close(Closed::Displaced)));
+                    }
                     this.handshake = None;
                 }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-            Poll::Pending => wait.poll_expired(cx).map(Err),
+            Poll::Pending => match super::poll_deadline(&mut wait.timer, wait.deadline, cx) {
+                Poll::Ready(()) => Poll::Ready(Err(wait.close(Closed::HandshakeTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
         }
-    }
-}
-
-impl HandshakeWait {
-    /// Ready with the reason when the connection must close before its preface.
-    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        self.shared.waker.register(cx.waker());
-        if self.shared.displaced.load(Ordering::Acquire) {
-            let reason = "closed before it began HTTP/2: its place was needed (--max-connections)";
-            return Poll::Ready(io::Error::new(io::ErrorKind::ConnectionAborted, reason));
-        }
-        let deadline = self.deadline;
-        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        if timer.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        self.metrics.closed(Closed::HandshakeTimeout);
-        let reason = format!("no HTTP/2 preface within {:?} (--connection-handshake-timeout)", self.timeout);
-        Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, reason))
     }
 }
 
@@ -271,7 +318,6 @@ mod tests {
 
     use super::*;
 
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     const LIMITS: ConnectionLimits =
         ConnectionLimits { max_connections: 2, handshake_timeout: Duration::from_secs(10) };
 
@@ -279,14 +325,7 @@ mod tests {
     fn admitted(metrics: &Arc<ConnectionMetrics>) -> (Admitted<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
         let (ours, theirs) = tokio::io::duplex(1024);
         let slot = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("a slot");
-        let handshake = HandshakeWait {
-            shared: Arc::default(),
-            received: 0,
-            deadline: Instant::now() + LIMITS.handshake_timeout,
-            timer: None,
-            timeout: LIMITS.handshake_timeout,
-            metrics: metrics.clone(),
-        };
+        let handshake = HandshakeWait::new(LIMITS.handshake_timeout, metrics.clone());
         (Admitted { inner: ours, _slot: slot, handshake: Some(handshake) }, theirs)
     }
 
@@ -316,8 +355,7 @@ mod tests {
         assert_eq!(metrics.closed_total(Closed::HandshakeTimeout), 0);
     }
 
-    /// Connects to `socket`, sending the preface when `speaks`; the connection and, for one the
-    /// accept loop admitted, a task reading it as hyper would, ending with how the read ended.
+    /// Connects to `socket`, sending the preface when `speaks`.
     async fn connect(socket: &std::path::Path, speaks: bool) -> UnixStream {
         let mut client = UnixStream::connect(socket).await.expect("connects");
         if speaks {
@@ -326,6 +364,7 @@ mod tests {
         client
     }
 
+    /// Reads an admitted connection as hyper would, in a task that ends with how the reads ended.
     fn serve_reads(mut connection: Admitted<UnixStream>) -> tokio::task::JoinHandle<io::ErrorKind> {
         tokio::spawn(async move {
             let mut buf = [0; 64];
@@ -362,7 +401,6 @@ mod tests {
         let silent = serve_reads(next().await);
         let _speaking = connect(&socket, true).await;
         let speaking = serve_reads(next().await);
-        tokio::task::yield_now().await;
 
         let mut newcomer = connect(&socket, false).await;
         let newcomer_served = serve_reads(next().await);

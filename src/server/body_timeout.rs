@@ -5,10 +5,11 @@
 //!
 //! The clock starts when the request reaches the server and is read only if the body is still
 //! incomplete when asked for: a body that came with its headers, as every real client's does over
-//! a unix socket, costs no timer.
+//! a unix socket, costs no timer. Reflection's stream, the one RPC whose caller sends messages
+//! over time (grpcurl, grpcui and evans keep it open between questions), is left unbounded: each
+//! of its messages is small, read as it comes.
 
 use std::{
-    future::Future,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
@@ -19,6 +20,12 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 use tonic::body::Body;
 use tower::{Layer, Service};
+
+/// The RPCs whose callers stream messages over time: their bodies are never whole.
+const CLIENT_STREAMING: [&str; 2] = [
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
 
 /// The body did not arrive in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +71,9 @@ impl<S: Service<http::Request<Body>>> Service<http::Request<Body>> for BodyTimeo
     }
 
     fn call(&mut self, request: http::Request<Body>) -> S::Future {
+        if CLIENT_STREAMING.contains(&request.uri().path()) {
+            return self.inner.call(request);
+        }
         let timeout = self.timeout;
         let deadline = Instant::now() + timeout;
         self.inner.call(request.map(|body| Body::new(TimedBody { inner: body, deadline, timeout, timer: None })))
@@ -87,9 +97,7 @@ impl HttpBody for TimedBody {
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             return Poll::Ready(frame);
         }
-        let deadline = this.deadline;
-        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        match timer.as_mut().poll(cx) {
+        match super::poll_deadline(&mut this.timer, this.deadline, cx) {
             Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut(this.timeout).into()))),
             Poll::Pending => Poll::Pending,
         }
@@ -138,6 +146,15 @@ mod tests {
                 None => Poll::Pending,
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reflections_stream_is_never_timed() {
+        let mut service = BodyTimeoutLayer::new(Duration::from_secs(10)).layer(reader());
+        let mut request = http::Request::new(Body::new(Stalled(Some(Bytes::from_static(b"one question")))));
+        *request.uri_mut() = http::Uri::from_static(CLIENT_STREAMING[0]);
+        let reading = tokio::time::timeout(Duration::from_secs(3600), service.call(request)).await;
+        assert!(reading.is_err(), "still open an hour later");
     }
 
     #[tokio::test(start_paused = true)]

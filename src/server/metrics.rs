@@ -28,6 +28,7 @@ impl Closed {
     }
 }
 
+/// Connections closed by the accept path, by why (`cri_imaged_connections_closed_total`).
 #[derive(Debug, Clone, Default)]
 pub struct ConnectionMetrics {
     closed: Family<Labels, Counter>,
@@ -49,7 +50,7 @@ impl ConnectionMetrics {
         self.closed.get_or_create(&vec![("reason", why.label())]).inc();
     }
 
-    /// How many were closed for `why` so far.
+    /// How many were closed for `why` so far (its series exists from then on, at 0 if none).
     pub fn closed_total(&self, why: Closed) -> u64 {
         self.closed.get_or_create(&vec![("reason", why.label())]).get()
     }

@@ -86,6 +86,17 @@ use crate::{
     shutdown::Shutdown,
 };
 
+/// Polls a timer made only when first needed: ready once `deadline` has passed. A connection or
+/// body that is on time never costs a timer.
+fn poll_deadline(
+    timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    deadline: tokio::time::Instant,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<()> {
+    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+    std::future::Future::poll(timer.as_mut(), cx)
+}
+
 /// The largest request our own API takes: a pod's pull secrets are Kubernetes objects (1 MiB at
 /// most, as etcd stores them), an image reference a few hundred bytes. The CRI pass-through keeps
 /// the kubelet's 16 MiB.
@@ -100,19 +111,22 @@ pub struct ServeOptions {
     pub health_probe_interval: Duration,
     /// How long one health probe may take before the runtime counts as unreachable.
     pub health_probe_timeout: Duration,
+    /// What one client may take: connections, streams, time.
     pub limits: ServeLimits,
 }
 
 /// What one client may take of the daemon: connections, streams, time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeLimits {
+    /// How many connections at once, and how soon each must begin HTTP/2.
     pub connections: ConnectionLimits,
     /// Streams open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
     pub max_concurrent_streams: u32,
     /// From a request's headers to the end of its body.
     pub request_body_timeout: Duration,
-    /// An HTTP/2 PING on a connection quiet this long; one unanswered for the timeout closes it.
+    /// An HTTP/2 PING on a connection quiet this long.
     pub keepalive_interval: Duration,
+    /// A PING unanswered this long closes its connection.
     pub keepalive_timeout: Duration,
 }
 

@@ -182,11 +182,27 @@ pub async fn wait_for_health(socket: &Path, service: &str, wanted: ServingStatus
 /// One unary gRPC call over raw HTTP/2, with `grpc-timeout` sent as a plain header, so that no
 /// client-side timer races the server: returns the server's own (grpc-status, grpc-message).
 pub async fn raw_grpc_call(socket: &Path, path: &str, message: &[u8], grpc_timeout: &str) -> (i32, String) {
+    let status = raw_unary(h2_connection(socket).await, path, message, grpc_timeout).await;
+    (status.code() as i32, status.message().to_owned())
+}
+
+/// An HTTP/2 connection to `socket`, driven in the background.
+pub async fn h2_connection(socket: &Path) -> h2::client::SendRequest<bytes::Bytes> {
     let stream = UnixStream::connect(socket).await.expect("connect");
     let (client, connection) = h2::client::handshake(stream).await.expect("h2 handshake");
     tokio::spawn(connection);
-    let status = raw_unary(client, path, message, grpc_timeout).await;
-    (status.code() as i32, status.message().to_owned())
+    client
+}
+
+/// A gRPC request's headers for `path`, with `grpc_timeout` as a plain header when given.
+pub fn grpc_request(path: &str, grpc_timeout: Option<&str>) -> http::Request<()> {
+    let mut request = http::Request::post(format!("http://localhost{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(timeout) = grpc_timeout {
+        request = request.header("grpc-timeout", timeout);
+    }
+    request.body(()).expect("request")
 }
 
 /// One unary gRPC call on an HTTP/2 connection, `grpc-timeout` a plain header (tonic's client
@@ -199,18 +215,22 @@ pub async fn raw_unary(
     grpc_timeout: &str,
 ) -> tonic::Status {
     let mut client = client.ready().await.expect("h2 ready");
-    let request = http::Request::post(format!("http://localhost{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .header("grpc-timeout", grpc_timeout)
-        .body(())
-        .expect("request");
-    let (response, mut body) = client.send_request(request, false).expect("send headers");
+    let (response, mut body) =
+        client.send_request(grpc_request(path, Some(grpc_timeout)), false).expect("send headers");
     let mut frame = vec![0u8];
     frame.extend_from_slice(&u32::try_from(message.len()).expect("small message").to_be_bytes());
     frame.extend_from_slice(message);
     body.send_data(frame.into(), true).expect("send message");
     response_status(response).await
+}
+
+/// Polls `condition` every 20 ms until it holds, for at most `limit`; fails naming `what`.
+pub async fn eventually(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The status an HTTP/2 gRPC response ends with: from its headers (a trailers-only answer) or

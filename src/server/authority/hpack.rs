@@ -24,7 +24,7 @@ pub const MAX_FIELDS: usize = 1024;
 const ENTRY_OVERHEAD: usize = 32;
 
 /// The static table (RFC 7541 Appendix A); index 1 is the first entry.
-const STATIC_TABLE: [(&str, &str); 61] = [
+pub(super) const STATIC_TABLE: [(&str, &str); 61] = [
     (":authority", ""),
     (":method", "GET"),
     (":method", "POST"),

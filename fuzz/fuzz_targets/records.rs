@@ -63,11 +63,11 @@ fuzz_target!(|data: &[u8]| {
     for (pull, name) in pulls.iter().rev().zip(names.iter().cycle()).take(MAX_MERGES) {
         let mut merged = record.clone();
         let changed = check::merge(&mut merged, name, pull, now);
-        assert_eq!(
-            changed,
-            as_sets(&merged.credential_mapping) != as_sets(&record.credential_mapping),
-            "merge reports a change exactly when the credentials changed ({name:?})"
-        );
+        // A change is never lost. (A record may list a secret twice, as a file can: replacing
+        // one copy's hash is a change even when another copy had the new hash already.)
+        if as_sets(&merged.credential_mapping) != as_sets(&record.credential_mapping) {
+            assert!(changed, "merge reports a change whenever the credentials changed ({name:?})");
+        }
         assert!(!check::merge(&mut merged, name, pull, now), "merging the same pull again changes nothing");
         PulledRecord::decode(&merged.encode()).expect("a merged record reads back");
     }

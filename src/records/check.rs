@@ -70,11 +70,12 @@ pub fn merge(record: &mut PulledRecord, name: &str, pulled_with: &PullCredential
         }
         Some(recorded) => {
             let accounts = &mut recorded.kubernetes_service_accounts;
-            let before = accounts.len();
+            // By content, not count: a file may list an account twice, which the dedup drops.
+            let added = pulled_with.kubernetes_service_accounts.iter().any(|account| !accounts.contains(account));
             accounts.extend(pulled_with.kubernetes_service_accounts.iter().cloned());
             accounts.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
             accounts.dedup();
-            accounts.len() != before
+            added
         }
     };
     if changed {
@@ -111,6 +112,7 @@ mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
+    use crate::records::format::ServiceAccountRecord;
 
     const NAME: &str = "registry.local/team/app";
 
@@ -206,5 +208,20 @@ mod tests {
         assert!(merge(&mut record, NAME, &anyone, later));
         assert_eq!(record.credential_mapping[NAME], anyone, "node access replaces the secrets");
         assert!(!merge(&mut record, NAME, &secrets(vec![secret("c", "h")]), later), "and cannot be narrowed");
+    }
+
+    /// Found by the `records` fuzz target: a file listing an account twice hid the new one.
+    #[test]
+    fn merging_a_new_service_account_into_a_list_with_a_repeat_reports_the_change() {
+        let account = |name: &str| ServiceAccountRecord { uid: "u".into(), namespace: "n".into(), name: name.into() };
+        let accounts = |list: Vec<ServiceAccountRecord>| PullCredentials {
+            kubernetes_service_accounts: list,
+            ..Default::default()
+        };
+        let later = UNIX_EPOCH + Duration::from_secs(60);
+        let mut record = record_with(accounts(vec![account("a"), account("a")]));
+        assert!(merge(&mut record, NAME, &accounts(vec![account("b")]), later), "b is new");
+        assert_eq!(record.credential_mapping[NAME], accounts(vec![account("a"), account("b")]));
+        assert!(!merge(&mut record, NAME, &accounts(vec![account("a")]), later), "a was there");
     }
 }

@@ -7,7 +7,10 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use tokio::{net::UnixListener, sync::mpsc};
+use tokio::{
+    net::UnixListener,
+    sync::{mpsc, oneshot},
+};
 use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
@@ -206,6 +209,8 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let configs = (settings.manager, settings.image_gc);
     let node_credentials = settings.node_credentials;
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
+    // A reload's READY=1 must not come before the first one, which says the daemon is up.
+    let (announce_ready, ready_announced) = oneshot::channel();
     if let Some((source, requests)) = settings.reload {
         let reloadable = Reloadable {
             limits: parts.limits.clone(),
@@ -213,7 +218,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             gc: parts.gc.clone(),
             credentials: node_credentials,
         };
-        tokio::spawn(reloadable.serve(source, requests, shutdown.clone()));
+        tokio::spawn(reloadable.serve(source, requests, ready_announced, shutdown.clone()));
     }
     // The records are read into memory, and what a crash left behind is settled, while serving.
     tokio::spawn({
@@ -244,6 +249,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
                 Err(error) => format!("serving on {at}; the runtime does not answer: {error}"),
             };
             notify::ready(&status);
+            let _ = announce_ready.send(());
         }
     });
     let served = server::serve(listener, &parts, settings.serve, shutdown).await;

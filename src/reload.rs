@@ -6,7 +6,7 @@
 
 use std::{ffi::OsString, sync::Arc};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     config::{self, Change, ConfigError, LoadError, Values},
@@ -101,14 +101,25 @@ impl<R: ImageRuntime> Reloadable<R> {
         Ok(Reloaded { applied, need_restart })
     }
 
-    /// Reloads on each request until `shutdown`, logging what changed, and telling systemd.
-    pub async fn serve(self, mut source: Source, mut requests: mpsc::UnboundedReceiver<()>, shutdown: Shutdown)
-    where
+    /// Reloads on each request until `shutdown`, logging what changed, and telling systemd. A
+    /// request before `ready_announced` (the daemon's first READY=1) waits for it.
+    pub async fn serve(
+        self,
+        mut source: Source,
+        mut requests: mpsc::UnboundedReceiver<()>,
+        ready_announced: oneshot::Receiver<()>,
+        shutdown: Shutdown,
+    ) where
         R: 'static,
     {
         let reloadable = Arc::new(self);
         let stopping = shutdown.requested();
         tokio::pin!(stopping);
+        tokio::select! {
+            // Sent, or its sender gone: either way there is no first READY=1 left to overtake.
+            _ = ready_announced => {}
+            () = &mut stopping => return,
+        }
         loop {
             tokio::select! {
                 request = requests.recv() => if request.is_none() { return },

@@ -312,6 +312,39 @@ AUTHORITY = [
 ]
 
 
+# --- the config file: deploy/cri-imaged.yaml, src/config/file/tests.rs -------------------------
+
+CONFIG_FILES = [
+    (SEEDS.parent.parent / "deploy" / "cri-imaged.yaml").read_text(),
+    "registry-qps: 0.5\nregistry-burst: 4\npresence-cache: false\nimage-pull-backoff-max: 5m\n"
+    "registry-qps-per-host:\n  - docker.io=2:5\n  - quay.io=1:1\n",
+    "",
+    "# only comments\n",
+    "metrics-listen:\nregistry-qps-per-host: []\n",
+    "registry-qps: 1\n\nregistryBurst: 4\n",
+    "image_gc_period: 1m\n",
+    "\"quoted-field\": 1\n",
+    "{colour: blue}",
+    "listen: /run/x.sock\nworker-threads: 0\n",
+    "presence-cache: yes\n",
+    "registry-rate-limit-mode: sometimes\n",
+    "shutdown-timeout: 0s\n",
+    "registry-qps-per-host:\n  - docker.io=0:5\n",
+    "registry-qps: [1, 2]\n",
+    "registry-qps: {a: 1}\n",
+    "registry-qps-per-host: [[docker.io=1:1]]\n",
+    "- registry-qps\n",
+    "registry-qps: [\n",
+    "registry-qps: 1\nregistry-qps: 2\n",
+    "config: other.yaml\n",
+    "image-pull-backoff-initial: 10m\nimage-pull-backoff-max: 1m\n",
+    "image-gc-high-threshold: 50\nimage-gc-low-threshold: 80\n",
+    "image-credential-provider-config: /etc/providers.yaml\n",
+    "serialize-image-pulls: true\nmax-parallel-image-pulls: 4\n",
+    "a: &x [1, 2]\nb: *x\n",
+]
+
+
 def main():
     write("reference", REFERENCES)
     write("ensure_request", ENSURE_REQUESTS)
@@ -320,6 +353,7 @@ def main():
     write("plugin_response", PLUGIN_RESPONSES)
     write("records", RECORDS)
     write("authority", AUTHORITY)
+    write("config_file", CONFIG_FILES)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 //!
 //! `server::authority` is private to `server`, so its three modules are compiled in here from
 //! the main crate's sources, unchanged; the decoder below is the target's own but for HPACK's
-//! static table (RFC 7541, Appendix A), which it takes from them.
+//! static table (RFC 7541, Appendix A) and the frame types and flags, which it takes from them.
 //!
 //! Input: one byte (bit 7: prepend the client preface; bits 0-6: deliver in pieces of that many
 //! bytes, 0 for one piece), then the client's bytes.
@@ -27,7 +27,9 @@ use std::collections::VecDeque;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 
-use self::frames::{FrameRewriter, MAX_FRAME_SIZE, PREFACE};
+use self::frames::{
+    CONTINUATION, END_HEADERS, END_STREAM, FrameRewriter, HEADERS, MAX_FRAME_SIZE, PADDED, PREFACE, PRIORITY,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&control, rest)) = data.split_first() else { return };
@@ -68,13 +70,6 @@ fn run(input: &[u8], step: usize) -> Result<(Vec<u8>, Vec<u8>), frames::FrameErr
     }
     Ok((out.to_vec(), pending.to_vec()))
 }
-
-const HEADERS: u8 = 0x1;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
 
 /// One frame, or one whole header block decoded.
 #[derive(Debug, PartialEq, Eq)]

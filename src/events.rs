@@ -7,7 +7,7 @@
 //! runtime's answers and the kubelet's messages only.
 
 use std::{
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, SystemTime},
 };
 
@@ -96,8 +96,6 @@ pub struct Event {
     pub progress: Option<ProgressFacts>,
     /// Every pod waiting for the pull a progress event is about (`pod` is the first of them).
     pub waiting: Vec<Pod>,
-    /// The event as watchers receive it, encoded by the first watcher's stream for all of them.
-    pub wire: std::sync::OnceLock<bytes::Bytes>,
 }
 
 impl Event {
@@ -115,7 +113,6 @@ impl Event {
             pull: None,
             progress: None,
             waiting: Vec::new(),
-            wire: std::sync::OnceLock::new(),
         }
     }
 }
@@ -130,6 +127,11 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether every event matches.
+    pub fn matches_all(&self) -> bool {
+        self.pod_uid.is_empty() && self.namespace.is_empty() && self.image.is_empty()
+    }
+
     /// A progress event matches a pod filter through any pod waiting for the pull.
     pub fn matches(&self, event: &Event) -> bool {
         let pod_matches = |pod: &Pod| {
@@ -145,6 +147,9 @@ impl Filter {
 /// Where events are published; cheap to share.
 pub struct Events {
     sender: broadcast::Sender<Arc<Event>>,
+    /// How many events were sent to subscribers; held while sending, so that a subscriber can
+    /// tell which events came after a moment.
+    sent: Mutex<u64>,
 }
 
 impl Default for Events {
@@ -155,7 +160,7 @@ impl Default for Events {
 
 impl Events {
     pub fn with_buffer(buffer: usize) -> Self {
-        Self { sender: broadcast::channel(buffer.max(1)).0 }
+        Self { sender: broadcast::channel(buffer.max(1)).0, sent: Mutex::new(0) }
     }
 
     /// Whether anyone subscribes: without, an event need not even be made.
@@ -166,13 +171,27 @@ impl Events {
     /// Publishes `event` to every subscriber; without any, it goes nowhere. Never waits.
     pub fn publish(&self, event: Event) {
         if self.watched() {
-            let _ = self.sender.send(Arc::new(event));
+            let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.sender.send(Arc::new(event)).is_ok() {
+                *sent += 1;
+            }
         }
     }
 
     /// Events from now on that `filter` matches.
     pub fn subscribe(&self, filter: Filter) -> Subscription {
         Subscription { receiver: self.sender.subscribe(), filter }
+    }
+
+    /// Events from now on that `filter` matches, and how many were sent before them.
+    pub fn subscribe_counted(&self, filter: Filter) -> (Subscription, u64) {
+        let sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
+        (self.subscribe(filter), *sent)
+    }
+
+    /// How many events were sent to subscribers so far (those published with none are not).
+    pub fn sent(&self) -> u64 {
+        *self.sent.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -308,6 +327,21 @@ mod tests {
             rest.push(event.message.clone());
         }
         assert_eq!(rest, ["6", "7", "8", "9"], "the newest, in order");
+    }
+
+    #[test]
+    fn a_counted_subscription_starts_after_every_event_sent_before_it() {
+        let events = Events::with_buffer(8);
+        events.publish(Event::new(EventType::Normal, reason::PULLING, "unwatched".into()));
+        let (_first, sent) = events.subscribe_counted(Filter::default());
+        assert_eq!(sent, 0, "an event no one watched is not counted");
+        events.publish(Event::new(EventType::Normal, reason::PULLING, "a".into()));
+        events.publish(Event::new(EventType::Normal, reason::PULLED, "b".into()));
+        let (mut second, sent) = events.subscribe_counted(Filter::default());
+        assert_eq!((sent, events.sent()), (2, 2));
+        events.publish(Event::new(EventType::Normal, reason::PULLING, "c".into()));
+        assert!(matches!(second.try_next(), Some(Next::Event(event)) if event.message == "c"));
+        assert_eq!(events.sent(), 3);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 use cri_imaged::api::{Event, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient};
 use cri_imaged::ensure::ManagerConfig;
 use hyper_util::rt::TokioIo;
-use support::{FakeStack, call, ensure};
+use support::{FakeStack, call, ensure, grpc_request, h2_connection, raw_unary, response_status};
 use tokio::net::UnixStream;
 use tonic::transport::{Endpoint, Uri};
 use tonic::{Code, Status, Streaming};
@@ -253,4 +253,30 @@ async fn a_watch_ends_when_the_daemon_stops() {
     let status = ended.expect_err("ends with a status, not quietly");
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert_eq!(status.message(), "cri-imaged is shutting down; watch again when it is back");
+}
+
+const WATCH_EVENTS: &str = "/imagemanager.v1.ImageManager/WatchEvents";
+
+#[tokio::test]
+async fn a_watch_without_its_request_message_is_refused_with_the_reason() {
+    let stack = FakeStack::start(ManagerConfig::default()).await;
+    let mut client = h2_connection(&stack.daemon.socket).await.ready().await.expect("h2 ready");
+    let (response, _) = client.send_request(grpc_request(WATCH_EVENTS, None), true).expect("send headers");
+    let status = response_status(response).await;
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(status.message(), "WatchEvents takes one WatchEventsRequest message; the call sent none");
+}
+
+#[tokio::test]
+async fn a_watch_whose_request_is_not_a_watch_events_request_is_refused() {
+    let stack = FakeStack::start(ManagerConfig::default()).await;
+    // Field 1 says it is a string of 100 bytes; none follow.
+    let status = raw_unary(h2_connection(&stack.daemon.socket).await, WATCH_EVENTS, &[0x0a, 100], "5S").await;
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(status.message().contains("failed to decode Protobuf message"), "{status:?}");
+    // The daemon goes on serving.
+    let mut events = watch(&stack, WatchEventsRequest::default()).await;
+    stack.runtime.service.add_image("busybox:1.36", "sha256:b", 1);
+    call(&mut stack.daemon.client(), ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("present");
+    assert_eq!(next(&mut events).await.image, "busybox:1.36");
 }

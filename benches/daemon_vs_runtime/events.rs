@@ -1,6 +1,9 @@
 //! Event fan-out: a herd for one absent image with many `WatchEvents` subscribers, against the
 //! same herd with none, in alternating rounds on the stack. The subscribers either read every
-//! event (the worst case) or each watches one pod of the herd, as a node agent does.
+//! event (the worst case) or each watches one pod of the herd, as a node agent does. Those
+//! reading every event either read as events come, or hold their streams open and read once the
+//! herd is answered: the daemon sends them everything during the herd all the same (their
+//! connections take it in), but their decoding of 200,000 messages is out of the herd's time.
 //!
 //! The subscribers are other programs on the node than the herd's caller (the kubelet): they run
 //! on a runtime of their own whose threads are in the idle scheduling class, so what the herd's
@@ -35,7 +38,7 @@ const DELIVERY_LIMIT: Duration = Duration::from_secs(60);
 struct Shape {
     herd: usize,
     subscribers: usize,
-    /// Rounds rotate none, every event, one pod each, then back in reverse order.
+    /// Rounds rotate through the sides, then back in reverse order.
     pairs: usize,
 }
 
@@ -43,8 +46,10 @@ struct Shape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Watchers {
     None,
-    /// Each subscriber reads every event.
+    /// Each subscriber reads every event as it comes.
     EveryEvent(usize),
+    /// Each subscriber is sent every event as it comes, and reads them once the herd is answered.
+    EveryEventAfterHerd(usize),
     /// Subscriber `i` watches the herd's pod `i` only.
     OnePodEach(usize),
 }
@@ -53,7 +58,7 @@ impl Watchers {
     fn count(self) -> usize {
         match self {
             Self::None => 0,
-            Self::EveryEvent(n) | Self::OnePodEach(n) => n,
+            Self::EveryEvent(n) | Self::EveryEventAfterHerd(n) | Self::OnePodEach(n) => n,
         }
     }
 
@@ -61,6 +66,7 @@ impl Watchers {
         match self {
             Self::None => "none".to_owned(),
             Self::EveryEvent(n) => format!("{n} reading every event"),
+            Self::EveryEventAfterHerd(n) => format!("{n} reading every event after the herd"),
             Self::OnePodEach(n) => format!("{n} watching one pod each"),
         }
     }
@@ -121,10 +127,15 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     let readers = idle_runtime();
     // Connections, the first pull's set-up: not counted.
     herd_round(bench, &daemon, &socket, &image, &shape, Watchers::None, &readers, "warm-up").await;
-    let sides = [Watchers::None, Watchers::EveryEvent(shape.subscribers), Watchers::OnePodEach(shape.subscribers)];
+    let sides = [
+        Watchers::None,
+        Watchers::EveryEvent(shape.subscribers),
+        Watchers::EveryEventAfterHerd(shape.subscribers),
+        Watchers::OnePodEach(shape.subscribers),
+    ];
     let mut rounds: Vec<Vec<Round>> = sides.iter().map(|_| Vec::new()).collect();
     for round in 0..shape.pairs * sides.len() {
-        // A, B, C, C, B, A, ...: each side as often early as late.
+        // A, B, C, D, D, C, B, A, ...: each side as often early as late.
         let step = round % (2 * sides.len());
         let side = if step < sides.len() { step } else { 2 * sides.len() - 1 - step };
         let result =
@@ -169,12 +180,14 @@ async fn herd_round(
     let marker = format!("events-{round}-marker");
     let subscribers = watching.count();
     let mut watchers = Vec::with_capacity(subscribers);
+    let (answered, herd_answered) = tokio::sync::watch::channel(false);
     for index in 0..subscribers {
         let pod = match watching {
             Watchers::OnePodEach(_) => Some(format!("events-{round}-{index}")),
-            Watchers::None | Watchers::EveryEvent(_) => None,
+            Watchers::None | Watchers::EveryEvent(_) | Watchers::EveryEventAfterHerd(_) => None,
         };
-        let subscribed = readers.spawn(subscribe(socket.to_owned(), marker.clone(), pod));
+        let read_from = matches!(watching, Watchers::EveryEventAfterHerd(_)).then(|| herd_answered.clone());
+        let subscribed = readers.spawn(subscribe(socket.to_owned(), marker.clone(), pod, read_from));
         watchers.push(subscribed.await.expect("a subscriber's set-up"));
     }
     let pulls_before = daemon.metric("cri_imaged_pulls_total");
@@ -194,6 +207,7 @@ async fn herd_round(
     assert!(herd.errors.is_empty(), "events herd {round}: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
     let upstream_pulls = daemon.metric("cri_imaged_pulls_total") - pulls_before;
     assert!(upstream_pulls >= 1.0, "events herd {round}: the image was pulled, not found present");
+    answered.send_replace(true);
     // The image is present now: one more pod's answer is an event after every one of the herd's.
     ensure(&daemon.client, image, &marker).await.expect("the marker's answer");
     let mut tallies = Vec::with_capacity(subscribers);
@@ -228,15 +242,24 @@ async fn remove(bench: &Bench, daemon: &Daemon, image: &str, round: &str) {
 }
 
 /// A `WatchEvents` on a connection of its own, subscribed once this returns: with an empty
-/// filter, read as the events come until `marker`'s; for one `pod`, until its pod's `Pulled`.
-/// Runs on the runtime it is spawned on, with its connection's tasks.
-async fn subscribe(socket: PathBuf, marker: String, pod: Option<String>) -> JoinHandle<Tally> {
+/// filter, read until `marker`'s event; for one `pod`, until its pod's `Pulled`. Reads as the
+/// events come, or from when `read_from` turns true if given. Runs on the runtime it is spawned
+/// on, with its connection's tasks.
+async fn subscribe(
+    socket: PathBuf,
+    marker: String,
+    pod: Option<String>,
+    read_from: Option<tokio::sync::watch::Receiver<bool>>,
+) -> JoinHandle<Tally> {
     let mut client = ImageManagerClient::new(unix_channel(&socket));
     let request = WatchEventsRequest { pod_uid: pod.clone().unwrap_or_default(), ..Default::default() };
     let mut events = client.watch_events(request).await.expect("watching events").into_inner();
     tokio::spawn(async move {
         let _client = client;
         let mut tally = Tally::default();
+        if let Some(mut read_from) = read_from {
+            read_from.wait_for(|go| *go).await.expect("the herd's round");
+        }
         while let Some(event) = events.message().await.expect("the event stream") {
             if event.pod.as_ref().is_some_and(|pod| pod.uid == marker) {
                 return tally;
@@ -357,7 +380,7 @@ fn subscribers_table(shape: &Shape, side: Watchers, subscribed: &[Round], baseli
         vec![report::duration(least), report::duration(most)],
     );
     // A pod's two events each: the daemon's CPU over so few says nothing of a delivery's cost.
-    if matches!(side, Watchers::EveryEvent(_)) {
+    if matches!(side, Watchers::EveryEvent(_) | Watchers::EveryEventAfterHerd(_)) {
         // CPU is counted in 10 ms ticks: over a round's thousands of deliveries, a fair figure.
         let per_delivery: Vec<f64> = subscribed
             .iter()

@@ -13,6 +13,7 @@ use super::{
     deadline::{CallerDeadline, DrainDeadline},
     request::RequestError,
     streams::StreamShutDown,
+    watch::NoRequestMessage,
 };
 use std::sync::Arc;
 
@@ -116,6 +117,13 @@ impl From<DrainDeadline> for Status {
     fn from(error: DrainDeadline) -> Self {
         let details = ErrorDetails::with_error_info(SHUTTING_DOWN, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(Code::Unavailable, error.to_string(), details)
+    }
+}
+
+impl From<NoRequestMessage> for Status {
+    fn from(error: NoRequestMessage) -> Self {
+        let details = ErrorDetails::with_error_info(INVALID_REQUEST, ERROR_DOMAIN, HashMap::new());
+        Status::with_error_details(Code::InvalidArgument, error.to_string(), details)
     }
 }
 

@@ -86,9 +86,7 @@ impl Body for UntilShutdown {
         }
         if this.stopping.as_mut().poll(cx).is_ready() {
             this.ended = true;
-            let mut trailers = Status::from(StreamShutDown).into_http::<()>().into_parts().0.headers;
-            trailers.remove(http::header::CONTENT_TYPE);
-            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers(StreamShutDown.into())))));
         }
         Poll::Pending
     }
@@ -96,4 +94,11 @@ impl Body for UntilShutdown {
     fn is_end_stream(&self) -> bool {
         self.ended || self.body.is_end_stream()
     }
+}
+
+/// The trailers that end a gRPC response with `status`.
+pub fn trailers(status: Status) -> http::HeaderMap {
+    let mut trailers = status.into_http::<()>().into_parts().0.headers;
+    trailers.remove(http::header::CONTENT_TYPE);
+    trailers
 }

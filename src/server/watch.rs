@@ -1,48 +1,48 @@
-//! `WatchEvents`, served beside the generated ImageManager service so that each event is encoded
-//! once for every watcher, not once per watcher: a herd of a thousand pods publishes two thousand
-//! events, and a hundred watchers would otherwise encode them two hundred thousand times.
+//! `WatchEvents`, served beside the generated ImageManager service with a response body of its
+//! own: a herd of a thousand pods publishes two thousand events, and a hundred watchers reading
+//! them through tonic's per-message encoder doubled the daemon's CPU per herd.
 //!
-//! A watcher's stream also waits [`EVENT_LINGER`] after the first event of a quiet spell, so that
-//! what follows goes with it in one write and one wake-up of the watcher.
+//! Instead [`batches`] frames each event once and seals events into batches that every watcher
+//! shares; a watcher's body sends them as they are.
+
+mod batches;
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, task::Poll};
 
-use bytes::Bytes;
-use futures_util::Stream;
-use prost::Message;
+use http_body::Frame;
 use tonic::{
-    Request, Response, Status,
+    Status,
     body::Body,
-    codec::Codec,
-    server::{Grpc, NamedService, ServerStreamingService},
+    codec::{Codec, Streaming},
+    server::NamedService,
 };
 
-use super::{API_MAX_REQUEST_BYTES, streams::StreamShutDown};
+use self::batches::{Batches, Ended, Watcher};
+use super::{
+    API_MAX_REQUEST_BYTES,
+    streams::{StreamShutDown, trailers},
+};
 use crate::{
     api,
-    events::{self, Event, Events, Filter, Next},
-    runtime::passthrough::{RawCodec, RawEncoder},
+    events::{self, Event, Events, Filter},
     shutdown::Shutdown,
 };
 
 /// The method's path.
 pub const WATCH_EVENTS: &str = "/imagemanager.v1.ImageManager/WatchEvents";
 
-/// How long an event waits for others to go with it to a watcher.
-const EVENT_LINGER: std::time::Duration = std::time::Duration::from_millis(20);
-
 /// The ImageManager service `S`, with `WatchEvents` served here.
 #[derive(Clone)]
 pub struct WithWatch<S> {
     inner: S,
-    events: Arc<Events>,
+    batches: Arc<Batches>,
     /// Streams end when the daemon stops.
     shutdown: Shutdown,
 }
 
 impl<S> WithWatch<S> {
     pub fn new(inner: S, events: Arc<Events>, shutdown: Shutdown) -> Self {
-        Self { inner, events, shutdown }
+        Self { inner, batches: Batches::new(events), shutdown }
     }
 }
 
@@ -69,81 +69,47 @@ where
         if request.uri().path() != WATCH_EVENTS {
             return Box::pin(self.inner.call(request));
         }
-        let watch = Watch { events: self.events.clone(), shutdown: self.shutdown.clone() };
-        let mut grpc = Grpc::new(WatchCodec).apply_max_message_size_config(Some(API_MAX_REQUEST_BYTES), None);
-        Box::pin(async move { Ok(grpc.server_streaming(watch, request).await) })
-    }
-}
-
-/// Decodes the request as prost does; writes the events' bytes as they were encoded.
-#[derive(Clone, Copy, Default)]
-struct WatchCodec;
-
-impl Codec for WatchCodec {
-    type Encode = Bytes;
-    type Decode = api::WatchEventsRequest;
-    type Encoder = RawEncoder;
-    type Decoder = tonic_prost::ProstDecoder<api::WatchEventsRequest>;
-
-    fn encoder(&mut self) -> RawEncoder {
-        RawCodec.encoder()
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstCodec::<api::Event, api::WatchEventsRequest>::default().decoder()
-    }
-}
-
-struct Watch {
-    events: Arc<Events>,
-    shutdown: Shutdown,
-}
-
-type EventStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
-
-impl ServerStreamingService<api::WatchEventsRequest> for Watch {
-    type Response = Bytes;
-    type ResponseStream = EventStream;
-    type Future = BoxFuture<Result<Response<EventStream>, Status>>;
-
-    fn call(&mut self, request: Request<api::WatchEventsRequest>) -> Self::Future {
-        let api::WatchEventsRequest { pod_uid, namespace, image } = request.into_inner();
-        let subscription = self.events.subscribe(Filter { pod_uid, namespace, image });
-        let stopping = Box::pin(self.shutdown.clone().requested());
-        let stream = futures_util::stream::unfold(
-            (subscription, stopping, false),
-            |(mut subscription, mut stopping, ended)| async move {
-                if ended {
-                    return None;
+        let (batches, shutdown) = (self.batches.clone(), self.shutdown.clone());
+        Box::pin(async move {
+            Ok(match read_request(request).await {
+                Ok(api::WatchEventsRequest { pod_uid, namespace, image }) => {
+                    respond(batches.watch(Filter { pod_uid, namespace, image }), shutdown)
                 }
-                let end =
-                    |subscription, stopping| Some((Err(Status::from(StreamShutDown)), (subscription, stopping, true)));
-                // What has come meanwhile goes out at once: tonic writes it all in one frame.
-                if let Some(next) = subscription.try_next() {
-                    return Some((Ok(encoded(next)), (subscription, stopping, false)));
-                }
-                let next = tokio::select! {
-                    next = subscription.next() => next?,
-                    () = &mut stopping => return end(subscription, stopping),
-                };
-                tokio::select! {
-                    () = tokio::time::sleep(EVENT_LINGER) => {}
-                    () = &mut stopping => return end(subscription, stopping),
-                }
-                Some((Ok(encoded(next)), (subscription, stopping, false)))
-            },
-        );
-        let stream: EventStream = Box::pin(stream);
-        Box::pin(async move { Ok(Response::new(stream)) })
+                Err(status) => status.into_http(),
+            })
+        })
     }
 }
 
-/// The event as the wire carries it: encoded by the first watcher to send it, shared after.
-fn encoded(next: Next) -> Bytes {
-    match next {
-        Next::Event(event) => event.wire.get_or_init(|| wire_event(&event, 0).encode_to_vec().into()).clone(),
-        Next::Lagged(lost) => wire_event(&events::lagged(lost), lost).encode_to_vec().into(),
-    }
+/// The call had no request message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("WatchEvents takes one WatchEventsRequest message; the call sent none")]
+pub struct NoRequestMessage;
+
+/// The call's one message, decoded as tonic decodes any request: size limit, framing, prost.
+async fn read_request(request: http::Request<Body>) -> Result<api::WatchEventsRequest, Status> {
+    let decoder = tonic_prost::ProstCodec::<api::Event, api::WatchEventsRequest>::default().decoder();
+    let mut messages = Streaming::new_request(decoder, request.into_body(), None, Some(API_MAX_REQUEST_BYTES));
+    messages.message().await?.ok_or_else(|| NoRequestMessage.into())
+}
+
+/// A gRPC response whose body is `watcher`'s events until the daemon stops.
+fn respond(watcher: Watcher, shutdown: Shutdown) -> http::Response<Body> {
+    let stopping: BoxFuture<()> = Box::pin(shutdown.requested());
+    let frames = futures_util::stream::unfold(Some((watcher, stopping)), |state| async move {
+        let (mut watcher, mut stopping) = state?;
+        let next = tokio::select! {
+            next = watcher.next() => next.map_err(|Ended| Status::new(tonic::Code::Ok, "")),
+            () = &mut stopping => Err(StreamShutDown.into()),
+        };
+        Some(match next {
+            Ok(frames) => (Ok::<_, Status>(Frame::data(frames)), Some((watcher, stopping))),
+            Err(end) => (Ok(Frame::trailers(trailers(end))), None),
+        })
+    });
+    let mut response = http::Response::new(Body::new(http_body_util::StreamBody::new(frames)));
+    response.headers_mut().insert(http::header::CONTENT_TYPE, tonic::metadata::GRPC_CONTENT_TYPE);
+    response
 }
 
 fn wire_event(event: &Event, dropped: u64) -> api::Event {

@@ -10,9 +10,9 @@
 //!   shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
-//!   WatchEvents (events encoded once into batches every watcher shares), health, reflection, caller and
-//!   drain deadlines, the accept path that serves any
-//!   `:authority`; `server::status` is the one place errors become gRPC statuses.
+//!   WatchEvents (events encoded once into batches every watcher shares), health, reflection,
+//!   caller and drain deadlines, the accept path that serves any `:authority`; `server::status`
+//!   is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
 //!   present image), back off, find credentials, pull, record.
 //! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.

@@ -15,12 +15,17 @@ use support::{
 const GRPCIO_CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/grpcio_client.py");
 const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
 
-/// Runs the Python grpcio client against `daemon` for `images`; its stdout and stderr, once it
-/// succeeded.
-async fn grpcio_client(python: PathBuf, daemon: &DaemonProcess, images: Vec<String>) -> (String, String) {
+/// Runs the Python grpcio client against `daemon` for `images`, watching its pod's events if
+/// `watch`; its stdout and stderr, once it succeeded.
+async fn grpcio_client(python: PathBuf, daemon: &DaemonProcess, images: Vec<String>, watch: bool) -> (String, String) {
     let socket = daemon.socket.clone();
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(python).arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images).output()
+        let mut client = Command::new(python);
+        client.arg(GRPCIO_CLIENT).arg(&socket).arg(PROTO_DIR).args(images);
+        if watch {
+            client.env("WATCH_EVENTS", "1");
+        }
+        client.output()
     })
     .await
     .expect("client task")
@@ -32,7 +37,7 @@ async fn grpcio_client(python: PathBuf, daemon: &DaemonProcess, images: Vec<Stri
 }
 
 #[tokio::test]
-async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_images() {
+async fn python_grpcio_with_its_default_authority_checks_health_ensures_images_and_watches_their_events() {
     if !require_python_modules(&["grpc", "grpc_tools", "grpc_health.v1", "grpc_status"]) {
         return;
     }
@@ -43,7 +48,7 @@ async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_imag
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
 
     let images = ["busybox:1.36", "busybox:1.36", "missing:1", "Not/A Valid:Name"];
-    let (stdout, stderr) = grpcio_client(python, &daemon, images.map(String::from).to_vec()).await;
+    let (stdout, stderr) = grpcio_client(python, &daemon, images.map(String::from).to_vec(), true).await;
 
     let lines: Vec<&str> = stdout.lines().collect();
     let expected = [
@@ -67,7 +72,27 @@ async fn python_grpcio_with_its_default_authority_checks_health_and_ensures_imag
         "{}",
         lines[5]
     );
-    assert_eq!(lines.len(), 6, "{stdout}");
+    // Its pod's events, in order, read through the WatchEvents stream.
+    let events: Vec<String> = lines[6..]
+        .iter()
+        .map(|line| {
+            let event: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            assert_eq!(event["pod"], "python-agent-uid", "{line}");
+            format!("{} {} {}", event["type"].as_str().unwrap(), event["event"].as_str().unwrap(), event["image"])
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            r#"Normal Pulling "busybox:1.36""#,
+            r#"Normal Pulled "busybox:1.36""#,
+            r#"Normal Pulled "busybox:1.36""#,
+            r#"Normal Pulling "missing:1""#,
+            r#"Warning Failed "missing:1""#,
+            r#"Warning InspectFailed "Not/A Valid:Name""#,
+        ],
+        "{stdout}"
+    );
     assert_eq!(runtime.service.pulls().len(), 2, "busybox once, missing:1 once");
 }
 
@@ -83,7 +108,7 @@ async fn python_grpcio_gets_invalid_image_name_for_a_huge_name_and_the_size_limi
     let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
     let images = vec![format!("LONG:{}", 1 << 20), format!("LONG:{}", 3 << 20)];
-    let (stdout, _) = grpcio_client(python, &daemon, images).await;
+    let (stdout, _) = grpcio_client(python, &daemon, images, false).await;
     let lines: Vec<serde_json::Value> =
         stdout.lines().skip(2).map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
     let huge = &lines[0];

@@ -3,7 +3,9 @@
 Usage: grpcio_client.py SOCKET PROTO_DIR IMAGE...
 Compiles the cri-imaged API with grpc_tools, dials unix://SOCKET with grpcio's default
 :authority, checks health (the server and imagemanager.v1.ImageManager), then calls
-EnsureImageExists (IfNotPresent) once per IMAGE on one channel. Prints one JSON object per line.
+EnsureImageExists (IfNotPresent) once per IMAGE on one channel. With WATCH_EVENTS=1, it watches
+its pod's events first and reads them after, up to the last IMAGE's first event. Prints one JSON
+object per line.
 """
 
 import importlib
@@ -62,6 +64,11 @@ def main():
                 print(json.dumps({"health": service, "status": status}), flush=True)
             manager = api_grpc.ImageManagerStub(channel)
             pod = api.PodRef(namespace="default", name="agent", uid="python-agent-uid")
+            watching = os.environ.get("WATCH_EVENTS") == "1"
+            if watching:
+                events = manager.WatchEvents(api.WatchEventsRequest(pod_uid=pod.uid), timeout=30)
+                # The response's headers come once the daemon has subscribed the watch.
+                events.initial_metadata()
             for image in map(expand, images):
                 request = api.EnsureImageExistsRequest(
                     image=image, pull_policy=api.IF_NOT_PRESENT, pod=pod, container_name="app"
@@ -72,6 +79,13 @@ def main():
                 except grpc.RpcError as error:
                     line = {"image": shown(image), "code": error.code().name, "message": error.details()}
                     print(json.dumps(dict(line, reason=error_reason(error))), flush=True)
+            if watching:
+                for event in events:
+                    line = {"event": event.reason, "type": event.type, "image": shown(event.image), "pod": event.pod.uid}
+                    print(json.dumps(line), flush=True)
+                    if event.image == expand(images[-1]):
+                        break
+                events.cancel()
 
 
 if __name__ == "__main__":

@@ -6,25 +6,29 @@
 //! connections take it in), but their decoding of 200,000 messages is out of the herd's time.
 //!
 //! The subscribers are other programs on the node than the herd's caller (the kubelet): they run
-//! on a runtime of their own whose threads are in the idle scheduling class, so what the herd's
-//! time shows is the daemon's cost of delivering to them, not two cores shared with 100 readers
-//! decoding 200,000 messages, nor herd callers queued behind them on one executor.
+//! on a runtime of their own whose threads are in the idle scheduling class, so that the herd's
+//! callers do not queue behind them on one executor. Idle-class threads still take the cores'
+//! spare time, and on a 2-core machine that costs the herd too; a control side measures how much:
+//! the same readers decode the same messages (recorded by a subscriber in the warm-up) with no
+//! watch at all, so the daemon does nothing for them.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use cri_imaged::{
-    api::{PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient},
+    api::{Event as WatchedEvent, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient},
     events::reason,
 };
 use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
+use prost::Message;
 use tokio::{runtime::Runtime, task::JoinHandle};
 
 use crate::{
     Bench, Daemon, Findings, ensure, ensure_request, load,
+    progress::containerd_pid,
     report::{self, Table, Verdict},
     support::unix_channel,
 };
@@ -52,12 +56,17 @@ enum Watchers {
     EveryEventAfterHerd(usize),
     /// Subscriber `i` watches the herd's pod `i` only.
     OnePodEach(usize),
+    /// No watch: as many readers decode the warm-up's recorded events during the herd.
+    DecodingAlone(usize),
+    /// One subscriber reads every event and keeps each message's bytes (the warm-up).
+    Recorder,
 }
 
 impl Watchers {
     fn count(self) -> usize {
         match self {
-            Self::None => 0,
+            Self::None | Self::DecodingAlone(_) => 0,
+            Self::Recorder => 1,
             Self::EveryEvent(n) | Self::EveryEventAfterHerd(n) | Self::OnePodEach(n) => n,
         }
     }
@@ -68,6 +77,8 @@ impl Watchers {
             Self::EveryEvent(n) => format!("{n} reading every event"),
             Self::EveryEventAfterHerd(n) => format!("{n} reading every event after the herd"),
             Self::OnePodEach(n) => format!("{n} watching one pod each"),
+            Self::DecodingAlone(n) => format!("{n} decoding every event, not watching (control)"),
+            Self::Recorder => "one recording every event".to_owned(),
         }
     }
 }
@@ -92,6 +103,8 @@ struct Tally {
     by_reason: BTreeMap<String, usize>,
     /// The events `Lagged` events said went by unread.
     dropped: u64,
+    /// Each event's message, encoded again, for a `Recorder`.
+    recorded: Vec<Vec<u8>>,
 }
 
 impl Tally {
@@ -103,6 +116,22 @@ impl Tally {
     fn of(&self, reason: &str) -> usize {
         self.by_reason.get(reason).copied().unwrap_or(0)
     }
+
+    fn count(&mut self, event: &WatchedEvent) {
+        self.dropped += event.dropped;
+        *self.by_reason.entry(event.reason.clone()).or_default() += 1;
+    }
+}
+
+/// What a round needs besides who watches: the same for every round.
+struct Stage<'a> {
+    bench: &'a Bench,
+    daemon: &'a Daemon,
+    socket: PathBuf,
+    image: String,
+    shape: Shape,
+    /// The subscribers' runtime.
+    readers: Runtime,
 }
 
 /// The section: alternating herds without and with subscribers, on a daemon of its own.
@@ -111,7 +140,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     let shape = Shape {
         herd: bench.sizes.herds.last().copied().unwrap_or(20),
         subscribers: if full { 100 } else { 5 },
-        pairs: if full { 10 } else { 1 },
+        pairs: if full { 20 } else { 1 },
     };
     progress!(
         "event fan-out: herds of {} with 0 and {} subscribers, {} rounds each",
@@ -124,24 +153,26 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     let image = bench.stack.image(name);
     let daemon = Daemon::start(bench, "events", &[]).await;
     let socket = bench.work.path().join("events.sock");
-    let readers = idle_runtime();
+    let stage = Stage { bench, daemon: &daemon, socket, image, shape, readers: idle_runtime() };
     // Connections, the first pull's set-up: not counted.
-    herd_round(bench, &daemon, &socket, &image, &shape, Watchers::None, &readers, "warm-up").await;
+    let mut warm_up = stage.round(Watchers::Recorder, "warm-up", &[]).await;
+    let recorded = warm_up.tallies.pop().map(|tally| tally.recorded).unwrap_or_default();
+    let subscribers = stage.shape.subscribers;
     let sides = [
         Watchers::None,
-        Watchers::EveryEvent(shape.subscribers),
-        Watchers::EveryEventAfterHerd(shape.subscribers),
-        Watchers::OnePodEach(shape.subscribers),
+        Watchers::EveryEvent(subscribers),
+        Watchers::EveryEventAfterHerd(subscribers),
+        Watchers::OnePodEach(subscribers),
+        Watchers::DecodingAlone(subscribers),
     ];
     let mut rounds: Vec<Vec<Round>> = sides.iter().map(|_| Vec::new()).collect();
-    for round in 0..shape.pairs * sides.len() {
+    for round in 0..stage.shape.pairs * sides.len() {
         // A, B, C, D, D, C, B, A, ...: each side as often early as late.
         let step = round % (2 * sides.len());
         let side = if step < sides.len() { step } else { 2 * sides.len() - 1 - step };
-        let result =
-            herd_round(bench, &daemon, &socket, &image, &shape, sides[side], &readers, &round.to_string()).await;
-        rounds[side].push(result);
+        rounds[side].push(stage.round(sides[side], &round.to_string(), &recorded).await);
     }
+    let Stage { shape, readers, .. } = stage;
     readers.shutdown_background();
     report(&shape, &sides, &rounds, findings);
 }
@@ -163,64 +194,105 @@ fn idle_runtime() -> Runtime {
         .expect("the subscribers' runtime")
 }
 
-/// Removes `image` on containerd, waits until cri-imaged answers it absent, opens `subscribers`
-/// watches on `readers`, then `shape.herd` pods ask for it at once.
-#[allow(clippy::too_many_arguments)]
-async fn herd_round(
-    bench: &Bench,
-    daemon: &Daemon,
-    socket: &Path,
-    image: &str,
-    shape: &Shape,
-    watching: Watchers,
-    readers: &Runtime,
-    round: &str,
-) -> Round {
-    remove(bench, daemon, image, round).await;
-    let marker = format!("events-{round}-marker");
-    let subscribers = watching.count();
-    let mut watchers = Vec::with_capacity(subscribers);
-    let (answered, herd_answered) = tokio::sync::watch::channel(false);
-    for index in 0..subscribers {
-        let pod = match watching {
-            Watchers::OnePodEach(_) => Some(format!("events-{round}-{index}")),
-            Watchers::None | Watchers::EveryEvent(_) | Watchers::EveryEventAfterHerd(_) => None,
+impl Stage<'_> {
+    /// Removes the image on containerd, waits until cri-imaged answers it absent, opens the
+    /// watches on the readers' runtime, then `shape.herd` pods ask for it at once. `recorded`
+    /// is what a `DecodingAlone` side decodes.
+    async fn round(&self, watching: Watchers, round: &str, recorded: &[Vec<u8>]) -> Round {
+        let Self { bench, daemon, socket, image, shape, readers } = self;
+        remove(bench, daemon, image, round).await;
+        quiesce(&[containerd_pid(bench), daemon.pid().to_string()]).await;
+        let marker = format!("events-{round}-marker");
+        let mut watchers = Vec::with_capacity(watching.count());
+        let (answered, herd_answered) = tokio::sync::watch::channel(false);
+        for index in 0..watching.count() {
+            let pod = match watching {
+                Watchers::OnePodEach(_) => Some(format!("events-{round}-{index}")),
+                _ => None,
+            };
+            let read_from = matches!(watching, Watchers::EveryEventAfterHerd(_)).then(|| herd_answered.clone());
+            let record = watching == Watchers::Recorder;
+            let subscribed = readers.spawn(subscribe(socket.clone(), marker.clone(), pod, read_from, record));
+            watchers.push(subscribed.await.expect("a subscriber's set-up"));
+        }
+        let pulls_before = daemon.metric("cri_imaged_pulls_total");
+        let cpu_before = (cpu_time(&daemon.pid().to_string()), cpu_time("self"));
+        let started = Instant::now();
+        let decoders = match watching {
+            Watchers::DecodingAlone(readers_count) => decode_alone(readers, recorded, readers_count),
+            _ => Vec::new(),
         };
-        let read_from = matches!(watching, Watchers::EveryEventAfterHerd(_)).then(|| herd_answered.clone());
-        let subscribed = readers.spawn(subscribe(socket.to_owned(), marker.clone(), pod, read_from));
-        watchers.push(subscribed.await.expect("a subscriber's set-up"));
+        let herd = {
+            let (client, image, round) = (daemon.client.clone(), image.clone(), round.to_owned());
+            load::herd(shape.herd, move |index| {
+                let call = ensure(&client, &image, &format!("events-{round}-{index}"));
+                async move {
+                    let response = call.await.map_err(|status| status.to_string())?;
+                    if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
+                }
+            })
+            .await
+        };
+        assert!(herd.errors.is_empty(), "events herd {round}: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
+        let upstream_pulls = daemon.metric("cri_imaged_pulls_total") - pulls_before;
+        assert!(upstream_pulls >= 1.0, "events herd {round}: the image was pulled, not found present");
+        answered.send_replace(true);
+        // The image is present now: one more pod's answer is an event after every one of the herd's.
+        ensure(&daemon.client, image, &marker).await.expect("the marker's answer");
+        let mut tallies = Vec::with_capacity(watching.count());
+        for watcher in watchers {
+            let tally = tokio::time::timeout(DELIVERY_LIMIT, watcher).await;
+            let tally = tally
+                .unwrap_or_else(|_| panic!("events herd {round}: a subscriber's events within {DELIVERY_LIMIT:?}"));
+            tallies.push(tally.expect("a subscriber panicked"));
+        }
+        for decoder in decoders {
+            tallies.extend(decoder.await.expect("a decoder panicked"));
+        }
+        let delivered = (!tallies.is_empty()).then(|| started.elapsed());
+        let daemon_cpu = cpu_time(&daemon.pid().to_string()) - cpu_before.0;
+        let bench_cpu = cpu_time("self") - cpu_before.1;
+        Round { wall: herd.wall, delivered, upstream_pulls, daemon_cpu, bench_cpu, tallies }
     }
-    let pulls_before = daemon.metric("cri_imaged_pulls_total");
-    let cpu_before = (cpu_time(&daemon.pid().to_string()), cpu_time("self"));
-    let started = Instant::now();
-    let herd = {
-        let (client, image, round) = (daemon.client.clone(), image.to_owned(), round.to_owned());
-        load::herd(shape.herd, move |index| {
-            let call = ensure(&client, &image, &format!("events-{round}-{index}"));
-            async move {
-                let response = call.await.map_err(|status| status.to_string())?;
-                if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
-            }
+}
+
+/// Waits until `pids` have used no CPU for 100 ms (containerd collects the removed image's
+/// content and snapshots after the removal is answered), at most 3 s.
+async fn quiesce(pids: &[String]) {
+    let used = || pids.iter().map(|pid| cpu_time(pid)).sum::<Duration>();
+    for _ in 0..30 {
+        let before = used();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if used() == before {
+            return;
+        }
+    }
+}
+
+/// `readers` tasks on the readers' runtime, between them decoding `recorded` once per reader and
+/// yielding between passes, as watchers would decode what they read: a tally for each reader.
+fn decode_alone(readers: &Runtime, recorded: &[Vec<u8>], reader_count: usize) -> Vec<JoinHandle<Vec<Tally>>> {
+    let recorded = std::sync::Arc::new(recorded.to_vec());
+    // One task for each of the runtime's threads.
+    let tasks = 2;
+    (0..tasks)
+        .map(|task| {
+            let recorded = recorded.clone();
+            let passes = (task..reader_count).step_by(tasks).count();
+            readers.spawn(async move {
+                let mut tallies = Vec::with_capacity(passes);
+                for _ in 0..passes {
+                    let mut tally = Tally::default();
+                    for message in recorded.iter() {
+                        tally.count(&WatchedEvent::decode(message.as_slice()).expect("a recorded event decodes"));
+                    }
+                    tallies.push(tally);
+                    tokio::task::yield_now().await;
+                }
+                tallies
+            })
         })
-        .await
-    };
-    assert!(herd.errors.is_empty(), "events herd {round}: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
-    let upstream_pulls = daemon.metric("cri_imaged_pulls_total") - pulls_before;
-    assert!(upstream_pulls >= 1.0, "events herd {round}: the image was pulled, not found present");
-    answered.send_replace(true);
-    // The image is present now: one more pod's answer is an event after every one of the herd's.
-    ensure(&daemon.client, image, &marker).await.expect("the marker's answer");
-    let mut tallies = Vec::with_capacity(subscribers);
-    for watcher in watchers {
-        let tally = tokio::time::timeout(DELIVERY_LIMIT, watcher).await;
-        let tally =
-            tally.unwrap_or_else(|_| panic!("events herd {round}: a subscriber's events within {DELIVERY_LIMIT:?}"));
-        tallies.push(tally.expect("a subscriber panicked"));
-    }
-    let delivered = (subscribers > 0).then(|| started.elapsed());
-    let daemon_cpu = cpu_time(&daemon.pid().to_string()) - cpu_before.0;
-    let bench_cpu = cpu_time("self") - cpu_before.1;
-    Round { wall: herd.wall, delivered, upstream_pulls, daemon_cpu, bench_cpu, tallies }
+        .collect()
 }
 
 /// Removes `image` on containerd directly; then asks cri-imaged with policy Never until it
@@ -243,13 +315,14 @@ async fn remove(bench: &Bench, daemon: &Daemon, image: &str, round: &str) {
 
 /// A `WatchEvents` on a connection of its own, subscribed once this returns: with an empty
 /// filter, read until `marker`'s event; for one `pod`, until its pod's `Pulled`. Reads as the
-/// events come, or from when `read_from` turns true if given. Runs on the runtime it is spawned
-/// on, with its connection's tasks.
+/// events come, or from when `read_from` turns true if given, and keeps each message's bytes if
+/// `record`. Runs on the runtime it is spawned on, with its connection's tasks.
 async fn subscribe(
     socket: PathBuf,
     marker: String,
     pod: Option<String>,
     read_from: Option<tokio::sync::watch::Receiver<bool>>,
+    record: bool,
 ) -> JoinHandle<Tally> {
     let mut client = ImageManagerClient::new(unix_channel(&socket));
     let request = WatchEventsRequest { pod_uid: pod.clone().unwrap_or_default(), ..Default::default() };
@@ -264,12 +337,13 @@ async fn subscribe(
             if event.pod.as_ref().is_some_and(|pod| pod.uid == marker) {
                 return tally;
             }
+            tally.count(&event);
+            if record {
+                tally.recorded.push(event.encode_to_vec());
+            }
             if pod.is_some() && event.reason == reason::PULLED {
-                *tally.by_reason.entry(event.reason).or_default() += 1;
                 return tally;
             }
-            tally.dropped += event.dropped;
-            *tally.by_reason.entry(event.reason).or_default() += 1;
         }
         panic!("the event stream ended before the marker");
     })
@@ -331,6 +405,10 @@ fn report(shape: &Shape, sides: &[Watchers], rounds: &[Vec<Round>], findings: &m
     let baseline_cpu = median(none.iter().map(|round| round.daemon_cpu).collect());
     for (side, subscribed) in sides.iter().zip(rounds).skip(1) {
         findings.tables.push(subscribers_table(shape, *side, subscribed, baseline_cpu));
+        // The control is the readers' own cost on these cores: the daemon does nothing for it.
+        if matches!(side, Watchers::DecodingAlone(_)) {
+            continue;
+        }
         let watched = median(subscribed.iter().map(|round| round.wall).collect());
         let ratio = watched.as_secs_f64() / baseline.as_secs_f64();
         findings.verdicts.push(Verdict {

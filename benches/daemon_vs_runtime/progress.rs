@@ -98,7 +98,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
 }
 
 /// containerd's process id, as `/proc` names it: the stack's only process named `containerd`.
-fn containerd_pid(bench: &Bench) -> String {
+pub fn containerd_pid(bench: &Bench) -> String {
     let found: Vec<u32> =
         bench.stack.processes().into_iter().filter(|(_, name)| name == "containerd").map(|(pid, _)| pid).collect();
     assert_eq!(found.len(), 1, "one containerd in the stack, found {found:?}");

@@ -34,9 +34,29 @@ async fn next(watcher: &mut Watcher) -> Bytes {
 }
 
 fn setup() -> (Arc<Events>, Arc<Batches>) {
-    let events = Arc::new(Events::default());
+    setup_buffering(SUBSCRIBER_BUFFER)
+}
+
+/// Events whose subscribers (the batcher) fall behind after `buffer` unread events.
+fn setup_buffering(buffer: usize) -> (Arc<Events>, Arc<Batches>) {
+    let events = Arc::new(Events::with_buffer(buffer));
     let batches = Batches::new(events.clone());
     (events, batches)
+}
+
+/// Events numbered `numbers`, in order: even ones for pod u1, odd ones for u2.
+fn publish_alternating(events: &Events, numbers: Range<usize>) {
+    for n in numbers {
+        events.publish(event(n, if n % 2 == 0 { "u1" } else { "u2" }));
+    }
+}
+
+/// How many events the one `Lagged` event in `frames` says were lost.
+fn lagged_by(frames: Bytes) -> u64 {
+    match decode(frames).as_slice() {
+        [told] if told.reason == reason::LAGGED => told.dropped,
+        other => panic!("one Lagged event, not {other:?}"),
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -149,4 +169,32 @@ async fn the_batcher_stops_with_the_last_watcher_and_starts_again_with_the_next(
     let mut again = batches.watch(Filter::default());
     events.publish(event(0, "u1"));
     assert_eq!(messages(&decode(next(&mut again).await)), ["event 0"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_the_batcher_falls_behind_before_a_batch_every_watcher_is_told_how_many_went_by() {
+    let (events, batches) = setup_buffering(4);
+    let mut everything = batches.watch(Filter::default());
+    let mut u2 = batches.watch(Filter { pod_uid: "u2".into(), ..Filter::default() });
+    // The batcher has not run yet: it finds only the newest 4 of 10.
+    publish_alternating(&events, 0..10);
+    assert_eq!(lagged_by(next(&mut everything).await), 6);
+    assert_eq!(messages(&decode(next(&mut everything).await)), ["event 6", "event 7", "event 8", "event 9"]);
+    assert_eq!(lagged_by(next(&mut u2).await), 6, "every lost event counts, matching or not");
+    assert_eq!(messages(&decode(next(&mut u2).await)), ["event 7", "event 9"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_the_batcher_falls_behind_within_a_batch_the_batch_is_sealed_at_the_gap() {
+    let (events, batches) = setup_buffering(4);
+    let mut watcher = batches.watch(Filter::default());
+    events.publish(event(0, "u1"));
+    // The batcher takes event 0 and waits for more, its batch open.
+    tokio::task::yield_now().await;
+    publish_alternating(&events, 1..11);
+    let before_the_gap = decode(next(&mut watcher).await);
+    assert_eq!(messages(&before_the_gap), ["event 0"]);
+    assert_eq!(lagged_by(next(&mut watcher).await), 6);
+    let after = decode(next(&mut watcher).await);
+    assert_eq!(messages(&after), ["event 7", "event 8", "event 9", "event 10"]);
 }

@@ -27,7 +27,7 @@ use prost::Message;
 use tokio::{runtime::Runtime, task::JoinHandle};
 
 use crate::{
-    Bench, Daemon, Findings, ensure, ensure_request, load,
+    Bench, Daemon, Findings, ensure, ensure_herd, ensure_request,
     progress::containerd_pid,
     report::{self, Table, Verdict},
     support::unix_channel,
@@ -222,17 +222,7 @@ impl Stage<'_> {
             Watchers::DecodingAlone(readers_count) => decode_alone(readers, recorded, readers_count),
             _ => Vec::new(),
         };
-        let herd = {
-            let (client, image, round) = (daemon.client.clone(), image.clone(), round.to_owned());
-            load::herd(shape.herd, move |index| {
-                let call = ensure(&client, &image, &format!("events-{round}-{index}"));
-                async move {
-                    let response = call.await.map_err(|status| status.to_string())?;
-                    if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
-                }
-            })
-            .await
-        };
+        let herd = ensure_herd(&daemon.client, image, shape.herd, &format!("events-{round}")).await;
         assert!(herd.errors.is_empty(), "events herd {round}: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
         let upstream_pulls = daemon.metric("cri_imaged_pulls_total") - pulls_before;
         assert!(upstream_pulls >= 1.0, "events herd {round}: the image was pulled, not found present");

@@ -840,23 +840,27 @@ impl HerdRow {
 async fn herd_through(bench: &Bench, daemon: &Daemon, size: usize, image: &str) -> (HerdRow, memory::Resident) {
     memory::reset_peak(daemon.pid());
     let pulls_before = daemon.metric("cri_imaged_pulls_total");
-    let herd = {
-        let (client, image) = (daemon.client.clone(), image.to_owned());
-        load::herd(size, move |index| {
-            let call = ensure(&client, &image, &format!("herd-{size}-{index}"));
-            async move {
-                let response = call.await.map_err(|status| status.to_string())?;
-                if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
-            }
-        })
-        .await
-    };
+    let herd = ensure_herd(&daemon.client, image, size, &format!("herd-{size}")).await;
     assert!(herd.errors.is_empty(), "herd through cri-imaged: {} errors, first: {}", herd.errors.len(), herd.errors[0]);
     let resident = memory::resident(daemon.pid());
     let row = herd_row(&bench.stack, herd, image);
     let upstream = daemon.metric("cri_imaged_pulls_total") - pulls_before;
     assert_eq!(upstream as usize, row.runtime_pulls, "cri-imaged's pull count agrees with containerd's log");
     (row, resident)
+}
+
+/// `size` pods (uids `PODS-0`, `PODS-1`, ...) ask cri-imaged for `image` at once; an answer
+/// without an image ref is an error.
+async fn ensure_herd(client: &ImageManagerClient<Channel>, image: &str, size: usize, pods: &str) -> load::Herd {
+    let (client, image, pods) = (client.clone(), image.to_owned(), pods.to_owned());
+    load::herd(size, move |index| {
+        let call = ensure(&client, &image, &format!("{pods}-{index}"));
+        async move {
+            let response = call.await.map_err(|status| status.to_string())?;
+            if response.image_ref.is_empty() { Err("no image ref".to_owned()) } else { Ok(()) }
+        }
+    })
+    .await
 }
 
 /// `size` CRI PullImage calls for `image` straight to containerd at once.

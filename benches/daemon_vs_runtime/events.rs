@@ -132,6 +132,8 @@ struct Stage<'a> {
     shape: Shape,
     /// The subscribers' runtime.
     readers: Runtime,
+    /// containerd's and the daemon's process ids: a round starts once they are idle.
+    quiet: [String; 2],
 }
 
 /// The section: alternating herds without and with subscribers, on a daemon of its own.
@@ -153,7 +155,8 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     let image = bench.stack.image(name);
     let daemon = Daemon::start(bench, "events", &[]).await;
     let socket = bench.work.path().join("events.sock");
-    let stage = Stage { bench, daemon: &daemon, socket, image, shape, readers: idle_runtime() };
+    let quiet = [containerd_pid(bench), daemon.pid().to_string()];
+    let stage = Stage { bench, daemon: &daemon, socket, image, shape, readers: idle_runtime(), quiet };
     // Connections, the first pull's set-up: not counted.
     let mut warm_up = stage.round(Watchers::Recorder, "warm-up", &[]).await;
     let recorded = warm_up.tallies.pop().map(|tally| tally.recorded).unwrap_or_default();
@@ -199,9 +202,9 @@ impl Stage<'_> {
     /// watches on the readers' runtime, then `shape.herd` pods ask for it at once. `recorded`
     /// is what a `DecodingAlone` side decodes.
     async fn round(&self, watching: Watchers, round: &str, recorded: &[Vec<u8>]) -> Round {
-        let Self { bench, daemon, socket, image, shape, readers } = self;
+        let Self { bench, daemon, socket, image, shape, readers, quiet } = self;
         remove(bench, daemon, image, round).await;
-        quiesce(&[containerd_pid(bench), daemon.pid().to_string()]).await;
+        quiesce(quiet).await;
         let marker = format!("events-{round}-marker");
         let mut watchers = Vec::with_capacity(watching.count());
         let (answered, herd_answered) = tokio::sync::watch::channel(false);

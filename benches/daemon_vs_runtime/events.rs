@@ -160,6 +160,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     // Connections, the first pull's set-up: not counted.
     let mut warm_up = stage.round(Watchers::Recorder, "warm-up", &[]).await;
     let recorded = warm_up.tallies.pop().map(|tally| tally.recorded).unwrap_or_default();
+    assert!(recorded.len() >= stage.shape.herd, "the warm-up's subscriber recorded the herd's events");
     let subscribers = stage.shape.subscribers;
     let sides = [
         Watchers::None,

@@ -348,13 +348,15 @@ impl<R: ImageRuntime> ImageManager<R> {
         };
         // The pull and its record run in a task of their own: a caller that goes away mid-pull
         // (its deadline passed) must not leave a pulled image without the record of who pulled it.
+        // The task stops waiting for the pull once the caller is gone (see `CallerWaits`).
         let announce = Announce { about: about.clone(), events: self.events.clone(), started };
+        let (_waits, left) = caller_waits();
         let pulling = pull_and_record(
             (self.scheduler.clone(), self.records.clone(), self.guard.clone()),
             (image.clone(), repository),
             pull,
             credentials,
-            announce,
+            (announce, left),
         );
         let scheduled = match tokio::spawn(pulling.instrument(tracing::Span::current())).await {
             Ok(Ok(scheduled)) => scheduled,
@@ -573,6 +575,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         let name = spec.reference.as_ref().map(|reference| reference.name());
         let (scheduler, records, guard) = (self.scheduler.clone(), self.records.clone(), self.guard.clone());
         let announce = Announce { about, events: self.events.clone(), started };
+        let (_waits, mut left) = caller_waits();
         let pulling = async move {
             announce.pulling();
             let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
@@ -592,7 +595,11 @@ impl<R: ImageRuntime> ImageManager<R> {
                 }
                 _ => None,
             };
-            let scheduled = scheduler.pull(PullSpec { record, ..spec }).await;
+            let scheduled = tokio::select! {
+                biased;
+                scheduled = scheduler.pull(PullSpec { record, ..spec }) => scheduled,
+                () = left.left() => Scheduled::cancelled(),
+            };
             if let Ok(pulled) = &scheduled.result {
                 guard.pulled(&pulled.image_ref, Instant::now());
             }
@@ -630,13 +637,17 @@ async fn pull_and_record(
     (image, repository): (String, String),
     spec: PullSpec,
     credentials: Vec<Arc<Credential>>,
-    announce: Announce,
+    (announce, mut left): (Announce, CallerLeft),
 ) -> Result<Scheduled, RecordsError> {
     let intent = records.intend(&image).await?;
     announce.pulling();
     // Named as pulled until the image is marked: the collector keeps it all along.
     let _pulling = spec.reference.as_ref().map(|reference| guard.pulling(reference));
-    let (scheduled, pulled_with) = pull_with_each(&scheduler, (&records, &repository), spec, &credentials).await;
+    let (scheduled, pulled_with) = tokio::select! {
+        biased;
+        pulled = pull_with_each(&scheduler, (&records, &repository), spec, &credentials) => pulled,
+        () = left.left() => (Scheduled::cancelled(), PullCredentials::default()),
+    };
     if let Ok(pulled) = &scheduled.result {
         guard.pulled(&pulled.image_ref, Instant::now());
     }
@@ -767,6 +778,28 @@ fn outcome_event(about: &Subject, result: &Result<EnsureOutcome, EnsureError>) -
         Ok(outcome) => Event { image_ref: outcome.image_ref.clone(), ..event },
         Err(_) => event,
     })
+}
+
+/// Held by a request's caller while it waits for the pull its task runs: once the caller is gone
+/// (its deadline passed, it cancelled, its connection closed), the task stops waiting for the
+/// pull, and the scheduler cancels a pull nobody waits for.
+struct CallerWaits {
+    _held: tokio::sync::oneshot::Sender<()>,
+}
+
+/// The pulling task's side of [`CallerWaits`].
+struct CallerLeft(tokio::sync::oneshot::Receiver<()>);
+
+impl CallerLeft {
+    /// Resolves once the caller is gone.
+    async fn left(&mut self) {
+        let _ = (&mut self.0).await;
+    }
+}
+
+fn caller_waits() -> (CallerWaits, CallerLeft) {
+    let (waits, left) = tokio::sync::oneshot::channel();
+    (CallerWaits { _held: waits }, CallerLeft(left))
 }
 
 /// A pull's events, published from its own task so that a caller that goes away mid-pull (its

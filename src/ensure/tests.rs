@@ -674,3 +674,36 @@ async fn an_image_handed_out_cannot_be_claimed_by_a_pass_that_began_before() {
     assert_eq!(outcome.expect("present").image_ref, "sha256:old");
     assert!(built.guard.claim("sha256:old", &[], pass_began).is_none());
 }
+
+/// Waits (at most 2 s) until the manager has no pull under way or queued.
+async fn until_no_pull_in_flight(manager: &Built) {
+    for _ in 0..2000 {
+        if manager.pulls_in_flight().is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("still in flight: {:?}", manager.pulls_in_flight());
+}
+
+#[tokio::test]
+async fn a_pull_whose_only_caller_left_is_cancelled_on_both_paths() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let runtime = ScriptedRuntime { pull_gate: Some(gate.clone()), ..ScriptedRuntime::default() };
+    let manager = manager(runtime.pulling_to(Ok("sha256:big")));
+
+    let ensure = manager.ensure_image_exists(request("registry.local/big:v1", None));
+    assert!(tokio::time::timeout(Duration::from_millis(100), ensure).await.is_err(), "the caller left mid-pull");
+    until_no_pull_in_flight(&manager).await;
+    assert_eq!(manager.records.pulls_in_flight("registry.local/big:v1"), 0, "its intent ended");
+
+    let cri = manager.pull_image(PullSpec::for_image(ImageSpec { image: "big:v2".into(), ..Default::default() }), None);
+    assert!(tokio::time::timeout(Duration::from_millis(100), cri).await.is_err(), "the caller left mid-pull");
+    until_no_pull_in_flight(&manager).await;
+
+    // Had either pull gone on, a permit would now let it finish and the image appear.
+    gate.add_permits(2);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 0, "both upstream pulls were dropped at the gate");
+    assert_eq!(*manager.runtime().present.lock().unwrap(), None, "no image was left behind");
+}

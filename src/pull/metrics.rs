@@ -21,6 +21,8 @@ pub enum PullResult {
     TimedOut,
     /// Cancelled for making no progress (`--image-pull-progress-timeout`).
     Stalled,
+    /// Cancelled because every caller went away.
+    Cancelled,
 }
 
 impl PullResult {
@@ -31,6 +33,7 @@ impl PullResult {
             Self::RateLimited => "rate_limited",
             Self::TimedOut => "timed_out",
             Self::Stalled => "stalled",
+            Self::Cancelled => "cancelled",
         }
     }
 }

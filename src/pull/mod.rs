@@ -64,6 +64,9 @@ pub enum PullError {
     /// The task running the pull ended without a result.
     #[error("the pull ended without a result")]
     Abandoned,
+    /// Every caller went away before the pull ended; it was cancelled.
+    #[error("every caller went away; the pull was cancelled")]
+    Cancelled,
     /// Each credential was tried and each pull failed: the kubelet's aggregate error, every
     /// distinct message once, in order.
     #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]

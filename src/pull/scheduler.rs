@@ -3,7 +3,9 @@
 //! where its downloads can be watched ([`super::poller`]), cancelled when they stall.
 //!
 //! Each pull runs in its own task: a caller that gives up never aborts a pull others wait for.
-//! A pull still queued when every caller has gone is dropped, so the queue moves on.
+//! A pull every caller has left is cancelled, as the runtime cancels a PullImage whose caller
+//! leaves: still queued, it is dropped, so the queue moves on; running, its upstream call is
+//! dropped, which cancels the runtime's pull and leaves no image behind.
 //!
 //! Callers differ in what a registry rate limit does to them: EnsureImageExists (the kubelet's
 //! way) fails at once, a CRI PullImage waits for a token. A shared pull waits if any caller that
@@ -55,6 +57,13 @@ pub struct Scheduled {
     pub result: SharedResult,
     /// Whether this caller joined a pull another caller had started.
     pub joined: bool,
+}
+
+impl Scheduled {
+    /// The caller went away before the pull ended.
+    pub fn cancelled() -> Self {
+        Self { result: Err(Arc::new(PullError::Cancelled)), joined: false }
+    }
 }
 
 /// One pull under way, shared by its callers.
@@ -298,7 +307,16 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
     let mut tracker = shared.track(&spec, &slot);
     let result = loop {
         spec.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
-        let result = shared.call(spec.clone(), &mut tracker).await;
+        let result = tokio::select! {
+            // A pull that ended as its last caller left still publishes: its image exists.
+            biased;
+            result = shared.call(spec.clone(), &mut tracker) => result,
+            () = shared.unwanted(&key, &slot) => {
+                tracing::info!(image = %key.image, "every caller went away; the pull was cancelled");
+                shared.metrics.finished(PullResult::Cancelled);
+                return;
+            }
+        };
         let mut in_flight = shared.in_flight();
         // Refused at once, but a caller who would wait has joined meanwhile: wait for it.
         if matches!(result, Err(PullError::RateLimited))

@@ -19,7 +19,9 @@ use tower::{Layer, Service};
 
 /// The caller's deadline passed before the answer was ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the caller's deadline ({0:?}) passed before the request finished; any pull it started goes on")]
+#[error(
+    "the caller's deadline ({0:?}) passed before the request finished; a pull no other caller waits for is cancelled"
+)]
 pub struct CallerDeadline(pub Duration);
 
 /// The daemon's drain deadline passed before the answer was ready.

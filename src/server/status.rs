@@ -94,6 +94,7 @@ impl From<CriPullError> for Status {
             PullError::Runtime(RuntimeError::Unsupported(_)) => Status::unimplemented(error.to_string()),
             PullError::RateLimited => Status::resource_exhausted(error.to_string()),
             PullError::Abandoned => Status::internal(error.to_string()),
+            PullError::Cancelled => Status::cancelled(error.to_string()),
             PullError::EveryCredentialFailed(_) => Status::new(pull_error_code(&error), error.to_string()),
         }
     }
@@ -159,6 +160,7 @@ fn pull_error_code(error: &PullError) -> Code {
         PullError::RateLimited => Code::ResourceExhausted,
         PullError::TimedOut(_) | PullError::Stalled { .. } => Code::DeadlineExceeded,
         PullError::Abandoned => Code::Internal,
+        PullError::Cancelled => Code::Cancelled,
         // One code when every attempt agrees on it.
         PullError::EveryCredentialFailed(failures) => {
             let mut codes = failures.iter().map(|failure| pull_error_code(failure));

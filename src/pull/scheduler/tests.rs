@@ -131,6 +131,37 @@ async fn the_first_caller_going_away_does_not_fail_the_others() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_running_pull_every_caller_left_is_cancelled_upstream_and_frees_its_slot() {
+    let upstream = Upstream::gated();
+    let scheduler = scheduler(&upstream, Some(1));
+    let callers: Vec<_> = (0..2)
+        .map(|_| {
+            let scheduler = scheduler.clone();
+            tokio::spawn(async move { scheduler.pull(spec("big:v1", "")).await })
+        })
+        .collect();
+    settle().await;
+    assert_eq!(upstream.calls.load(SeqCst), 1, "one shared upstream pull");
+    callers[0].abort();
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 0, "one caller still waits");
+    callers[1].abort();
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 1, "the upstream call was dropped");
+    assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::Cancelled), 1);
+
+    // Its slot is free at once, and a new request for the same image pulls afresh.
+    let next = tokio::spawn({
+        let scheduler = scheduler.clone();
+        async move { scheduler.pull(spec("big:v1", "")).await }
+    });
+    settle().await;
+    assert_eq!(upstream.calls.load(SeqCst), 2, "the next pull started in the freed slot");
+    upstream.gate.as_ref().expect("gated").notify_waiters();
+    assert!(!next.await.expect("next").joined, "a fresh pull, not the cancelled one");
+}
+
+#[tokio::test(start_paused = true)]
 async fn different_runtime_handlers_are_not_merged() {
     let upstream = Upstream::slow(Duration::from_secs(1));
     let scheduler = scheduler(&upstream, None);

@@ -54,10 +54,11 @@ impl State {
         }
     }
 
-    /// Forgets ended removals no hand-out under way can have overlapped.
+    /// Forgets ended removals no hand-out under way can have overlapped; a removal still under
+    /// way is kept whatever the hand-outs, for any hand-out that begins before it ends.
     fn forget_ended_removals(&mut self) {
         let oldest_ticket = self.hand_outs.keys().next().copied().unwrap_or(UNDER_WAY);
-        self.removals.retain(|_, end| *end > oldest_ticket);
+        self.removals.retain(|_, end| *end == UNDER_WAY || *end > oldest_ticket);
     }
 }
 
@@ -233,6 +234,22 @@ mod tests {
         // Ended before a new ticket: the new presence check saw the truth.
         assert!(guard.handing_out().complete("sha256:a", now));
         assert!(guard.state().removals.is_empty(), "no hand-out under way needs the ended removal");
+    }
+
+    #[test]
+    fn a_removal_under_way_is_remembered_when_every_hand_out_before_it_has_ended() {
+        let guard = guard();
+        let now = Instant::now();
+        let removal = guard.claim("sha256:a", &[], guard.now()).expect("claimed");
+        // A hand-out of another image begins and ends while the removal runs.
+        let other = guard.handing_out();
+        assert!(other.complete("sha256:b", now));
+        drop(other);
+        // A hand-out begun now may see the image the runtime is still removing.
+        let late = guard.handing_out();
+        assert!(!late.complete("sha256:a", now), "the removal under way fails the hand-out");
+        drop(removal);
+        assert!(!late.complete("sha256:a", now), "it ended after the ticket");
     }
 
     #[test]

@@ -246,6 +246,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_go_duration, allow_hyphen_values = true)]
     pub image_maximum_gc_age: Duration,
 
+    /// An image handed out (answered present, by EnsureImageExists or CRI ImageStatus) or pulled
+    /// within this long is in use for image GC: the kubelet creates its container right after,
+    /// and from then on the container holds it. The kubelet's minimum image age by default.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub image_gc_hand_out_window: Duration,
+
     /// Between image GC passes (the kubelet's fixed 5 minutes).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub image_gc_period: Duration,
@@ -423,7 +429,12 @@ impl ServeArgs {
             self.minimum_image_ttl_duration,
             self.image_maximum_gc_age,
         )?;
-        Ok(GcConfig { policy, period: self.image_gc_period, sandbox_image: self.pod_infra_container_image.clone() })
+        Ok(GcConfig {
+            policy,
+            period: self.image_gc_period,
+            hand_out_window: self.image_gc_hand_out_window,
+            sandbox_image: self.pod_infra_container_image.clone(),
+        })
     }
 }
 

@@ -34,6 +34,7 @@ pub const RELOADABLE: &[&str] = &[
     "minimum-image-ttl-duration",
     "image-maximum-gc-age",
     "image-gc-period",
+    "image-gc-hand-out-window",
     "pod-infra-container-image",
     "node-docker-config",
     "image-credential-provider-config",

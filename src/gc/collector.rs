@@ -5,7 +5,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::SystemTime,
 };
 
 use tokio::time::Instant;
@@ -24,10 +24,6 @@ use crate::{
     runtime::{ImageFsUsage, ImageRuntime, RuntimeError, StoredImage},
     shutdown::Shutdown,
 };
-
-/// How long an image cri-imaged handed out or pulled counts as in use: the kubelet creates the
-/// container right after EnsureImageExists answers, and from then on the container holds it.
-pub const HANDED_OUT_IN_USE: Duration = Duration::from_secs(120);
 
 /// Why a pass could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -306,7 +302,7 @@ impl<R: ImageRuntime> ImageGc<R> {
         let runtime = &self.parts.runtime;
         let began = self.parts.guard.now();
         let listed = runtime.list_images().await.map_err(|source| GcError::Runtime { what: "list images", source })?;
-        let in_use = self.in_use(&listed, config.sandbox_image).await?;
+        let in_use = self.in_use(&listed, &config).await?;
         plan::detect(&mut records.images, &listed, &in_use, now);
         let pass = Pass {
             dry_run: request.dry_run,
@@ -481,12 +477,12 @@ impl<R: ImageRuntime> ImageGc<R> {
 
     /// Images in use: by any container (exited ones included), the sandbox image, and those
     /// handed out or pulled lately.
-    async fn in_use(&self, listed: &[StoredImage], sandbox_image: Option<String>) -> Result<HashSet<String>, GcError> {
+    async fn in_use(&self, listed: &[StoredImage], config: &GcConfig) -> Result<HashSet<String>, GcError> {
         let runtime = &self.parts.runtime;
         let containers =
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
-        let sandbox_image = match sandbox_image {
-            Some(image) => Some(image),
+        let sandbox_image = match &config.sandbox_image {
+            Some(image) => Some(image.clone()),
             None => runtime.sandbox_image().await.unwrap_or_else(|error| {
                 tracing::debug!(%error, "the runtime does not say which sandbox image it uses");
                 None
@@ -495,7 +491,7 @@ impl<R: ImageRuntime> ImageGc<R> {
         let used = containers.iter().map(String::as_str).chain(sandbox_image.as_deref());
         let mut in_use = plan::in_use(listed, used);
         let now = Instant::now();
-        in_use.extend(self.parts.guard.handed_out_since(now.checked_sub(HANDED_OUT_IN_USE).unwrap_or(now)));
+        in_use.extend(self.parts.guard.handed_out_since(now.checked_sub(config.hand_out_window).unwrap_or(now)));
         Ok(in_use)
     }
 

@@ -27,6 +27,8 @@ pub struct GcConfig {
     pub policy: GcPolicy,
     /// Between periodic passes (the kubelet's 5 minutes).
     pub period: Duration,
+    /// An image handed out or pulled within this long is in use.
+    pub hand_out_window: Duration,
     /// The sandbox image, when the runtime does not say (kept, as the kubelet's
     /// `--pod-infra-container-image` was).
     pub sandbox_image: Option<String>,
@@ -41,6 +43,11 @@ impl GcConfig {
 
 impl Default for GcConfig {
     fn default() -> Self {
-        Self { policy: GcPolicy::KUBELET, period: Duration::from_secs(300), sandbox_image: None }
+        Self {
+            policy: GcPolicy::KUBELET,
+            period: Duration::from_secs(300),
+            hand_out_window: GcPolicy::KUBELET.min_age,
+            sandbox_image: None,
+        }
     }
 }

@@ -4,6 +4,9 @@
 //! ListImages, ImageStatus, RemoveImage and ImageFsInfo are forwarded with their bytes untouched;
 //! PullImage goes through the scheduler and the registry limits. A RemoveImage empties the
 //! presence cache before its answer is sent, so no answer after it can call the image present.
+//! An ImageStatus that finds the image hands it out, as EnsureImageExists does: image GC keeps it
+//! for the hand-out window, and one whose removal by image GC overlapped the call is answered
+//! absent (see [`crate::gc::guard`]).
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
@@ -15,6 +18,7 @@ use super::status::CriPullError;
 use crate::{
     credentials::RegistryAuth,
     ensure::ImageManager,
+    gc::{ImageGuard, guard::HandOut},
     presence::PresenceCache,
     runtime::passthrough::RawCodec,
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
@@ -24,13 +28,10 @@ use crate::{
 pub const CRI_IMAGE_SERVICE: &str = "runtime.v1.ImageService";
 
 /// The calls forwarded to the runtime unchanged.
-const FORWARDED: [&str; 4] = [
-    "/runtime.v1.ImageService/ListImages",
-    "/runtime.v1.ImageService/ImageStatus",
-    REMOVE_IMAGE,
-    "/runtime.v1.ImageService/ImageFsInfo",
-];
+const FORWARDED: [&str; 4] =
+    ["/runtime.v1.ImageService/ListImages", IMAGE_STATUS, REMOVE_IMAGE, "/runtime.v1.ImageService/ImageFsInfo"];
 const REMOVE_IMAGE: &str = "/runtime.v1.ImageService/RemoveImage";
+const IMAGE_STATUS: &str = "/runtime.v1.ImageService/ImageStatus";
 const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
 
 /// The service; cheap to clone.
@@ -40,17 +41,29 @@ pub struct CriImageService<R> {
     /// Everything else is forwarded to the runtime.
     runtime: Arc<R>,
     presence: Arc<PresenceCache>,
+    /// Marks what ImageStatus hands out, for image GC.
+    guard: Arc<ImageGuard>,
 }
 
 impl<R> CriImageService<R> {
-    pub fn new(manager: Arc<ImageManager<R>>, runtime: Arc<R>, presence: Arc<PresenceCache>) -> Self {
-        Self { manager, runtime, presence }
+    pub fn new(
+        manager: Arc<ImageManager<R>>,
+        runtime: Arc<R>,
+        presence: Arc<PresenceCache>,
+        guard: Arc<ImageGuard>,
+    ) -> Self {
+        Self { manager, runtime, presence, guard }
     }
 }
 
 impl<R> Clone for CriImageService<R> {
     fn clone(&self) -> Self {
-        Self { manager: self.manager.clone(), runtime: self.runtime.clone(), presence: self.presence.clone() }
+        Self {
+            manager: self.manager.clone(),
+            runtime: self.runtime.clone(),
+            presence: self.presence.clone(),
+            guard: self.guard.clone(),
+        }
     }
 }
 
@@ -69,6 +82,34 @@ impl Drop for ForgetOnDrop {
     }
 }
 
+/// Just the image id of an ImageStatusResponse (`image.id`); prost skips every other field.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusImageId {
+    #[prost(message, optional, tag = "1")]
+    image: Option<ImageId>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ImageId {
+    #[prost(string, tag = "1")]
+    id: String,
+}
+
+/// The runtime's ImageStatus answer `raw`, unchanged, once its image is marked handed out; the
+/// answer for an absent image (an empty message) when image GC's removal of it overlapped.
+fn handed_out(hand_out: &HandOut, raw: Bytes) -> Bytes {
+    let id = match <StatusImageId as prost::Message>::decode(raw.clone()) {
+        Ok(StatusImageId { image: Some(ImageId { id }) }) if !id.is_empty() => id,
+        // Absent, or an answer we cannot read: nothing to hand out.
+        _ => return raw,
+    };
+    if hand_out.complete(&id, tokio::time::Instant::now()) {
+        return raw;
+    }
+    tracing::info!(image_ref = %id, "the image was being removed by image GC; answered absent");
+    Bytes::new()
+}
+
 impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R> {
     type Response = HttpResponse;
     type Error = Infallible;
@@ -83,14 +124,20 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         let path = request.uri().path().to_owned();
         if let Some(method) = FORWARDED.into_iter().find(|method| *method == path) {
             let presence = (method == REMOVE_IMAGE).then(|| self.presence.clone());
+            let guard = (method == IMAGE_STATUS).then(|| self.guard.clone());
             let runtime = self.runtime.clone();
             let forward = tower::service_fn(move |call: Request<Bytes>| {
-                let (runtime, presence) = (runtime.clone(), presence.clone());
+                let (runtime, presence, guard) = (runtime.clone(), presence.clone(), guard.clone());
                 async move {
                     // Whether the removal succeeds, fails or is cancelled half way, it may have
                     // changed what is present: forget before answering, or when given up on.
                     let _forget = presence.map(ForgetOnDrop);
-                    runtime.forward_raw(method, call.into_inner()).await.map(Response::new)
+                    let hand_out = guard.as_ref().map(|guard| guard.handing_out());
+                    let answer = runtime.forward_raw(method, call.into_inner()).await?;
+                    match hand_out {
+                        Some(hand_out) => Ok(Response::new(handed_out(&hand_out, answer))),
+                        None => Ok(Response::new(answer)),
+                    }
                 }
             });
             let mut grpc = tonic::server::Grpc::new(RawCodec)
@@ -116,5 +163,39 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         }
         let status = Status::unimplemented(format!("cri-imaged does not serve {path}"));
         Box::pin(async move { Ok(status.into_http()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1::{Image, ImageStatusResponse};
+    use prost::Message;
+
+    use super::*;
+
+    fn status_of(id: &str) -> Bytes {
+        let image = Image { id: id.into(), repo_tags: vec!["registry.local/app:v1".into()], ..Default::default() };
+        ImageStatusResponse { image: Some(image), ..Default::default() }.encode_to_vec().into()
+    }
+
+    #[test]
+    fn an_image_status_that_finds_the_image_hands_it_out_unchanged() {
+        let guard = Arc::new(ImageGuard::default());
+        let pass_began = guard.now();
+        let answer = status_of("sha256:app");
+        assert_eq!(handed_out(&guard.handing_out(), answer.clone()), answer, "the runtime's bytes as they came");
+        assert!(guard.claim("sha256:app", &[], pass_began).is_none(), "image GC keeps what was handed out");
+        let absent = Bytes::from(ImageStatusResponse::default().encode_to_vec());
+        assert_eq!(handed_out(&guard.handing_out(), absent.clone()), absent);
+    }
+
+    #[test]
+    fn an_image_status_overlapping_its_removal_by_image_gc_answers_absent() {
+        let guard = Arc::new(ImageGuard::default());
+        let hand_out = guard.handing_out();
+        let removal = guard.claim("sha256:app", &[], guard.now()).expect("claimed");
+        let answer = handed_out(&hand_out, status_of("sha256:app"));
+        assert_eq!(ImageStatusResponse::decode(answer).expect("decodes"), ImageStatusResponse::default());
+        drop(removal);
     }
 }

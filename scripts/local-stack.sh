@@ -17,8 +17,6 @@
 #   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed [--user USER] DIR NAME:TAG [TEXT]
 #                                             build a 1-layer OCI image (config User = USER), push it, print its
 #                                             manifest digest
-#   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed-critest DIR
-#                                             push the images critest's "Image Manager" specs pull (see below)
 #   local-stack.sh seed-sized DIR NAME:TAG BYTES
 #                                             push a 1-layer image of BYTES random bytes (/data) and a static
 #                                             program that sleeps until killed (/sleep-forever, its entrypoint);
@@ -31,7 +29,7 @@
 #
 # Files in DIR:
 #   stack.env              REGISTRY, CONTAINERD_SOCK, REGISTRY_LOG, REGISTRY_PID, CONTAINERD_PID, CONTAINERD_LOG,
-#                          CONTAINERD_ROOT, CRICTL_CONFIG, CGROUP_PARENT, STACK_DIR, SANDBOX_IMAGE, SANDBOX_DIGEST,
+#                          CONTAINERD_ROOT, CGROUP_PARENT, STACK_DIR, SANDBOX_IMAGE, SANDBOX_DIGEST,
 #                          IMAGE_FS, IMAGE_FS_MIB (the last four only when they apply), ... (KEY=VALUE)
 #   registry.yml           generated registry config;  registry-data/  its storage
 #   registry.log           registry stdout+stderr (access log + logrus lines), truncated on every start
@@ -39,10 +37,8 @@
 #   image-fs/              with --image-fs-mib: the tmpfs; containerd's root is image-fs/root (lost on stop)
 #   runc/                  runc's state (--root) for this containerd's containers
 #   bin/sleep-forever      the static sleeping program of the sandbox and seed-sized images (and its source)
-#   crictl.yaml            crictl's config for this stack: crictl --config DIR/crictl.yaml ps -a
 #   containerd.sock(.ttrpc) containerd gRPC / ttrpc sockets; containerd.log its log
 #   certs.d/127.0.0.1:PORT/hosts.toml   CRI registry host config (plain http, pull+resolve)
-#   certs.d/gcr.io/hosts.toml           sends gcr.io pulls to the loopback registry (for critest, see below)
 #   run/*.pid              pids written by the launch wrapper;  *.log.prev  logs of the previous run
 #
 # Registry access log: distribution v2.8 wraps its handler in gorilla's CombinedLoggingHandler writing to
@@ -57,16 +53,6 @@
 # '.*"containerd/' to ignore skopeo/curl). A cold CRI pull of a tag = HEAD manifests/<tag> + GET
 # manifests/sha256:<digest>; if containerd already has the manifest content, only the HEAD.
 #
-# critest (cri-tools v1.26.1) "Image Manager" specs pull gcr.io/k8s-staging-cri-tools/<repo> by their full
-# names and compare RepoTags/RepoDigests with them (so --registry-prefix cannot be used). seed-critest pushes
-# look-alikes under the same repository paths to the loopback registry, and certs.d/gcr.io/hosts.toml makes
-# this containerd resolve gcr.io there; nothing leaves 127.0.0.1. Then:
-#   critest --runtime-endpoint unix://DIR/containerd.sock --image-endpoint unix://DIR/containerd.sock \
-#       --ginkgo.focus "Image Manager"
-# 6 of 7 specs can pass offline. "public image with digest" pulls test-image-digest@sha256:9700f9a2..., a
-# fixed digest of the upstream multi-arch index (busybox based); content with that digest cannot be rebuilt,
-# so that spec fails with "not found" unless the real upstream blobs are mirrored into the registry.
-#
 # Authenticated registry (start --htpasswd FILE):
 #   FILE holds "user:hash" lines (blank lines and lines starting with # are skipped); every hash must be bcrypt
 #   ($2y$/$2a$/$2b$ - distribution 2.8 verifies nothing else), e.g. with htpasswd(1) from Debian's apache2-utils:
@@ -77,10 +63,10 @@
 #   realm="cri-imaged-local"; the readiness probe expects that 401. stack.env gains
 #   REGISTRY_HTPASSWD=DIR/registry.htpasswd and REGISTRY_REALM=cri-imaged-local (absent without --htpasswd).
 #   A later start without --htpasswd runs the registry open again (and removes DIR/registry.htpasswd).
-#   seed / seed-critest push with env REGISTRY_CREDS=USER:PASS (required for such a stack), handed to skopeo
+#   seed pushes with env REGISTRY_CREDS=USER:PASS (required for such a stack), handed to skopeo
 #   in a 0600 auth file inside DIR/seed.*, not on its command line.
-#   containerd 1.6 needs no extra config: the AuthConfig of CRI PullImage (crictl pull --creds USER:PASS)
-#   answers the Basic challenge. A credentialed pull sends each first request of a resolve and of a fetch
+#   containerd 1.6 needs no extra config: the AuthConfig of CRI PullImage ({"auth": {"username": ...,
+#   "password": ...}}) answers the Basic challenge. A credentialed pull sends each first request of a resolve and of a fetch
 #   without credentials (401), then repeats it with them; bad credentials are retried 5 times (6 x 401).
 #   Log level is debug in this mode (the registry's env override REGISTRY_LOG_LEVEL=info turns it down),
 #   because the access log's <user> field stays "-" and no info line names the user of a *successful*
@@ -97,14 +83,16 @@
 # state in DIR/runc). While containerd starts, start builds DIR/bin/sleep-forever (gcc; no libc on x86_64 and
 # arm64: a pause(2) loop, 4 KiB) and pushes REGISTRY/pause:3.9, a 1-layer image of it alone (CRI size 905
 # bytes), which containerd.toml names as sandbox_image; containerd 1.6 pulls it on the first RunPodSandbox and
-# does not mark it pinned (crictl info shows it as config.sandboxImage). Clients must ask for
+# does not mark it pinned (its verbose CRI Status shows it as config.sandboxImage). Clients must ask for
 #   * host networking (PodSandboxConfig linux.security_context.namespace_options.network = NODE): no CNI;
 #   * linux.cgroup_parent = CGROUP_PARENT of stack.env, a cgroup of this DIR that stop empties and removes.
 # restrict_oom_score_adj = true, as root here may lack CAP_SYS_RESOURCE. sleep-forever, as any PID 1 without a
-# handler, ignores SIGTERM: stop containers with timeout 0 (SIGKILL). Then, for example:
-#   crictl --config DIR/crictl.yaml runp pod.json; ... create --no-pull POD container.json pod.json; start ID
-# (crictl.yaml turns pull-on-create/run off: nothing but RunPodSandbox pulls). stop removes every pod through
-# CRI first (crictl: $CRICTL, PATH, or ../shared/tools beside the clone), then deletes any task left with ctr.
+# handler, ignores SIGTERM: stop containers with timeout 0 (SIGKILL). Any CRI client will do; with the tests'
+# grpcio runner (tests/clients/cri_calls.py, a JSON list of calls on stdin, one answer a line):
+#   echo '[{"method": "runtime.v1.RuntimeService/RunPodSandbox", "request": {"config": POD}}]' |
+#       python3 tests/clients/cri_calls.py DIR/containerd.sock proto
+# then CreateContainer, StartContainer (tests/support/containers.rs has the whole sequence). stop removes every
+# pod through CRI first (that runner, when python3 has grpcio), then deletes any task left with ctr.
 # Outside DIR, a shim still makes /run/containerd/s/ (containerd 1.6 puts shim sockets there, unconfigurable).
 #
 # Small image filesystem (start --image-fs-mib N): a tmpfs of N MiB is mounted on DIR/image-fs and
@@ -120,7 +108,7 @@
 # ImageFsInfo's usedBytes counts snapshots only and is refreshed every 10 s (stats_collect_period).
 #
 # Environment knobs: START_TIMEOUT (s, default 30), STOP_TIMEOUT (s, default 10), GRPCURL (default grpcurl),
-# CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry), CRICTL (default: see Containers).
+# CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry).
 
 set -euo pipefail
 
@@ -150,9 +138,8 @@ usage: $PROG start [--htpasswd FILE] [--image-fs-mib N] DIR
        $PROG restart-containerd DIR        start containerd again after it died; print its pid
        $PROG seed  [--user USER] DIR NAME:TAG [CONTENT]
                                            push a 1-layer OCI image, print its manifest digest
-       $PROG seed-critest DIR              push critest's "Image Manager" images (gcr.io/k8s-staging-cri-tools/...)
        $PROG seed-sized DIR NAME:TAG BYTES push an image of BYTES random bytes that runs /sleep-forever
-       (seed/seed-critest push with env REGISTRY_CREDS=USER:PASS if set; required for an --htpasswd stack)
+       (seed pushes with env REGISTRY_CREDS=USER:PASS if set; required for an --htpasswd stack)
 EOF
     exit 2
 }
@@ -403,34 +390,36 @@ EOF
     mv -f -- "$out.$$" "$out"
 }
 
-# find_crictl: print crictl's path: $CRICTL, else crictl on PATH, else ../shared/tools/crictl beside the
-# clone; nothing when there is none.
-find_crictl() {
-    if [[ -n ${CRICTL:-} ]]; then
-        echo "$CRICTL"
-    elif command -v crictl 2>/dev/null; then
-        :
-    else
-        local shared
-        shared="$(dirname -- "$(realpath -- "${BASH_SOURCE[0]}")")/../../shared/tools/crictl"
-        [[ ! -x $shared ]] || realpath -- "$shared"
-    fi
-}
-
 # cri_tasks: print the ids of containerd's tasks in the CRI namespace (k8s.io).
 cri_tasks() {
     timeout 10 ctr --address "$DIR/containerd.sock" --namespace k8s.io tasks ls --quiet 2>/dev/null || true
 }
 
+# cri_calls: make the CRI calls of stdin (a JSON array) on this stack's containerd with the tests' grpcio
+# runner, one JSON answer a line on stdout; fails when python3 has no grpcio.
+cri_calls() {
+    local root
+    root="$(dirname -- "$(realpath -- "${BASH_SOURCE[0]}")")/.."
+    python3 -c 'import grpc, grpc_tools' 2>/dev/null || return 1
+    timeout 60 python3 "$root/tests/clients/cri_calls.py" "$DIR/containerd.sock" "$root/proto"
+}
+
 # remove_pods: while containerd runs, remove every pod (StopPodSandbox kills its containers with SIGKILL)
-# through CRI when crictl is found, then kill and delete any task left in namespace k8s.io with ctr. The
-# shims exit once their tasks are deleted; runc's state (DIR/runc) goes with them.
+# through CRI, then kill and delete any task left in namespace k8s.io with ctr. The shims exit once their
+# tasks are deleted; runc's state (DIR/runc) goes with them.
 remove_pods() {
-    local sock=$DIR/containerd.sock crictl
-    crictl=$(find_crictl)
-    if [[ -n $crictl && -f $DIR/crictl.yaml ]]; then
-        timeout 60 "$crictl" --config "$DIR/crictl.yaml" rmp --all --force >/dev/null 2>&1 ||
-            note "warning: crictl rmp --all --force failed"
+    local sock=$DIR/containerd.sock listed p calls=""
+    if listed=$(echo '[{"method": "runtime.v1.RuntimeService/ListPodSandbox", "request": {}}]' | cri_calls); then
+        local -a pods=()
+        mapfile -t pods < <(python3 -c 'import json, sys
+for pod in json.loads(sys.stdin.read() or "{}").get("ok", {}).get("items", []): print(pod["id"])' <<<"$listed")
+        for p in "${pods[@]}"; do
+            calls+="${calls:+, }{\"method\": \"runtime.v1.RuntimeService/StopPodSandbox\", \"request\": {\"pod_sandbox_id\": \"$p\"}}"
+            calls+=", {\"method\": \"runtime.v1.RuntimeService/RemovePodSandbox\", \"request\": {\"pod_sandbox_id\": \"$p\"}}"
+        done
+        [[ -z $calls ]] || cri_calls <<<"[$calls]" >/dev/null || note "warning: removing pods through CRI failed"
+    else
+        note "warning: pods not removed through CRI (python3 with grpcio is missing); their tasks go below"
     fi
     local -a tasks=()
     local t
@@ -546,23 +535,13 @@ check_htpasswd() {
 
 # Only `server`: containerd 1.6 counts a [host] entry for the same URL as a second endpoint and would
 # try a failed resolution twice, which would blur the registry's count of manifest resolutions.
-# gcr.io (critest's images, pushed by seed-critest) is served by the same registry. For another name
-# containerd 1.6 needs the [host] entry (`server` alone still goes to gcr.io), so a failed gcr.io resolution is
-# tried twice, both times on loopback; only critest pulls from gcr.io.
 write_certs_d() {
     local port=$1 host="127.0.0.1:$1"
     rm -rf -- "$DIR/certs.d"
-    mkdir -p -- "$DIR/certs.d/$host" "$DIR/certs.d/gcr.io"
+    mkdir -p -- "$DIR/certs.d/$host"
     cat >"$DIR/certs.d/$host/hosts.toml" <<EOF
 # generated by $PROG
 server = "http://$host"
-EOF
-    cat >"$DIR/certs.d/gcr.io/hosts.toml" <<EOF
-# generated by $PROG - gcr.io is served by the loopback registry (see seed-critest)
-server = "http://$host"
-
-[host."http://$host"]
-  capabilities = ["pull", "resolve"]
 EOF
 }
 
@@ -627,19 +606,6 @@ disabled_plugins = [
 
     [plugins."io.containerd.grpc.v1.cri".registry]
       config_path = "$DIR/certs.d"
-EOF
-}
-
-# crictl's config for this stack (crictl --config DIR/crictl.yaml ...): never pulls on create/run.
-write_crictl_config() {
-    cat >"$DIR/crictl.yaml" <<EOF
-# generated by $PROG
-runtime-endpoint: unix://$DIR/containerd.sock
-image-endpoint: unix://$DIR/containerd.sock
-timeout: 10
-debug: false
-pull-image-on-create: false
-disable-pull-on-run: true
 EOF
 }
 
@@ -841,7 +807,6 @@ cmd_start() {
     # credentials for that push and for containerd's pull of it, so such a stack runs no pods
     [[ $REG_AUTH == htpasswd ]] || SANDBOX_IMAGE=127.0.0.1:$port/$SANDBOX_REF
     write_containerd_config
-    write_crictl_config
 
     local ctd_pid
     LAUNCHED+=(containerd)
@@ -869,7 +834,6 @@ cmd_start() {
         echo "CONTAINERD_PID=$ctd_pid"
         echo "CONTAINERD_LOG=$DIR/containerd.log"
         echo "CONTAINERD_ROOT=$CONTAINERD_ROOT"
-        echo "CRICTL_CONFIG=$DIR/crictl.yaml"
         echo "CGROUP_PARENT=$(stack_cgroup)"
         echo "STACK_DIR=$DIR"
         if [[ -n $SANDBOX_IMAGE ]]; then
@@ -1128,43 +1092,6 @@ cmd_seed_sized() {
     sleeper_image "$2" "$((10#$3))"
 }
 
-# Images of cri-tools v1.26.1 pkg/validate/consts.go used by the "Image Manager" specs, as
-# "REPO:TAG CONTENT [USER]" under gcr.io/k8s-staging-cri-tools/. Upstream (images/build) they are busybox plus
-# one file named after the build arg TEST, or busybox with USER set; here CONTENT stands in for that file. What
-# the specs check: test-image-1/2/3 are three images (one tag each), test-image-tags:1/2/3 one image with three
-# tags, test-image-tag:test and :all separate images, the user images' ImageStatus uid/username (from User).
-# test-image-digest is absent: the spec pulls a fixed upstream digest that cannot be rebuilt (see the top).
-CRITEST_REPO=k8s-staging-cri-tools
-CRITEST_IMAGES=(
-    "test-image-latest:latest test-image-latest"
-    "test-image-tag:test test"
-    "test-image-tag:all all"
-    "test-image-tags:1 same-image"
-    "test-image-tags:2 same-image"
-    "test-image-tags:3 same-image"
-    "test-image-1:latest test-image-1"
-    "test-image-2:latest test-image-2"
-    "test-image-3:latest test-image-3"
-    "test-image-user-uid:latest image-user 1002"
-    "test-image-user-username:latest image-user www-data"
-    "test-image-user-uid-group:latest image-user 1003:1004"
-    "test-image-user-username-group:latest image-user www-data:1004"
-)
-
-cmd_seed_critest() {
-    (($# == 1)) || usage
-    seed_prepare "$1"
-    local line ref content user digest
-    for line in "${CRITEST_IMAGES[@]}"; do
-        user=""
-        read -r ref content user <<<"$line"
-        digest=$(seed_image "$CRITEST_REPO/$ref" "$content" "$user")
-        printf 'gcr.io/%s/%s %s\n' "$CRITEST_REPO" "$ref" "$digest"
-    done
-    [[ -f $DIR/certs.d/gcr.io/hosts.toml ]] ||
-        note "warning: $DIR/certs.d/gcr.io/hosts.toml missing - restart the stack so containerd maps gcr.io here"
-}
-
 main() {
     (($# >= 1)) || usage
     local cmd=$1
@@ -1174,7 +1101,6 @@ main() {
         stop) cmd_stop "$@" ;;
         restart-containerd) cmd_restart_containerd "$@" ;;
         seed) cmd_seed "$@" ;;
-        seed-critest) cmd_seed_critest "$@" ;;
         seed-sized) cmd_seed_sized "$@" ;;
         -h | --help | help) usage ;;
         *) usage ;;

@@ -262,8 +262,8 @@ async fn a_registry_that_stops_answering_mid_pull_never_holds_a_caller_past_its_
     assert_eq!(reason(&status), "DeadlineExceeded", "{status:?}");
     assert!(took <= DEADLINE + SLACK, "answered {took:?} after a {DEADLINE:?} deadline");
 
-    // The pull went on without its caller; once the registry answers again it ends, and the
-    // image is there for the next caller.
+    // The pull was cancelled with its only caller; once the registry answers again, the next
+    // caller's pull brings the image.
     proxy.resume();
     let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
     let mut present = None;

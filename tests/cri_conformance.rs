@@ -1,146 +1,432 @@
-//! The CRI's own tools through cri-imaged's `runtime.v1.ImageService`, on a real containerd and a
-//! loopback registry: critest's "Image Manager" specs (cri-tools v1.26.1, grpc-go 1.51, the
-//! client code of that era's kubelet) straight against containerd and through cri-imaged in the
-//! same run, and crictl's image commands through cri-imaged.
+//! A differential CRI image conformance suite, on a real containerd and a loopback registry: the
+//! behaviours of critest's "Image Manager" specs and more, each made twice in one run by the same
+//! client with the same calls — straight to containerd, then through cri-imaged — and the answers
+//! compared field by field. The clients are ones we did not write: Python grpcio and Node.js
+//! grpc-js (through the runners in `tests/clients/`) for every case, grpcurl for the key calls.
+//!
+//! What may differ, and is set aside by name before comparing ([`comparable`]):
+//! - the order of ListImages' images: containerd lists from a Go map, in any order, even between
+//!   two calls to itself; they are compared sorted by id;
+//! - the message of a call that ends at its deadline or is cancelled: whichever timer fires first
+//!   (the client's, containerd's, cri-imaged's) writes it, and grpc-js names its own timings
+//!   ("Deadline exceeded after 1.002s"); its code is compared.
+//!
+//! ImageFsInfo is compared whole, its timestamp included, once containerd has measured a snapshot
+//! (before that, it stamps each answer with the time it makes it), and asked again (both ways)
+//! when a pair differs: containerd re-measures its snapshots every 10 s, and a pair may straddle
+//! that.
 
 mod support;
 
-use std::{
-    collections::BTreeSet,
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::{path::Path, time::Duration};
 
+use serde_json::{Value, json};
 use support::{
-    process::{DaemonProcess, metric, metrics_listen, require_shared_tool, require_tool},
+    clients::{Answer, Call, Client},
+    process::{DaemonProcess, grpcurl, require_tool},
     stack::LocalStack,
+    throttle::ThrottleProxy,
 };
 
-/// Specs that pass against containerd here: all of "Image Manager" but the one that pulls an
-/// upstream image by a digest that cannot be rebuilt offline.
-const SPECS_PASSING_OFFLINE: usize = 6;
+const PROTO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto");
 
-/// One critest run's outcome: its summary lines and the names of the specs that passed.
-struct CritestRun {
-    summary: String,
-    passed: BTreeSet<String>,
-    ran: usize,
+fn image_call(method: &str, request: Value) -> Call {
+    Call::new(&format!("runtime.v1.ImageService/{method}"), request)
 }
 
-/// Runs critest's "Image Manager" specs with `image_endpoint` as the image service.
-async fn critest(critest: PathBuf, containerd: &Path, image_endpoint: &Path, report: PathBuf) -> CritestRun {
-    let args = [
-        format!("--runtime-endpoint=unix://{}", containerd.display()),
-        format!("--image-endpoint=unix://{}", image_endpoint.display()),
-        "--ginkgo.focus=Image Manager".to_owned(),
-        "--ginkgo.no-color".to_owned(),
-        format!("--ginkgo.json-report={}", report.display()),
-    ];
-    let output = blocking(Command::new(critest).args(args)).await;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let summary: Vec<&str> =
-        stdout.lines().filter(|line| line.starts_with("Ran ") || line.contains("Passed |")).collect();
-    assert_eq!(summary.len(), 2, "critest printed no summary:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+fn pull(image: &str) -> Call {
+    image_call("PullImage", json!({ "image": { "image": image } }))
+}
 
-    // Ginkgo's JSON report, read with the python3 the stack already needs.
-    let Some(python) = require_tool("python3") else { panic!("python3 is needed to read the report") };
-    let read_report = r#"import json, sys
-for suite in json.load(open(sys.argv[1])):
-    for spec in suite.get("SpecReports") or []:
-        if spec.get("LeafNodeType") == "It":
-            print(spec["State"] + "\t" + " ".join((spec.get("ContainerHierarchyTexts") or []) + [spec["LeafNodeText"]]))"#;
-    let states = blocking(Command::new(python).args(["-c", read_report]).arg(&report)).await;
-    let states = String::from_utf8_lossy(&states.stdout).into_owned();
-    let specs: Vec<(&str, &str)> = states.lines().filter_map(|line| line.split_once('\t')).collect();
-    CritestRun {
-        summary: summary.join("\n"),
-        passed: specs.iter().filter(|(state, _)| *state == "passed").map(|(_, name)| name.to_string()).collect(),
-        ran: specs.iter().filter(|(state, _)| *state != "skipped").count(),
+fn status(image: &str, verbose: bool) -> Call {
+    image_call("ImageStatus", json!({ "image": { "image": image }, "verbose": verbose }))
+}
+
+fn list(filter: Option<&str>) -> Call {
+    match filter {
+        Some(image) => image_call("ListImages", json!({ "filter": { "image": { "image": image } } })),
+        None => image_call("ListImages", json!({})),
     }
 }
 
-async fn blocking(command: &mut Command) -> Output {
-    let mut command = std::mem::replace(command, Command::new("true"));
-    tokio::task::spawn_blocking(move || command.output()).await.expect("task").expect("the command runs")
+fn remove(image: &str) -> Call {
+    image_call("RemoveImage", json!({ "image": { "image": image } }))
+}
+
+/// A named group of calls; each starts and ends with its images absent, so that the two runs see
+/// the same containerd at every step.
+struct Case {
+    name: &'static str,
+    calls: Vec<Call>,
+}
+
+/// The images the cases pull, pushed to the stack's registry.
+struct Images {
+    tagged: String,
+    tagged_id: String,
+    /// `tagged` by its manifest digest: `REGISTRY/conformance/tagged@sha256:…`.
+    by_digest: String,
+    /// A repository pushed as `:latest`, named without a tag.
+    untagged: String,
+    missing: String,
+    numeric_user: String,
+    named_user: String,
+    /// `User` with a group: `1003:1004` and `www-data:1004`.
+    numeric_user_group: String,
+    named_user_group: String,
+    /// One image under three tags.
+    many_tags: [String; 3],
+    other: String,
+}
+
+impl Images {
+    fn seed(stack: &LocalStack) -> Self {
+        let name = |repository: &str| stack.image(&format!("conformance/{repository}"));
+        let digest = stack.seed("conformance/tagged:v1", "tagged");
+        stack.seed("conformance/untagged:latest", "untagged");
+        stack.seed_with_user("conformance/numeric-user:v1", "numeric user", "1002");
+        stack.seed_with_user("conformance/named-user:v1", "named user", "www-data");
+        stack.seed_with_user("conformance/numeric-user-group:v1", "numeric user and group", "1003:1004");
+        stack.seed_with_user("conformance/named-user-group:v1", "named user and group", "www-data:1004");
+        for tag in ["a", "b", "c"] {
+            stack.seed(&format!("conformance/many-tags:{tag}"), "one image, three tags");
+        }
+        stack.seed("conformance/other:v1", "another image");
+        let tagged = format!("{}:v1", name("tagged"));
+        // Learnt once, straight from containerd, then removed again.
+        let tagged_id = stack.pull(&tagged);
+        stack.remove_image(&tagged);
+        Self {
+            tagged_id,
+            by_digest: format!("{}@{digest}", name("tagged")),
+            tagged,
+            untagged: name("untagged"),
+            missing: format!("{}:v1", name("never-pushed")),
+            numeric_user: format!("{}:v1", name("numeric-user")),
+            named_user: format!("{}:v1", name("named-user")),
+            numeric_user_group: format!("{}:v1", name("numeric-user-group")),
+            named_user_group: format!("{}:v1", name("named-user-group")),
+            many_tags: ["a", "b", "c"].map(|tag| format!("{}:{tag}", name("many-tags"))),
+            other: format!("{}:v1", name("other")),
+        }
+    }
+
+    fn cases(&self) -> Vec<Case> {
+        let Self { tagged, tagged_id, by_digest, untagged, missing, many_tags, other, .. } = self;
+        let users = [&self.numeric_user, &self.named_user, &self.numeric_user_group, &self.named_user_group];
+        let latest = format!("{untagged}:latest");
+        vec![
+            Case {
+                name: "pull by tag, status plain and verbose, list filtered by it, remove by tag",
+                calls: vec![
+                    pull(tagged),
+                    status(tagged, false),
+                    status(tagged, true),
+                    list(Some(tagged)),
+                    remove(tagged),
+                    status(tagged, false),
+                ],
+            },
+            Case {
+                name: "pull by digest, status by digest, remove by digest",
+                calls: vec![
+                    pull(by_digest),
+                    status(by_digest, false),
+                    status(tagged, false),
+                    list(Some(by_digest)),
+                    remove(by_digest),
+                    status(by_digest, false),
+                ],
+            },
+            Case {
+                name: "pull without a tag (latest)",
+                calls: vec![
+                    pull(untagged),
+                    status(untagged, false),
+                    status(&latest, false),
+                    remove(untagged),
+                    status(&latest, false),
+                ],
+            },
+            Case {
+                name: "pull of an image the registry does not have, and of names that are not references",
+                calls: vec![
+                    pull(missing),
+                    status(missing, false),
+                    status(missing, true),
+                    pull("Not A/Valid:Name"),
+                    pull(""),
+                ],
+            },
+            Case {
+                name: "list with and without a filter, status by id, remove by id",
+                calls: vec![
+                    pull(tagged),
+                    pull(other),
+                    list(None),
+                    list(Some(other)),
+                    list(Some(tagged_id)),
+                    list(Some(missing)),
+                    status(tagged_id, false),
+                    remove(tagged_id),
+                    status(tagged, false),
+                    remove(other),
+                    remove(other),
+                    list(Some(other)),
+                ],
+            },
+            Case {
+                name: "remove by digest after a pull by tag",
+                calls: vec![pull(tagged), remove(by_digest), status(tagged, false), status(by_digest, false)],
+            },
+            Case {
+                name: "images with a numeric user and with a user name, each with and without a group",
+                calls: users
+                    .iter()
+                    .flat_map(|image| [pull(image), status(image, false), status(image, true), remove(image)])
+                    .collect(),
+            },
+            Case {
+                name: "many tags on one image",
+                calls: vec![
+                    pull(&many_tags[0]),
+                    pull(&many_tags[1]),
+                    pull(&many_tags[2]),
+                    status(&many_tags[1], false),
+                    list(Some(&many_tags[2])),
+                    remove(&many_tags[0]),
+                    status(&many_tags[1], false),
+                    remove(&many_tags[1]),
+                    remove(&many_tags[2]),
+                    status(&many_tags[2], false),
+                ],
+            },
+        ]
+    }
+}
+
+/// An answer with what may differ set aside (see the module docs).
+fn comparable(call: &Call, answer: &Answer) -> Answer {
+    match answer {
+        Answer::Ok(response) if call.method.ends_with("/ListImages") => {
+            let mut response = response.clone();
+            if let Some(images) = response.get_mut("images").and_then(Value::as_array_mut) {
+                images.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+            }
+            Answer::Ok(response)
+        }
+        Answer::Error { code, .. } if call.timeout_ms.is_some() || call.cancel_after_ms.is_some() => {
+            Answer::Error { code: code.clone(), message: "(the client's own)".into() }
+        }
+        answer => answer.clone(),
+    }
+}
+
+/// Every call whose answers differ, described; empty when the two runs agree.
+fn differences(labels: &[String], calls: &[Call], direct: &[Answer], through: &[Answer]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (((label, call), direct), through) in labels.iter().zip(calls).zip(direct).zip(through) {
+        let (direct, through) = (comparable(call, direct), comparable(call, through));
+        if direct != through {
+            found.push(format!("{label}:\n  direct:  {direct:?}\n  through: {through:?}"));
+        }
+    }
+    found
+}
+
+async fn run_blocking(client: Client, socket: &Path, calls: Vec<Call>) -> Vec<Answer> {
+    let socket = socket.to_owned();
+    tokio::task::spawn_blocking(move || client.run(&socket, &calls)).await.expect("client task")
 }
 
 #[tokio::test]
-async fn critest_image_manager_passes_through_cri_imaged_wherever_it_passes_against_containerd() {
-    let Some(critest_bin) = require_shared_tool("critest") else { return };
+async fn every_image_call_answers_through_cri_imaged_as_containerd_answers_it_with_grpcio_and_grpc_js() {
     let Some(stack) = LocalStack::start() else { return };
-    stack.seed_critest();
+    let clients = Client::available();
+    let images = Images::seed(&stack);
     let dir = tempfile::tempdir().expect("tempdir");
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
 
-    let containerd = &stack.containerd_socket;
-    let direct = critest(critest_bin.clone(), containerd, containerd, dir.path().join("direct.json")).await;
-    let through = critest(critest_bin, containerd, &daemon.socket, dir.path().join("through.json")).await;
-    println!("critest against containerd directly:\n{}", direct.summary);
-    println!("critest through cri-imaged:\n{}", through.summary);
-
-    assert_eq!(direct.ran, SPECS_PASSING_OFFLINE + 1, "every Image Manager spec ran: {:?}", direct.passed);
-    assert_eq!(direct.passed.len(), SPECS_PASSING_OFFLINE, "{}", direct.summary);
-    let missing: Vec<_> = direct.passed.difference(&through.passed).collect();
-    assert!(
-        missing.is_empty(),
-        "passed against containerd, not through cri-imaged: {missing:?}\n{}",
-        daemon.log_text()
-    );
-    assert_eq!(through.passed, direct.passed, "the same specs pass both ways");
+    let cases = images.cases();
+    let mut labels = Vec::new();
+    let mut calls = Vec::new();
+    for case in &cases {
+        for (step, call) in case.calls.iter().enumerate() {
+            labels.push(format!("{} (step {}: {} {})", case.name, step + 1, call.method, call.request));
+            calls.push(call.clone());
+        }
+    }
+    assert!(calls.len() >= 50, "the suite makes {} calls", calls.len());
+    for &client in &clients {
+        let direct = run_blocking(client, &stack.containerd_socket, calls.clone()).await;
+        let through = run_blocking(client, &daemon.socket, calls.clone()).await;
+        let found = differences(&labels, &calls, &direct, &through);
+        assert!(
+            found.is_empty(),
+            "{client:?}: {} differences:\n{}\n{}",
+            found.len(),
+            found.join("\n"),
+            daemon.log_text()
+        );
+        // Not vacuous: the cases did pull, fail and find what they should.
+        let codes: Vec<&str> = direct.iter().map(Answer::code).collect();
+        assert_eq!(codes.iter().filter(|code| **code == "OK").count(), calls.len() - 3, "{client:?}: {codes:?}");
+        for (step, field, value) in
+            [(2, "uid", "1002"), (6, "username", "www-data"), (10, "uid", "1003"), (14, "username", "www-data")]
+        {
+            let user = answer_of(&labels, &direct, &format!("with and without a group (step {step}:"));
+            let found = match field {
+                "uid" => &user["image"]["uid"]["value"],
+                _ => &user["image"]["username"],
+            };
+            assert_eq!(found, value, "{user}");
+        }
+        let tags = answer_of(&labels, &direct, "many tags on one image (step 4");
+        assert_eq!(tags["image"]["repo_tags"].as_array().map(Vec::len), Some(3), "{tags}");
+        println!("{client:?}: {} calls, the same answers straight to containerd and through cri-imaged", calls.len());
+    }
+    assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
 }
 
-/// `crictl ARGS` with a config file naming containerd as the runtime and cri-imaged as the image
-/// service, as an operator would write it; returns (success, stdout + stderr).
-async fn crictl(crictl: &Path, daemon: &DaemonProcess, containerd: &Path, args: Vec<String>) -> (bool, String) {
-    let config = daemon.socket.with_file_name("crictl.yaml");
-    let endpoints = format!(
-        "runtime-endpoint: unix://{}\nimage-endpoint: unix://{}\ntimeout: 30\n",
-        containerd.display(),
-        daemon.socket.display()
-    );
-    std::fs::write(&config, endpoints).expect("crictl.yaml");
-    let output = blocking(Command::new(crictl).arg("--config").arg(&config).args(args)).await;
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+/// The response of the call whose label starts with the case name and step given.
+fn answer_of<'a>(labels: &[String], answers: &'a [Answer], label: &str) -> &'a Value {
+    let index = labels.iter().position(|l| l.contains(label)).unwrap_or_else(|| panic!("no call {label:?}"));
+    match &answers[index] {
+        Answer::Ok(response) => response,
+        other => panic!("{label}: {other:?}"),
+    }
 }
 
 #[tokio::test]
-async fn crictl_pulls_lists_inspects_and_removes_an_image_through_cri_imaged() {
-    let Some(crictl_bin) = require_shared_tool("crictl") else { return };
+async fn image_fs_info_through_cri_imaged_is_containerds_with_grpcio_and_grpc_js() {
     let Some(stack) = LocalStack::start() else { return };
-    let digest = stack.seed("demo/crictl:v1", "pulled by crictl");
-    let image = format!("{}:v1", stack.image("demo/crictl"));
+    stack.seed_sized("conformance/used:v1", 1 << 20);
+    stack.pull(&stack.image("conformance/used:v1"));
     let dir = tempfile::tempdir().expect("tempdir");
-    let (port, listen) = metrics_listen();
-    let daemon = DaemonProcess::start(
-        &dir.path().join("cri-imaged.sock"),
-        &stack.containerd_socket,
-        &["--metrics-listen", &listen],
-    )
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let calls = vec![image_call("ImageFsInfo", json!({}))];
+    // containerd measures its snapshots every 10 s: wait for the pulled image to count.
+    support::eventually("containerd counts the pulled image's snapshot", Duration::from_secs(15), || {
+        stack.image_fs_info().used_bytes > 0
+    })
     .await;
-    let run = |args: &[&str]| {
-        let args = args.iter().map(ToString::to_string).collect();
-        crictl(&crictl_bin, &daemon, &stack.containerd_socket, args)
-    };
+    for client in Client::available() {
+        let mut pairs = Vec::new();
+        for _ in 0..5 {
+            let direct = run_blocking(client, &stack.containerd_socket, calls.clone()).await.remove(0);
+            let through = run_blocking(client, &daemon.socket, calls.clone()).await.remove(0);
+            let agreed = direct == through;
+            pairs.push((direct, through));
+            if agreed {
+                break;
+            }
+        }
+        let (direct, through) = pairs.last().expect("asked");
+        assert_eq!(direct, through, "{client:?}: five pairs differed: {pairs:?}");
+        let Answer::Ok(direct) = direct else { panic!("{client:?}: {direct:?}") };
+        let filesystem = &direct["image_filesystems"][0];
+        let mountpoint = filesystem["fs_id"]["mountpoint"].as_str().unwrap_or_default();
+        assert!(mountpoint.starts_with(&stack.containerd_root.to_string_lossy().into_owned()), "{direct}");
+        assert!(filesystem["used_bytes"]["value"].as_str().is_some(), "the pulled image is counted: {direct}");
+    }
+}
 
-    let (ok, pulled) = run(&["pull", &image]).await;
-    assert!(ok && pulled.contains("Image is up to date for sha256:"), "{pulled}");
-    let pulls = tokio::task::spawn_blocking(move || metric(port, "cri_imaged_pulls_total")).await.expect("metrics");
-    assert_eq!(pulls, 1.0, "the pull went through cri-imaged's scheduler");
+/// The pull of an image large enough to take seconds behind a throttled link, given up by its
+/// only caller: containerd cancels it and no image is left; through cri-imaged, the same.
+#[tokio::test]
+async fn a_pull_its_only_caller_gives_up_leaves_no_image_behind_both_ways() {
+    const IMAGE_BYTES: u64 = 8 << 20;
+    const BYTES_PER_SECOND: u64 = 2 << 20;
+    let Some(stack) = LocalStack::start() else { return };
+    stack.seed_sized("conformance/big:v1", IMAGE_BYTES);
+    let registry = stack.registry.parse().expect("the registry's address");
+    let proxy = ThrottleProxy::start(registry, BYTES_PER_SECOND).await;
+    stack.route_through(proxy.addr.port());
+    let image = proxy.image("conformance/big:v1");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
 
-    let (ok, listed) = run(&["images", "--digests"]).await;
-    let row = listed.lines().find(|line| line.starts_with(&stack.image("demo/crictl")));
-    let row = row.unwrap_or_else(|| panic!("{image} is not listed (ok: {ok}):\n{listed}"));
-    assert!(row.contains(" v1 ") && row.contains(&digest["sha256:".len()..][..13]), "{row}");
+    for client in Client::available() {
+        for (how, give_up) in
+            [("its deadline passes", pull(&image).timeout_ms(1500)), ("it cancels", pull(&image).cancel_after_ms(1500))]
+        {
+            let mut answers = Vec::new();
+            for socket in [&stack.containerd_socket, &daemon.socket] {
+                let before = proxy.bytes_forwarded();
+                let answer = run_blocking(client, socket, vec![give_up.clone()]).await.remove(0);
+                // Stopped fetching: nothing crosses the link for a second (at 2 MiB/s, a pull
+                // going on would send 2 MiB).
+                let mut forwarded = proxy.bytes_forwarded();
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let now = proxy.bytes_forwarded();
+                    if now == forwarded || now - before >= IMAGE_BYTES {
+                        break;
+                    }
+                    forwarded = now;
+                }
+                let forwarded = proxy.bytes_forwarded() - before;
+                let after = run_blocking(client, &stack.containerd_socket, vec![status(&image, false)]).await.remove(0);
+                assert!(forwarded > 0, "{client:?}, {how}: the pull had begun");
+                assert!(forwarded < IMAGE_BYTES, "{client:?}, {how}: {forwarded} bytes: the pull went on");
+                answers.push((comparable(&give_up, &answer), after));
+            }
+            let expected_code = if how == "it cancels" { "CANCELLED" } else { "DEADLINE_EXCEEDED" };
+            assert_eq!(answers[0].0.code(), expected_code, "{client:?}, {how}: {answers:?}");
+            assert_eq!(answers[0].1, Answer::Ok(json!({})), "{client:?}, {how}: containerd left no image");
+            assert_eq!(
+                answers[0],
+                answers[1],
+                "{client:?}, {how}: direct, then through cri-imaged\n{}",
+                daemon.log_text()
+            );
+        }
+    }
+}
 
-    let (ok, inspected) = run(&["inspecti", &image]).await;
-    assert!(ok && inspected.contains(&format!(r#""{image}""#)), "{inspected}");
-    assert!(inspected.contains(r#""repoDigests""#), "{inspected}");
-
-    let (ok, removed) = run(&["rmi", &image]).await;
-    assert!(ok && removed.contains(&format!("Deleted: {image}")), "{removed}");
-    let (_, listed) = run(&["images"]).await;
-    assert!(!listed.contains(&stack.image("demo/crictl")), "still listed after rmi:\n{listed}");
-    let (ok, inspected) = run(&["inspecti", &image]).await;
-    assert!(!ok && inspected.contains("no such image"), "{inspected}");
+/// grpcurl with its default flags: through cri-imaged it learns the API by reflection, straight
+/// to containerd (which serves no reflection) from the same proto files; the key calls print
+/// the same both ways.
+#[tokio::test]
+async fn grpcurl_makes_the_key_image_calls_through_cri_imaged_as_straight_to_containerd() {
+    let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
+    let Some(stack) = LocalStack::start() else { return };
+    let images = Images::seed(&stack);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let spec = |image: &str| json!({ "image": { "image": image } }).to_string();
+    let verbose = json!({ "image": { "image": images.tagged }, "verbose": true }).to_string();
+    let filter = json!({ "filter": { "image": { "image": images.tagged } } }).to_string();
+    let calls: Vec<(&str, String)> = vec![
+        ("PullImage", spec(&images.tagged)),
+        ("ImageStatus", verbose),
+        ("ListImages", filter),
+        ("RemoveImage", spec(&images.tagged)),
+        ("ImageStatus", spec(&images.tagged)),
+        ("PullImage", spec(&images.missing)),
+    ];
+    let mut runs = Vec::new();
+    for (socket, descriptors) in [
+        (&stack.containerd_socket, vec!["-import-path", PROTO_DIR, "-proto", "runtime/v1/api.proto"]),
+        (&daemon.socket, vec![]),
+    ] {
+        let mut printed = Vec::new();
+        for (method, request) in &calls {
+            let (bin, socket, descriptors) = (grpcurl_bin.clone(), socket.clone(), descriptors.clone());
+            let (method, request) = (format!("runtime.v1.ImageService/{method}"), request.clone());
+            let run = tokio::task::spawn_blocking(move || {
+                let flags: Vec<&str> = descriptors.iter().copied().chain(["-d", request.as_str()]).collect();
+                grpcurl(&bin, &socket, &flags, &[&method])
+            });
+            printed.push(run.await.expect("grpcurl ran"));
+        }
+        runs.push(printed);
+    }
+    for ((method, request), (direct, through)) in calls.iter().zip(runs[0].iter().zip(&runs[1])) {
+        assert_eq!(direct, through, "grpcurl {method} {request}: direct, then through cri-imaged");
+    }
+    let (ok, pulled, _) = &runs[0][0];
+    assert!(*ok && pulled.contains(&format!(r#""imageRef": "{}""#, images.tagged_id)), "{pulled}");
+    let (ok, _, missing) = &runs[0][5];
+    assert!(!*ok && missing.contains("not found"), "{missing}");
 }

@@ -1,6 +1,6 @@
 //! Image garbage collection end to end: the real binary, a real containerd whose root is a small
 //! tmpfs (so usage really crosses the thresholds), images of known sizes, containers run by runc,
-//! and crictl and grpcurl as the clients.
+//! and Python grpcio and grpcurl as the clients.
 
 mod support;
 
@@ -10,8 +10,10 @@ use cri_imaged::api::{
     GarbageCollectRequest, GarbageCollectResponse, PullPolicy, image_manager_client::ImageManagerClient,
 };
 use support::{
-    call, ensure,
-    process::{DaemonProcess, grpcurl, metric_with_label, metrics_listen, require_shared_tool, require_tool},
+    call,
+    clients::{Answer, Call, Client},
+    ensure,
+    process::{DaemonProcess, grpcurl, metric_with_label, metrics_listen, require_tool},
     stack::{LocalStack, StackOptions},
     unix_channel,
 };
@@ -52,19 +54,21 @@ fn low_threshold_freeing_two((capacity, available): (u64, u64), size: u64) -> u6
         .expect("the tmpfs is sized so that some low threshold frees two images")
 }
 
-/// Image ids from CRI ListImages through cri-imaged's pass-through, as the kubelet lists them,
-/// with the real crictl.
-fn image_ids_through(config: &std::path::Path, socket: &std::path::Path) -> Vec<String> {
-    let crictl = require_shared_tool("crictl").expect("crictl");
-    let endpoint = format!("unix://{}", socket.display());
-    let output = std::process::Command::new(crictl)
-        .arg("--config")
-        .arg(config)
-        .args(["--image-endpoint", &endpoint, "images", "-q"])
-        .output()
-        .expect("crictl runs");
-    assert!(output.status.success(), "crictl images: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
+/// Image ids from `times` CRI ListImages through cri-imaged's pass-through, one after another on
+/// one channel, as the kubelet lists them, with Python grpcio.
+fn image_ids_through(socket: &std::path::Path, times: usize) -> Vec<Vec<String>> {
+    let calls = vec![Call::new("runtime.v1.ImageService/ListImages", serde_json::json!({})); times];
+    Client::Grpcio
+        .run(socket, &calls)
+        .into_iter()
+        .map(|answer| match answer {
+            Answer::Ok(listed) => listed["images"]
+                .as_array()
+                .map(|images| images.iter().filter_map(|image| image["id"].as_str()).map(str::to_owned).collect())
+                .unwrap_or_default(),
+            Answer::Error { code, message } => panic!("ListImages through cri-imaged: {code}: {message}"),
+        })
+        .collect()
 }
 
 async fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
@@ -156,8 +160,8 @@ async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ens
     let second = DaemonProcess::start(&socket, &stack.containerd_socket, &flags).await;
     // The kubelet lists images through cri-imaged while it collects.
     let listing = {
-        let (config, socket) = (stack.crictl_config.clone(), second.socket.clone());
-        std::thread::spawn(move || (0..20).map(|_| image_ids_through(&config, &socket)).collect::<Vec<_>>())
+        let socket = second.socket.clone();
+        std::thread::spawn(move || image_ids_through(&socket, 20))
     };
     // The first periodic pass runs at start.
     wait_until("two images were collected for space", Duration::from_secs(30), || {
@@ -217,8 +221,8 @@ async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ens
     assert_eq!(left, expected);
 
     // The kubelet's own RemoveImage through cri-imaged still works, and what it removed is absent.
-    let endpoint = format!("unix://{}", second.socket.display());
-    stack.crictl_run(&["--image-endpoint", &endpoint, "rmi", &ensured.image_ref]);
+    let remove = serde_json::json!({ "image": { "image": ensured.image_ref } });
+    Client::Grpcio.ok(&second.socket, "runtime.v1.ImageService/RemoveImage", remove);
     let again = call(&mut client, ensure(&names[6], PullPolicy::IfNotPresent as i32)).await.expect("pulled again");
     assert!(again.pulled, "{again:?}");
 }

@@ -1,7 +1,7 @@
 //! The clients node agents and operators really use, with their default options, against the
-//! daemon's socket: Python grpcio here; grpcurl in `daemon_process.rs`; the kubelet's grpc-go
-//! (critest and crictl) in `cri_conformance.rs`. Each sends the socket path, not a host name, as
-//! its HTTP/2 `:authority`.
+//! daemon's socket: Python grpcio here; grpcurl in `daemon_process.rs`; grpcio, grpc-js and
+//! grpcurl against containerd and cri-imaged alike in `cri_conformance.rs`. grpcio sends the
+//! socket path, not a host name, as its HTTP/2 `:authority`.
 
 mod support;
 

@@ -1,19 +1,16 @@
-//! Pods, containers and images of a [`LocalStack`] through CRI, with the real crictl (cri-tools
-//! v1.26.1, `../shared/tools/crictl`) and the stack's `crictl.yaml`.
+//! Pods, containers and images of a [`LocalStack`] through CRI, straight on its containerd, with
+//! Python grpcio as the client (`support::clients`).
 //!
 //! Every container runs in a pod of its own: host network (there is no CNI), the stack's cgroup,
 //! the sandbox image as its pause container. Nothing here pulls an image implicitly: pull first
 //! (through cri-imaged or [`LocalStack::pull`]); only RunPodSandbox pulls the sandbox image, as
 //! containerd does for the kubelet.
 
-use std::{path::PathBuf, process::Command, sync::atomic::Ordering};
+use std::{path::PathBuf, sync::atomic::Ordering};
 
 use serde_json::{Value, json};
 
-use super::{process::require_shared_tool, stack::LocalStack};
-
-/// The longest any one crictl call may take before it is killed and the test fails.
-const CRICTL_LIMIT_SECONDS: &str = "60";
+use super::{clients::Client, stack::LocalStack};
 
 /// A container made by [`LocalStack::run_container`] or [`LocalStack::create_container`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,49 +60,33 @@ pub struct ImageFsInfo {
 }
 
 impl LocalStack {
-    /// `crictl --config DIR/crictl.yaml`, killed if it runs for more than a minute.
-    pub fn crictl(&self) -> Command {
-        let crictl = require_shared_tool("crictl").expect("crictl is needed for containers (../shared/tools)");
-        let mut command = Command::new("timeout");
-        command.args(["--kill-after=5", CRICTL_LIMIT_SECONDS]).arg(crictl).arg("--config").arg(&self.crictl_config);
-        command
-    }
-
-    /// Runs crictl with `args`; panics, with its output, unless it succeeds. Returns its stdout.
-    pub fn crictl_run(&self, args: &[&str]) -> String {
-        let output = self.crictl().args(args).output().expect("crictl runs");
-        assert!(
-            output.status.success(),
-            "crictl {args:?} failed ({}):\n{}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+    /// A CRI call on containerd's socket, with grpcio; panics, with the status, unless it succeeds.
+    pub fn cri(&self, method: &str, request: Value) -> Value {
+        Client::Grpcio.ok(&self.containerd_socket, method, request)
     }
 
     /// CRI PullImage straight on containerd (not through cri-imaged); returns the image id.
     pub fn pull(&self, image: &str) -> String {
-        let stdout = self.crictl_run(&["pull", image]);
-        let id = stdout.split_whitespace().last().unwrap_or_default().to_owned();
-        assert!(id.starts_with("sha256:"), "crictl pull printed {stdout:?}");
+        let pulled = self.cri("runtime.v1.ImageService/PullImage", json!({ "image": { "image": image } }));
+        let id = text(&pulled, "image_ref");
+        assert!(id.starts_with("sha256:"), "PullImage answered {pulled}");
         id
     }
 
     /// CRI RemoveImage of `image` (a name or an id) straight on containerd.
     pub fn remove_image(&self, image: &str) {
-        self.crictl_run(&["rmi", image]);
+        self.cri("runtime.v1.ImageService/RemoveImage", json!({ "image": { "image": image } }));
     }
 
     /// CRI ListImages.
     pub fn list_images(&self) -> Vec<ListedImage> {
-        let listed = self.crictl_json(&["images", "-o", "json"]);
+        let listed = self.cri("runtime.v1.ImageService/ListImages", json!({}));
         array(&listed, "images")
             .iter()
             .map(|image| ListedImage {
                 id: text(image, "id"),
-                repo_tags: strings(image, "repoTags"),
-                repo_digests: strings(image, "repoDigests"),
+                repo_tags: strings(image, "repo_tags"),
+                repo_digests: strings(image, "repo_digests"),
                 size: number(&image["size"]),
                 pinned: image["pinned"].as_bool().unwrap_or(false),
             })
@@ -114,19 +95,21 @@ impl LocalStack {
 
     /// CRI ImageFsInfo.
     pub fn image_fs_info(&self) -> ImageFsInfo {
-        let info = self.crictl_json(&["imagefsinfo", "-o", "json"]);
-        let status = &info["status"];
+        let info = self.cri("runtime.v1.ImageService/ImageFsInfo", json!({}));
+        let filesystem = array(&info, "image_filesystems").first().unwrap_or_else(|| panic!("no filesystem: {info}"));
         ImageFsInfo {
-            mountpoint: PathBuf::from(text(&status["fsId"], "mountpoint")),
-            used_bytes: number(&status["usedBytes"]["value"]),
-            inodes_used: number(&status["inodesUsed"]["value"]),
+            mountpoint: PathBuf::from(text(&filesystem["fs_id"], "mountpoint")),
+            used_bytes: number(&filesystem["used_bytes"]["value"]),
+            inodes_used: number(&filesystem["inodes_used"]["value"]),
         }
     }
 
     /// The sandbox image as the runtime's verbose CRI Status names it (`config.sandboxImage`).
     pub fn runtime_sandbox_image(&self) -> String {
-        let info = self.crictl_json(&["info", "-o", "json"]);
-        text(&info["config"], "sandboxImage")
+        let status = self.cri("runtime.v1.RuntimeService/Status", json!({ "verbose": true }));
+        let config: Value = serde_json::from_str(&text(&status["info"], "config"))
+            .unwrap_or_else(|error| panic!("the verbose status's config is not JSON ({error}): {status}"));
+        text(&config, "sandboxImage")
     }
 
     /// A running container of `image` (present already: nothing is pulled), in a pod of its own:
@@ -150,8 +133,8 @@ impl LocalStack {
             "log_directory": pod_dir,
             "linux": {
                 "cgroup_parent": self.cgroup_parent,
-                // NODE: no CNI here, so the host's network namespace
-                "security_context": { "namespace_options": { "network": 2 } },
+                // No CNI here, so the host's network namespace.
+                "security_context": { "namespace_options": { "network": "NODE" } },
             },
         });
         let container = json!({
@@ -160,59 +143,51 @@ impl LocalStack {
             "log_path": "main.log",
             "linux": {},
         });
-        let pod_config = pod_dir.join("pod.json");
-        let container_config = pod_dir.join("container.json");
-        std::fs::write(&pod_config, pod.to_string()).expect("write the pod config");
-        std::fs::write(&container_config, container.to_string()).expect("write the container config");
-        let (pod_config, container_config) = (path_str(&pod_config), path_str(&container_config));
-
-        let pod_id = self.crictl_run(&["runp", &pod_config]).trim().to_owned();
-        let id = self.crictl_run(&["create", "--no-pull", &pod_id, &container_config, &pod_config]).trim().to_owned();
-        assert!(!pod_id.is_empty() && !id.is_empty(), "crictl printed no ids: pod {pod_id:?}, container {id:?}");
+        let ran = self.cri("runtime.v1.RuntimeService/RunPodSandbox", json!({ "config": pod }));
+        let pod_id = text(&ran, "pod_sandbox_id");
+        let request = json!({ "pod_sandbox_id": pod_id, "config": container, "sandbox_config": pod });
+        let id = text(&self.cri("runtime.v1.RuntimeService/CreateContainer", request), "container_id");
         Container { id, pod_id, image: image.to_owned() }
     }
 
     /// CRI StartContainer.
     pub fn start_container(&self, container: &Container) {
-        self.crictl_run(&["start", &container.id]);
+        self.cri("runtime.v1.RuntimeService/StartContainer", json!({ "container_id": container.id }));
     }
 
     /// CRI StopContainer with timeout 0: SIGKILL at once (the sleeping entrypoint ignores
     /// SIGTERM, as any PID 1 without a handler). The container stays, EXITED, until removed.
     pub fn stop_container(&self, container: &Container) {
-        self.crictl_run(&["stop", "--timeout", "0", &container.id]);
+        self.cri("runtime.v1.RuntimeService/StopContainer", json!({ "container_id": container.id, "timeout": 0 }));
     }
 
     /// Removes the container and its pod (StopPodSandbox kills what runs; RemovePodSandbox).
     pub fn remove_container(&self, container: Container) {
-        self.crictl_run(&["rmp", "--force", &container.pod_id]);
+        let pod = json!({ "pod_sandbox_id": container.pod_id });
+        self.cri("runtime.v1.RuntimeService/StopPodSandbox", pod.clone());
+        self.cri("runtime.v1.RuntimeService/RemovePodSandbox", pod);
     }
 
     /// The container's CRI state (ContainerStatus), e.g. `CONTAINER_RUNNING`.
     pub fn container_state(&self, container: &Container) -> String {
-        let status = self.crictl_json(&["inspect", "-o", "json", &container.id]);
-        text(&status["status"], "state")
+        let status = self.cri("runtime.v1.RuntimeService/ContainerStatus", json!({ "container_id": container.id }));
+        // The first enum value is left out of protobuf JSON, as every default is.
+        status["status"]["state"].as_str().unwrap_or("CONTAINER_CREATED").to_owned()
     }
 
     /// CRI ListContainers, every state.
     pub fn list_containers(&self) -> Vec<ListedContainer> {
-        let listed = self.crictl_json(&["ps", "--all", "-o", "json"]);
+        let listed = self.cri("runtime.v1.RuntimeService/ListContainers", json!({}));
         array(&listed, "containers")
             .iter()
             .map(|container| ListedContainer {
                 id: text(container, "id"),
-                pod_id: text(container, "podSandboxId"),
+                pod_id: text(container, "pod_sandbox_id"),
                 image: text(&container["image"], "image"),
-                image_ref: text(container, "imageRef"),
-                state: text(container, "state"),
+                image_ref: text(container, "image_ref"),
+                state: container["state"].as_str().unwrap_or("CONTAINER_CREATED").to_owned(),
             })
             .collect()
-    }
-
-    fn crictl_json(&self, args: &[&str]) -> Value {
-        let stdout = self.crictl_run(args);
-        serde_json::from_str(&stdout)
-            .unwrap_or_else(|error| panic!("crictl {args:?} printed no JSON ({error}): {stdout}"))
     }
 }
 
@@ -236,8 +211,4 @@ fn number(value: &Value) -> u64 {
         Value::Null => 0,
         other => panic!("not a number: {other}"),
     }
-}
-
-fn path_str(path: &std::path::Path) -> String {
-    path.to_str().expect("utf-8 stack path").to_owned()
 }

@@ -30,18 +30,6 @@ pub fn require_tool(tool: &str) -> Option<PathBuf> {
     found
 }
 
-/// A tool from `../shared/tools` (critest, crictl: cri-tools built from upstream). Outside CI a
-/// missing one skips the test (returns `None`, saying so); in CI it fails the test.
-pub fn require_shared_tool(tool: &str) -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tools").join(tool);
-    if !path.is_file() {
-        assert!(!in_ci(), "{} is missing; CI runs with ../shared beside the clone", path.display());
-        eprintln!("SKIPPED: {} is missing (outside CI)", path.display());
-        return None;
-    }
-    Some(path)
-}
-
 /// Whether python3 can import every one of `modules`. Outside CI a missing one skips the test
 /// (returns false, saying so); in CI it fails the test.
 pub fn require_python_modules(modules: &[&str]) -> bool {

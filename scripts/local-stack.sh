@@ -17,7 +17,7 @@
 #   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed [--user USER] DIR NAME:TAG [TEXT]
 #                                             build a 1-layer OCI image (config User = USER), push it, print its
 #                                             manifest digest
-#   local-stack.sh seed-sized DIR NAME:TAG BYTES
+#   [REGISTRY_CREDS=USER:PASS] local-stack.sh seed-sized DIR NAME:TAG BYTES
 #                                             push a 1-layer image of BYTES random bytes (/data) and a static
 #                                             program that sleeps until killed (/sleep-forever, its entrypoint);
 #                                             print its manifest digest. A new image on every call.
@@ -63,11 +63,11 @@
 #   realm="cri-imaged-local"; the readiness probe expects that 401. stack.env gains
 #   REGISTRY_HTPASSWD=DIR/registry.htpasswd and REGISTRY_REALM=cri-imaged-local (absent without --htpasswd).
 #   A later start without --htpasswd runs the registry open again (and removes DIR/registry.htpasswd).
-#   seed pushes with env REGISTRY_CREDS=USER:PASS (required for such a stack), handed to skopeo
+#   seed and seed-sized push with env REGISTRY_CREDS=USER:PASS (required for such a stack), handed to skopeo
 #   in a 0600 auth file inside DIR/seed.*, not on its command line.
-#   containerd 1.6 needs no extra config: the AuthConfig of CRI PullImage ({"auth": {"username": ...,
-#   "password": ...}}) answers the Basic challenge. A credentialed pull sends each first request of a resolve and of a fetch
-#   without credentials (401), then repeats it with them; bad credentials are retried 5 times (6 x 401).
+#   containerd 1.6 needs no extra config: the AuthConfig of CRI PullImage (PullImageRequest.auth: username,
+#   password) answers the Basic challenge. A credentialed pull sends each first request of a resolve and of a
+#   fetch without credentials (401), then repeats it with them; bad credentials are retried 5 times (6 x 401).
 #   Log level is debug in this mode (the registry's env override REGISTRY_LOG_LEVEL=info turns it down),
 #   because the access log's <user> field stays "-" and no info line names the user of a *successful*
 #   request; at debug each authenticated manifest request logs "msg=GetImageManifest auth.user.name=USER".
@@ -83,16 +83,23 @@
 # state in DIR/runc). While containerd starts, start builds DIR/bin/sleep-forever (gcc; no libc on x86_64 and
 # arm64: a pause(2) loop, 4 KiB) and pushes REGISTRY/pause:3.9, a 1-layer image of it alone (CRI size 905
 # bytes), which containerd.toml names as sandbox_image; containerd 1.6 pulls it on the first RunPodSandbox and
-# does not mark it pinned (its verbose CRI Status shows it as config.sandboxImage). Clients must ask for
+# does not mark it pinned (CRI Status with verbose = true shows it as sandboxImage in info's "config"). Clients
+# must ask for
 #   * host networking (PodSandboxConfig linux.security_context.namespace_options.network = NODE): no CNI;
 #   * linux.cgroup_parent = CGROUP_PARENT of stack.env, a cgroup of this DIR that stop empties and removes.
 # restrict_oom_score_adj = true, as root here may lack CAP_SYS_RESOURCE. sleep-forever, as any PID 1 without a
-# handler, ignores SIGTERM: stop containers with timeout 0 (SIGKILL). Any CRI client will do; with the tests'
-# grpcio runner (tests/clients/cri_calls.py, a JSON list of calls on stdin, one answer a line):
-#   echo '[{"method": "runtime.v1.RuntimeService/RunPodSandbox", "request": {"config": POD}}]' |
-#       python3 tests/clients/cri_calls.py DIR/containerd.sock proto
-# then CreateContainer, StartContainer (tests/support/containers.rs has the whole sequence). stop removes every
-# pod through CRI first (that runner, when python3 has grpcio), then deletes any task left with ctr.
+# handler, ignores SIGTERM: stop containers with timeout 0 (SIGKILL). Any CRI client will do, for example the
+# tests' grpcio runner (tests/clients/cri_calls.py: a JSON array of calls on stdin, one JSON answer a line on
+# stdout; see its docstring), from the repository's root:
+#   pod='{"metadata": {"name": "p", "uid": "p-1", "namespace": "default"}, "log_directory": "DIR/logs/p",
+#     "linux": {"cgroup_parent": "CGROUP_PARENT", "security_context": {"namespace_options": {"network": "NODE"}}}}'
+#   echo "[{\"method\": \"runtime.v1.RuntimeService/RunPodSandbox\", \"request\": {\"config\": $pod}}]" |
+#       python3 tests/clients/cri_calls.py DIR/containerd.sock proto     # {"ok":{"pod_sandbox_id":"ID"}}
+# then ImageService/PullImage of the container's image (CreateContainer does not pull), RuntimeService/
+# CreateContainer {"pod_sandbox_id": ID, "config": {"metadata": {"name": "c"}, "image": {"image": IMAGE},
+# "log_path": "c.log"}, "sandbox_config": POD}, StartContainer {"container_id": ...}.
+# stop removes every pod through CRI first (with that runner, when python3 can import grpc and grpc_tools), then
+# deletes any task left with ctr.
 # Outside DIR, a shim still makes /run/containerd/s/ (containerd 1.6 puts shim sockets there, unconfigurable).
 #
 # Small image filesystem (start --image-fs-mib N): a tmpfs of N MiB is mounted on DIR/image-fs and
@@ -105,7 +112,7 @@
 #   pull of the sandbox image          56 KiB;  RunPodSandbox 24 KiB
 #   CreateContainer                    the image's unpacked size again (native copies the rootfs)
 #   CRI RemoveImage / RemovePodSandbox gives it back at once (containerd 1.6 deletes synchronously)
-# ImageFsInfo's usedBytes counts snapshots only and is refreshed every 10 s (stats_collect_period).
+# ImageFsInfo's used_bytes counts snapshots only and is refreshed every 10 s (stats_collect_period).
 #
 # Environment knobs: START_TIMEOUT (s, default 30), STOP_TIMEOUT (s, default 10), GRPCURL (default grpcurl),
 # CONTAINERD_BIN (default containerd), REGISTRY_BIN (default docker-registry).
@@ -139,7 +146,7 @@ usage: $PROG start [--htpasswd FILE] [--image-fs-mib N] DIR
        $PROG seed  [--user USER] DIR NAME:TAG [CONTENT]
                                            push a 1-layer OCI image, print its manifest digest
        $PROG seed-sized DIR NAME:TAG BYTES push an image of BYTES random bytes that runs /sleep-forever
-       (seed pushes with env REGISTRY_CREDS=USER:PASS if set; required for an --htpasswd stack)
+       (seed/seed-sized push with env REGISTRY_CREDS=USER:PASS if set; required for an --htpasswd stack)
 EOF
     exit 2
 }
@@ -395,31 +402,52 @@ cri_tasks() {
     timeout 10 ctr --address "$DIR/containerd.sock" --namespace k8s.io tasks ls --quiet 2>/dev/null || true
 }
 
-# cri_calls: make the CRI calls of stdin (a JSON array) on this stack's containerd with the tests' grpcio
-# runner, one JSON answer a line on stdout; fails when python3 has no grpcio.
+# cri_calls SECONDS: make the calls of stdin (a JSON array) on this stack's containerd with the tests' grpcio
+# runner (tests/clients/cri_calls.py and proto/ of the clone this script is in), killed after SECONDS; print
+# its answers, one JSON line a call.
 cri_calls() {
     local root
     root="$(dirname -- "$(realpath -- "${BASH_SOURCE[0]}")")/.."
-    python3 -c 'import grpc, grpc_tools' 2>/dev/null || return 1
-    timeout 60 python3 "$root/tests/clients/cri_calls.py" "$DIR/containerd.sock" "$root/proto"
+    timeout "$1" python3 "$root/tests/clients/cri_calls.py" "$DIR/containerd.sock" "$root/proto"
 }
 
-# remove_pods: while containerd runs, remove every pod (StopPodSandbox kills its containers with SIGKILL)
-# through CRI, then kill and delete any task left in namespace k8s.io with ctr. The shims exit once their
-# tasks are deleted; runc's state (DIR/runc) goes with them.
+# remove_pods_through_cri: ListPodSandbox, then StopPodSandbox (it kills the pod's containers with SIGKILL) and
+# RemovePodSandbox for each pod; fails when a call does.
+remove_pods_through_cri() {
+    local listed planned answers answer failed=0
+    listed=$(echo '[{"method": "runtime.v1.RuntimeService/ListPodSandbox", "request": {}, "timeout_ms": 10000}]' |
+        cri_calls 30) || return 1
+    # the pods' ids on a line, then their calls (one JSON array)
+    planned=$(python3 -c 'import json, sys
+answer = json.loads(sys.stdin.read())
+if "ok" not in answer:
+    sys.exit(f"ListPodSandbox: {answer}")
+ids = [pod["id"] for pod in answer["ok"].get("items", [])]
+print(" ".join(ids))
+methods = ("runtime.v1.RuntimeService/StopPodSandbox", "runtime.v1.RuntimeService/RemovePodSandbox")
+calls = [{"method": m, "request": {"pod_sandbox_id": i}, "timeout_ms": 20000} for i in ids for m in methods]
+print(json.dumps(calls))' <<<"$listed") || return 1
+    [[ -n ${planned%%$'\n'*} ]] || return 0
+    note "removing pods through CRI: ${planned%%$'\n'*}"
+    answers=$(cri_calls 90 <<<"${planned#*$'\n'}") || return 1
+    while IFS= read -r answer; do
+        [[ $answer == '{"ok":'* ]] || {
+            note "warning: ${answer:0:300}"
+            failed=1
+        }
+    done <<<"$answers"
+    return "$failed"
+}
+
+# remove_pods: while containerd runs, remove every pod through CRI when python3 has grpcio (the tests' runner,
+# see cri_calls), then kill and delete any task left in namespace k8s.io with ctr (all of them when CRI could
+# not be used). The shims exit once their tasks are deleted; runc's state (DIR/runc) goes with them.
 remove_pods() {
-    local sock=$DIR/containerd.sock listed p calls=""
-    if listed=$(echo '[{"method": "runtime.v1.RuntimeService/ListPodSandbox", "request": {}}]' | cri_calls); then
-        local -a pods=()
-        mapfile -t pods < <(python3 -c 'import json, sys
-for pod in json.loads(sys.stdin.read() or "{}").get("ok", {}).get("items", []): print(pod["id"])' <<<"$listed")
-        for p in "${pods[@]}"; do
-            calls+="${calls:+, }{\"method\": \"runtime.v1.RuntimeService/StopPodSandbox\", \"request\": {\"pod_sandbox_id\": \"$p\"}}"
-            calls+=", {\"method\": \"runtime.v1.RuntimeService/RemovePodSandbox\", \"request\": {\"pod_sandbox_id\": \"$p\"}}"
-        done
-        [[ -z $calls ]] || cri_calls <<<"[$calls]" >/dev/null || note "warning: removing pods through CRI failed"
-    else
-        note "warning: pods not removed through CRI (python3 with grpcio is missing); their tasks go below"
+    local sock=$DIR/containerd.sock
+    if ! timeout 30 python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
+        note "warning: python3 cannot import grpc and grpc_tools: no pods removed through CRI (tasks are, below)"
+    elif ! remove_pods_through_cri; then
+        note "warning: removing pods through CRI failed (their tasks are deleted below)"
     fi
     local -a tasks=()
     local t

@@ -160,7 +160,7 @@ impl<R: ImageRuntime> Parts<R> {
             guard: guard.clone(),
             presence: presence.clone(),
             records: records.clone(),
-            ages: AgesFile::open(root_dir)?,
+            ages: AgesFile::open(root_dir)?.counting_quarantined(metrics.records.quarantined("ages")),
             events: events.clone(),
             metrics: metrics.gc.clone(),
         };

@@ -16,6 +16,8 @@
 //! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
 //!   present image), back off, find credentials, pull, record.
 //! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
+//! - [`files`]: state and config files read as hostile input: regular files only, no links, never
+//!   blocking on open, bounded; a bad one set aside.
 //! - [`gc`]: image garbage collection, the kubelet's way: the pure plan, the collector and its
 //!   loop, the guard against removing an image being handed out, ages kept across restarts.
 //! - [`presence`]: the presence cache, trusted only while proven current.
@@ -45,6 +47,7 @@ pub mod credentials;
 pub mod daemon;
 pub mod ensure;
 pub mod events;
+pub mod files;
 pub mod gc;
 pub mod listener;
 mod memory;

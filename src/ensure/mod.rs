@@ -429,7 +429,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         // Only this policy asks whether cri-imaged pulled the image.
         let pulled_by_us = match policy {
             VerificationPolicy::NeverVerifyPreloadedImages => {
-                match self.records.pulled_by_cri_imaged(&request.image, image_ref) {
+                match self.records.pulled_by_cri_imaged(&request.image, image_ref).await {
                     Ok(pulled) => pulled,
                     Err(error) => return Ok(unreadable(error)),
                 }
@@ -439,7 +439,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         if !verification::requires_verification(*policy, allowlist, repository, pulled_by_us) {
             return Ok(checked(CheckResult::CredentialPolicyAllowed));
         }
-        let record = match self.records.record(image_ref) {
+        let record = match self.records.record(image_ref).await {
             Ok(Some(record)) => record,
             Ok(None) => return Ok(checked(CheckResult::MustAuthenticate)),
             Err(error) => return Ok(unreadable(error)),

@@ -538,7 +538,7 @@ async fn a_pod_whose_secret_holds_a_recorded_credential_uses_the_present_image_a
         r#"Container image "registry.local/team/app:v1" already present on machine and can be accessed by the pod"#
     );
     assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned())], "no second pull");
-    let record = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let record = manager.records.record("sha256:private").await.unwrap().expect("recorded");
     let names: Vec<&str> = record.credential_mapping["registry.local/team/app"]
         .kubernetes_secrets
         .iter()
@@ -584,11 +584,11 @@ async fn an_image_cri_imaged_did_not_pull_is_verified_only_under_always_verify()
 #[tokio::test]
 async fn a_recorded_secret_with_a_rotated_credential_is_trusted_and_its_hash_updated() {
     let manager = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
-    let before = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let before = manager.records.record("sha256:private").await.unwrap().expect("recorded");
     let rotated = secret("alices", "registry.local", "alice-rotated");
     let outcome = manager.ensure_image_exists(pod_request("a2", vec![rotated])).await.expect("trusted");
     assert!(outcome.pull.is_none());
-    let after = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let after = manager.records.record("sha256:private").await.unwrap().expect("recorded");
     let hash = |record: &crate::records::format::PulledRecord| {
         record.credential_mapping["registry.local/team/app"].kubernetes_secrets[0].credential_hash.clone()
     };
@@ -621,7 +621,7 @@ async fn an_anonymous_pull_makes_the_image_every_pods() {
     manager.ensure_image_exists(pod_request("a", Vec::new())).await.expect("pulled");
     let outcome = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect("used");
     assert!(outcome.pull.is_none());
-    let record = manager.records.record("sha256:public").unwrap().expect("recorded");
+    let record = manager.records.record("sha256:public").await.unwrap().expect("recorded");
     assert!(record.credential_mapping["registry.local/team/app"].node_pods_accessible);
     assert!(manager.root_dir.path().join("image_manager/pulled").exists());
 }
@@ -634,7 +634,7 @@ async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verifie
     manager.pull_image(PullSpec { auth: Some(login), ..PullSpec::for_image(image) }, None).await.expect("pulled");
     let error = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B must pull, and cannot");
     assert_eq!(error.reason(), "ErrImagePull");
-    let record = manager.records.record("sha256:private").unwrap().expect("recorded");
+    let record = manager.records.record("sha256:private").await.unwrap().expect("recorded");
     assert!(record.credential_mapping.is_empty(), "a record naming no one: every pod is verified");
 }
 

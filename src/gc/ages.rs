@@ -11,6 +11,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 
 use super::plan::ImageRecord;
@@ -47,6 +48,9 @@ struct Ages {
     pinned: bool,
 }
 
+/// The largest ages file read: about 150 bytes an image, so room for some 200,000 images.
+const AGES_LIMIT: u64 = 32 << 20;
+
 /// The ages' file.
 #[derive(Clone)]
 pub struct AgesFile {
@@ -58,7 +62,12 @@ impl AgesFile {
     pub fn open(root_dir: &Path) -> Result<Self, AgesError> {
         let path = root_dir.join("image_gc");
         let (dir, _) = RecordDir::open(path.clone()).map_err(|error| AgesError::Io { path, error })?;
-        Ok(Self { dir })
+        Ok(Self { dir: dir.with_limit(AGES_LIMIT) })
+    }
+
+    /// Counts an ages file set aside as unreadable in `quarantined`.
+    pub fn counting_quarantined(self, quarantined: Counter) -> Self {
+        Self { dir: self.dir.counting_quarantined(quarantined) }
     }
 
     /// The file the ages are kept in.
@@ -155,7 +164,7 @@ mod tests {
     }
 
     #[test]
-    fn no_file_is_no_ages_and_a_torn_or_unreadable_one_is_an_error_naming_it() {
+    fn no_file_is_no_ages_a_torn_one_is_an_error_naming_it_and_no_regular_file_is_set_aside() {
         let root = tempfile::tempdir().expect("tempdir");
         let ages = AgesFile::open(root.path()).expect("opens");
         assert!(ages.load().expect("none yet").is_empty());
@@ -169,10 +178,11 @@ mod tests {
         assert!(matches!(ages.load(), Err(AgesError::Decode { .. })), "an empty file is torn too");
         std::fs::remove_file(&file).expect("removed");
         std::fs::create_dir(&file).expect("a directory in its place");
-        let unreadable = ages.load().expect_err("unreadable");
-        assert!(
-            matches!(unreadable, AgesError::Io { .. }) && unreadable.to_string().contains(&file.display().to_string())
-        );
+        let quarantined = Counter::default();
+        let ages = ages.counting_quarantined(quarantined.clone());
+        assert!(ages.load().expect("set aside, read as none").is_empty());
+        assert_eq!(quarantined.get(), 1);
+        assert!(!file.exists(), "the directory was moved aside");
     }
 
     #[test]

@@ -71,7 +71,7 @@ mod tests {
         let to = RecordTo { records: records.clone(), name: "registry.local/app".into(), pulled_with: anyone.clone() };
         let spec = PullSpec { record: Some(Arc::new(to)), ..PullSpec::default() };
         RecordPulls::new(inner).oneshot(spec).await.expect("pulled");
-        let record = records.record("sha256:app").expect("readable").expect("recorded by the pull itself");
+        let record = records.record("sha256:app").await.expect("readable").expect("recorded by the pull itself");
         assert_eq!(record.credential_mapping["registry.local/app"], anyone);
     }
 }

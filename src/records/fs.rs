@@ -2,6 +2,8 @@
 //! the new one, never a torn one: write a temporary file, fsync it, rename it over the old one,
 //! fsync the directory (and a new directory's parent). The kubelet renames without the fsyncs.
 //! A temporary file is removed at start only when its writer (the pid in its name) is gone.
+//! Reads take the files as hostile ([`crate::files`]): one that is not a regular file, or is
+//! larger than the directory's cap, is quarantined, counted and read as no file.
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -11,9 +13,13 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
+use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 
-use crate::credentials::hash::hex;
+use crate::{
+    credentials::hash::hex,
+    files::{self, QUARANTINE_SUFFIX, ReadError},
+};
 
 /// The suffix of a file being written; one left over is from a write that never finished.
 const TMP_SUFFIX: &str = ".tmp";
@@ -23,10 +29,18 @@ const TMP_SUFFIX: &str = ".tmp";
 /// share one.
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
+/// The largest record file read, unless [`RecordDir::with_limit`] says otherwise: the kubelet's
+/// records are a few KiB.
+pub const RECORD_LIMIT: u64 = 1 << 20;
+
 /// A directory of record files, one per key.
 #[derive(Debug, Clone)]
 pub struct RecordDir {
     path: PathBuf,
+    /// The largest file read.
+    limit: u64,
+    /// Files set aside as unreadable.
+    quarantined: Counter,
 }
 
 impl RecordDir {
@@ -55,7 +69,17 @@ impl RecordDir {
                 stale += 1;
             }
         }
-        Ok((Self { path }, stale))
+        Ok((Self { path, limit: RECORD_LIMIT, quarantined: Counter::default() }, stale))
+    }
+
+    /// Reads files of at most `limit` bytes.
+    pub fn with_limit(self, limit: u64) -> Self {
+        Self { limit, ..self }
+    }
+
+    /// Counts the files set aside in `quarantined`.
+    pub fn counting_quarantined(self, quarantined: Counter) -> Self {
+        Self { quarantined, ..self }
     }
 
     pub fn path(&self) -> &Path {
@@ -85,12 +109,28 @@ impl RecordDir {
         Ok(replaced)
     }
 
-    /// The file for `key`, or `None` when there is none.
+    /// The file for `key`, or `None` when there is none (or it was quarantined). Blocking: call
+    /// it off the async runtime's threads.
     pub fn read(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
-        match fs::read(self.path.join(Self::file_name(key))) {
-            Ok(contents) => Ok(Some(contents)),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(error),
+        self.read_path(&self.path.join(Self::file_name(key)))
+    }
+
+    fn read_path(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
+        match files::read_bounded(path, self.limit) {
+            Ok(contents) => Ok(contents),
+            Err(ReadError::Io(error)) => Err(error),
+            Err(ReadError::Refused(refused)) => {
+                self.quarantined.inc();
+                match files::quarantine(path) {
+                    Ok(aside) => tracing::warn!(
+                        path = %path.display(), aside = %aside.display(), "state file is {refused}; quarantined and read as none"
+                    ),
+                    Err(error) => tracing::warn!(
+                        path = %path.display(), %error, "state file is {refused}, and could not be set aside; read as none"
+                    ),
+                }
+                Ok(None)
+            }
         }
     }
 
@@ -112,10 +152,10 @@ impl RecordDir {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with("sha256-") && !name.ends_with(TMP_SUFFIX) {
-                match fs::read(entry.path()) {
-                    Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                    contents => files.push((entry.path(), contents)),
+            if name.starts_with("sha256-") && !name.ends_with(TMP_SUFFIX) && !name.ends_with(QUARANTINE_SUFFIX) {
+                match self.read_path(&entry.path()) {
+                    Ok(None) => {}
+                    contents => files.push((entry.path(), contents.map(Option::unwrap_or_default))),
                 }
             }
         }
@@ -203,18 +243,25 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_cannot_be_read_is_listed_with_its_error_and_the_others_are_read() {
+    fn a_record_that_is_no_regular_file_or_too_large_is_quarantined_counted_and_read_as_none() {
         let root = tempfile::tempdir().expect("tempdir");
+        let quarantined = Counter::default();
         let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
+        let dir = dir.with_limit(8).counting_quarantined(quarantined.clone());
         dir.write("kept", b"whole").expect("written");
-        let unreadable = dir.path().join(RecordDir::file_name("a directory"));
-        fs::create_dir(&unreadable).expect("created");
-        let mut listed = dir.read_all().expect("lists");
-        listed.sort_by_key(|(path, _)| path.clone() != unreadable);
-        let [(first, error), (_, kept)] = <[_; 2]>::try_from(listed).expect("two files");
-        assert_eq!(first, unreadable);
-        assert!(error.is_err());
-        assert_eq!(kept.expect("readable"), b"whole");
+        dir.write("large", b"nine bytes").expect("written");
+        fs::create_dir(dir.path().join(RecordDir::file_name("a directory"))).expect("created");
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join(RecordDir::file_name("zero"))).expect("linked");
+        assert_eq!(files(&dir), [(RecordDir::file_name("kept"), b"whole".to_vec())], "the others are read");
+        assert_eq!(quarantined.get(), 3);
+        for key in ["large", "a directory", "zero"] {
+            assert_eq!(dir.read(key).expect("no error"), None, "{key} is gone");
+        }
+        let aside = fs::read_dir(dir.path())
+            .expect("lists")
+            .filter(|entry| entry.as_ref().expect("entry").file_name().to_string_lossy().ends_with(QUARANTINE_SUFFIX));
+        assert_eq!(aside.count(), 3, "each set aside beside the records");
+        assert_eq!(files(&dir).len(), 1, "and never read again");
     }
 
     #[test]

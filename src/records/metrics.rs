@@ -31,6 +31,8 @@ pub struct RecordsMetrics {
     inmemory_records_percent: Gauge,
     /// One series a result, made at start, so that counting a check allocates nothing.
     checks: [Counter; RESULTS.len()],
+    /// State files set aside as unreadable (a link, a FIFO, a device, too large), by file.
+    quarantined: Family<Labels, Counter>,
 }
 
 impl RecordsMetrics {
@@ -44,7 +46,13 @@ impl RecordsMetrics {
             inmemory_intents_percent: Gauge::default(),
             inmemory_records_percent: Gauge::default(),
             checks,
+            quarantined: Family::default(),
         };
+        registry.register(
+            "state_files_quarantined",
+            "State files set aside because they were not regular files or were too large, by file",
+            metrics.quarantined.clone(),
+        );
         let sub = registry.sub_registry_with_prefix("imagemanager");
         sub.register("ondisk_pullintents", "Number of ImagePullIntents stored on disk", metrics.ondisk_intents.clone());
         sub.register(
@@ -68,6 +76,11 @@ impl RecordsMetrics {
             family,
         );
         metrics
+    }
+
+    /// The count of quarantined `file`s (`record`, `intent`, `ages`).
+    pub fn quarantined(&self, file: &'static str) -> Counter {
+        self.quarantined.get_or_create(&vec![("file", file)]).clone()
     }
 
     pub fn checked(&self, result: CheckResult) {

@@ -94,7 +94,9 @@ impl PullRecords {
             move |error| RecordsError::Io { path, error }
         };
         let (pulling, stale_intents) = RecordDir::open(base.join("pulling")).map_err(io_error(&base))?;
+        let pulling = pulling.counting_quarantined(metrics.quarantined("intent"));
         let (pulled, stale_records) = RecordDir::open(base.join("pulled")).map_err(io_error(&base))?;
+        let pulled = pulled.counting_quarantined(metrics.quarantined("record"));
         if stale_intents + stale_records > 0 {
             tracing::info!(removed = stale_intents + stale_records, "removed pull records a crash left half-written");
         }
@@ -189,17 +191,26 @@ impl PullRecords {
     }
 
     /// The record of `image_ref`, if any. A record that does not decode is an error, so that the
-    /// caller verifies rather than trusts.
-    pub fn record(&self, image_ref: &str) -> Result<Option<Arc<PulledRecord>>, RecordsError> {
-        {
-            let mut state = self.state();
-            if let Some(record) = state.records.get(image_ref) {
-                return Ok(Some(record));
-            }
-            if state.records_authoritative {
-                return Ok(None);
-            }
+    /// caller verifies rather than trusts. Answered from memory when it can be; a file is read
+    /// off the async runtime's threads.
+    pub async fn record(self: &Arc<Self>, image_ref: &str) -> Result<Option<Arc<PulledRecord>>, RecordsError> {
+        if let Some(known) = self.record_in_memory(image_ref) {
+            return Ok(known);
         }
+        let (records, image_ref) = (self.clone(), image_ref.to_owned());
+        off_the_runtime(move || records.record_on_disk(&image_ref)).await
+    }
+
+    /// The record of `image_ref` as memory knows it, when memory knows.
+    fn record_in_memory(&self, image_ref: &str) -> Option<Option<Arc<PulledRecord>>> {
+        let mut state = self.state();
+        if let Some(record) = state.records.get(image_ref) {
+            return Some(Some(record));
+        }
+        state.records_authoritative.then_some(None)
+    }
+
+    fn record_on_disk(&self, image_ref: &str) -> Result<Option<Arc<PulledRecord>>, RecordsError> {
         let path = || self.pulled.path().join(RecordDir::file_name(image_ref));
         let Some(contents) = self.pulled.read(image_ref).map_err(|error| RecordsError::Io { path: path(), error })?
         else {
@@ -219,9 +230,9 @@ impl PullRecords {
     }
 
     /// Whether cri-imaged pulled the image: a record of `image_ref`, or an intent for `image` (as
-    /// the pod wrote it).
-    pub fn pulled_by_cri_imaged(&self, image: &str, image_ref: &str) -> Result<bool, RecordsError> {
-        if self.state().unsettled || self.record(image_ref)?.is_some() {
+    /// the pod wrote it). A file is read off the async runtime's threads.
+    pub async fn pulled_by_cri_imaged(self: &Arc<Self>, image: &str, image_ref: &str) -> Result<bool, RecordsError> {
+        if self.state().unsettled || self.record(image_ref).await?.is_some() {
             return Ok(true);
         }
         {
@@ -233,6 +244,12 @@ impl PullRecords {
                 return Ok(false);
             }
         }
+        let (records, image) = (self.clone(), image.to_owned());
+        off_the_runtime(move || records.intent_on_disk(&image)).await
+    }
+
+    /// Whether an intent for `image` is on disk.
+    fn intent_on_disk(&self, image: &str) -> Result<bool, RecordsError> {
         let path = || self.pulling.path().join(RecordDir::file_name(image));
         match self.pulling.read(image).map_err(|error| RecordsError::Io { path: path(), error })? {
             None => Ok(false),
@@ -282,7 +299,7 @@ impl PullRecords {
     /// the intent ended. If the record cannot be written the intent stays, so that the next start
     /// turns it into a record that verifies every pod.
     pub async fn record_pulled(
-        &self,
+        self: &Arc<Self>,
         image: &str,
         image_ref: &str,
         name: &str,
@@ -309,18 +326,28 @@ impl PullRecords {
 
     /// Adds `secret` to what may use `name` in the record of `image_ref` (a check found it holds
     /// a recorded credential, or a rotated one).
-    pub async fn remember(&self, image_ref: &str, name: &str, secret: SecretRecord) -> Result<(), RecordsError> {
+    pub async fn remember(
+        self: &Arc<Self>,
+        image_ref: &str,
+        name: &str,
+        secret: SecretRecord,
+    ) -> Result<(), RecordsError> {
         let pulled_with = PullCredentials { kubernetes_secrets: vec![secret], ..Default::default() };
         self.merge(image_ref, name, pulled_with).await
     }
 
     /// Merges `pulled_with` into what may use `name` in the record of `image_ref`, writing it
     /// when it changed.
-    pub async fn merge(&self, image_ref: &str, name: &str, pulled_with: PullCredentials) -> Result<(), RecordsError> {
+    pub async fn merge(
+        self: &Arc<Self>,
+        image_ref: &str,
+        name: &str,
+        pulled_with: PullCredentials,
+    ) -> Result<(), RecordsError> {
         let _writing = self.writes.lock().await;
         let now = SystemTime::now();
         // A record that does not decode is replaced, which heals it.
-        let current = self.record(image_ref).unwrap_or_else(|error| {
+        let current = self.record(image_ref).await.unwrap_or_else(|error| {
             tracing::info!(%error, "replacing a pull record that could not be read");
             None
         });
@@ -347,11 +374,11 @@ impl PullRecords {
     /// The image `image_ref` was removed at `removed_at`: its record goes, on disk and in
     /// memory, unless a pull wrote it since (in the same second too: keeping a record too long
     /// only verifies pods that need not be).
-    pub async fn forget(&self, image_ref: &str, removed_at: SystemTime) -> Result<(), RecordsError> {
+    pub async fn forget(self: &Arc<Self>, image_ref: &str, removed_at: SystemTime) -> Result<(), RecordsError> {
         let _writing = self.writes.lock().await;
         // Only a file that is this image's record: another ref's may share its name.
         let since = format::rfc3339(removed_at);
-        match self.record(image_ref) {
+        match self.record(image_ref).await {
             Ok(Some(record)) if record.last_updated_time < since => {}
             _ => return Ok(()),
         }
@@ -447,7 +474,7 @@ impl PullRecords {
     }
 
     /// One pass over the orphaned intents; whether the runtime answered for each.
-    async fn convert_orphaned_intents<R: ImageRuntime>(&self, runtime: &R) -> bool {
+    async fn convert_orphaned_intents<R: ImageRuntime>(self: &Arc<Self>, runtime: &R) -> bool {
         let orphaned: Vec<String> = self.state().orphaned.iter().cloned().collect();
         let mut answered = true;
         for image in orphaned {
@@ -478,7 +505,7 @@ impl PullRecords {
 
     /// A record of `image_ref` pulled under unknown circumstances: no credentials at all (an
     /// existing record is left as it is).
-    async fn merge_unknown(&self, image_ref: &str) -> Result<(), RecordsError> {
+    async fn merge_unknown(self: &Arc<Self>, image_ref: &str) -> Result<(), RecordsError> {
         self.merge(image_ref, "", PullCredentials::default()).await
     }
 
@@ -572,6 +599,13 @@ impl Drop for PullIntent {
 fn decode_listed<T>(contents: io::Result<Vec<u8>>, decode: fn(&[u8]) -> Result<T, FormatError>) -> Result<T, String> {
     let contents = contents.map_err(|error| format!("cannot be read: {error}"))?;
     decode(&contents).map_err(|error| error.to_string())
+}
+
+/// Runs a lookup that reads files off the async threads.
+async fn off_the_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, RecordsError> + Send + 'static,
+) -> Result<T, RecordsError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|error| Err(RecordsError::Writer(error.to_string())))
 }
 
 /// Runs file I/O off the async threads.

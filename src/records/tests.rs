@@ -5,8 +5,8 @@ use k8s_cri::v1::ImageSpec;
 use super::*;
 use crate::runtime::{PresentImage, PullSpec, RuntimeError};
 
-fn open(root: &Path) -> PullRecords {
-    PullRecords::open(root, Arc::new(RecordsMetrics::default())).expect("opens")
+fn open(root: &Path) -> Arc<PullRecords> {
+    Arc::new(PullRecords::open(root, Arc::new(RecordsMetrics::default())).expect("opens"))
 }
 
 fn secret(name: &str) -> PullCredentials {
@@ -37,8 +37,8 @@ async fn an_intent_is_on_disk_while_any_pull_of_its_image_runs() {
     records.record_intent("registry.local/app:v1").await.expect("recorded");
     assert_eq!(files(&pulling), [RecordDir::file_name("registry.local/app:v1")]);
     assert_eq!(records.pulls_in_flight("registry.local/app:v1"), 2);
-    assert!(records.pulled_by_cri_imaged("registry.local/app:v1", "sha256:app").expect("readable"));
-    assert!(!records.pulled_by_cri_imaged("registry.local/app:v2", "sha256:other").expect("readable"));
+    assert!(records.pulled_by_cri_imaged("registry.local/app:v1", "sha256:app").await.expect("readable"));
+    assert!(!records.pulled_by_cri_imaged("registry.local/app:v2", "sha256:other").await.expect("readable"));
     records.record_failed("registry.local/app:v1").await.expect("ended");
     assert_eq!(files(&pulling).len(), 1, "one pull still runs");
     records
@@ -47,7 +47,7 @@ async fn an_intent_is_on_disk_while_any_pull_of_its_image_runs() {
         .expect("ended");
     assert!(files(&pulling).is_empty());
     assert_eq!(records.pulls_in_flight("registry.local/app:v1"), 0);
-    let record = records.record("sha256:app").expect("readable").expect("recorded");
+    let record = records.record("sha256:app").await.expect("readable").expect("recorded");
     assert_eq!(record.credential_mapping["registry.local/app"], secret("s"));
 }
 
@@ -61,11 +61,14 @@ async fn records_survive_a_restart_and_a_leftover_intent_survives_as_pulled_by_c
         // The daemon dies here, the pull of left:v1 unfinished.
     }
     let records = open(root.path());
-    assert!(records.pulled_by_cri_imaged("left:v1", "sha256:left").expect("readable"), "the intent is read at start");
+    assert!(
+        records.pulled_by_cri_imaged("left:v1", "sha256:left").await.expect("readable"),
+        "the intent is read at start"
+    );
     records.warm().expect("warmed");
-    let record = records.record("sha256:app").expect("readable").expect("kept");
+    let record = records.record("sha256:app").await.expect("readable").expect("kept");
     assert_eq!(record.credential_mapping["docker.io/library/app"], secret("s"));
-    assert!(records.record("sha256:never").expect("readable").is_none());
+    assert!(records.record("sha256:never").await.expect("readable").is_none());
 }
 
 #[tokio::test]
@@ -75,10 +78,10 @@ async fn a_record_that_does_not_decode_fails_safe_and_is_healed_by_the_next_pull
     let pulled = root.path().join("image_manager/pulled");
     std::fs::write(pulled.join(RecordDir::file_name("sha256:torn")), b"{\"kind\":\"ImagePulledRe").expect("written");
     records.warm().expect("warms the rest");
-    assert!(records.record("sha256:torn").is_err(), "an error, never \"no record\"");
-    assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").is_err());
+    assert!(records.record("sha256:torn").await.is_err(), "an error, never \"no record\"");
+    assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").await.is_err());
     records.record_pulled("torn:v1", "sha256:torn", "docker.io/library/torn", secret("s")).await.expect("rewritten");
-    assert!(records.record("sha256:torn").expect("readable now").is_some());
+    assert!(records.record("sha256:torn").await.expect("readable now").is_some());
 }
 
 #[tokio::test]
@@ -90,11 +93,11 @@ async fn temporary_files_a_crash_left_are_removed_at_start() {
     let records = open(root.path());
     assert!(files(&pulled).is_empty());
     records.warm().expect("warms");
-    assert!(records.record("sha256:x").expect("readable").is_none());
+    assert!(records.record("sha256:x").await.expect("readable").is_none());
 }
 
 #[tokio::test]
-async fn at_start_torn_unreadable_and_temporary_files_are_passed_over_and_every_whole_one_is_read() {
+async fn at_start_torn_and_temporary_files_are_passed_over_others_set_aside_and_every_whole_one_is_read() {
     let root = tempfile::tempdir().unwrap();
     {
         let records = open(root.path());
@@ -108,10 +111,11 @@ async fn at_start_torn_unreadable_and_temporary_files_are_passed_over_and_every_
     }
     let records = open(root.path());
     records.warm().expect("warms");
-    assert!(records.record("sha256:app").expect("readable").is_some(), "a whole record is read");
-    assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").is_err(), "a torn intent's image is verified");
-    assert!(records.record("sha256:unreadable").is_err(), "an error, never \"no record\"");
-    assert!(!records.pulled_by_cri_imaged("other:v1", "sha256:other").expect("no file, no error"));
+    assert!(records.record("sha256:app").await.expect("readable").is_some(), "a whole record is read");
+    assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").await.is_err(), "a torn intent's image is verified");
+    assert!(records.record("sha256:unreadable").await.expect("set aside").is_none(), "no regular file: quarantined");
+    assert!(!pulled.join(RecordDir::file_name("sha256:unreadable")).exists(), "moved aside");
+    assert!(!records.pulled_by_cri_imaged("other:v1", "sha256:other").await.expect("no file, no error"));
     assert!(files(&pulled).iter().chain(&files(&pulling)).all(|name| !name.ends_with(".tmp")), "removed at start");
 }
 
@@ -147,19 +151,22 @@ async fn at_start_an_intent_for_a_present_image_becomes_a_record_that_verifies_e
         records.record_pulled("kept:v1", "sha256:kept", "docker.io/library/kept", secret("s")).await.expect("written");
         records.record_pulled("gone:v1", "sha256:gone", "docker.io/library/gone", secret("s")).await.expect("written");
     }
-    let records = Arc::new(open(root.path()));
+    let records = open(root.path());
     let runtime = Images(vec![("crashed:v1", "sha256:crashed"), ("kept:v1", "sha256:kept")]);
     records.clone().settle(&runtime, SystemTime::now() + Duration::from_secs(2)).await;
-    let converted = records.record("sha256:crashed").expect("readable").expect("a record now");
+    let converted = records.record("sha256:crashed").await.expect("readable").expect("a record now");
     assert!(converted.credential_mapping.is_empty(), "no credentials: every pod is verified");
-    assert!(!records.pulled_by_cri_imaged("crashed:v1", "sha256:unrelated").expect("readable"), "the intent went");
     assert!(
-        records.pulled_by_cri_imaged("absent:v1", "sha256:absent").expect("readable"),
+        !records.pulled_by_cri_imaged("crashed:v1", "sha256:unrelated").await.expect("readable"),
+        "the intent went"
+    );
+    assert!(
+        records.pulled_by_cri_imaged("absent:v1", "sha256:absent").await.expect("readable"),
         "an absent image's intent stays"
     );
-    assert!(records.record("sha256:kept").expect("readable").is_some());
+    assert!(records.record("sha256:kept").await.expect("readable").is_some());
     assert!(
-        records.record("sha256:gone").expect("readable").is_none(),
+        records.record("sha256:gone").await.expect("readable").is_none(),
         "the record of an image that is gone is pruned"
     );
 }
@@ -167,16 +174,16 @@ async fn at_start_an_intent_for_a_present_image_becomes_a_record_that_verifies_e
 #[tokio::test]
 async fn a_caller_that_goes_away_mid_pull_leaves_the_intent_so_the_image_stays_verified() {
     let root = tempfile::tempdir().unwrap();
-    let records = Arc::new(open(root.path()));
+    let records = open(root.path());
     let intent = records.intend("private:v1").await.expect("recorded");
     assert_eq!(records.pulls_in_flight("private:v1"), 1);
     drop(intent);
     assert_eq!(records.pulls_in_flight("private:v1"), 0);
-    assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").expect("readable"));
+    assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").await.expect("readable"));
     assert_eq!(files(&root.path().join("image_manager/pulling")).len(), 1, "kept on disk");
     // Another pod's failed pull does not take it away: only a record replaces it.
     records.intend("private:v1").await.expect("recorded").failed().await.expect("ended");
-    assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").expect("readable"));
+    assert!(records.pulled_by_cri_imaged("private:v1", "sha256:private").await.expect("readable"));
     let again = records.intend("private:v1").await.expect("recorded");
     again.pulled("sha256:private", "docker.io/library/private", secret("s")).await.expect("recorded");
     assert!(files(&root.path().join("image_manager/pulling")).is_empty(), "a pull that recorded its outcome ends it");
@@ -189,12 +196,12 @@ async fn a_failed_pull_does_not_remove_an_intent_a_crash_left_until_a_record_rep
         let records = open(root.path());
         records.record_intent("crashed:v1").await.expect("written");
     }
-    let records = Arc::new(open(root.path()));
+    let records = open(root.path());
     // A pod without credentials asks before the start settled: its pull fails.
     records.intend("crashed:v1").await.expect("recorded").failed().await.expect("ended");
-    assert!(records.pulled_by_cri_imaged("crashed:v1", "sha256:crashed").expect("readable"), "still counted");
+    assert!(records.pulled_by_cri_imaged("crashed:v1", "sha256:crashed").await.expect("readable"), "still counted");
     records.clone().settle(&Images(vec![("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
-    let converted = records.record("sha256:crashed").expect("readable").expect("a record now");
+    let converted = records.record("sha256:crashed").await.expect("readable").expect("a record now");
     assert!(converted.credential_mapping.is_empty());
     assert!(files(&root.path().join("image_manager/pulling")).is_empty());
 }
@@ -206,13 +213,13 @@ async fn until_the_intents_found_at_start_are_settled_every_image_counts_as_pull
         let records = open(root.path());
         records.record_intent("crashed:v1").await.expect("written");
     }
-    let records = Arc::new(open(root.path()));
+    let records = open(root.path());
     // The crash's pull may have landed under another name (a digest for the tag).
-    assert!(records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").expect("readable"));
+    assert!(records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").await.expect("readable"));
     records.clone().settle(&Images(vec![("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
     assert!(
-        records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").expect("readable"),
+        records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").await.expect("readable"),
         "now by its record"
     );
-    assert!(!records.pulled_by_cri_imaged("preloaded:v1", "sha256:preloaded").expect("readable"));
+    assert!(!records.pulled_by_cri_imaged("preloaded:v1", "sha256:preloaded").await.expect("readable"));
 }

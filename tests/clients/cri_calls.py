@@ -1,112 +1,160 @@
-"""Makes gRPC calls with Python grpcio, as a node agent would: default channel options.
+"""cri_calls.py: the integration tests' Python grpcio client, a generic runner of unary calls.
 
-Usage: cri_calls.py SOCKET PROTO_DIR < CALLS
+Usage: python3 cri_calls.py SOCKET PROTO_DIR < CALLS
 
-CALLS is a JSON array of {"method": "package.Service/Method", "request": {...},
-"timeout_ms": N, "cancel_after_ms": N}: any unary method of runtime/v1/api.proto or
-imagemanager/v1/image_manager.proto under PROTO_DIR, the request with the proto's field names;
-timeout_ms is the call's deadline (default 60000), cancel_after_ms has the client cancel the call
-itself. The calls are made in order over one channel to unix://SOCKET, each awaited before the
-next. Prints one JSON line per call: {"ok": RESPONSE} (proto field names, 64-bit integers as
-strings, enums by name, defaults left out) or {"error": {"code": "NOT_FOUND", "message": "..."}}.
-Exits non-zero only when the calls cannot be made at all (bad input, protos that do not compile).
-
-The stubs are compiled once per content of the protos, into a cache under the temp dir.
+Loads runtime/v1/api.proto and imagemanager/v1/image_manager.proto from PROTO_DIR (compiled by
+grpc_tools' protoc once per content of the protos and library version, into a descriptor set
+cached in the temp dir) and dials unix://SOCKET with grpcio's default options, as a node agent
+would. CALLS (stdin) is a JSON array of
+  {"method": "runtime.v1.ImageService/PullImage", "request": {...}, "timeout_ms": N, "cancel_after_ms": N}
+any unary method of the protos' services; request uses the proto's field names (64-bit integers
+as strings, enums by name); timeout_ms is the call's deadline (default 60000); with
+cancel_after_ms the client itself cancels the call after that long. The calls are made in order
+over one channel, each awaited before the next. Prints one JSON line per call, keys sorted:
+  {"ok": RESPONSE}  or  {"error": {"code": "NOT_FOUND", "message": "..."}}
+RESPONSE is protobuf's JSON mapping with the proto's field names (json_format.MessageToDict:
+64-bit integers as strings, enums by name, bytes in base64, fields at their default left out,
+Timestamp and Duration as RFC 3339 / "1.5s" strings), whole doubles printed as integers (as
+JavaScript does); code is the status code's name, message its details. Exits 0 when every call
+was made, failed or not; 2, before any call, on bad input or protos that do not load.
 """
 
 import hashlib
-import importlib
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 
 import grpc
-from google.protobuf import json_format
-from grpc_tools import protoc
+import google.protobuf as protobuf
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf import duration_pb2, timestamp_pb2  # noqa: F401 (the imports' descriptors)
+from google.protobuf.message import DecodeError
+from grpc_tools import grpc_version
 
-PROTOS = ("runtime/v1/api.proto", "imagemanager/v1/image_manager.proto")
+PROTOS = ("runtime/v1/api.proto", "imagemanager/v1/image_manager.proto")  # dependencies first
+KEYS = {"method", "request", "timeout_ms", "cancel_after_ms"}
 
 
-def compiled_stubs(proto_dir):
-    """The directory of the stubs for these protos, compiled the first time."""
-    digest = hashlib.sha256()
+def fail(message):
+    sys.stderr.write(f"cri_calls.py: {message}\n")
+    sys.exit(2)
+
+
+def descriptor_set(proto_dir):
+    """The protos' serialized FileDescriptorSet, compiled when the cache has none for them."""
+    digest = hashlib.sha256(f"{grpc_version.VERSION} {protobuf.__version__}".encode())
     for proto in PROTOS:
         with open(os.path.join(proto_dir, proto), "rb") as source:
-            digest.update(source.read())
-    cache = os.path.join(tempfile.gettempdir(), f"cri-imaged-grpcio-stubs-{digest.hexdigest()[:16]}")
-    if not os.path.isdir(cache):
-        # Compiled aside and renamed into place: a runner alongside never sees half a cache.
-        work = tempfile.mkdtemp(prefix="cri-imaged-grpcio-stubs.")
-        include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
-        for proto in PROTOS:
-            args = ["protoc", f"-I{proto_dir}", f"-I{include}", f"--python_out={work}", os.path.join(proto_dir, proto)]
-            if protoc.main(args) != 0:
-                sys.exit(f"cri_calls.py: protoc failed on {proto}")
-        try:
-            os.rename(work, cache)
-        except OSError:
-            shutil.rmtree(work, ignore_errors=True)  # another runner was first
-    return cache
-
-
-def methods(proto_dir):
-    """Every unary method, by `package.Service/Method`: (request class, response class)."""
-    sys.path.insert(0, compiled_stubs(proto_dir))
-    found = {}
-    for proto in PROTOS:
-        module = importlib.import_module(proto[: -len(".proto")].replace("/", ".") + "_pb2")
-        for service in module.DESCRIPTOR.services_by_name.values():
-            for method in service.methods:
-                if method.client_streaming or method.server_streaming:
-                    continue
-                request = getattr(module, method.input_type.name, None) or class_of(method.input_type)
-                response = getattr(module, method.output_type.name, None) or class_of(method.output_type)
-                found[f"{service.full_name}/{method.name}"] = (request, response)
-    return found
-
-
-def class_of(descriptor):
-    from google.protobuf import message_factory
-
-    return message_factory.GetMessageClass(descriptor)
-
-
-def make_call(channel, known, call):
-    method = call["method"]
-    if method not in known:
-        sys.exit(f"cri_calls.py: no unary method {method!r}")
-    request_class, response_class = known[method]
-    request = json_format.ParseDict(call.get("request", {}), request_class())
-    stub = channel.unary_unary(
-        "/" + method, request_serializer=request_class.SerializeToString, response_deserializer=response_class.FromString
-    )
-    future = stub.future(request, timeout=call.get("timeout_ms", 60000) / 1000)
-    cancel_after = call.get("cancel_after_ms")
-    if cancel_after is not None:
-        threading.Timer(cancel_after / 1000, future.cancel).start()
+            digest.update(proto.encode() + b"\0" + source.read() + b"\0")
+    cache = os.path.join(tempfile.gettempdir(), f"cri_calls-{digest.hexdigest()[:24]}.pb")
     try:
-        response = future.result()
-        return {"ok": json_format.MessageToDict(response, preserving_proto_field_name=True)}
-    except grpc.FutureCancelledError:
-        return {"error": {"code": "CANCELLED", "message": "cancelled by the client"}}
-    except grpc.RpcError as error:
-        return {"error": {"code": error.code().name, "message": error.details() or ""}}
+        if os.stat(cache).st_uid == os.getuid():  # someone else's file is not trusted
+            with open(cache, "rb") as cached:
+                return cached.read()
+    except FileNotFoundError:
+        pass
+    from grpc_tools import protoc
+
+    # Compiled into a fresh directory, then renamed into place: a runner alongside never reads half a file.
+    work = tempfile.mkdtemp(prefix="cri_calls.")
+    try:
+        out = os.path.join(work, "set.pb")
+        include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
+        if protoc.main(["protoc", f"-I{proto_dir}", f"-I{include}", f"--descriptor_set_out={out}", *PROTOS]) != 0:
+            fail(f"protoc failed on {PROTOS} in {proto_dir}")
+        with open(out, "rb") as compiled:
+            data = compiled.read()
+        try:
+            os.replace(out, cache)
+        except OSError:
+            pass  # another user's file: used by nobody here, left alone
+        return data
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def load(proto_dir):
+    """Every unary method by `package.Service/Method`: (request class, response class)."""
+    pool = descriptor_pool.Default()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(descriptor_set(proto_dir)).file:
+        pool.AddSerializedFile(file.SerializeToString())
+    methods = {}
+    for proto in PROTOS:
+        for service in pool.FindFileByName(proto).services_by_name.values():
+            for method in service.methods:
+                if not (method.client_streaming or method.server_streaming):
+                    classes = map(message_factory.GetMessageClass, (method.input_type, method.output_type))
+                    methods[f"{service.full_name}/{method.name}"] = tuple(classes)
+    return methods
+
+
+def parse(calls, methods):
+    """The calls as (method, request, timeout in s, cancel after s or None, response class)."""
+    if not isinstance(calls, list):
+        fail("the calls must be a JSON array")
+    parsed = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict) or not KEYS.issuperset(call) or not isinstance(call.get("method"), str):
+            fail(f"call {i}: an object with a method and only {sorted(KEYS)} expected: {json.dumps(call)[:300]}")
+        if call["method"] not in methods:
+            fail(f"call {i}: no unary method {call['method']!r} in {PROTOS}")
+        request_class, response_class = methods[call["method"]]
+        try:
+            request = json_format.ParseDict(call.get("request") or {}, request_class())
+        except json_format.ParseError as error:
+            fail(f"call {i}: bad {request_class.DESCRIPTOR.full_name}: {error}")
+        times = [call.get(key) for key in ("timeout_ms", "cancel_after_ms")]
+        if any(t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0) for t in times):
+            fail(f"call {i}: timeout_ms and cancel_after_ms are numbers of milliseconds")
+        timeout = (60000 if times[0] is None else times[0]) / 1000
+        parsed.append((call["method"], request, timeout, None if times[1] is None else times[1] / 1000, response_class))
+    return parsed
+
+
+def whole(value):
+    """JavaScript's printing of numbers: a double with an integral value is an integer."""
+    if isinstance(value, dict):
+        return {key: whole(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole(item) for item in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def make(channel, method, request, timeout, cancel_after, response_class):
+    stub = channel.unary_unary(f"/{method}", type(request).SerializeToString, response_class.FromString)
+    future = stub.future(request, timeout=timeout)
+    if cancel_after is not None:
+        try:
+            future.result(timeout=cancel_after)
+        except grpc.FutureTimeoutError:
+            future.cancel()
+        except (grpc.RpcError, grpc.FutureCancelledError):
+            pass
+    if future.code() == grpc.StatusCode.OK:
+        return {"ok": whole(json_format.MessageToDict(future.result(), preserving_proto_field_name=True))}
+    return {"error": {"code": future.code().name, "message": future.details() or ""}}
 
 
 def main():
     if len(sys.argv) != 3:
-        sys.exit("usage: cri_calls.py SOCKET PROTO_DIR < CALLS")
-    socket, proto_dir = sys.argv[1], sys.argv[2]
-    calls = json.load(sys.stdin)
-    if not isinstance(calls, list):
-        sys.exit("cri_calls.py: the calls are a JSON array")
-    known = methods(proto_dir)
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        fail("usage: python3 cri_calls.py SOCKET PROTO_DIR < CALLS")
+    socket, proto_dir = sys.argv[1:]
+    try:
+        calls = json.load(sys.stdin.buffer)
+    except ValueError as error:
+        fail(f"the calls are not JSON: {error}")
+    try:
+        methods = load(proto_dir)
+    except (OSError, TypeError, KeyError, DecodeError) as error:
+        fail(f"cannot load {PROTOS} from {proto_dir}: {error}")
+    calls = parse(calls, methods)
+    sys.stdout.reconfigure(encoding="utf-8")
+    with grpc.insecure_channel(f"unix://{os.path.abspath(socket)}") as channel:
         for call in calls:
-            print(json.dumps(make_call(channel, known, call), sort_keys=True), flush=True)
+            answer = make(channel, *call)
+            print(json.dumps(answer, sort_keys=True, ensure_ascii=False, separators=(",", ":")), flush=True)
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_
     let (before, after) = (report.usage_before.expect("measured"), report.usage_after.expect("measured"));
     assert_eq!((before.available, after.available), (10 * MIB, 20 * MIB));
     assert_eq!(h.runtime.disk().removed, ["sha256:c"]);
-    assert!(h.records.record("sha256:a").expect("reads").is_some(), "a stays, and its record");
+    assert!(h.records.record("sha256:a").await.expect("reads").is_some(), "a stays, and its record");
 
     h.runtime.disk().other = 80 * MIB; // 100 %: 20 MiB to free
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
@@ -184,7 +184,7 @@ async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_
         ids(&report),
         [("sha256:a", Reason::Space, &Outcome::Removed), ("sha256:b", Reason::Space, &Outcome::Removed)]
     );
-    assert!(h.records.record("sha256:a").expect("reads").is_none(), "the removed image's pull record goes");
+    assert!(h.records.record("sha256:a").await.expect("reads").is_none(), "the removed image's pull record goes");
 }
 
 #[tokio::test]
@@ -412,9 +412,9 @@ async fn a_removed_images_pull_record_goes_unless_a_pull_wrote_it_since() {
     let removed_at = SystemTime::now() - Duration::from_secs(5);
     h.records.merge("sha256:a", "docker.io/library/a", PullCredentials::default()).await.expect("recorded");
     h.records.forget("sha256:a", removed_at).await.expect("forgets");
-    assert!(h.records.record("sha256:a").expect("reads").is_some(), "written after the removal began: kept");
+    assert!(h.records.record("sha256:a").await.expect("reads").is_some(), "written after the removal began: kept");
     h.records.forget("sha256:a", SystemTime::now() + Duration::from_secs(5)).await.expect("forgets");
-    assert!(h.records.record("sha256:a").expect("reads").is_none());
+    assert!(h.records.record("sha256:a").await.expect("reads").is_none());
 }
 
 #[tokio::test(start_paused = true)]

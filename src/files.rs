@@ -1,0 +1,167 @@
+//! Reading the files cri-imaged keeps or is given (pull records, intents, image ages, the config
+//! file) as hostile input: whoever can write the directory could leave a FIFO that blocks a read
+//! forever, a link to `/dev/zero` that never ends, or a file of gigabytes. So a file is opened
+//! without following a link and without blocking, must be a regular file, and is read to a cap.
+//! One that fails these checks can be set aside ([`quarantine`]), so that the next read finds
+//! none.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{self, Read},
+    os::unix::fs::{FileTypeExt, OpenOptionsExt},
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+/// Why a file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    /// The file is not one to read: a link, a FIFO, a device, a directory, or too large.
+    #[error("{0}")]
+    Refused(Refused),
+}
+
+/// What made a file one not to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("a symbolic link, not a regular file")]
+    Link,
+    #[error("a {0}, not a regular file")]
+    NotRegular(&'static str),
+    #[error("larger than {limit} bytes")]
+    TooLarge { limit: u64 },
+}
+
+/// The contents of the regular file at `path`, at most `limit` bytes; `None` when there is none.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+    let opened = OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => return Err(ReadError::Refused(Refused::Link)),
+        Err(error) => return Err(error.into()),
+    };
+    let metadata = file.metadata()?;
+    let file_type = metadata.file_type();
+    if !file_type.is_file() {
+        return Err(ReadError::Refused(Refused::NotRegular(kind(&file_type))));
+    }
+    if metadata.len() > limit {
+        return Err(ReadError::Refused(Refused::TooLarge { limit }));
+    }
+    read_to_cap(file, metadata.len(), limit).map(Some)
+}
+
+/// Reads at most `limit` bytes; a file grown past it since its size was read is refused too.
+fn read_to_cap(file: File, size: u64, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let mut contents = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(limit.saturating_add(1)).read_to_end(&mut contents)?;
+    if contents.len() as u64 > limit {
+        return Err(ReadError::Refused(Refused::TooLarge { limit }));
+    }
+    Ok(contents)
+}
+
+fn kind(file_type: &std::fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_block_device() {
+        "block device"
+    } else if file_type.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// The suffix of a file set aside by [`quarantine`]; readers of a directory pass such files over.
+pub const QUARANTINE_SUFFIX: &str = ".quarantined";
+
+/// Sets the file at `path` aside, renamed to `PATH.SECONDS.quarantined` beside it (a link is
+/// renamed, not followed), and returns the new path.
+pub fn quarantine(path: &Path) -> io::Result<PathBuf> {
+    let seconds = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|since| since.as_secs()).unwrap_or(0);
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".{seconds}{QUARANTINE_SUFFIX}"));
+    let aside = PathBuf::from(aside);
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{os::unix::fs::symlink, time::Duration};
+
+    use super::*;
+
+    fn refused(path: &Path, limit: u64) -> Refused {
+        match read_bounded(path, limit) {
+            Err(ReadError::Refused(refused)) => refused,
+            other => panic!("{} was not refused: {other:?}", path.display()),
+        }
+    }
+
+    #[test]
+    fn a_regular_file_within_the_cap_is_read_and_a_missing_one_is_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("record");
+        std::fs::write(&file, b"12345").expect("written");
+        assert_eq!(read_bounded(&file, 5).expect("read").as_deref(), Some(&b"12345"[..]));
+        assert_eq!(refused(&file, 4), Refused::TooLarge { limit: 4 });
+        assert!(read_bounded(&dir.path().join("none"), 5).expect("no file").is_none());
+    }
+
+    #[test]
+    fn fifos_devices_directories_and_links_are_refused_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+        assert!(made.success());
+        let to_zero = dir.path().join("zero");
+        symlink("/dev/zero", &to_zero).expect("link");
+        let to_fifo = dir.path().join("to-fifo");
+        symlink(&fifo, &to_fifo).expect("link");
+        // Each would block or never end if read as a file; a second thread keeps the test bounded.
+        let (done, finished) = std::sync::mpsc::channel();
+        let paths = (fifo.clone(), to_zero.clone(), to_fifo.clone(), dir.path().to_owned());
+        std::thread::spawn(move || {
+            let (fifo, to_zero, to_fifo, directory) = paths;
+            let refusals = [
+                refused(&fifo, 1 << 20),
+                refused(&to_zero, 1 << 20),
+                refused(&to_fifo, 1 << 20),
+                refused(&directory, 1),
+            ];
+            done.send(refusals).expect("sent");
+        });
+        let refusals = finished.recv_timeout(Duration::from_secs(5)).expect("refused at once, never blocked");
+        assert_eq!(
+            refusals,
+            [Refused::NotRegular("FIFO"), Refused::Link, Refused::Link, Refused::NotRegular("directory")]
+        );
+        assert_eq!(refused(Path::new("/dev/null"), 1), Refused::NotRegular("character device"));
+    }
+
+    #[test]
+    fn a_quarantined_file_is_renamed_aside_and_a_link_is_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"kept").expect("written");
+        let link = dir.path().join("record");
+        symlink(&target, &link).expect("link");
+        let aside = quarantine(&link).expect("set aside");
+        assert!(aside.to_string_lossy().ends_with(QUARANTINE_SUFFIX), "{}", aside.display());
+        assert!(!link.exists() && aside.symlink_metadata().expect("moved").file_type().is_symlink());
+        assert_eq!(std::fs::read(&target).expect("untouched"), b"kept");
+    }
+}

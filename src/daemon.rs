@@ -217,6 +217,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             manager: parts.manager.clone(),
             gc: parts.gc.clone(),
             credentials: node_credentials,
+            metrics: parts.metrics.reloads.clone(),
         };
         tokio::spawn(reloadable.serve(source, requests, ready_announced, shutdown.clone()));
     }

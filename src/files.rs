@@ -34,17 +34,29 @@ pub enum Refused {
     TooLarge { limit: u64 },
 }
 
+/// Whether a link at the path read is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Files cri-imaged writes itself: a link there is never its own.
+    Refuse,
+    /// A path the operator names (a config file mounted from a ConfigMap is a link).
+    Follow,
+}
+
 /// The contents of the regular file at `path`, at most `limit` bytes; `None` when there is none.
-pub fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+pub fn read_bounded(path: &Path, limit: u64, links: Links) -> Result<Option<Vec<u8>>, ReadError> {
+    let no_follow = if links == Links::Refuse { libc::O_NOFOLLOW } else { 0 };
     let opened = OpenOptions::new()
         .read(true)
         // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(no_follow | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path);
     let file = match opened {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => return Err(ReadError::Refused(Refused::Link)),
+        Err(error) if links == Links::Refuse && error.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(ReadError::Refused(Refused::Link));
+        }
         Err(error) => return Err(error.into()),
     };
     let metadata = file.metadata()?;
@@ -105,7 +117,7 @@ mod tests {
     use super::*;
 
     fn refused(path: &Path, limit: u64) -> Refused {
-        match read_bounded(path, limit) {
+        match read_bounded(path, limit, Links::Refuse) {
             Err(ReadError::Refused(refused)) => refused,
             other => panic!("{} was not refused: {other:?}", path.display()),
         }
@@ -116,9 +128,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("record");
         std::fs::write(&file, b"12345").expect("written");
-        assert_eq!(read_bounded(&file, 5).expect("read").as_deref(), Some(&b"12345"[..]));
+        assert_eq!(read_bounded(&file, 5, Links::Refuse).expect("read").as_deref(), Some(&b"12345"[..]));
         assert_eq!(refused(&file, 4), Refused::TooLarge { limit: 4 });
-        assert!(read_bounded(&dir.path().join("none"), 5).expect("no file").is_none());
+        assert!(read_bounded(&dir.path().join("none"), 5, Links::Refuse).expect("no file").is_none());
+        let link = dir.path().join("link");
+        symlink(&file, &link).expect("link");
+        assert_eq!(read_bounded(&link, 5, Links::Follow).expect("followed").as_deref(), Some(&b"12345"[..]));
+        symlink("/dev/zero", dir.path().join("zero")).expect("link");
+        let followed = read_bounded(&dir.path().join("zero"), 5, Links::Follow);
+        assert!(matches!(followed, Err(ReadError::Refused(Refused::NotRegular("character device")))), "{followed:?}");
     }
 
     #[test]

@@ -9,7 +9,8 @@ use prometheus_client::{encoding::text::encode, registry::Registry};
 
 use crate::{
     ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, presence::metrics::PresenceMetrics,
-    pull::metrics::PullMetrics, records::metrics::RecordsMetrics, server::metrics::ConnectionMetrics,
+    pull::metrics::PullMetrics, records::metrics::RecordsMetrics, reload::metrics::ReloadMetrics,
+    server::metrics::ConnectionMetrics,
 };
 
 /// A series' labels.
@@ -24,6 +25,7 @@ pub struct Metrics {
     pub records: Arc<RecordsMetrics>,
     pub gc: Arc<GcMetrics>,
     pub connections: Arc<ConnectionMetrics>,
+    pub reloads: Arc<ReloadMetrics>,
 }
 
 impl Default for Metrics {
@@ -35,7 +37,8 @@ impl Default for Metrics {
         let records = Arc::new(RecordsMetrics::register(&mut registry));
         let gc = Arc::new(GcMetrics::register(&mut registry));
         let connections = Arc::new(ConnectionMetrics::register(&mut registry));
-        Self { registry, ensure, pulls, presence, records, gc, connections }
+        let reloads = Arc::new(ReloadMetrics::register(&mut registry));
+        Self { registry, ensure, pulls, presence, records, gc, connections, reloads }
     }
 }
 

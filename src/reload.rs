@@ -16,6 +16,7 @@ use crate::{
     gc::ImageGc,
     notify,
     pull::ratelimit::{RegistryLimits, TokioClock},
+    reload::metrics::{ReloadMetrics, ReloadResult},
     runtime::ImageRuntime,
     shutdown::Shutdown,
 };
@@ -67,6 +68,7 @@ pub struct Reloadable<R> {
     pub manager: Arc<ImageManager<R>>,
     pub gc: Arc<ImageGc<R>>,
     pub credentials: Arc<NodeCredentials>,
+    pub metrics: Arc<ReloadMetrics>,
 }
 
 /// What one reload did.
@@ -134,13 +136,16 @@ impl<R: ImageRuntime> Reloadable<R> {
             let status = match reloading.await {
                 Ok(Ok((reloaded, read))) => {
                     source = read;
+                    reloadable.metrics.reloaded(ReloadResult::Applied);
                     log(&reloaded)
                 }
                 Ok(Err(error)) => {
+                    reloadable.metrics.reloaded(ReloadResult::Refused);
                     tracing::error!(%error, "configuration reload refused; the running configuration is kept");
                     "configuration reload refused; the running configuration is kept".to_owned()
                 }
                 Err(error) => {
+                    reloadable.metrics.reloaded(ReloadResult::Refused);
                     tracing::error!(%error, "configuration reload failed; the running configuration is kept");
                     "configuration reload failed; the running configuration is kept".to_owned()
                 }
@@ -162,6 +167,8 @@ fn log(reloaded: &Reloaded) -> String {
     tracing::info!(applied, waiting, "configuration reloaded; credential files read again");
     format!("configuration reloaded: {applied} changed, {waiting} waiting for a restart")
 }
+
+pub mod metrics;
 
 #[cfg(test)]
 mod tests;

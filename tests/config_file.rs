@@ -102,3 +102,52 @@ async fn a_file_the_daemon_cannot_use_stops_the_start_naming_the_file_line_and_f
         );
     }
 }
+
+#[tokio::test]
+async fn a_reload_of_a_fifo_a_device_or_a_deeply_nested_file_is_refused_at_once_and_the_daemon_stays_reloadable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (socket, config) = (dir.path().join("s.sock"), dir.path().join("config.yaml"));
+    std::fs::write(&config, "registry-qps: 2\n").expect("config written");
+    let (port, listen) = support::process::metrics_listen();
+    let flags = ["--config", config.to_str().expect("utf-8"), "--metrics-listen", &listen];
+    let daemon = DaemonProcess::start(&socket, &dir.path().join("r.sock"), &flags).await;
+    let hostile: [(&str, &dyn Fn(&Path)); 3] = [
+        ("it is a FIFO, not a regular file", &|path| {
+            let made = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
+            assert!(made.success());
+        }),
+        ("it is a character device, not a regular file", &|path| {
+            std::os::unix::fs::symlink("/dev/zero", path).expect("link");
+        }),
+        ("nested deeper than 16 levels", &|path| {
+            let deep = format!("registry-qps-per-host: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+            std::fs::write(path, deep).expect("written");
+        }),
+    ];
+    for (refusals, (says, make)) in hostile.iter().enumerate() {
+        std::fs::remove_file(&config).expect("removed");
+        make(&config);
+        let began = std::time::Instant::now();
+        daemon.signal("-HUP");
+        let log = logged(&daemon, "configuration reload refused", refusals + 1).await;
+        assert!(began.elapsed() < Duration::from_secs(5), "{says}: refused after {:?}", began.elapsed());
+        let refusal = log.lines().filter(|line| line.contains("configuration reload refused")).last().expect("logged");
+        assert!(refusal.contains(says), "{says}: {refusal}");
+    }
+    let refused = tokio::task::spawn_blocking(move || {
+        support::process::metric_with_label(port, "cri_imaged_config_reloads_total", r#"result="refused""#)
+    })
+    .await
+    .expect("metrics");
+    assert_eq!(refused, 3.0);
+    assert_eq!(buckets(&socket).await.1[0], (String::new(), 2.0, 10), "the running configuration is kept");
+
+    std::fs::remove_file(&config).expect("removed");
+    std::fs::write(&config, "registry-qps: 3\n").expect("config written");
+    daemon.signal("-HUP");
+    logged(&daemon, "configuration reloaded; credential files read again", 1).await;
+    assert_eq!(buckets(&socket).await.1[0], (String::new(), 3.0, 10), "the next reload applies");
+    let began = std::time::Instant::now();
+    let (status, log) = daemon.terminate().await;
+    assert!(status.success() && began.elapsed() < Duration::from_secs(5), "a prompt, clean stop:\n{log}");
+}

@@ -13,8 +13,17 @@ use std::{
 use clap::{Arg, ArgAction, Command};
 use serde_yaml_ng::Value;
 
+use crate::files::{self, Links, ReadError};
+
 /// The field that names the file itself; a file cannot name another.
 pub const CONFIG_FIELD: &str = "config";
+
+/// The largest config file read: one field per flag fits in a few KiB.
+pub const CONFIG_LIMIT: u64 = 1 << 20;
+
+/// The deepest nesting of `[` and `{` parsed: a field's value is a plain value or a list of
+/// them. YAML's parser takes time and memory for each level before any field is checked.
+pub const MAX_NESTING: usize = 16;
 
 /// Where in the file something is: `path:line` when the line is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +46,10 @@ impl fmt::Display for Location {
 pub enum FileError {
     #[error("cannot read the config file {}: {source}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot read the config file {}: it is {refused}", path.display())]
+    Refused { path: PathBuf, refused: files::Refused },
+    #[error("{}: nested deeper than {MAX_NESTING} levels of `[` and `{{`; the fields take plain values or lists", path.display())]
+    TooDeep { path: PathBuf },
     #[error("{}: not valid YAML: {reason}", path.display())]
     Syntax { path: PathBuf, reason: String },
     #[error("{}: expected a mapping of flag names to values, e.g. `registry-qps: 5`", path.display())]
@@ -60,7 +73,15 @@ pub fn read(
     serve: &Command,
     given_on_command_line: impl Fn(&Arg) -> bool,
 ) -> Result<Vec<OsString>, FileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read { path: path.to_owned(), source })?;
+    let read_error = |source| FileError::Read { path: path.to_owned(), source };
+    let bytes = match files::read_bounded(path, CONFIG_LIMIT, Links::Follow) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(read_error(std::io::ErrorKind::NotFound.into())),
+        Err(ReadError::Io(source)) => return Err(read_error(source)),
+        Err(ReadError::Refused(refused)) => return Err(FileError::Refused { path: path.to_owned(), refused }),
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")))?;
     parse(path, &text, serve, given_on_command_line)
 }
 
@@ -71,6 +92,9 @@ pub fn parse(
     serve: &Command,
     given_on_command_line: impl Fn(&Arg) -> bool,
 ) -> Result<Vec<OsString>, FileError> {
+    if flow_nesting(text) > MAX_NESTING {
+        return Err(FileError::TooDeep { path: path.to_owned() });
+    }
     let document: Value = serde_yaml_ng::from_str(text)
         .map_err(|error| FileError::Syntax { path: path.to_owned(), reason: error.to_string() })?;
     let fields = match document {
@@ -102,6 +126,28 @@ pub fn parse(
         }
     }
     Ok(args)
+}
+
+/// The deepest nesting of flow collections (`[`, `{`) in `text`, comments left out. Brackets in
+/// quoted values count too: an overcount only refuses a file no flag's values need. Block nesting
+/// needs indentation, which the size cap bounds.
+fn flow_nesting(text: &str) -> usize {
+    let (mut depth, mut deepest, mut comment, mut previous) = (0usize, 0usize, false, '\n');
+    for c in text.chars() {
+        match c {
+            '\n' => comment = false,
+            _ if comment => {}
+            '#' if previous.is_whitespace() => comment = true,
+            '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        previous = c;
+    }
+    deepest
 }
 
 /// A field's values as its flag would be given them: none for an empty field, one per item of a

@@ -116,7 +116,7 @@ impl RecordDir {
     }
 
     fn read_path(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        match files::read_bounded(path, self.limit) {
+        match files::read_bounded(path, self.limit, files::Links::Refuse) {
             Ok(contents) => Ok(contents),
             Err(ReadError::Io(error)) => Err(error),
             Err(ReadError::Refused(refused)) => {

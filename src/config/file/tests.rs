@@ -117,3 +117,40 @@ fn the_line_of_a_field_is_its_top_level_key() {
     assert_eq!(line_of("'listen': x\n", "listen"), Some(1));
     assert_eq!(line_of("{listen: x}", "listen"), None);
 }
+
+#[test]
+fn a_file_nested_deeper_than_any_value_needs_is_refused_before_it_is_parsed() {
+    let deep = format!("registry-qps-per-host: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let started = std::time::Instant::now();
+    let refusal = refused(&deep);
+    assert_eq!(
+        refusal,
+        "cri-imaged.yaml: nested deeper than 16 levels of `[` and `{`; the fields take plain values or lists"
+    );
+    // Parsing first took about 40 s here; refusing is a scan.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    let commented = "# [[[[[[[[[[[[[[[[[[[[\nregistry-qps-per-host: [docker.io=2:5] # ]]]]\n";
+    assert_eq!(args(commented).expect("a comment's brackets do not count"), ["--registry-qps-per-host=docker.io=2:5"]);
+}
+
+#[test]
+fn a_config_path_that_is_no_regular_file_or_too_large_is_refused_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo.yaml");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+    let huge = dir.path().join("huge.yaml");
+    std::fs::write(&huge, vec![b'#'; (CONFIG_LIMIT + 1) as usize]).expect("written");
+    let linked = dir.path().join("linked.yaml");
+    std::fs::write(dir.path().join("real.yaml"), "registry-qps: 3\n").expect("written");
+    std::os::unix::fs::symlink(dir.path().join("real.yaml"), &linked).expect("link");
+    let zero = dir.path().join("zero.yaml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("link");
+    let read = |path: &Path| super::read(path, &serve(), |_| false).map_err(|error| error.to_string());
+    assert!(read(&fifo).expect_err("a FIFO").ends_with("fifo.yaml: it is a FIFO, not a regular file"));
+    assert!(read(&huge).expect_err("too large").ends_with("huge.yaml: it is larger than 1048576 bytes"));
+    assert!(read(&zero).expect_err("a device").ends_with("zero.yaml: it is a character device, not a regular file"));
+    assert_eq!(
+        read(&linked).expect("a link to a file is followed (a ConfigMap's)"),
+        [OsString::from("--registry-qps=3")]
+    );
+}

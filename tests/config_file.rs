@@ -111,7 +111,8 @@ async fn a_reload_of_a_fifo_a_device_or_a_deeply_nested_file_is_refused_at_once_
     let (port, listen) = support::process::metrics_listen();
     let flags = ["--config", config.to_str().expect("utf-8"), "--metrics-listen", &listen];
     let daemon = DaemonProcess::start(&socket, &dir.path().join("r.sock"), &flags).await;
-    let hostile: [(&str, &dyn Fn(&Path)); 3] = [
+    type MakeFile<'a> = &'a dyn Fn(&Path);
+    let hostile: [(&str, MakeFile); 3] = [
         ("it is a FIFO, not a regular file", &|path| {
             let made = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo runs");
             assert!(made.success());
@@ -131,7 +132,7 @@ async fn a_reload_of_a_fifo_a_device_or_a_deeply_nested_file_is_refused_at_once_
         daemon.signal("-HUP");
         let log = logged(&daemon, "configuration reload refused", refusals + 1).await;
         assert!(began.elapsed() < Duration::from_secs(5), "{says}: refused after {:?}", began.elapsed());
-        let refusal = log.lines().filter(|line| line.contains("configuration reload refused")).last().expect("logged");
+        let refusal = log.lines().rfind(|line| line.contains("configuration reload refused")).expect("logged");
         assert!(refusal.contains(says), "{says}: {refusal}");
     }
     let refused = tokio::task::spawn_blocking(move || {

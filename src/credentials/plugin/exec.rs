@@ -1,16 +1,23 @@
 //! Running one credential-provider plugin: the request on stdin, the response on stdout.
+//!
+//! A plugin is hostile input too: it runs in a process group of its own, so that at its timeout,
+//! or once it has exited, nothing it started lives on holding its pipes; its stdout is read to a
+//! cap (the kubelet's response is a few KiB), its stderr to a smaller one.
 
 use std::{process::Stdio, time::Duration};
 
 use secrecy::SecretString;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::config::ProviderConfig;
 
 /// The kubelet's catch-all bound on one plugin run.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
-/// The most of a plugin's stderr quoted in an error.
+/// The largest response read from a plugin's stdout.
+pub const MAX_RESPONSE_BYTES: u64 = 1 << 20;
+/// The most of a plugin's stderr read, and quoted in an error.
+const MAX_STDERR_BYTES: u64 = 64 << 10;
 const MAX_STDERR_QUOTED: usize = 1024;
 
 /// What a plugin answered.
@@ -37,6 +44,8 @@ pub enum ExecError {
     Spawn(#[source] std::io::Error),
     #[error("did not finish within {0:?}; killed")]
     TimedOut(Duration),
+    #[error("wrote more than {MAX_RESPONSE_BYTES} bytes to stdout; killed")]
+    TooLarge,
     #[error("exited with {status}: {stderr}")]
     Failed { status: std::process::ExitStatus, stderr: String },
     #[error(
@@ -73,8 +82,17 @@ struct AuthEntry {
     password: SecretString,
 }
 
-/// Runs `provider` for `image` and reads its answer.
+/// Runs `provider` for `image` and reads its answer, within [`EXEC_TIMEOUT`].
 pub async fn run(provider: &ProviderConfig, image: &str) -> Result<PluginResponse, ExecError> {
+    run_within(provider, image, EXEC_TIMEOUT).await
+}
+
+/// As [`run`], within `timeout`.
+pub async fn run_within(
+    provider: &ProviderConfig,
+    image: &str,
+    timeout: Duration,
+) -> Result<PluginResponse, ExecError> {
     let request = serde_json::json!({
         "kind": "CredentialProviderRequest",
         "apiVersion": provider.api_version,
@@ -87,31 +105,77 @@ pub async fn run(provider: &ProviderConfig, image: &str) -> Result<PluginRespons
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .map_err(ExecError::Spawn)?;
-    let mut stdin = child.stdin.take().ok_or_else(|| ExecError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
-    let exchange = async {
+    let group = ProcessGroup(child.id());
+    let pipe = || ExecError::Io(std::io::ErrorKind::BrokenPipe.into());
+    let (mut stdin, stdout, stderr) = (
+        child.stdin.take().ok_or_else(pipe)?,
+        child.stdout.take().ok_or_else(pipe)?,
+        child.stderr.take().ok_or_else(pipe)?,
+    );
+    let waiting = async {
         // A plugin that exits without reading its request is judged by its exit status.
         let _ = stdin.write_all(request.as_bytes()).await;
         drop(stdin);
-        child.wait_with_output().await.map_err(ExecError::Io)
+        let status = child.wait().await;
+        // What it left running would hold its pipes open until the timeout.
+        group.kill();
+        status.map_err(ExecError::Io)
     };
-    let output =
-        tokio::time::timeout(EXEC_TIMEOUT, exchange).await.map_err(|_| ExecError::TimedOut(EXEC_TIMEOUT))??;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
+    let reading = async {
+        let read = tokio::join!(read_capped(stdout, MAX_RESPONSE_BYTES), read_capped(stderr, MAX_STDERR_BYTES));
+        if read.0.is_err() {
+            group.kill();
+        }
+        read
+    };
+    let exchange = async {
+        let (status, (stdout, stderr)) = tokio::join!(waiting, reading);
+        Ok::<_, ExecError>((status?, stdout?, stderr.unwrap_or_default()))
+    };
+    let ran = tokio::time::timeout(timeout, exchange).await;
+    // At the timeout, the plugin and everything it started; after it, whatever is left.
+    group.kill();
+    let (status, stdout, stderr) = ran.map_err(|_| ExecError::TimedOut(timeout))??;
+    if !status.success() {
+        let stderr = String::from_utf8_lossy(&stderr);
         let stderr = stderr.trim();
         let quoted = match stderr.char_indices().nth(MAX_STDERR_QUOTED) {
             Some((cut, _)) => format!("{}…", &stderr[..cut]),
             None => stderr.to_owned(),
         };
-        return Err(ExecError::Failed { status: output.status, stderr: quoted });
+        return Err(ExecError::Failed { status, stderr: quoted });
     }
-    let mut stdout = output.stdout;
+    let mut stdout = stdout;
     let decoded = decode(&stdout, &provider.api_version);
     zeroize::Zeroize::zeroize(&mut stdout);
     decoded
+}
+
+/// A plugin's process group (its pid: it leads it).
+struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    /// SIGKILL to every process left in the group; one already gone is no error.
+    fn kill(&self) {
+        let Some(pid) = self.0.and_then(|pid| rustix::process::Pid::from_raw(pid.try_into().ok()?)) else {
+            return;
+        };
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// All of `pipe` up to `limit` bytes; [`ExecError::TooLarge`] past it.
+async fn read_capped(pipe: impl AsyncRead + Unpin, limit: u64) -> Result<Vec<u8>, ExecError> {
+    let mut read = Vec::new();
+    pipe.take(limit + 1).read_to_end(&mut read).await.map_err(ExecError::Io)?;
+    if read.len() as u64 > limit {
+        return Err(ExecError::TooLarge);
+    }
+    Ok(read)
 }
 
 /// Reads a plugin's stdout, which must answer in `api_version`. Public for the fuzz targets.

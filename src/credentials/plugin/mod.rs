@@ -1,6 +1,8 @@
 //! The kubelet's credential-provider plugins: executables that answer "which credentials for
 //! this image?", each run for the images its `matchImages` cover, its answers cached by the key
-//! type it asks for and concurrent asks for one image sharing one run.
+//! type it asks for and concurrent asks for one image sharing one run. At most
+//! [`MAX_RUNS_PER_PLUGIN`] runs of one plugin and [`MAX_RUNS`] in all are under way; a run waits
+//! for its turn only while someone still asks (each asker's own deadline bounds its wait).
 //!
 //! - [`config`]: the config file.
 //! - [`exec`]: one run of a plugin.
@@ -17,13 +19,18 @@ use std::{
 };
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
-use tokio::time::Instant;
+use tokio::{sync::Semaphore, time::Instant};
 
 use self::{
     config::ProviderConfig,
     exec::{CacheKeyType, PluginResponse},
 };
 use super::{Credential, CredentialSource, RegistryAuth, keyring};
+
+/// The most runs of one plugin under way at once.
+pub const MAX_RUNS_PER_PLUGIN: usize = 4;
+/// The most plugin runs under way at once, all plugins together.
+pub const MAX_RUNS: usize = 8;
 
 /// The cache key shared by every image when a plugin answers with `Global`.
 const GLOBAL_CACHE_KEY: &str = "global";
@@ -41,6 +48,13 @@ struct Ran {
     cache_for: Option<(String, Duration)>,
 }
 
+impl Ran {
+    /// No answer, cached nowhere: a run that failed or never ran.
+    fn nothing() -> Self {
+        Self { answer: Answer::default(), cache_for: None }
+    }
+}
+
 /// Every configured plugin, in config order.
 pub struct Plugins {
     providers: Vec<Provider>,
@@ -48,7 +62,8 @@ pub struct Plugins {
 
 impl Plugins {
     pub fn new(configs: Vec<ProviderConfig>) -> Self {
-        Self { providers: configs.into_iter().map(Provider::new).collect() }
+        let all = Arc::new(Semaphore::new(MAX_RUNS));
+        Self { providers: configs.into_iter().map(|config| Provider::new(config, all.clone())).collect() }
     }
 
     pub fn none() -> Self {
@@ -100,11 +115,14 @@ struct Provider {
     config: Arc<ProviderConfig>,
     cache: Mutex<AnswerCache>,
     in_flight: Mutex<HashMap<String, Shared<BoxFuture<'static, Ran>>>>,
+    /// Turns to run: this plugin's, and every plugin's.
+    turns: (Arc<Semaphore>, Arc<Semaphore>),
 }
 
 impl Provider {
-    fn new(config: ProviderConfig) -> Self {
-        Self { config: Arc::new(config), cache: Mutex::default(), in_flight: Mutex::default() }
+    fn new(config: ProviderConfig, all: Arc<Semaphore>) -> Self {
+        let turns = (Arc::new(Semaphore::new(MAX_RUNS_PER_PLUGIN)), all);
+        Self { config: Arc::new(config), cache: Mutex::default(), in_flight: Mutex::default(), turns }
     }
 
     fn cache(&self) -> MutexGuard<'_, AnswerCache> {
@@ -123,11 +141,22 @@ impl Provider {
         let run = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
             let start = || {
-                // In a task of its own: a run every asker gave up on still ends (and its child
-                // process with it) instead of waiting, unpolled, for the next ask.
-                let task = tokio::spawn(run(self.config.clone(), image.to_owned()));
-                let ended = Ran { answer: Answer::default(), cache_for: None };
-                async move { task.await.unwrap_or(ended) }.boxed().shared()
+                let (config, image, (mine, all)) = (self.config.clone(), image.to_owned(), self.turns.clone());
+                async move {
+                    // Waits for its turn only while polled: while someone asks.
+                    let (Ok(mine), Ok(all)) = (mine.acquire_owned().await, all.acquire_owned().await) else {
+                        return Ran::nothing();
+                    };
+                    // In a task of its own: a run every asker gave up on still ends (and its
+                    // child process with it) instead of waiting, unpolled, for the next ask.
+                    let task = tokio::spawn(async move {
+                        let _turns = (mine, all);
+                        run(config, image).await
+                    });
+                    task.await.unwrap_or_else(|_| Ran::nothing())
+                }
+                .boxed()
+                .shared()
             };
             in_flight.entry(image.to_owned()).or_insert_with(start).clone()
         };
@@ -153,7 +182,7 @@ async fn run(config: Arc<ProviderConfig>, image: String) -> Ran {
         }
         Err(error) => {
             tracing::warn!(provider = %config.name, %error, "Failed getting credential from external registry credential provider");
-            Ran { answer: Answer::default(), cache_for: None }
+            Ran::nothing()
         }
     }
 }

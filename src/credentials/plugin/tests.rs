@@ -167,3 +167,87 @@ async fn a_plugin_gets_the_host_environment_with_its_own_on_top() {
     assert!(env.lines().any(|line| line == "HOME=/plugin-home"), "the config overrides the host: {env}");
     assert!(env.lines().any(|line| line.starts_with("PATH=")), "the host's environment is kept: {env}");
 }
+
+/// `plugin` with its script replaced by `body` (after `#!/bin/sh`).
+fn scripted(dir: &Path, name: &str, body: &str) -> ProviderConfig {
+    let config = plugin(dir, name, REGISTRY_ANSWER, "0");
+    std::fs::write(&config.executable, format!("#!/bin/sh\n{body}\n")).expect("script");
+    config
+}
+
+/// Whether the process whose pid is in `file` is gone (a zombie is), waiting up to 2 s for it.
+async fn gone(file: &Path) -> bool {
+    let pid = std::fs::read_to_string(file).expect("the pid was written");
+    let alive =
+        || std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|stat| !stat.contains(") Z "));
+    for _ in 0..100 {
+        if !alive() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+const ANSWER_JSON: &str = r#"{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{}}"#;
+
+#[tokio::test]
+async fn a_plugin_that_writes_past_the_cap_is_killed_and_gives_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 100 MiB of output, read whole it would be held in memory.
+    let config = scripted(dir.path(), "flood", "cat >/dev/null; head -c 104857600 /dev/zero");
+    let started = std::time::Instant::now();
+    let error = exec::run(&config, "test.registry.io/foo").await.err().expect("refused");
+    assert_eq!(error.to_string(), "wrote more than 1048576 bytes to stdout; killed");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_plugin_that_leaves_a_child_holding_its_stdout_answers_at_once_and_the_child_is_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child_pid = dir.path().join("child.pid");
+    let body = format!("cat >/dev/null\nsleep 60 &\necho $! > {}\nprintf '%s' '{ANSWER_JSON}'", child_pid.display());
+    let config = scripted(dir.path(), "leaves-a-child", &body);
+    let started = std::time::Instant::now();
+    let answer = exec::run(&config, "test.registry.io/foo").await.map_err(|error| error.to_string());
+    assert!(answer.is_ok(), "{:?}", answer.err());
+    assert!(started.elapsed() < Duration::from_secs(10), "not at the 60 s timeout: {:?}", started.elapsed());
+    assert!(gone(&child_pid).await, "what the plugin left running was killed with its group");
+}
+
+#[tokio::test]
+async fn at_its_timeout_a_plugin_and_everything_it_started_are_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child_pid = dir.path().join("child.pid");
+    let body = format!("sleep 60 &\necho $! > {}\nsleep 60", child_pid.display());
+    let config = scripted(dir.path(), "hangs", &body);
+    let error =
+        exec::run_within(&config, "test.registry.io/foo", Duration::from_secs(1)).await.err().expect("times out");
+    assert_eq!(error.to_string(), "did not finish within 1s; killed");
+    assert!(gone(&child_pid).await, "the plugin's child outlived its timeout");
+}
+
+#[tokio::test]
+async fn at_most_four_runs_of_a_plugin_are_under_way_and_the_others_wait_their_turn() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let running = dir.path().join("running");
+    std::fs::create_dir(&running).expect("dir");
+    let counts = dir.path().join("counts");
+    let body = format!(
+        "cat >/dev/null\ntouch {running}/$$\nls {running} | wc -l >> {counts}\nsleep 0.3\nrm {running}/$$\nprintf '%s' '{ANSWER_JSON}'",
+        running = running.display(),
+        counts = counts.display()
+    );
+    let plugins = Plugins::new(vec![scripted(dir.path(), "counted", &body)]);
+    let plugins = &plugins;
+    let asks = (0..16).map(|i| async move { plugins.provide(&format!("test.registry.io/image-{i}")).await });
+    futures_util::future::join_all(asks).await;
+    let counts = std::fs::read_to_string(&counts).expect("counted");
+    let counts: Vec<usize> = counts.lines().map(|line| line.trim().parse().expect("a count")).collect();
+    assert_eq!(counts.len(), 16, "every image's run ran");
+    let most = counts.iter().copied().max().unwrap_or_default();
+    assert!(
+        (2..=MAX_RUNS_PER_PLUGIN).contains(&most),
+        "at most {MAX_RUNS_PER_PLUGIN} at once, and some at once: {counts:?}"
+    );
+}

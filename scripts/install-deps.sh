@@ -21,6 +21,10 @@ command -v runc >/dev/null || missing+=(runc)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v g++ >/dev/null || missing+=(g++)
 command -v curl >/dev/null || missing+=(curl)
+# Debian's own python3 (/usr/bin/python3): the abuse tests run a client as an unprivileged user.
+[ -x /usr/bin/python3 ] || missing+=(python3)
+# setpriv (util-linux) runs that client as another user.
+command -v setpriv >/dev/null || missing+=(util-linux)
 # Node.js and npm for the grpc-js client of the tests (tests/clients/cri_calls.js).
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)

@@ -93,9 +93,24 @@ pub struct ServeArgs {
     pub presence_cache_max_staleness: Duration,
 
     /// The most client connections served at once. At the cap a new connection takes the place of
-    /// the oldest one that has not yet begun HTTP/2, else it is closed at once.
-    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_connection_count, allow_hyphen_values = true)]
-    pub max_connections: NonZeroUsize,
+    /// the oldest one that has not yet begun HTTP/2, else it is closed at once. Unset: 1024,
+    /// lowered at start to fit the open-file limit (RLIMIT_NOFILE).
+    #[arg(long, value_name = "N", value_parser = parse_connection_count, allow_hyphen_values = true)]
+    pub max_connections: Option<NonZeroUsize>,
+
+    /// Of --max-connections, the places only root (or --reserved-connection-uid) may take, so that
+    /// other callers cannot lock the kubelet out; at most all but one.
+    #[arg(long, value_name = "N", default_value = "32", allow_hyphen_values = true)]
+    pub reserved_connections: usize,
+
+    /// A caller besides root that may take a reserved place: the kubelet's uid, when not root.
+    #[arg(long, value_name = "UID")]
+    pub reserved_connection_uid: Option<u32>,
+
+    /// The most connections one process (as the kernel names the caller) holds once they have
+    /// begun HTTP/2; one more is closed as it begins.
+    #[arg(long, value_name = "N", default_value = "64", value_parser = parse_connection_count, allow_hyphen_values = true)]
+    pub max_connections_per_client: NonZeroUsize,
 
     /// A connection that has not sent the HTTP/2 preface this long after it was accepted is
     /// closed (gRPC clients send it at once).
@@ -399,8 +414,11 @@ impl ServeArgs {
     pub fn serve_limits(&self) -> ServeLimits {
         ServeLimits {
             connections: ConnectionLimits {
-                max_connections: self.max_connections.get(),
+                max_connections: self.max_connections.map_or(DEFAULT_MAX_CONNECTIONS, NonZeroUsize::get),
                 handshake_timeout: self.connection_handshake_timeout,
+                reserved: self.reserved_connections,
+                reserved_uid: self.reserved_connection_uid,
+                per_client: self.max_connections_per_client.get(),
             },
             max_concurrent_streams: self.max_concurrent_streams,
             request_body_timeout: self.request_body_timeout,
@@ -503,6 +521,9 @@ pub fn parse_at_least_one(text: &str) -> Result<NonZeroUsize, ValueError> {
 /// The most connections `--max-connections` takes: each holds a file descriptor, and the unit's
 /// `LimitNOFILE` is 65,536.
 pub const MOST_CONNECTIONS: usize = 1_000_000;
+
+/// `--max-connections` unset, before it is fitted to the open-file limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// `--max-connections`: from 1 to [`MOST_CONNECTIONS`].
 pub fn parse_connection_count(text: &str) -> Result<NonZeroUsize, ValueError> {

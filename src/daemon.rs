@@ -311,7 +311,28 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         notify::stopping("draining: answering the requests under way, taking no new ones");
         trigger.request();
     });
-    let limits = args.serve_limits();
+    let mut limits = args.serve_limits();
+    let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    if let Some(open_files) = open_files {
+        let (fitted, lowered) = limits.connections.fitted_to(open_files);
+        match (lowered, args.max_connections) {
+            (None, _) => {}
+            (Some(max_connections), None) => {
+                tracing::warn!(
+                    max_connections,
+                    open_files,
+                    "--max-connections lowered from its default to fit the open-file limit (RLIMIT_NOFILE), with room for the runtime, state files and plugins"
+                );
+                limits.connections = fitted;
+            }
+            (Some(fits), Some(asked)) => tracing::warn!(
+                max_connections = asked,
+                open_files,
+                fits,
+                "--max-connections is more than the open-file limit (RLIMIT_NOFILE) leaves room for; at the limit, accepting waits"
+            ),
+        }
+    }
     let settings = Settings {
         runtime_endpoint: args.runtime_endpoint,
         runtime_request_timeout: args.runtime_request_timeout,

@@ -57,7 +57,8 @@ async fn at_the_open_file_limit_the_daemon_waits_and_warns_instead_of_spinning_a
         .arg(&runtime.socket)
         .arg("--root-dir")
         .arg(dir.path().join("root"))
-        .args(["--image-gc-high-threshold", "100", "--shutdown-timeout", "2s"])
+        // Set, the cap is kept over the limit: the accept path must cope at the limit.
+        .args(["--image-gc-high-threshold", "100", "--shutdown-timeout", "2s", "--max-connections", "1024"])
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -74,6 +75,7 @@ async fn at_the_open_file_limit_the_daemon_waits_and_warns_instead_of_spinning_a
     let spent = cpu_time(daemon.id()) - before;
     let text = std::fs::read_to_string(&log).expect("the log");
     assert!(text.contains("cannot accept connections"), "no warning at the limit:\n{text}");
+    assert!(text.contains("--max-connections is more than the open-file limit"), "said at start:\n{text}");
     assert!(spent < Duration::from_millis(500), "{spent:?} of CPU in 2 s at the limit: the accept loop spins");
     eprintln!("at the limit, with {} idle connections: {spent:?} of CPU in 2 s", idle.len());
 
@@ -255,4 +257,131 @@ async fn a_flood_of_header_only_streams_is_capped_per_connection_and_ends_at_the
         "10,000 header-only streams on 10 connections: RSS {rss_before:.1} -> {rss_flooded:.1} (open) -> \
          {rss_after:.1} MiB after; a normal call answered in {answered_in:?}"
     );
+}
+
+#[tokio::test]
+async fn the_default_connection_cap_is_lowered_to_fit_the_open_file_limit() {
+    let Some(prlimit) = require_tool("prlimit") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let socket = dir.path().join("cri-imaged.sock");
+    let log = dir.path().join("daemon.log");
+    let mut daemon = Command::new(prlimit)
+        .arg("--nofile=200:200")
+        .arg(env!("CARGO_BIN_EXE_cri-imaged"))
+        .args(["serve", "--image-gc-high-threshold", "100"])
+        .arg("--listen")
+        .arg(&socket)
+        .arg("--runtime-endpoint")
+        .arg(&runtime.socket)
+        .arg("--root-dir")
+        .arg(dir.path().join("root"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("the daemon starts");
+    assert!(answers_within(&socket, Duration::from_secs(10)).await, "never served");
+    let text = std::fs::read_to_string(&log).expect("the log");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let line = text.lines().find(|line| line.contains("--max-connections lowered from its default"));
+    let line = line.unwrap_or_else(|| panic!("no word of the lowered cap:\n{text}"));
+    assert!(line.contains("max_connections=136") && line.contains("open_files=200"), "{line}");
+}
+
+/// A client process (Python, as any agent) that opens `count` connections to `socket`, begins
+/// HTTP/2 on each (preface and SETTINGS) and holds them, as `uid`; it prints `held` once all are
+/// sent, and ends when its stdin closes.
+fn hog(socket: &std::path::Path, count: usize, uid: u32) -> std::process::Child {
+    let script = r#"import socket, sys
+conns = []
+for _ in range(int(sys.argv[2])):
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(sys.argv[1])
+    try:
+        c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    except OSError:
+        pass  # closed at once: refused
+    conns.append(c)
+print("held", flush=True)
+sys.stdin.read()
+"#;
+    let mut command = Command::new("setpriv");
+    command.arg(format!("--reuid={uid}")).arg(format!("--regid={uid}")).arg("--clear-groups");
+    command
+        // Debian's own python3: the unprivileged user cannot reach a per-user one.
+        .args(["/usr/bin/python3", "-c", script])
+        .arg(socket)
+        .arg(count.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the hog starts")
+}
+
+/// Waits until `hog` says it holds its connections.
+fn wait_held(hog: &mut std::process::Child) {
+    let mut line = String::new();
+    let stdout = hog.stdout.as_mut().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("the hog speaks");
+    assert_eq!(line.trim(), "held");
+}
+
+#[tokio::test]
+async fn one_client_cannot_take_more_than_its_share_nor_others_the_places_kept_for_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, listen) = support::process::metrics_listen();
+    let flags = [
+        "--max-connections",
+        "20",
+        "--reserved-connections",
+        "8",
+        "--max-connections-per-client",
+        "5",
+        "--metrics-listen",
+        &listen,
+    ];
+    let (daemon, _runtime) = daemon_with(dir.path(), &flags).await;
+    // Others than root may use the socket here.
+    for path in [dir.path(), daemon.socket.as_path()] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).expect("chmod");
+    }
+    let closed = |reason: &str| {
+        let label = format!("reason=\"{reason}\"");
+        support::process::metric_with_label(port, "cri_imaged_connections_closed_total", &label)
+    };
+    let fds_before = open_fds(daemon.pid());
+
+    // One process holding connections that speak HTTP/2 gets its share; the rest are closed.
+    let mut greedy = hog(&daemon.socket, 8, 0);
+    wait_held(&mut greedy);
+    eventually("3 of the greedy client's 8 connections closed", Duration::from_secs(5), || {
+        closed("client_share") == 3.0
+    })
+    .await;
+    assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "another client is served");
+    drop(greedy.stdin.take());
+    let _ = greedy.wait();
+    eventually("the greedy client's connections gone", Duration::from_secs(5), || open_fds(daemon.pid()) <= fds_before)
+        .await;
+
+    // Unprivileged processes, a share each, fill every place but those kept for root.
+    let mut others: Vec<_> = (0..4).map(|_| hog(&daemon.socket, 5, 65534)).collect();
+    for other in &mut others {
+        wait_held(other);
+    }
+    // A newcomer may take the place of one whose preface the daemon had not read yet.
+    eventually("20 asked, 12 places open to them", Duration::from_secs(5), || {
+        closed("refused") + closed("displaced") == 8.0
+    })
+    .await;
+    let started = Instant::now();
+    assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "root still gets a place kept for it");
+    eprintln!("with every open place held by others, root was answered in {:?}", started.elapsed());
+    for mut other in others {
+        drop(other.stdin.take());
+        let _ = other.wait();
+    }
 }

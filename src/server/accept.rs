@@ -7,17 +7,22 @@
 //!   abusive), else it is closed at once, counted and logged, so that the caller fails fast.
 //! - **A handshake timeout** (`--connection-handshake-timeout`): a connection that has not sent
 //!   the preface within it is closed, so connections that never send a byte cannot pile up.
+//! - **Places kept for the kubelet** (`--reserved-connections`): of the cap, some places only
+//!   root (or `--reserved-connection-uid`) may take, as the kernel names the caller
+//!   (`SO_PEERCRED`), so that other callers cannot lock the kubelet out.
+//! - **A share per client** (`--max-connections-per-client`): one process holds at most that many
+//!   connections that have begun HTTP/2; one more is closed as it begins.
 //! - **Accept failures**: tonic logs a failed accept at trace and tries again at once, which at
 //!   the file-descriptor limit (EMFILE) spins a core and says nothing. Here a failure the next
 //!   accept would repeat waits, doubling from 10 ms to 1 s, with a warning; one that ends only the
 //!   connection being accepted is tried again at once.
 
 use std::{
-    collections::VecDeque,
+    collections::{HashMap, VecDeque},
     io,
     pin::Pin,
     sync::{
-        Arc, Weak,
+        Arc, Mutex, PoisonError, Weak,
         atomic::{AtomicU8, Ordering},
     },
     task::{Context, Poll},
@@ -44,13 +49,85 @@ const DISPLACEMENT_WAIT: Duration = Duration::from_millis(200);
 /// Refused connections are logged at most this often, with their count.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// How many connections at once, and how soon each must send the HTTP/2 preface.
+/// How many connections at once, how soon each must send the HTTP/2 preface, and who may take
+/// which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Connections served at once (`--max-connections`).
     pub max_connections: usize,
     /// From accepting a connection to its HTTP/2 preface (`--connection-handshake-timeout`).
     pub handshake_timeout: Duration,
+    /// Of `max_connections`, the places only root and `reserved_uid` may take
+    /// (`--reserved-connections`); at most all but one.
+    pub reserved: usize,
+    /// A caller besides root that may take a reserved place (`--reserved-connection-uid`).
+    pub reserved_uid: Option<u32>,
+    /// Connections one process holds once they have begun HTTP/2 (`--max-connections-per-client`).
+    pub per_client: usize,
+}
+
+impl ConnectionLimits {
+    /// The places any caller may take, and those only privileged ones may.
+    fn places(&self) -> (usize, usize) {
+        let reserved = self.reserved.min(self.max_connections.saturating_sub(1));
+        (self.max_connections - reserved, reserved)
+    }
+
+    /// Whether a caller of `uid` may take a reserved place.
+    fn privileged(&self, uid: Option<u32>) -> bool {
+        uid.is_some_and(|uid| uid == 0 || Some(uid) == self.reserved_uid)
+    }
+
+    /// These limits within `open_files` (the soft `RLIMIT_NOFILE`): each connection takes a file,
+    /// and [`FILES_BESIDE_CONNECTIONS`] stay for the rest. The cap lowered to fit, if it had to be.
+    pub fn fitted_to(self, open_files: u64) -> (Self, Option<usize>) {
+        let room = usize::try_from(open_files.saturating_sub(FILES_BESIDE_CONNECTIONS)).unwrap_or(usize::MAX).max(1);
+        if self.max_connections <= room {
+            return (self, None);
+        }
+        (Self { max_connections: room, ..self }, Some(room))
+    }
+}
+
+/// Open files kept beside the connections: the listener, the runtime's connections, state and
+/// config files, credential plugins' pipes, the metrics endpoint, logs.
+pub const FILES_BESIDE_CONNECTIONS: u64 = 64;
+
+/// Connections that have begun HTTP/2, by the process that holds them.
+#[derive(Default)]
+struct Clients {
+    by_pid: Mutex<HashMap<i32, usize>>,
+}
+
+impl Clients {
+    /// Counts one more connection of `pid`, unless it holds `most` already.
+    fn join(self: &Arc<Self>, pid: i32, most: usize) -> Option<ClientHold> {
+        let mut by_pid = self.by_pid.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = by_pid.entry(pid).or_default();
+        if *held >= most {
+            return None;
+        }
+        *held += 1;
+        Some(ClientHold { clients: self.clone(), pid })
+    }
+}
+
+/// One counted connection of a client; uncounted when it closes.
+struct ClientHold {
+    clients: Arc<Clients>,
+    pid: i32,
+}
+
+impl Drop for ClientHold {
+    fn drop(&mut self) {
+        let mut by_pid = self.clients.by_pid.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = by_pid.get_mut(&self.pid) {
+            *held -= 1;
+            if *held == 0 {
+                by_pid.remove(&self.pid);
+            }
+        }
+    }
 }
 
 /// Where a connection's handshake stands, as both the connection and the accept loop see it: one
@@ -96,10 +173,14 @@ pub struct Admitted<IO> {
     inner: IO,
     _slot: OwnedSemaphorePermit,
     handshake: Option<HandshakeWait>,
+    /// Its place in its client's share, once it has begun HTTP/2.
+    client: Option<ClientHold>,
 }
 
 struct HandshakeWait {
     shared: Arc<Handshake>,
+    /// The calling process and the share it may hold, when the kernel named it.
+    client: Option<(Arc<Clients>, i32, usize)>,
     received: usize,
     deadline: Instant,
     /// Made only if the preface did not come with the first read.
@@ -113,7 +194,7 @@ struct HandshakeWait {
 impl HandshakeWait {
     fn new(timeout: Duration, metrics: Arc<ConnectionMetrics>) -> Self {
         let (shared, received, deadline) = (Arc::default(), 0, Instant::now() + timeout);
-        Self { shared, received, deadline, timer: None, timeout, closed_for: None, metrics }
+        Self { shared, client: None, received, deadline, timer: None, timeout, closed_for: None, metrics }
     }
 
     /// Registers for a displacement; why the connection must close, if it must.
@@ -147,13 +228,20 @@ fn closed_error(why: Closed, handshake_timeout: Duration) -> io::Error {
             format!("no HTTP/2 preface within {handshake_timeout:?} (--connection-handshake-timeout)"),
         ),
         Closed::Refused => io::Error::new(io::ErrorKind::ConnectionRefused, "refused (--max-connections)"),
+        Closed::ClientShare => io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "closed as it began HTTP/2: its process holds its share of connections (--max-connections-per-client)",
+        ),
     }
 }
 
 struct AcceptLoop {
     listener: UnixListener,
     limits: ConnectionLimits,
+    /// Places any caller may take, and those kept for privileged callers.
     slots: Arc<Semaphore>,
+    reserved: Arc<Semaphore>,
+    clients: Arc<Clients>,
     /// Connections still in their handshake, oldest first (some may have finished since).
     handshaking: VecDeque<Weak<Handshake>>,
     metrics: Arc<ConnectionMetrics>,
@@ -168,10 +256,13 @@ pub fn connections(
     limits: ConnectionLimits,
     metrics: Arc<ConnectionMetrics>,
 ) -> impl Stream<Item = io::Result<Admitted<UnixStream>>> {
+    let (open, reserved) = limits.places();
     let state = AcceptLoop {
         listener,
         limits,
-        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        slots: Arc::new(Semaphore::new(open)),
+        reserved: Arc::new(Semaphore::new(reserved)),
+        clients: Arc::default(),
         handshaking: VecDeque::new(),
         metrics,
         refused_since_log: 0,
@@ -204,8 +295,11 @@ impl AcceptLoop {
             if self.waited.take().is_some() {
                 tracing::info!("accepting connections again");
             }
-            if let Some(slot) = self.slot().await {
-                return self.admit(stream, slot);
+            let caller = stream.peer_cred().ok();
+            let privileged = self.limits.privileged(caller.map(|caller| caller.uid()));
+            if let Some(slot) = self.slot(privileged).await {
+                let pid = caller.and_then(|caller| caller.pid());
+                return self.admit(stream, slot, pid);
             }
             // Dropping it closes it: the caller fails at once instead of waiting in the backlog.
             self.refused();
@@ -213,16 +307,26 @@ impl AcceptLoop {
         }
     }
 
-    /// A place under the cap: a free one, or that of the oldest connection still in its
-    /// handshake.
-    async fn slot(&mut self) -> Option<OwnedSemaphorePermit> {
+    /// A place under the cap: a free one (a reserved one too for a `privileged` caller), or that
+    /// of the oldest connection still in its handshake.
+    async fn slot(&mut self, privileged: bool) -> Option<OwnedSemaphorePermit> {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            return Some(slot);
+        }
+        if privileged && let Ok(slot) = self.reserved.clone().try_acquire_owned() {
             return Some(slot);
         }
         if !self.displace_oldest_handshake() {
             return None;
         }
-        tokio::time::timeout(DISPLACEMENT_WAIT, self.slots.clone().acquire_owned()).await.ok()?.ok()
+        let (open, reserved) = (self.slots.clone(), self.reserved.clone());
+        let freed = async move {
+            tokio::select! {
+                slot = open.acquire_owned() => slot.ok(),
+                slot = reserved.acquire_owned(), if privileged => slot.ok(),
+            }
+        };
+        tokio::time::timeout(DISPLACEMENT_WAIT, freed).await.ok()?
     }
 
     /// Displaces the oldest connection still in its handshake; false when there is none.
@@ -235,7 +339,7 @@ impl AcceptLoop {
         false
     }
 
-    fn admit(&mut self, stream: UnixStream, slot: OwnedSemaphorePermit) -> Admitted<UnixStream> {
+    fn admit(&mut self, stream: UnixStream, slot: OwnedSemaphorePermit, pid: Option<i32>) -> Admitted<UnixStream> {
         // Those ended or done since are forgotten from the front; the rest are bounded by the
         // connections a handshake timeout lets through, and pruned whole past twice the cap.
         let finished =
@@ -246,9 +350,10 @@ impl AcceptLoop {
         if self.handshaking.len() > self.limits.max_connections.saturating_mul(2) {
             self.handshaking.retain(|handshake| !finished(handshake));
         }
-        let handshake = HandshakeWait::new(self.limits.handshake_timeout, self.metrics.clone());
+        let mut handshake = HandshakeWait::new(self.limits.handshake_timeout, self.metrics.clone());
+        handshake.client = pid.map(|pid| (self.clients.clone(), pid, self.limits.per_client));
         self.handshaking.push_back(Arc::downgrade(&handshake.shared));
-        Admitted { inner: stream, _slot: slot, handshake: Some(handshake) }
+        Admitted { inner: stream, _slot: slot, handshake: Some(handshake), client: None }
     }
 
     fn refused(&mut self) {
@@ -284,6 +389,12 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Admitted<IO> {
                     if !wait.shared.finish() {
                         return Poll::Ready(Err(wait.close(Closed::Displaced)));
                     }
+                    if let Some((clients, pid, most)) = &wait.client {
+                        match clients.join(*pid, *most) {
+                            Some(hold) => this.client = Some(hold),
+                            None => return Poll::Ready(Err(wait.close(Closed::ClientShare))),
+                        }
+                    }
                     this.handshake = None;
                 }
                 Poll::Ready(Ok(()))
@@ -318,15 +429,20 @@ mod tests {
 
     use super::*;
 
-    const LIMITS: ConnectionLimits =
-        ConnectionLimits { max_connections: 2, handshake_timeout: Duration::from_secs(10) };
+    const LIMITS: ConnectionLimits = ConnectionLimits {
+        max_connections: 2,
+        handshake_timeout: Duration::from_secs(10),
+        reserved: 0,
+        reserved_uid: None,
+        per_client: 64,
+    };
 
     /// A connection as the accept loop admits it, over an in-memory pipe; the other end.
     fn admitted(metrics: &Arc<ConnectionMetrics>) -> (Admitted<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
         let (ours, theirs) = tokio::io::duplex(1024);
         let slot = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("a slot");
         let handshake = HandshakeWait::new(LIMITS.handshake_timeout, metrics.clone());
-        (Admitted { inner: ours, _slot: slot, handshake: Some(handshake) }, theirs)
+        (Admitted { inner: ours, _slot: slot, handshake: Some(handshake), client: None }, theirs)
     }
 
     #[tokio::test(start_paused = true)]
@@ -416,6 +532,21 @@ mod tests {
         assert_eq!(metrics.closed_total(Closed::Refused), 1);
         assert!(!speaking.is_finished() && !newcomer_served.is_finished(), "both speaking connections stay");
         accepting.abort();
+    }
+
+    #[test]
+    fn the_cap_fits_the_open_file_limit_with_room_beside_and_keeps_one_open_place() {
+        let limits = ConnectionLimits { max_connections: 1024, reserved: 32, ..LIMITS };
+        assert_eq!(limits.fitted_to(65_536), (limits, None));
+        let (fitted, lowered) = limits.fitted_to(200);
+        assert_eq!((fitted.max_connections, lowered), (136, Some(136)));
+        assert_eq!(limits.fitted_to(10).0.max_connections, 1, "always one");
+        assert_eq!(fitted.places(), (104, 32));
+        let one = ConnectionLimits { max_connections: 1, reserved: 32, ..LIMITS };
+        assert_eq!(one.places(), (1, 0), "never every place reserved");
+        let kubelet = ConnectionLimits { reserved_uid: Some(996), ..LIMITS };
+        assert!(kubelet.privileged(Some(0)) && kubelet.privileged(Some(996)));
+        assert!(!kubelet.privileged(Some(1000)) && !kubelet.privileged(None));
     }
 
     #[test]

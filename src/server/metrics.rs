@@ -16,6 +16,8 @@ pub enum Closed {
     Displaced,
     /// No HTTP/2 preface within `--connection-handshake-timeout`.
     HandshakeTimeout,
+    /// Its process held its share (`--max-connections-per-client`) as it began HTTP/2.
+    ClientShare,
 }
 
 impl Closed {
@@ -24,6 +26,7 @@ impl Closed {
             Self::Refused => "refused",
             Self::Displaced => "displaced",
             Self::HandshakeTimeout => "handshake_timeout",
+            Self::ClientShare => "client_share",
         }
     }
 }

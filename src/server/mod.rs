@@ -134,7 +134,13 @@ impl Default for ServeLimits {
     /// The flags' defaults.
     fn default() -> Self {
         Self {
-            connections: ConnectionLimits { max_connections: 1024, handshake_timeout: Duration::from_secs(10) },
+            connections: ConnectionLimits {
+                max_connections: 1024,
+                handshake_timeout: Duration::from_secs(10),
+                reserved: 32,
+                reserved_uid: None,
+                per_client: 64,
+            },
             max_concurrent_streams: 1024,
             request_body_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(60),

@@ -107,8 +107,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "UID")]
     pub reserved_connection_uid: Option<u32>,
 
-    /// The most connections one process (as the kernel names the caller) holds once they have
-    /// begun HTTP/2; one more is closed as it begins.
+    /// The most connections one process other than root's (and --reserved-connection-uid's)
+    /// holds once they have begun HTTP/2; one more is closed as it begins.
     #[arg(long, value_name = "N", default_value = "64", value_parser = parse_connection_count, allow_hyphen_values = true)]
     pub max_connections_per_client: NonZeroUsize,
 
@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// How long a keep-alive PING may go unanswered.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub http2_keepalive_timeout: Duration,
+
+    /// A connection with no request under way this long is sent GOAWAY and closed (a gRPC client
+    /// dials again when it next calls); 0s keeps quiet connections open.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
+    pub connection_idle_timeout: Duration,
 
     /// Threads serving requests. One (the default) is fastest here: the daemon mostly waits on
     /// the runtime, and one thread never pays for waking another.
@@ -424,6 +429,7 @@ impl ServeArgs {
             request_body_timeout: self.request_body_timeout,
             keepalive_interval: self.http2_keepalive_interval,
             keepalive_timeout: self.http2_keepalive_timeout,
+            idle_timeout: Some(self.connection_idle_timeout).filter(|timeout| !timeout.is_zero()),
         }
     }
 

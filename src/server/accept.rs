@@ -10,8 +10,9 @@
 //! - **Places kept for the kubelet** (`--reserved-connections`): of the cap, some places only
 //!   root (or `--reserved-connection-uid`) may take, as the kernel names the caller
 //!   (`SO_PEERCRED`), so that other callers cannot lock the kubelet out.
-//! - **A share per client** (`--max-connections-per-client`): one process holds at most that many
-//!   connections that have begun HTTP/2; one more is closed as it begins.
+//! - **A share per client** (`--max-connections-per-client`): one unprivileged process holds at
+//!   most that many connections that have begun HTTP/2; one more is closed as it begins. Root
+//!   (and the reserved uid) is trusted with as many as it opens: it could stop the daemon anyway.
 //! - **Accept failures**: tonic logs a failed accept at trace and tries again at once, which at
 //!   the file-descriptor limit (EMFILE) spins a core and says nothing. Here a failure the next
 //!   accept would repeat waits, doubling from 10 ms to 1 s, with a warning; one that ends only the
@@ -298,7 +299,8 @@ impl AcceptLoop {
             let caller = stream.peer_cred().ok();
             let privileged = self.limits.privileged(caller.map(|caller| caller.uid()));
             if let Some(slot) = self.slot(privileged).await {
-                let pid = caller.and_then(|caller| caller.pid());
+                // Only unprivileged callers have a share to keep to.
+                let pid = caller.and_then(|caller| caller.pid()).filter(|_| !privileged);
                 return self.admit(stream, slot, pid);
             }
             // Dropping it closes it: the caller fails at once instead of waiting in the backlog.

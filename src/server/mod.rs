@@ -53,6 +53,7 @@ macro_rules! writes_pass_through {
 mod accept;
 mod authority;
 mod body_timeout;
+mod connections;
 mod cri_image_service;
 mod deadline;
 mod health;
@@ -67,12 +68,13 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::net::UnixListener;
 use tokio_stream::StreamExt;
-use tonic::transport::Server;
+use tonic::service::Routes;
 
 pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE};
 use self::{
     authority::AuthorityTolerant,
     body_timeout::BodyTimeoutLayer,
+    connections::Http2Settings,
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
@@ -128,6 +130,8 @@ pub struct ServeLimits {
     pub keepalive_interval: Duration,
     /// A PING unanswered this long closes its connection.
     pub keepalive_timeout: Duration,
+    /// No request under way on a connection this long: GOAWAY. `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for ServeLimits {
@@ -145,6 +149,7 @@ impl Default for ServeLimits {
             request_body_timeout: Duration::from_secs(10),
             keepalive_interval: Duration::from_secs(60),
             keepalive_timeout: Duration::from_secs(20),
+            idle_timeout: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -157,8 +162,6 @@ const ANSWER_GRACE: Duration = Duration::from_secs(1);
 pub enum ServeError {
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("the gRPC server failed: {0}")]
-    Transport(#[from] tonic::transport::Error),
 }
 
 /// The services reflection advertises: those we serve. The CRI's descriptors are registered for
@@ -222,18 +225,21 @@ pub async fn serve<R: ImageRuntime>(
         .map(|accepted| accepted.map(AuthorityTolerant::new));
     let (drain_deadline, drained) = tokio::sync::watch::channel(None);
     let unanswered = Unanswered::default();
-    let server = Server::builder()
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-        .layer(DeadlineLayer::new(drained, unanswered.clone()))
-        .layer(BodyTimeoutLayer::new(limits.request_body_timeout))
-        .add_service(EndOnShutdown::new(health_service, shutdown.clone()))
+    let routes = Routes::new(EndOnShutdown::new(health_service, shutdown.clone()))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(image_manager)
-        .add_service(cri_image_service)
-        .serve_with_incoming_shutdown(incoming, signal);
+        .add_service(cri_image_service);
+    let service = tower::ServiceBuilder::new()
+        .layer(DeadlineLayer::new(drained, unanswered.clone()))
+        .layer(BodyTimeoutLayer::new(limits.request_body_timeout))
+        .service(routes);
+    let http2 = Http2Settings {
+        max_concurrent_streams: limits.max_concurrent_streams,
+        keepalive: (limits.keepalive_interval, limits.keepalive_timeout),
+        idle_timeout: limits.idle_timeout,
+    };
+    let server = connections::serve(incoming, service, http2, signal);
 
     tokio::pin!(server);
     // Draining: every answer is waited for, up to the drain deadline; open streams are not.
@@ -245,7 +251,7 @@ pub async fn serve<R: ImageRuntime>(
         }
     };
     let result = tokio::select! {
-        result = &mut server => result.map_err(ServeError::from),
+        () = &mut server => Ok(()),
         in_time = drained_in_time => {
             if !in_time {
                 tracing::warn!(timeout = ?options.drain_timeout, "drain deadline passed; telling in-flight requests we are shutting down");
@@ -253,10 +259,9 @@ pub async fn serve<R: ImageRuntime>(
             }
             // The last answers are written before the connections close; a peer that never
             // reads them, or a watcher that stopped reading, does not hold the exit up for long.
-            match tokio::time::timeout(ANSWER_GRACE, server).await {
-                Ok(result) => result.map_err(ServeError::from),
-                Err(_) => Ok(()),
-            }
+            // Past the grace, whatever is still open is dropped with the process.
+            let _ = tokio::time::timeout(ANSWER_GRACE, server).await;
+            Ok(())
         }
     };
     result

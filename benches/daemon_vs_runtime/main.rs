@@ -13,8 +13,9 @@
 //! the registry's and containerd's own counts), memory (idle, herd peak, backoff entries),
 //! staleness (how long after an image is removed behind cri-imaged's back it may still be
 //! called present), image GC (planning at scale in process, a dry-run pass on the stack), event
-//! fan-out (a herd with and without WatchEvents subscribers), and pull progress polling
-//! (containerd's CPU over a throttled pull with `--pull-progress` off and on).
+//! fan-out (a herd with and without WatchEvents subscribers), pull progress polling
+//! (containerd's CPU over a throttled pull with `--pull-progress` off and on), and hostile input
+//! (idle connections, hostile records and a slow credential plugin at once).
 
 /// A progress line on stderr, in a full run or when the tables are asked for; a smoke run in
 /// `make test` stays quiet.
@@ -32,6 +33,7 @@ mod support;
 mod credentials;
 mod events;
 mod gc;
+mod hostile;
 mod load;
 mod memory;
 mod progress;
@@ -112,6 +114,7 @@ enum Section {
     Gc,
     Events,
     Progress,
+    Hostile,
 }
 
 /// How much of everything to do.
@@ -125,6 +128,8 @@ struct Sizes {
     startups: usize,
     /// Removals behind the daemon's back, per staleness setting.
     removals: usize,
+    /// Idle HTTP/2 connections held open in the hostile-input section.
+    idle_connections: usize,
 }
 
 const FULL: Sizes = Sizes {
@@ -135,6 +140,7 @@ const FULL: Sizes = Sizes {
     backoff_entries: 100_000,
     startups: 20,
     removals: 300,
+    idle_connections: 1000,
 };
 
 const QUICK: Sizes = Sizes {
@@ -145,6 +151,7 @@ const QUICK: Sizes = Sizes {
     backoff_entries: 1_000,
     startups: 3,
     removals: 3,
+    idle_connections: 50,
 };
 
 fn main() -> ExitCode {
@@ -165,6 +172,7 @@ fn main() -> ExitCode {
             Section::Gc,
             Section::Events,
             Section::Progress,
+            Section::Hostile,
         ]
     } else {
         args.only.clone()
@@ -292,6 +300,10 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::Progress) {
         progress::run(&bench, &mut findings).await;
     }
+    if sections.contains(&Section::Hostile) {
+        progress!("hostile input: {} idle connections, hostile records, a slow plugin", sizes.idle_connections);
+        hostile::run(&bench, &mut findings).await;
+    }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);
     Some(report::render(&machine(), &tables, &verdicts))
@@ -375,13 +387,17 @@ struct Daemon {
 impl Daemon {
     /// Starts cri-imaged on `WORK/name.sock` with `extra` and the bench's own daemon flags.
     async fn start(bench: &Bench, name: &str, extra: &[&str]) -> Self {
-        let socket = bench.work.path().join(format!("{name}.sock"));
+        Self::start_at(bench, &bench.work.path().join(format!("{name}.sock")), extra).await
+    }
+
+    /// As [`Daemon::start`], on `socket` (its root dir, `root`, beside it).
+    async fn start_at(bench: &Bench, socket: &Path, extra: &[&str]) -> Self {
         let (metrics_port, metrics_listen) = metrics_listen();
         let mut flags = vec!["--metrics-listen", &metrics_listen];
         flags.extend_from_slice(extra);
-        let process = bench.spawn_daemon(&socket, &flags);
+        let process = bench.spawn_daemon(socket, &flags);
         process.wait_until_serving().await;
-        let client = ImageManagerClient::new(unix_channel(&socket));
+        let client = ImageManagerClient::new(unix_channel(socket));
         Self { process, metrics_port, client }
     }
 

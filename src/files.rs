@@ -70,6 +70,17 @@ pub fn read_bounded(path: &Path, limit: u64, links: Links) -> Result<Option<Vec<
     read_to_cap(file, metadata.len(), limit).map(Some)
 }
 
+/// A file the operator names (a docker config, a plugin config): links followed, a regular file of
+/// at most `limit` bytes; a missing one is `NotFound`, a refused one `InvalidData` saying why.
+pub fn read_named(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    match read_bounded(path, limit, Links::Follow) {
+        Ok(Some(contents)) => Ok(contents),
+        Ok(None) => Err(io::ErrorKind::NotFound.into()),
+        Err(ReadError::Io(error)) => Err(error),
+        Err(ReadError::Refused(refused)) => Err(io::Error::new(io::ErrorKind::InvalidData, refused.to_string())),
+    }
+}
+
 /// Reads at most `limit` bytes; a file grown past it since its size was read is refused too.
 fn read_to_cap(file: File, size: u64, limit: u64) -> Result<Vec<u8>, ReadError> {
     let mut contents = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
@@ -168,6 +179,21 @@ mod tests {
             [Refused::NotRegular("FIFO"), Refused::Link, Refused::Link, Refused::NotRegular("directory")]
         );
         assert_eq!(refused(Path::new("/dev/null"), 1), Refused::NotRegular("character device"));
+    }
+
+    #[test]
+    fn a_file_the_operator_names_may_be_a_link_but_must_end_at_a_small_regular_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, b"{}").expect("written");
+        let link = dir.path().join("link.json");
+        symlink(&file, &link).expect("link");
+        assert_eq!(read_named(&link, 2).expect("followed"), b"{}");
+        assert_eq!(read_named(&file, 1).expect_err("too large").to_string(), "larger than 1 bytes");
+        let fifo = dir.path().join("fifo.json");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        assert_eq!(read_named(&fifo, 1 << 20).expect_err("a FIFO").to_string(), "a FIFO, not a regular file");
+        assert_eq!(read_named(&dir.path().join("none"), 1).expect_err("none").kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

@@ -83,10 +83,8 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
         "Hostile input: presence path at concurrency 1 with {} idle connections, a FIFO and a /dev/zero record, and a 5 s credential plugin in use, against none of them",
         idle.len()
     );
-    let mut table = Table::new(
-        &title,
-        &["daemon", "p50", "p99", "resident", "idle connections", "records quarantined"],
-    );
+    let mut table =
+        Table::new(&title, &["daemon", "p50", "p99", "resident", "idle connections", "records quarantined"]);
     for ((name, _), run, memory, connections, set_aside) in
         [(&sides[0], &runs[0], calm_memory, 0, 0.0), (&sides[1], &runs[1], hostile_memory, idle.len(), quarantined)]
     {

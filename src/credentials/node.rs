@@ -129,7 +129,8 @@ impl NodeDockerConfig {
             *loaded = Loaded { version: None, entries: Entries::default(), failed: None };
             return Ok(None);
         };
-        let read = std::fs::read(&candidate.path)
+        // Credentials for a whole node fit in far less; a FIFO or a device is refused at once.
+        let read = crate::files::read_named(&candidate.path, 1 << 20)
             .map_err(|error| NodeConfigError::Read { path: candidate.path.clone(), error })
             .and_then(|mut document| {
                 let parsed = dockercfg::parse(&document, candidate.shape)
@@ -200,6 +201,17 @@ mod tests {
             broken.to_string().ends_with("is not valid JSON (unexpected end of input at line 1 column 1)"),
             "{broken}"
         );
+    }
+
+    #[test]
+    fn a_given_file_that_is_a_fifo_is_refused_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("config.json");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+        let (done, refused) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(NodeDockerConfig::explicit(fifo).err().map(|error| error.to_string())));
+        let refused = refused.recv_timeout(std::time::Duration::from_secs(5)).expect("never blocked");
+        assert!(refused.is_some_and(|error| error.ends_with("config.json: a FIFO, not a regular file")));
     }
 
     #[test]

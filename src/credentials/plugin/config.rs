@@ -83,8 +83,10 @@ struct EnvVar {
 
 /// Reads and validates the config at `path`, with plugins in `bin_dir`.
 pub fn load(path: &Path, bin_dir: &Path) -> Result<Vec<ProviderConfig>, PluginConfigError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|error| PluginConfigError::Read { path: path.to_owned(), error })?;
+    let read_error = |error| PluginConfigError::Read { path: path.to_owned(), error };
+    let bytes = crate::files::read_named(path, 1 << 20).map_err(read_error)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")))?;
     let invalid = |message: String| PluginConfigError::Invalid { path: path.to_owned(), message };
     let file: File = serde_yaml_ng::from_str(&text)
         .map_err(|error| PluginConfigError::Decode { path: path.to_owned(), error: error.to_string() })?;

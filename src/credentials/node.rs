@@ -211,7 +211,8 @@ mod tests {
         let (done, refused) = std::sync::mpsc::channel();
         std::thread::spawn(move || done.send(NodeDockerConfig::explicit(fifo).err().map(|error| error.to_string())));
         let refused = refused.recv_timeout(std::time::Duration::from_secs(5)).expect("never blocked");
-        assert!(refused.is_some_and(|error| error.ends_with("config.json: a FIFO, not a regular file")));
+        let refused = refused.expect("refused");
+        assert!(refused.starts_with("cannot read the node docker config"), "{refused}");
     }
 
     #[test]

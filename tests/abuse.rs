@@ -40,31 +40,44 @@ async fn answers_within(socket: &std::path::Path, limit: Duration) -> bool {
     false
 }
 
-#[tokio::test]
-async fn at_the_open_file_limit_the_daemon_waits_and_warns_instead_of_spinning_and_recovers() {
-    let Some(prlimit) = require_tool("prlimit") else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
-    let socket = dir.path().join("cri-imaged.sock");
-    let log = dir.path().join("daemon.log");
-    let mut daemon = Command::new(prlimit)
-        .arg("--nofile=64:64")
+/// `cri-imaged serve` in `dir` on `runtime` with `extra`, under `prlimit --nofile=FILES:FILES`,
+/// logging at info to `dir/daemon.log`: the child, its socket and its log.
+fn under_prlimit(
+    prlimit: &std::path::Path,
+    files: u32,
+    dir: &std::path::Path,
+    runtime: &FakeRuntime,
+    extra: &[&str],
+) -> (std::process::Child, std::path::PathBuf, std::path::PathBuf) {
+    let (socket, log) = (dir.join("cri-imaged.sock"), dir.join("daemon.log"));
+    let daemon = Command::new(prlimit)
+        .arg(format!("--nofile={files}:{files}"))
         .arg(env!("CARGO_BIN_EXE_cri-imaged"))
-        .arg("serve")
+        .args(["serve", "--image-gc-high-threshold", "100"])
         .arg("--listen")
         .arg(&socket)
         .arg("--runtime-endpoint")
         .arg(&runtime.socket)
         .arg("--root-dir")
-        .arg(dir.path().join("root"))
-        // Set, the cap is kept over the limit: the accept path must cope at the limit.
-        .args(["--image-gc-high-threshold", "100", "--shutdown-timeout", "2s", "--max-connections", "1024"])
+        .arg(dir.join("root"))
+        .args(extra)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("the daemon starts");
+    (daemon, socket, log)
+}
+
+#[tokio::test]
+async fn at_the_open_file_limit_the_daemon_waits_and_warns_instead_of_spinning_and_recovers() {
+    let Some(prlimit) = require_tool("prlimit") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    // Set, the cap is kept over the limit: the accept path must cope at the limit.
+    let (mut daemon, socket, log) =
+        under_prlimit(&prlimit, 64, dir.path(), &runtime, &["--shutdown-timeout", "2s", "--max-connections", "1024"]);
     assert!(answers_within(&socket, Duration::from_secs(10)).await, "never served");
 
     // Idle connections that never send a byte, more than the daemon has descriptors for.
@@ -264,24 +277,7 @@ async fn the_default_connection_cap_is_lowered_to_fit_the_open_file_limit() {
     let Some(prlimit) = require_tool("prlimit") else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
-    let socket = dir.path().join("cri-imaged.sock");
-    let log = dir.path().join("daemon.log");
-    let mut daemon = Command::new(prlimit)
-        .arg("--nofile=200:200")
-        .arg(env!("CARGO_BIN_EXE_cri-imaged"))
-        .args(["serve", "--image-gc-high-threshold", "100"])
-        .arg("--listen")
-        .arg(&socket)
-        .arg("--runtime-endpoint")
-        .arg(&runtime.socket)
-        .arg("--root-dir")
-        .arg(dir.path().join("root"))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("the daemon starts");
+    let (mut daemon, socket, log) = under_prlimit(&prlimit, 200, dir.path(), &runtime, &[]);
     assert!(answers_within(&socket, Duration::from_secs(10)).await, "never served");
     let text = std::fs::read_to_string(&log).expect("the log");
     let _ = daemon.kill();

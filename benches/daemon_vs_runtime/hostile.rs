@@ -58,13 +58,15 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
         ["--image-credential-provider-config", &plugin_config, "--image-credential-provider-bin-dir", &plugin_bin];
     let hostile = Daemon::start_at(bench, &dir.join("hostile.sock"), &plugin_flags).await;
     let idle = idle_connections(&dir.join("hostile.sock"), sizes.idle_connections).await;
-    // Pods asking all along for an image only the slow plugin may have credentials for.
+    // Pods asking all along for an image only the slow plugin may have credentials for, each ask
+    // a new pod's (a pod's own would be backed off, and answered at once).
     let asking: Vec<_> = (0..4)
         .map(|pod| {
             let client = hostile.client.clone();
             tokio::spawn(async move {
-                loop {
-                    let _ = crate::ensure(&client, "slow.registry.example/app:v1", &format!("slow-{pod}")).await;
+                for ask in 0.. {
+                    let uid = format!("slow-{pod}-{ask}");
+                    let _ = crate::ensure(&client, "slow.registry.example/app:v1", &uid).await;
                 }
             })
         })

@@ -272,6 +272,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_go_duration, allow_hyphen_values = true)]
     pub image_gc_hand_out_window: Duration,
 
+    /// The kubelet's config file, read at start (after a running kubelet's own flags) to warn when
+    /// its image service is this socket served without systemd socket activation.
+    #[arg(long, value_name = "PATH", default_value = "/var/lib/kubelet/config.yaml")]
+    pub kubelet_config: PathBuf,
+
     /// Between image GC passes (the kubelet's fixed 5 minutes).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, allow_hyphen_values = true)]
     pub image_gc_period: Duration,

@@ -24,6 +24,7 @@ use crate::{
     ensure::{Collaborators, ImageManager, ManagerConfig},
     events::Events,
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
+    kubelet_guard,
     listener::{self, ListenError},
     memory,
     metrics::{self, Metrics, MetricsServerError},
@@ -117,6 +118,8 @@ pub struct Parts<R> {
     pub events: Arc<Events>,
     /// The registry rate limits the pull path applies, for GetStatus.
     pub limits: Arc<RegistryLimits<TokioClock>>,
+    /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
+    pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
@@ -165,7 +168,8 @@ impl<R: ImageRuntime> Parts<R> {
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
-        Ok(Self { runtime, metrics, presence, records, manager, gc, guard, events, limits })
+        let kubelet_warning = Arc::default();
+        Ok(Self { runtime, metrics, presence, records, manager, gc, guard, events, limits, kubelet_warning })
     }
 }
 
@@ -188,6 +192,8 @@ pub struct Settings {
     pub metrics: Option<tokio::net::TcpListener>,
     /// What a reload reads again, and the requests for one (SIGHUP); `None`: no reloads.
     pub reload: Option<(reload::Source, mpsc::UnboundedReceiver<()>)>,
+    /// Why this daemon should not be the kubelet's image service as it runs, if it should not.
+    pub kubelet_warning: Option<String>,
 }
 
 /// Builds every part for `settings` and serves `listener` until `shutdown` is requested, then
@@ -209,6 +215,10 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let configs = (settings.manager, settings.image_gc);
     let node_credentials = settings.node_credentials;
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
+    parts.metrics.kubelet_guard.set(settings.kubelet_warning.is_some());
+    if let Some(warning) = settings.kubelet_warning {
+        let _ = parts.kubelet_warning.set(warning);
+    }
     // A reload's READY=1 must not come before the first one, which says the daemon is up.
     let (announce_ready, ready_announced) = oneshot::channel();
     if let Some((source, requests)) = settings.reload {
@@ -294,6 +304,14 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         None => None,
     };
     let metrics_listen = args.metrics_listen.map_or_else(|| "off".to_owned(), |addr| addr.to_string());
+    // Read before serving, off the async threads: /proc and the kubelet's config file.
+    let guarded = (PathBuf::from(&listen), socket_file.is_none(), args.kubelet_config.clone());
+    let kubelet_warning = tokio::task::spawn_blocking(move || kubelet_guard::check(&guarded.0, guarded.1, &guarded.2))
+        .await
+        .unwrap_or(None);
+    if let Some(warning) = &kubelet_warning {
+        tracing::warn!("{warning}");
+    }
     tracing::info!(
         %listen,
         socket_activated = socket_file.is_none(),
@@ -349,6 +367,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         presence_cache: args.presence_cache,
         metrics,
         reload: Some((source, reloads)),
+        kubelet_warning,
     };
     serve(listener, settings, shutdown).await?;
     // The socket file would otherwise look like a stale daemon to the next start; a successor

@@ -9,6 +9,8 @@
 //! - [`daemon`]: the `serve` command, the composition root that builds every part; signals and
 //!   shutdown.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
+//! - [`kubelet_guard`]: the warning when the kubelet's image service is this socket, served
+//!   without systemd socket activation.
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
 //!   WatchEvents (events encoded once into batches every watcher shares), health, reflection,
 //!   caller and drain deadlines, the accept path that serves any `:authority`; `server::status`
@@ -49,6 +51,7 @@ pub mod ensure;
 pub mod events;
 pub mod files;
 pub mod gc;
+pub mod kubelet_guard;
 pub mod listener;
 mod memory;
 pub mod messages;

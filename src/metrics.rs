@@ -8,9 +8,9 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 use prometheus_client::{encoding::text::encode, registry::Registry};
 
 use crate::{
-    ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, presence::metrics::PresenceMetrics,
-    pull::metrics::PullMetrics, records::metrics::RecordsMetrics, reload::metrics::ReloadMetrics,
-    server::metrics::ConnectionMetrics,
+    ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, kubelet_guard::GuardMetrics,
+    presence::metrics::PresenceMetrics, pull::metrics::PullMetrics, records::metrics::RecordsMetrics,
+    reload::metrics::ReloadMetrics, server::metrics::ConnectionMetrics,
 };
 
 /// A series' labels.
@@ -26,6 +26,7 @@ pub struct Metrics {
     pub gc: Arc<GcMetrics>,
     pub connections: Arc<ConnectionMetrics>,
     pub reloads: Arc<ReloadMetrics>,
+    pub kubelet_guard: Arc<GuardMetrics>,
 }
 
 impl Default for Metrics {
@@ -38,7 +39,8 @@ impl Default for Metrics {
         let gc = Arc::new(GcMetrics::register(&mut registry));
         let connections = Arc::new(ConnectionMetrics::register(&mut registry));
         let reloads = Arc::new(ReloadMetrics::register(&mut registry));
-        Self { registry, ensure, pulls, presence, records, gc, connections, reloads }
+        let kubelet_guard = Arc::new(GuardMetrics::register(&mut registry));
+        Self { registry, ensure, pulls, presence, records, gc, connections, reloads, kubelet_guard }
     }
 }
 

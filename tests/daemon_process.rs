@@ -415,3 +415,41 @@ async fn each_pull_is_logged_with_the_uid_and_pid_of_the_process_that_asked() {
         assert!(pulling.is_some_and(|line| line.contains(&peer)), "no `{peer}` on the pull of {image}:\n{log}");
     }
 }
+
+#[tokio::test]
+async fn serving_the_kubelets_image_service_socket_without_socket_activation_is_warned_of_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let socket = dir.path().join("cri-imaged.sock");
+    let kubelet_config = dir.path().join("kubelet-config.yaml");
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageServiceEndpoint: unix://{}\n",
+        socket.display()
+    );
+    std::fs::write(&kubelet_config, config).expect("kubelet config");
+    let (port, listen) = support::process::metrics_listen();
+    let flags = ["--kubelet-config", kubelet_config.to_str().expect("utf-8"), "--metrics-listen", &listen];
+    let daemon = DaemonProcess::start(&socket, &runtime.socket, &flags).await;
+
+    let log = daemon.log_text();
+    let warning = log.lines().find(|line| line.contains("is this socket, but cri-imaged is not socket-activated"));
+    assert!(warning.is_some_and(|line| line.contains("WARN")), "a loud warning at start:\n{log}");
+    let mut client = daemon_client(&daemon);
+    let status = client.get_status(cri_imaged::api::GetStatusRequest::default()).await.expect("status").into_inner();
+    assert!(
+        status.kubelet_image_service_warning.contains("run cri-imaged under systemd socket activation"),
+        "{status:?}"
+    );
+    let gauge = tokio::task::spawn_blocking(move || {
+        support::process::metric(port, "cri_imaged_kubelet_image_service_unactivated")
+    })
+    .await
+    .expect("metrics");
+    assert_eq!(gauge, 1.0);
+
+    // Another socket than the kubelet's: nothing to warn of.
+    let other = DaemonProcess::start(&dir.path().join("agents.sock"), &runtime.socket, &flags[..2]).await;
+    let mut client = daemon_client(&other);
+    let status = client.get_status(cri_imaged::api::GetStatusRequest::default()).await.expect("status").into_inner();
+    assert_eq!(status.kubelet_image_service_warning, "", "{}", other.log_text());
+}

@@ -24,6 +24,7 @@ pub struct ImageManagerService<R> {
     gc: Arc<ImageGc<R>>,
     presence: Arc<PresenceCache>,
     limits: Arc<RegistryLimits<TokioClock>>,
+    kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 
 impl<R> ImageManagerService<R> {
@@ -34,6 +35,7 @@ impl<R> ImageManagerService<R> {
             gc: parts.gc.clone(),
             presence: parts.presence.clone(),
             limits: parts.limits.clone(),
+            kubelet_warning: parts.kubelet_warning.clone(),
         }
     }
 }
@@ -123,6 +125,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             }
             .to_owned(),
             rate_limits: self.limits.buckets().into_iter().map(rate_limit_bucket).collect(),
+            kubelet_image_service_warning: self.kubelet_warning.get().cloned().unwrap_or_default(),
         }))
     }
 

@@ -84,6 +84,7 @@ impl InProcessDaemon {
             presence_cache: true,
             metrics: None,
             reload: None,
+            kubelet_warning: None,
         };
         let (stop, shutdown) = cri_imaged::shutdown::channel();
         let task = tokio::spawn(async move {

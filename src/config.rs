@@ -272,6 +272,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_go_duration, allow_hyphen_values = true)]
     pub image_gc_hand_out_window: Duration,
 
+    /// Take the socket over from a daemon still serving it, instead of refusing to start: bind a
+    /// new socket and rename it over the path, so that callers reach this daemon while the old one
+    /// drains (a DaemonSet's rolling update with surge). Never for the kubelet's socket, which
+    /// systemd holds.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set)]
+    pub take_over_socket: bool,
+
     /// The kubelet's config file, read at start (after a running kubelet's own flags) to warn when
     /// its image service is this socket served without systemd socket activation.
     #[arg(long, value_name = "PATH", default_value = "/var/lib/kubelet/config.yaml")]

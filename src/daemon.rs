@@ -291,7 +291,11 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
     let (listener, socket_file) = match listener::passed_by_systemd()? {
         Some(listener) => (listener, None),
         None => {
-            let (listener, socket_file) = listener::bind(&args.listen).await?;
+            let (listener, socket_file) = if args.take_over_socket {
+                listener::take_over(&args.listen).await?
+            } else {
+                listener::bind(&args.listen).await?
+            };
             (listener, Some(socket_file))
         }
     };

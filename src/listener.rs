@@ -103,6 +103,33 @@ pub async fn bind(path: &Path) -> Result<(UnixListener, SocketFile), ListenError
     Ok((listener, SocketFile { path: path.to_owned(), device: metadata.dev(), inode: metadata.ino() }))
 }
 
+/// Binds a new socket beside `path` and renames it over `path` (`--take-over-socket`): callers
+/// from then on reach this daemon, while one still serving the old socket drains what it had
+/// accepted and, on exit, leaves the new socket in place. A rolling update with surge hands the
+/// socket over this way and refuses no caller. Refuses what [`bind`] refuses, but a live socket.
+pub async fn take_over(path: &Path) -> Result<(UnixListener, SocketFile), ListenError> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        prepare_directory(dir)?;
+    }
+    if let Ok(metadata) = std::fs::symlink_metadata(path)
+        && !metadata.file_type().is_socket()
+    {
+        return Err(ListenError::NotASocket(path.to_owned()));
+    }
+    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let temporary = path.with_file_name(format!(".{name}.{}.new", std::process::id()));
+    let bind_error = |source| ListenError::Bind { path: path.to_owned(), source };
+    // One left by a taking over that died half way is ours to replace (its pid was ours).
+    let _ = std::fs::remove_file(&temporary);
+    let listener = UnixListener::bind(&temporary).map_err(bind_error)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .map_err(|source| ListenError::Permissions { path: temporary.clone(), source })?;
+    std::fs::rename(&temporary, path).map_err(bind_error)?;
+    let metadata = std::fs::symlink_metadata(path).map_err(bind_error)?;
+    tracing::info!(path = %path.display(), "took the socket over; a daemon serving the old one drains what it accepted");
+    Ok((listener, SocketFile { path: path.to_owned(), device: metadata.dev(), inode: metadata.ino() }))
+}
+
 /// Creates the socket's directory with an explicit mode (the umask can only narrow it), or checks
 /// that an existing one cannot be written by others. A sticky directory (such as /tmp) is
 /// accepted: there nobody can remove or rename an entry they do not own.
@@ -199,5 +226,29 @@ mod tests {
         let error = bind(&path).await.expect_err("a file is not a socket");
         assert!(matches!(error, ListenError::NotASocket(_)), "{error}");
         assert_eq!(std::fs::read_to_string(&path).expect("still there"), "keep me");
+    }
+
+    #[tokio::test]
+    async fn taking_over_a_live_socket_sends_callers_to_the_new_daemon_and_the_old_leaves_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agents.sock");
+        let (old, old_file) = bind(&path).await.expect("the old daemon binds");
+        assert!(matches!(bind(&path).await, Err(ListenError::InUse(_))), "a plain bind refuses a live socket");
+        let _probe = old.accept().await.expect("the refusing bind's probe");
+        let (new, _new_file) = take_over(&path).await.expect("taken over");
+        assert_eq!(mode_of(&path), SOCKET_MODE);
+        let _caller = UnixStream::connect(&path).await.expect("connects");
+        let accepted = tokio::time::timeout(std::time::Duration::from_secs(2), new.accept()).await;
+        assert!(accepted.is_ok_and(|accepted| accepted.is_ok()), "the new daemon has the caller");
+        let at_old = tokio::time::timeout(std::time::Duration::from_millis(100), old.accept()).await;
+        assert!(at_old.is_err(), "the old daemon gets no new caller");
+        old_file.remove_if_ours();
+        assert!(path.exists(), "the old daemon's exit leaves the new socket");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("lists")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        assert_eq!(leftovers, [std::ffi::OsString::from("agents.sock")], "no temporary socket left");
     }
 }

@@ -453,3 +453,49 @@ async fn serving_the_kubelets_image_service_socket_without_socket_activation_is_
     let status = client.get_status(cri_imaged::api::GetStatusRequest::default()).await.expect("status").into_inner();
     assert_eq!(status.kubelet_image_service_warning, "", "{}", other.log_text());
 }
+
+/// The agents DaemonSet's rolling update with surge: the new daemon takes the socket over while
+/// the old one serves, then the old one drains and exits; an agent dialling all along is never
+/// refused.
+#[tokio::test]
+async fn a_daemon_taking_the_socket_over_refuses_no_caller_while_the_old_one_drains() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let socket = dir.path().join("agents.sock");
+    let take_over = ["--take-over-socket", "true"];
+    let mut old = DaemonProcess::start(&socket, &runtime.socket, &take_over).await;
+    let dialling = {
+        let socket = socket.clone();
+        tokio::spawn(async move {
+            let (mut answered, mut failed) = (0, Vec::new());
+            let until = std::time::Instant::now() + Duration::from_secs(4);
+            while std::time::Instant::now() < until {
+                // A new connection each time, as an agent started anew dials.
+                let mut health = HealthClient::new(support::unix_channel(&socket));
+                match health.check(HealthCheckRequest { service: String::new() }).await {
+                    Ok(_) => answered += 1,
+                    Err(status) => failed.push(status.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (answered, failed)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let new = DaemonProcess::start(&socket, &runtime.socket, &take_over).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    old.send_sigterm();
+    let status = old.wait_for_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "the old daemon drained and exited: {}", old.log_text());
+    let (answered, failed) = dialling.await.expect("the agent ran");
+    assert!(
+        failed.is_empty(),
+        "{} of {} calls failed: {:?}",
+        failed.len(),
+        answered + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(answered > 100, "{answered} calls");
+    assert!(new.log_text().contains("took the socket over"), "{}", new.log_text());
+    assert!(socket.exists(), "the new daemon's socket stays");
+}

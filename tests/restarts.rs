@@ -1,10 +1,11 @@
 //! Never brick a node: the kubelet's image service is cri-imaged under systemd socket activation,
-//! where systemd holds the socket from boot and hands it to each start of the daemon. Here a small
-//! holder plays systemd's part (it binds the socket, keeps it, and starts the daemon with it as
-//! fd 3, `LISTEN_FDS=1`, as systemd does), and the clients are ones we did not write: a restart
-//! while a grpcio client calls ImageStatus and PullImage all along loses no call, and at boot a
-//! client that dials before anything listens is answered once the daemon is up, every call made
-//! after the socket exists succeeding.
+//! where systemd holds the socket from boot and hands it to each start of the daemon. Here
+//! `systemd-socket-activate` binds the socket and, at the first connection, starts a small holder
+//! with it as fd 3; the holder keeps it and starts each daemon with it (`LISTEN_FDS=1`), as systemd
+//! does across restarts. The clients are ones we did not write: a restart while a grpcio client
+//! calls ImageStatus and PullImage all along loses no call, and at boot a client that dials before
+//! anything listens is answered once the daemon is up, every call made after the socket exists
+//! succeeding.
 
 mod support;
 
@@ -22,25 +23,22 @@ use support::{
     process::require_tool,
 };
 
-/// systemd's part: binds SOCKET, puts it at fd 3, and on `start`, `restart` and `stop` lines
-/// (re)starts or stops the daemon whose command line follows, answering `DONE` to each.
-const HOLDER: &str = r#"import os, signal, socket, subprocess, sys
-path, daemon = sys.argv[1], sys.argv[2:]
-listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-listener.bind(path)
-listener.listen(128)
-os.dup2(listener.fileno(), 3)
+/// systemd's part once `systemd-socket-activate` has passed the socket as fd 3: starts the daemon
+/// whose command line follows at once (says `started`), then on `restart` and `stop` lines
+/// restarts or stops it, answering `COMMAND done` to each.
+const HOLDER: &str = r#"import os, signal, subprocess, sys
+daemon = sys.argv[1:]
 os.set_inheritable(3, True)
 launch = ["sh", "-c", 'export LISTEN_PID=$$ LISTEN_FDS=1; exec "$0" "$@"'] + daemon
-child = None
-print("bound", flush=True)
+child = subprocess.Popen(launch, pass_fds=[3])
+print("started", flush=True)
 for line in sys.stdin:
     command = line.strip()
     if command in ("restart", "stop") and child:
         child.send_signal(signal.SIGTERM)
         child.wait()
         child = None
-    if command in ("start", "restart"):
+    if command == "restart":
         child = subprocess.Popen(launch, pass_fds=[3])
     print(command + " done", flush=True)
 if child:
@@ -56,13 +54,17 @@ struct Holder {
 }
 
 impl Holder {
-    /// Binds `socket` (answering once it is bound) for a daemon on `runtime` logging to `log`.
-    fn bind(socket: &Path, runtime: &Path, log: &Path) -> Self {
+    /// `systemd-socket-activate` listening on `socket`, for a daemon on `runtime` logging to
+    /// `log`; returns once the socket exists (the daemon starts at the first connection).
+    fn listen(socket: &Path, runtime: &Path, log: &Path) -> Self {
+        let activate = require_tool("systemd-socket-activate").expect("systemd-socket-activate");
         let python = require_tool("python3").expect("python3");
         let root = socket.with_file_name("root");
-        let mut child = Command::new(python)
-            .args(["-c", HOLDER])
+        let mut child = Command::new(activate)
+            .arg("-l")
             .arg(socket)
+            .arg(python)
+            .args(["-c", HOLDER])
             .arg(env!("CARGO_BIN_EXE_cri-imaged"))
             .args(["serve", "--listen"])
             .arg(socket)
@@ -79,9 +81,21 @@ impl Holder {
             .spawn()
             .expect("the holder starts");
         let (commands, answers) = (child.stdin.take().expect("stdin"), child.stdout.take().expect("stdout"));
-        let mut holder = Self { child, commands, answers: BufReader::new(answers) };
-        assert_eq!(holder.answer(), "bound");
-        holder
+        let started = Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "systemd-socket-activate never bound {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Self { child, commands, answers: BufReader::new(answers) }
+    }
+
+    /// Waits until the first connection has started the daemon.
+    fn started(&mut self) {
+        assert_eq!(self.answer(), "started");
     }
 
     fn answer(&mut self) -> String {
@@ -90,7 +104,7 @@ impl Holder {
         line.trim().to_owned()
     }
 
-    /// `start`, `restart` or `stop` the daemon; returns once done.
+    /// `restart` or `stop` the daemon; returns once done.
     fn tell(&mut self, command: &str) {
         writeln!(self.commands, "{command}").expect("the holder listens");
         assert_eq!(self.answer(), format!("{command} done"));
@@ -133,13 +147,14 @@ async fn a_restart_loses_no_call_of_a_client_calling_all_along() {
     let runtime = runtime(dir.path());
     let socket = dir.path().join("cri-imaged.sock");
     let log = dir.path().join("daemon.log");
-    let mut holder = Holder::bind(&socket, &runtime.socket, &log);
-    holder.tell("start");
+    let mut holder = Holder::listen(&socket, &runtime.socket, &log);
     let calls = kubelet_calls(1500);
     let calling = {
         let (socket, calls) = (socket.clone(), calls.clone());
         tokio::task::spawn_blocking(move || Client::Grpcio.run(&socket, &calls))
     };
+    // Its first connection starts the daemon, as with systemd.
+    tokio::task::block_in_place(|| holder.started());
     // Twice across the calls, as a package upgrade and a `systemctl restart` would.
     for _ in 0..2 {
         tokio::time::sleep(Duration::from_millis(700)).await;
@@ -184,10 +199,9 @@ async fn at_boot_a_client_that_dials_first_is_answered_once_the_daemon_is_up_and
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // systemd's order: the socket, then (on the first connection, or before the kubelet) the daemon.
-    let mut holder = tokio::task::block_in_place(|| Holder::bind(&socket, &runtime.socket, &log));
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    tokio::task::block_in_place(|| holder.tell("start"));
+    // systemd's order: the socket, then, at the first connection (the client's), the daemon.
+    let mut holder = tokio::task::block_in_place(|| Holder::listen(&socket, &runtime.socket, &log));
+    tokio::task::block_in_place(|| holder.started());
     let (refused, answers) = dialing.await.expect("the client ran");
     let failed: Vec<_> = answers.iter().filter(|answer| !matches!(answer, Answer::Ok(_))).collect();
     assert!(refused > 0, "the client dialled before the socket existed");

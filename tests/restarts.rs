@@ -125,6 +125,18 @@ fn runtime(dir: &Path) -> FakeRuntime {
     FakeRuntime::start(&dir.join("runtime.sock"), service)
 }
 
+/// A temp dir, the fake runtime in it, and where the socket and the daemon's log go; `None`
+/// without grpcio (outside CI).
+fn set_up() -> Option<(tempfile::TempDir, FakeRuntime, std::path::PathBuf, std::path::PathBuf)> {
+    if !Client::Grpcio.installed() {
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = runtime(dir.path());
+    let (socket, log) = (dir.path().join("cri-imaged.sock"), dir.path().join("daemon.log"));
+    Some((dir, runtime, socket, log))
+}
+
 /// The kubelet's image calls: ImageStatus, then PullImage, `pairs` times.
 fn kubelet_calls(pairs: usize) -> Vec<Call> {
     let image = json!({ "image": { "image": "registry.local/app:v1" } });
@@ -140,13 +152,8 @@ fn kubelet_calls(pairs: usize) -> Vec<Call> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_loses_no_call_of_a_client_calling_all_along() {
-    if !Client::Grpcio.installed() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = runtime(dir.path());
-    let socket = dir.path().join("cri-imaged.sock");
-    let log = dir.path().join("daemon.log");
+    // The temp dir lives as long as the test.
+    let Some((_dir, runtime, socket, log)) = set_up() else { return };
     let mut holder = Holder::listen(&socket, &runtime.socket, &log);
     let calls = kubelet_calls(1500);
     let calling = {
@@ -177,13 +184,8 @@ async fn a_restart_loses_no_call_of_a_client_calling_all_along() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_boot_a_client_that_dials_first_is_answered_once_the_daemon_is_up_and_loses_no_call() {
-    if !Client::Grpcio.installed() {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let runtime = runtime(dir.path());
-    let socket = dir.path().join("cri-imaged.sock");
-    let log = dir.path().join("daemon.log");
+    // The temp dir lives as long as the test.
+    let Some((_dir, runtime, socket, log)) = set_up() else { return };
     // The kubelet at boot: dials at once, and again until the socket is there.
     let booted = Instant::now();
     let dialing = {

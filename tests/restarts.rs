@@ -49,7 +49,8 @@ if child:
 /// The holder, and its line-by-line conversation.
 struct Holder {
     child: Child,
-    commands: ChildStdin,
+    /// Closed on drop: the holder then stops its daemon (SIGTERM) and exits.
+    commands: Option<ChildStdin>,
     answers: BufReader<ChildStdout>,
 }
 
@@ -90,7 +91,7 @@ impl Holder {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        Self { child, commands, answers: BufReader::new(answers) }
+        Self { child, commands: Some(commands), answers: BufReader::new(answers) }
     }
 
     /// Waits until the first connection has started the daemon.
@@ -106,13 +107,22 @@ impl Holder {
 
     /// `restart` or `stop` the daemon; returns once done.
     fn tell(&mut self, command: &str) {
-        writeln!(self.commands, "{command}").expect("the holder listens");
+        let commands = self.commands.as_mut().expect("the holder's stdin is open");
+        writeln!(commands, "{command}").expect("the holder listens");
         assert_eq!(self.answer(), format!("{command} done"));
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
+        // The daemon is the holder's child's: a holder killed outright would leave it running.
+        drop(self.commands.take());
+        for _ in 0..100 {
+            if self.child.try_wait().is_ok_and(|status| status.is_some()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

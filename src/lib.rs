@@ -39,6 +39,7 @@
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
 //! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
 //!   serving (rate limits, backoff, image GC, credential files).
+//! - [`retry`]: the doubling waits of the daemon's retry loops.
 //! - [`shutdown`]: the one stop signal every loop and server observes.
 //! - [`telemetry`]: logging set-up.
 
@@ -63,6 +64,7 @@ pub mod pull;
 pub mod records;
 pub mod reference;
 pub mod reload;
+pub mod retry;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;

@@ -31,7 +31,7 @@ use self::{
     fs::RecordDir,
     metrics::RecordsMetrics,
 };
-use crate::runtime::ImageRuntime;
+use crate::{retry::Doubling, runtime::ImageRuntime};
 
 /// The most records kept in memory; more stay on disk, read when asked for.
 pub const RECORDS_IN_MEMORY: usize = 10_000;
@@ -456,10 +456,9 @@ impl PullRecords {
     /// gone, last written before `started`, are removed.
     pub async fn settle<R: ImageRuntime>(self: Arc<Self>, runtime: &R, started: SystemTime) {
         // Until the runtime answers for every intent (it may still be starting at boot).
-        let mut delay = Duration::from_millis(100);
+        let mut waits = Doubling::new(Duration::from_millis(100), Duration::from_secs(30));
         while !self.convert_orphaned_intents(runtime).await {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(30));
+            tokio::time::sleep(waits.next_wait()).await;
         }
         self.state().unsettled = false;
         let records = self.clone();

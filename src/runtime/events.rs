@@ -22,6 +22,7 @@ use tonic::transport::Channel;
 
 use crate::{
     presence::{PresenceCache, SETTLE},
+    retry::Doubling,
     shutdown::Shutdown,
 };
 
@@ -79,7 +80,7 @@ impl From<tonic::Status> for WatchError {
 pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdown) {
     let stopping = shutdown.requested();
     tokio::pin!(stopping);
-    let mut retry = RETRY_MIN;
+    let mut retries = Doubling::new(RETRY_MIN, RETRY_MAX);
     let mut markers = Markers::new(cache.clone());
     loop {
         let error = tokio::select! {
@@ -87,19 +88,19 @@ pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdo
             () = &mut stopping => return cache.set_watching(false),
         };
         if cache.is_watching() {
-            retry = RETRY_MIN;
+            retries.reset();
         }
         cache.set_watching(false);
         if let WatchError::Unsupported(_) = error {
             tracing::info!(%error, "presence checks will always ask the runtime");
             return;
         }
+        let retry = retries.next_wait();
         tracing::warn!(%error, retry_in = ?retry, "presence checks ask the runtime until image events are watched again");
         tokio::select! {
             () = tokio::time::sleep(retry) => {}
             () = &mut stopping => return,
         }
-        retry = retry.saturating_mul(2).min(RETRY_MAX);
     }
 }
 

@@ -39,10 +39,10 @@ use tokio::{
 };
 
 use super::metrics::{Closed, ConnectionMetrics};
+use crate::retry::Doubling;
 
-/// The first wait after a failed accept, and the longest.
-const FIRST_WAIT: Duration = Duration::from_millis(10);
-const LONGEST_WAIT: Duration = Duration::from_secs(1);
+/// The waits after a failed accept: from 10 ms, doubling up to 1 s.
+const ACCEPT_WAITS: Doubling = Doubling::new(Duration::from_millis(10), Duration::from_secs(1));
 /// What every HTTP/2 client sends first (RFC 9113, 3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// How long a new connection waits for the place of the connection it displaced.
@@ -248,7 +248,8 @@ struct AcceptLoop {
     metrics: Arc<ConnectionMetrics>,
     refused_since_log: u64,
     last_refusal_log: Option<Instant>,
-    waited: Option<Duration>,
+    /// The waits after a failed accept; `true` while failing.
+    waits: (Doubling, bool),
 }
 
 /// Accepted connections within `limits`; never an error, so tonic never spins on one.
@@ -268,7 +269,7 @@ pub fn connections(
         metrics,
         refused_since_log: 0,
         last_refusal_log: None,
-        waited: None,
+        waits: (ACCEPT_WAITS, false),
     };
     futures_util::stream::unfold(state, |mut state| async move {
         let admitted = state.next().await;
@@ -286,14 +287,15 @@ impl AcceptLoop {
                     continue;
                 }
                 Err(error) => {
-                    let wait = next_wait(self.waited);
-                    self.waited = Some(wait);
+                    let wait = self.waits.0.next_wait();
+                    self.waits.1 = true;
                     tracing::warn!(%error, retry_in = ?wait, "cannot accept connections (at the open-file limit? see LimitNOFILE)");
                     tokio::time::sleep(wait).await;
                     continue;
                 }
             };
-            if self.waited.take().is_some() {
+            if std::mem::take(&mut self.waits.1) {
+                self.waits.0.reset();
                 tracing::info!("accepting connections again");
             }
             let caller = stream.peer_cred().ok();
@@ -418,11 +420,6 @@ fn only_this_connection(error: &io::Error) -> bool {
         error.kind(),
         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
     )
-}
-
-/// The wait after `waited`: doubled, from [`FIRST_WAIT`] up to [`LONGEST_WAIT`].
-fn next_wait(waited: Option<Duration>) -> Duration {
-    waited.map_or(FIRST_WAIT, |waited| (waited * 2).min(LONGEST_WAIT))
 }
 
 #[cfg(test)]
@@ -553,14 +550,8 @@ mod tests {
 
     #[test]
     fn waits_double_up_to_a_second() {
-        let mut waited = None;
-        let waits: Vec<u128> = (0..10)
-            .map(|_| {
-                let wait = next_wait(waited);
-                waited = Some(wait);
-                wait.as_millis()
-            })
-            .collect();
+        let mut waited = ACCEPT_WAITS;
+        let waits: Vec<u128> = (0..10).map(|_| waited.next_wait().as_millis()).collect();
         assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
     }
 

@@ -21,7 +21,7 @@ use crate::{
         node::{NodeConfigError, NodeDockerConfig},
         plugin::{self, Plugins, config::PluginConfigError},
     },
-    ensure::{Collaborators, ImageManager, ManagerConfig},
+    ensure::{ImageManager, ManagerConfig, ManagerParts},
     events::Events,
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
     kubelet_guard,
@@ -35,6 +35,7 @@ use crate::{
         poller::{ProgressPoller, TrackPulls},
         ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
         record::RecordPulls,
+        recorded::PullPath,
         scheduler::PullScheduler,
     },
     records::{PullRecords, RecordsError},
@@ -111,6 +112,8 @@ pub struct Parts<R> {
     pub presence: Arc<PresenceCache>,
     pub records: Arc<PullRecords>,
     pub manager: Arc<ImageManager<R>>,
+    /// Every pull, EnsureImageExists's and CRI PullImage's.
+    pub pulls: Arc<PullPath>,
     pub gc: Arc<ImageGc<R>>,
     /// Shared by the manager and the collector.
     pub guard: Arc<ImageGuard>,
@@ -145,9 +148,10 @@ impl<R: ImageRuntime> Parts<R> {
         let pulls = BoxCloneSyncService::new(pulls);
         let scheduler = PullScheduler::tracked(pulls, config.scheduler, metrics.pulls.clone(), progress);
         let backoff = BackoffStore::new(config.backoff);
-        let manager = Arc::new(ImageManager::new(Collaborators {
+        let pulls = Arc::new(PullPath::new(scheduler, records.clone(), guard.clone(), events.clone()));
+        let manager = Arc::new(ImageManager::new(ManagerParts {
             runtime: runtime.clone(),
-            scheduler,
+            pulls: pulls.clone(),
             backoff,
             presence: presence.clone(),
             node_credentials,
@@ -169,7 +173,7 @@ impl<R: ImageRuntime> Parts<R> {
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
         let kubelet_warning = Arc::default();
-        Ok(Self { runtime, metrics, presence, records, manager, gc, guard, events, limits, kubelet_warning })
+        Ok(Self { runtime, metrics, presence, records, manager, pulls, gc, guard, events, limits, kubelet_warning })
     }
 }
 

@@ -117,6 +117,27 @@ impl Event {
     }
 }
 
+/// Who and what a request's events are about: its pod, container and image as the caller wrote
+/// them (bounded).
+#[derive(Debug, Clone, Default)]
+pub struct Subject {
+    pub pod: Option<Pod>,
+    pub container: String,
+    pub image: String,
+}
+
+impl Subject {
+    /// An event about this subject, now.
+    pub fn event(&self, kind: EventType, reason: &'static str, message: String) -> Event {
+        Event {
+            pod: self.pod.clone(),
+            container: self.container.clone(),
+            image: self.image.clone(),
+            ..Event::new(kind, reason, message)
+        }
+    }
+}
+
 /// Which events a subscriber wants; an empty field matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {

@@ -368,7 +368,9 @@ async fn real_pass(bench: &Bench, images: usize, findings: &mut Findings) {
         let name = format!("bench/gc-{index}:v1");
         bench.stack.seed(&name, &format!("gc bench image {index}"));
         let spec = ImageSpec { image: bench.stack.image(&name), ..Default::default() };
-        ImageRuntime::pull_image(&*bench.direct, PullSpec::for_image(spec)).await.expect("containerd pulls");
+        ImageRuntime::pull_image(&*bench.direct, PullSpec { image: spec, ..Default::default() })
+            .await
+            .expect("containerd pulls");
     }
     let listed = ImageServiceClient::new(unix_channel(&bench.stack.containerd_socket))
         .list_images(ListImagesRequest { filter: None })

@@ -1,11 +1,13 @@
-use std::sync::Mutex;
+use std::{collections::HashMap, sync::Mutex};
+
+use k8s_cri::v1::PodSandboxConfig;
 
 use super::*;
 use crate::{
-    credentials::NodeCredentials,
+    credentials::{NodeCredentials, RegistryAuth, secrets::PullSecret},
     gc::ImageGuard,
     records::policy::{Allowlist, VerificationPolicy},
-    runtime::PresentImage,
+    runtime::{PresentImage, RuntimeError},
 };
 
 /// A runtime whose answers the test scripts, and which records what it was asked.
@@ -98,6 +100,7 @@ struct Built {
     manager: Arc<ImageManager<ScriptedRuntime>>,
     runtime: Arc<ScriptedRuntime>,
     records: Arc<crate::records::PullRecords>,
+    pulls: Arc<PullPath>,
     guard: Arc<ImageGuard>,
     /// Where the pull records are; kept as long as the manager.
     root_dir: tempfile::TempDir,
@@ -138,7 +141,9 @@ fn manager_with(
         root_dir.path(),
     )
     .expect("records open");
-    Built { manager: parts.manager, runtime: parts.runtime, records: parts.records, guard: parts.guard, root_dir }
+    let (manager, runtime, records, pulls, guard) =
+        (parts.manager, parts.runtime, parts.records, parts.pulls, parts.guard);
+    Built { manager, runtime, records, pulls, guard, root_dir }
 }
 
 fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
@@ -631,7 +636,7 @@ async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verifie
     let manager = manager(ScriptedRuntime::private_for("alice"));
     let login = Arc::new(RegistryAuth::login("alice".into(), "alice-pw".into()));
     let image = ImageSpec { image: "registry.local/team/app:v1".into(), ..Default::default() };
-    manager.pull_image(PullSpec { auth: Some(login), ..PullSpec::for_image(image) }, None).await.expect("pulled");
+    manager.pulls.pull_image(PullSpec { image, auth: Some(login), ..Default::default() }, None).await.expect("pulled");
     let error = manager.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B must pull, and cannot");
     assert_eq!(error.reason(), "ErrImagePull");
     let record = manager.records.record("sha256:private").await.unwrap().expect("recorded");
@@ -697,7 +702,10 @@ async fn a_pull_whose_only_caller_left_is_cancelled_on_both_paths() {
     until_no_pull_in_flight(&manager).await;
     assert_eq!(manager.records.pulls_in_flight("registry.local/big:v1"), 0, "its intent ended");
 
-    let cri = manager.pull_image(PullSpec::for_image(ImageSpec { image: "big:v2".into(), ..Default::default() }), None);
+    let cri = manager.pulls.pull_image(
+        PullSpec { image: ImageSpec { image: "big:v2".into(), ..Default::default() }, ..Default::default() },
+        None,
+    );
     assert!(tokio::time::timeout(Duration::from_millis(100), cri).await.is_err(), "the caller left mid-pull");
     until_no_pull_in_flight(&manager).await;
 

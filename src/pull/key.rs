@@ -5,7 +5,7 @@ use std::{
     sync::LazyLock,
 };
 
-use crate::runtime::PullSpec;
+use super::Pull;
 
 /// What identifies one pull, so that identical concurrent pulls can share it.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -23,14 +23,14 @@ pub struct PullKey {
 static CREDENTIAL_HASHERS: LazyLock<[RandomState; 2]> = LazyLock::new(|| [RandomState::new(), RandomState::new()]);
 
 impl PullKey {
-    pub fn of(spec: &PullSpec) -> Self {
-        let image = spec.reference.as_ref().map_or_else(|| spec.image.image.clone(), ToString::to_string);
-        let credential = spec.auth.as_ref().map(|auth| {
+    pub fn of(pull: &Pull) -> Self {
+        let image = pull.reference.as_ref().map_or_else(|| pull.image().image.clone(), ToString::to_string);
+        let credential = pull.spec.auth.as_ref().map(|auth| {
             let fields = auth.fields();
             let [high, low] = CREDENTIAL_HASHERS.each_ref().map(|hasher| hasher.hash_one(fields));
             u128::from(high) << 64 | u128::from(low)
         });
-        Self { image, runtime_handler: spec.image.runtime_handler.clone(), credential }
+        Self { image, runtime_handler: pull.image().runtime_handler.clone(), credential }
     }
 }
 
@@ -51,10 +51,14 @@ mod tests {
     use k8s_cri::v1::ImageSpec;
 
     use super::*;
-    use crate::credentials::RegistryAuth;
+    use crate::{credentials::RegistryAuth, runtime::PullSpec};
 
-    fn spec(image: &str, auth: Option<Arc<RegistryAuth>>) -> PullSpec {
-        PullSpec { auth, ..PullSpec::for_image(ImageSpec { image: image.into(), ..Default::default() }) }
+    fn spec(image: &str, auth: Option<Arc<RegistryAuth>>) -> Pull {
+        Pull::of(PullSpec {
+            image: ImageSpec { image: image.into(), ..Default::default() },
+            auth,
+            ..Default::default()
+        })
     }
 
     fn login(username: &str, password: &str) -> Option<Arc<RegistryAuth>> {

@@ -6,6 +6,8 @@
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
 //! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
+//! - [`recorded`]: the pull path as a request walks it: records, the GC guard, the scheduler and
+//!   the pull's events, in one place ([`recorded::PullPath`]).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
 //!   [`PullService`].
 
@@ -15,6 +17,7 @@ pub mod poller;
 pub mod progress;
 pub mod ratelimit;
 pub mod record;
+pub mod recorded;
 pub mod scheduler;
 
 use std::{
@@ -25,11 +28,82 @@ use std::{
     time::Duration,
 };
 
+use k8s_cri::v1::ImageSpec;
 use tokio::time::Instant;
 use tower::{Service, util::BoxCloneSyncService};
 
 pub use self::key::PullKey;
-use crate::runtime::{ImageRuntime, PullSpec, RuntimeError};
+use crate::{
+    events::Pod,
+    records::RecordTo,
+    reference::{self, ImageReference},
+    runtime::{ImageRuntime, PullSpec, RuntimeError},
+};
+
+/// One pull as the pull path runs it: what the runtime gets, and what the path itself needs
+/// (the parsed name, the rate-limit mode, the record, the caller). No `Debug`: it carries
+/// credentials.
+#[derive(Clone, Default)]
+pub struct Pull {
+    /// What the runtime's PullImage gets.
+    pub spec: PullSpec,
+    /// The same image parsed once where the request came in, normalised; `None` when it does not
+    /// parse (a CRI PullImage may name an image only the runtime understands).
+    pub reference: Option<Arc<ImageReference>>,
+    /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,
+    /// where the kubelet throttles its own pulls.
+    pub wait_for_rate_limit: bool,
+    /// Where the pull's outcome is recorded before it is shared (KEP-2535).
+    pub record: Option<Arc<RecordTo>>,
+    /// When the caller saw the image absent (or not usable) and so decided to pull: the same
+    /// pull (image, handler, credential) that succeeded since then serves it, instead of a
+    /// second upstream pull. `None` (PullPolicy Always, CRI PullImage) always pulls.
+    pub absent_since: Option<Instant>,
+    /// The pod asking, for the events of a pull it waits for; never sent to the runtime.
+    pub caller: Option<Pod>,
+}
+
+impl Pull {
+    /// A pull of `spec`, its image's reference parsed here, once, with the default tag (the
+    /// runtime reads an untagged name as `:latest`).
+    pub fn of(spec: PullSpec) -> Self {
+        let reference =
+            reference::parse_with_default_tag(&spec.image.image).ok().map(|(reference, _)| Arc::new(reference));
+        Self { spec, reference, ..Default::default() }
+    }
+
+    /// The image as the runtime gets it.
+    pub fn image(&self) -> &ImageSpec {
+        &self.spec.image
+    }
+}
+
+/// The process that asked for a pull, as the kernel told when it connected (SO_PEERCRED): logged
+/// with each pull it asks for, for audit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    /// `None` when the caller is in another PID namespace.
+    pub pid: Option<i32>,
+}
+
+impl Peer {
+    /// How a log line shows the caller of a pull.
+    pub fn shown(peer: Option<Peer>) -> String {
+        peer.map_or_else(|| "unknown".to_owned(), |peer| peer.to_string())
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "uid={} gid={}", self.uid, self.gid)?;
+        match self.pid {
+            Some(pid) => write!(f, " pid={pid}"),
+            None => write!(f, " pid=unknown"),
+        }
+    }
+}
 
 /// A finished pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +170,7 @@ impl PullError {
 pub type PullFuture = Pin<Box<dyn Future<Output = Result<Pulled, PullError>> + Send>>;
 
 /// The pull stack as the scheduler holds it.
-pub type PullService = BoxCloneSyncService<PullSpec, Pulled, PullError>;
+pub type PullService = BoxCloneSyncService<Pull, Pulled, PullError>;
 
 /// The innermost pull service: PullImage on the runtime, then ImageStatus for the size.
 pub struct RuntimePull<R> {
@@ -115,7 +189,7 @@ impl<R> Clone for RuntimePull<R> {
     }
 }
 
-impl<R: ImageRuntime> Service<PullSpec> for RuntimePull<R> {
+impl<R: ImageRuntime> Service<Pull> for RuntimePull<R> {
     type Response = Pulled;
     type Error = PullError;
     type Future = PullFuture;
@@ -124,9 +198,10 @@ impl<R: ImageRuntime> Service<PullSpec> for RuntimePull<R> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, spec: PullSpec) -> Self::Future {
+    fn call(&mut self, pull: Pull) -> Self::Future {
         let runtime = self.runtime.clone();
         Box::pin(async move {
+            let spec = pull.spec;
             let image = spec.image.clone();
             let started = Instant::now();
             let image_ref = runtime.pull_image(spec).await?;

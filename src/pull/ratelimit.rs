@@ -21,9 +21,8 @@ use governor::{
 use tower::{Layer, Service, ServiceExt};
 
 use crate::{
-    pull::{PullError, PullFuture, Pulled, metrics::PullMetrics},
+    pull::{Pull, PullError, PullFuture, Pulled, metrics::PullMetrics},
     reference::ImageReference,
-    runtime::PullSpec,
 };
 
 /// What happens to a pull over the limit.
@@ -278,9 +277,9 @@ impl<S: Clone, C: Clock> Clone for RateLimited<S, C> {
     }
 }
 
-impl<S, C> Service<PullSpec> for RateLimited<S, C>
+impl<S, C> Service<Pull> for RateLimited<S, C>
 where
-    S: Service<PullSpec, Response = Pulled, Error = PullError> + Clone + Send + 'static,
+    S: Service<Pull, Response = Pulled, Error = PullError> + Clone + Send + 'static,
     S::Future: Send,
     C: Clock + Clone + Send + Sync + 'static,
     <C as Clock>::Instant: Reference + Send + Sync,
@@ -294,13 +293,13 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, spec: PullSpec) -> Self::Future {
+    fn call(&mut self, pull: Pull) -> Self::Future {
         let limits = self.limits.clone();
         let inner = self.inner.clone();
         Box::pin(async move {
-            let host = spec.reference.as_deref().map(ImageReference::domain);
-            limits.admit(host, spec.wait_for_rate_limit).await?;
-            inner.oneshot(spec).await
+            let host = pull.reference.as_deref().map(ImageReference::domain);
+            limits.admit(host, pull.wait_for_rate_limit).await?;
+            inner.oneshot(pull).await
         })
     }
 }

@@ -5,8 +5,7 @@ use std::task::{Context, Poll};
 
 use tower::Service;
 
-use super::{PullError, PullFuture, Pulled};
-use crate::runtime::PullSpec;
+use super::{Pull, PullError, PullFuture, Pulled};
 
 /// Wraps a pull service; see the module docs.
 #[derive(Clone)]
@@ -20,9 +19,9 @@ impl<S> RecordPulls<S> {
     }
 }
 
-impl<S> Service<PullSpec> for RecordPulls<S>
+impl<S> Service<Pull> for RecordPulls<S>
 where
-    S: Service<PullSpec, Response = Pulled, Error = PullError>,
+    S: Service<Pull, Response = Pulled, Error = PullError>,
     S::Future: Send + 'static,
 {
     type Response = Pulled;
@@ -33,9 +32,9 @@ where
         self.inner.poll_ready(context)
     }
 
-    fn call(&mut self, spec: PullSpec) -> Self::Future {
-        let record = spec.record.clone();
-        let pull = self.inner.call(spec);
+    fn call(&mut self, pull: Pull) -> Self::Future {
+        let record = pull.record.clone();
+        let pull = self.inner.call(pull);
         Box::pin(async move {
             let pulled = pull.await?;
             if let Some(to) = record
@@ -63,14 +62,14 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let records = Arc::new(PullRecords::open(root.path(), Arc::new(RecordsMetrics::default())).expect("opens"));
         let pulled = Pulled { image_ref: "sha256:app".into(), image_size: 1, pull_duration: Duration::ZERO };
-        let inner = tower::service_fn(move |_: PullSpec| {
+        let inner = tower::service_fn(move |_: Pull| {
             let pulled = pulled.clone();
             async move { Ok::<_, PullError>(pulled) }
         });
         let anyone = PullCredentials { node_pods_accessible: true, ..Default::default() };
         let to = RecordTo { records: records.clone(), name: "registry.local/app".into(), pulled_with: anyone.clone() };
-        let spec = PullSpec { record: Some(Arc::new(to)), ..PullSpec::default() };
-        RecordPulls::new(inner).oneshot(spec).await.expect("pulled");
+        let pull = Pull { record: Some(Arc::new(to)), ..Pull::default() };
+        RecordPulls::new(inner).oneshot(pull).await.expect("pulled");
         let record = records.record("sha256:app").await.expect("readable").expect("recorded by the pull itself");
         assert_eq!(record.credential_mapping["registry.local/app"], anyone);
     }

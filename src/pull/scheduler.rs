@@ -32,11 +32,10 @@ use tower::ServiceExt;
 use crate::{
     events::Pod,
     pull::{
-        PullError, PullKey, PullService, Pulled,
+        Pull, PullError, PullKey, PullService, Pulled,
         metrics::{PullMetrics, PullResult},
         poller::{MAX_WAITING_PODS, Report, TrackPulls, TrackedPull, Tracker, WaitingPods},
     },
-    runtime::PullSpec,
 };
 
 /// How pulls are scheduled.
@@ -139,13 +138,13 @@ impl PullScheduler {
         Self { shared: Arc::new(Shared { service, slots, pull_timeout, in_flight, recent, metrics, progress }) }
     }
 
-    /// Pulls `spec`, or joins an identical pull under way, and waits for the result.
-    pub async fn pull(&self, spec: PullSpec) -> Scheduled {
-        let key = PullKey::of(&spec);
+    /// Pulls `pull`, or joins an identical pull under way, and waits for the result.
+    pub async fn pull(&self, pull: Pull) -> Scheduled {
+        let key = PullKey::of(&pull);
         let (mut receiver, joined) = {
             let mut in_flight = self.shared.in_flight();
             if !in_flight.contains_key(&key)
-                && let Some(absent_since) = spec.absent_since
+                && let Some(absent_since) = pull.absent_since
                 && let Some((ended, pulled)) = self.shared.recent().get(&key)
                 && *ended >= absent_since
             {
@@ -154,18 +153,18 @@ impl PullScheduler {
             }
             match in_flight.get(&key) {
                 Some(slot) => {
-                    if spec.wait_for_rate_limit {
+                    if pull.wait_for_rate_limit {
                         slot.waits_for_rate_limit.store(true, Ordering::Relaxed);
                     }
-                    slot.wait_for(spec.caller.as_ref());
+                    slot.wait_for(pull.caller.as_ref());
                     (slot.result.subscribe(), true)
                 }
                 None => {
                     let (result, receiver) = watch::channel(None);
-                    let waits_for_rate_limit = AtomicBool::new(spec.wait_for_rate_limit);
+                    let waits_for_rate_limit = AtomicBool::new(pull.wait_for_rate_limit);
                     let slot = Arc::new(PullSlot {
                         result,
-                        image: spec.image.image.clone(),
+                        image: pull.image().image.clone(),
                         asked_at: SystemTime::now(),
                         asked: Instant::now(),
                         started_at: Mutex::new(None),
@@ -173,9 +172,9 @@ impl PullScheduler {
                         waiting: Arc::default(),
                         progress: Mutex::new(None),
                     });
-                    slot.wait_for(spec.caller.as_ref());
+                    slot.wait_for(pull.caller.as_ref());
                     in_flight.insert(key.clone(), slot.clone());
-                    tokio::spawn(run(self.shared.clone(), key, spec, slot));
+                    tokio::spawn(run(self.shared.clone(), key, pull, slot));
                     (receiver, false)
                 }
             }
@@ -250,8 +249,8 @@ impl Shared {
 
     /// One upstream pull, bounded by the pull timeout and cut short when `tracker` finds it
     /// stalled; dropping the call cancels the runtime's pull.
-    async fn call(&self, spec: PullSpec, tracker: &mut Tracker) -> Result<Pulled, PullError> {
-        let call = self.service.clone().oneshot(spec);
+    async fn call(&self, pull: Pull, tracker: &mut Tracker) -> Result<Pulled, PullError> {
+        let call = self.service.clone().oneshot(pull);
         let bounded = async {
             match self.pull_timeout {
                 Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
@@ -269,8 +268,8 @@ impl Shared {
     }
 
     /// Starts watching the pull of `slot`, when it can be watched.
-    fn track(&self, spec: &PullSpec, slot: &Slot) -> Tracker {
-        let (Some(progress), Some(reference)) = (&self.progress, &spec.reference) else {
+    fn track(&self, pull: &Pull, slot: &Slot) -> Tracker {
+        let (Some(progress), Some(reference)) = (&self.progress, &pull.reference) else {
             return Tracker::untracked();
         };
         let tracker = progress.track(TrackedPull {
@@ -297,20 +296,20 @@ impl Shared {
     }
 }
 
-async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) {
+async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
     let Some(permit) = shared.acquire(&key, &slot).await else {
         tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
         return;
     };
     shared.metrics.started();
     *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(SystemTime::now());
-    let mut tracker = shared.track(&spec, &slot);
+    let mut tracker = shared.track(&pull, &slot);
     let result = loop {
-        spec.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
+        pull.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
         let result = tokio::select! {
             // A pull that ended as its last caller left still publishes: its image exists.
             biased;
-            result = shared.call(spec.clone(), &mut tracker) => result,
+            result = shared.call(pull.clone(), &mut tracker) => result,
             () = shared.unwanted(&key, &slot) => {
                 tracing::info!(image = %key.image, "every caller went away; the pull was cancelled");
                 shared.metrics.finished(PullResult::Cancelled);
@@ -320,7 +319,7 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut spec: PullSpec, slot: Slot) 
         let mut in_flight = shared.in_flight();
         // Refused at once, but a caller who would wait has joined meanwhile: wait for it.
         if matches!(result, Err(PullError::RateLimited))
-            && !spec.wait_for_rate_limit
+            && !pull.wait_for_rate_limit
             && slot.waits_for_rate_limit.load(Ordering::Relaxed)
         {
             continue;

@@ -20,10 +20,7 @@ pub use self::{
     client::{CriClient, sandbox_image_from_status},
     endpoint::{EndpointError, RuntimeEndpoint},
 };
-use crate::{
-    credentials::RegistryAuth,
-    reference::{self, ImageReference},
-};
+use crate::credentials::RegistryAuth;
 
 /// The largest message exchanged with the runtime, as the kubelet allows (16 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -141,38 +138,15 @@ pub struct ImageFsUsage {
     pub available: u64,
 }
 
-/// What one upstream pull needs. No `Debug`: it carries credentials.
+/// What the runtime's PullImage needs. No `Debug`: it carries credentials.
 #[derive(Clone, Default)]
 pub struct PullSpec {
     /// The image as the runtime gets it (EnsureImageExists applies the default tag first).
     pub image: ImageSpec,
-    /// The same image parsed once where the request came in, normalised; `None` when it does not
-    /// parse (a CRI PullImage may name an image only the runtime understands).
-    pub reference: Option<Arc<ImageReference>>,
     /// Registry credentials, passed to the runtime as they are. Never logged.
     pub auth: Option<Arc<RegistryAuth>>,
     /// The pod's sandbox config, passed to the runtime as it is.
     pub sandbox_config: Option<PodSandboxConfig>,
-    /// Over the registry rate limit, wait for a token even in fail mode: set on the CRI path,
-    /// where the kubelet throttles its own pulls.
-    pub wait_for_rate_limit: bool,
-    /// Where the pull's outcome is recorded before it is shared (KEP-2535).
-    pub record: Option<Arc<crate::records::RecordTo>>,
-    /// When the caller saw the image absent (or not usable) and so decided to pull: the same
-    /// pull (image, handler, credential) that succeeded since then serves it, instead of a
-    /// second upstream pull. `None` (PullPolicy Always, CRI PullImage) always pulls.
-    pub absent_since: Option<tokio::time::Instant>,
-    /// The pod asking, for the events of a pull it waits for; never sent to the runtime.
-    pub caller: Option<crate::events::Pod>,
-}
-
-impl PullSpec {
-    /// A pull of `image`, its reference parsed here, once, with the default tag (the runtime
-    /// reads an untagged name as `:latest`).
-    pub fn for_image(image: ImageSpec) -> Self {
-        let reference = reference::parse_with_default_tag(&image.image).ok().map(|(reference, _)| Arc::new(reference));
-        Self { image, reference, ..Default::default() }
-    }
 }
 
 /// A probe of `runtime` bounded by `timeout`: a runtime that does not answer in time (frozen,

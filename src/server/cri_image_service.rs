@@ -17,9 +17,9 @@ use tonic::{Request, Response, Status, body::Body, server::NamedService};
 use super::status::CriPullError;
 use crate::{
     credentials::RegistryAuth,
-    ensure::ImageManager,
     gc::{ImageGuard, guard::HandOut},
     presence::PresenceCache,
+    pull::recorded::PullPath,
     runtime::passthrough::RawCodec,
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
 };
@@ -36,8 +36,8 @@ const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
 
 /// The service; cheap to clone.
 pub struct CriImageService<R> {
-    /// Pulls go through the manager (scheduler, single-flight, limits).
-    manager: Arc<ImageManager<R>>,
+    /// Pulls go through the pull path (scheduler, single-flight, limits, records).
+    pulls: Arc<PullPath>,
     /// Everything else is forwarded to the runtime.
     runtime: Arc<R>,
     presence: Arc<PresenceCache>,
@@ -46,20 +46,15 @@ pub struct CriImageService<R> {
 }
 
 impl<R> CriImageService<R> {
-    pub fn new(
-        manager: Arc<ImageManager<R>>,
-        runtime: Arc<R>,
-        presence: Arc<PresenceCache>,
-        guard: Arc<ImageGuard>,
-    ) -> Self {
-        Self { manager, runtime, presence, guard }
+    pub fn new(pulls: Arc<PullPath>, runtime: Arc<R>, presence: Arc<PresenceCache>, guard: Arc<ImageGuard>) -> Self {
+        Self { pulls, runtime, presence, guard }
     }
 }
 
 impl<R> Clone for CriImageService<R> {
     fn clone(&self) -> Self {
         Self {
-            manager: self.manager.clone(),
+            pulls: self.pulls.clone(),
             runtime: self.runtime.clone(),
             presence: self.presence.clone(),
             guard: self.guard.clone(),
@@ -120,7 +115,7 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let manager = self.manager.clone();
+        let pulls = self.pulls.clone();
         let path = request.uri().path().to_owned();
         if let Some(method) = FORWARDED.into_iter().find(|method| *method == path) {
             let presence = (method == REMOVE_IMAGE).then(|| self.presence.clone());
@@ -146,14 +141,14 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         }
         if path == PULL_IMAGE {
             let pull = tower::service_fn(move |call: Request<PullImageRequest>| {
-                let manager = manager.clone();
+                let pulls = pulls.clone();
                 async move {
                     let peer = super::request::peer(&call);
                     let PullImageRequest { image, auth, sandbox_config } = call.into_inner();
                     let auth = auth.map(|auth| Arc::new(RegistryAuth::from_cri(auth)));
-                    let spec = PullSpec { auth, sandbox_config, ..PullSpec::for_image(image.unwrap_or_default()) };
+                    let spec = PullSpec { image: image.unwrap_or_default(), auth, sandbox_config };
                     let pulled =
-                        manager.pull_image(spec, peer).await.map_err(|error| Status::from(CriPullError(error)))?;
+                        pulls.pull_image(spec, peer).await.map_err(|error| Status::from(CriPullError(error)))?;
                     Ok(Response::new(PullImageResponse { image_ref: pulled.image_ref }))
                 }
             });

@@ -203,7 +203,7 @@ pub async fn serve<R: ImageRuntime>(
     ));
 
     let cri_image_service =
-        CriImageService::new(parts.manager.clone(), parts.runtime.clone(), parts.presence.clone(), parts.guard.clone());
+        CriImageService::new(parts.pulls.clone(), parts.runtime.clone(), parts.presence.clone(), parts.guard.clone());
     let image_manager = ImageManagerServer::new(ImageManagerService::new(parts))
         .max_decoding_message_size(API_MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

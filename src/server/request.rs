@@ -6,8 +6,9 @@ use zeroize::Zeroize;
 use crate::{
     api::{self, PullPolicy as WirePolicy},
     credentials::{SecretCoordinates, secrets::PullSecret},
-    ensure::{EnsureRequest, Peer, PodRef},
+    ensure::{EnsureRequest, PodRef},
     policy::PullPolicy,
+    pull::Peer,
 };
 
 /// A request field that cannot be understood.

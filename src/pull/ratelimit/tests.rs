@@ -4,28 +4,27 @@ use governor::clock::FakeRelativeClock;
 use k8s_cri::v1::ImageSpec;
 
 use super::*;
+use crate::runtime::PullSpec;
 
 fn limit(qps: f64, burst: u32) -> RateLimit {
     RateLimit::try_new(qps, burst).expect("valid").expect("limited")
 }
 
 /// An upstream that counts its calls and succeeds at once.
-fn upstream(
-    calls: Arc<AtomicUsize>,
-) -> impl Service<PullSpec, Response = Pulled, Error = PullError, Future: Send> + Clone {
-    tower::service_fn(move |spec: PullSpec| {
+fn upstream(calls: Arc<AtomicUsize>) -> impl Service<Pull, Response = Pulled, Error = PullError, Future: Send> + Clone {
+    tower::service_fn(move |spec: Pull| {
         calls.fetch_add(1, Ordering::SeqCst);
-        async move { Ok(Pulled { image_ref: spec.image.image, image_size: 1, pull_duration: Duration::ZERO }) }
+        async move { Ok(Pulled { image_ref: spec.spec.image.image, image_size: 1, pull_duration: Duration::ZERO }) }
     })
 }
 
-fn spec(image: &str) -> PullSpec {
-    PullSpec::for_image(ImageSpec { image: image.into(), ..Default::default() })
+fn spec(image: &str) -> Pull {
+    Pull::of(PullSpec { image: ImageSpec { image: image.into(), ..Default::default() }, ..Default::default() })
 }
 
 async fn pull<S>(service: &S, image: &str) -> Result<Pulled, PullError>
 where
-    S: Service<PullSpec, Response = Pulled, Error = PullError> + Clone,
+    S: Service<Pull, Response = Pulled, Error = PullError> + Clone,
 {
     service.clone().oneshot(spec(image)).await
 }
@@ -98,7 +97,7 @@ async fn a_cri_pull_waits_for_a_token_even_in_fail_mode() {
     let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Fail, ..Default::default() };
     let limits = Arc::new(RegistryLimits::new(&config, TokioClock::default(), Default::default()));
     let service = RateLimitLayer::new(limits).layer(upstream(Arc::new(AtomicUsize::new(0))));
-    let cri_spec = |image: &str| PullSpec { wait_for_rate_limit: true, ..spec(image) };
+    let cri_spec = |image: &str| Pull { wait_for_rate_limit: true, ..spec(image) };
 
     let started = tokio::time::Instant::now();
     service.clone().oneshot(cri_spec("app:1")).await.expect("the burst");

@@ -5,6 +5,7 @@ use tokio::sync::Notify;
 use tower::util::BoxCloneSyncService;
 
 use super::*;
+use crate::runtime::PullSpec;
 
 /// A pull service that takes `duration` (paused clock) or waits for `gate`, and counts calls.
 #[derive(Default)]
@@ -32,19 +33,19 @@ impl Upstream {
 
     fn service(self: &Arc<Self>) -> PullService {
         let upstream = self.clone();
-        BoxCloneSyncService::new(tower::service_fn(move |spec: PullSpec| {
+        BoxCloneSyncService::new(tower::service_fn(move |spec: Pull| {
             let upstream = upstream.clone();
             async move { upstream.pull(spec).await }
         }))
     }
 
-    async fn pull(&self, spec: PullSpec) -> Result<Pulled, PullError> {
+    async fn pull(&self, spec: Pull) -> Result<Pulled, PullError> {
         if self.rate_limited && !spec.wait_for_rate_limit {
             self.refused.fetch_add(1, SeqCst);
             return Err(PullError::RateLimited);
         }
         self.calls.fetch_add(1, SeqCst);
-        self.order.lock().unwrap().push(spec.image.image.clone());
+        self.order.lock().unwrap().push(spec.image().image.clone());
         let now = self.running.fetch_add(1, SeqCst) + 1;
         self.most_at_once.fetch_max(now, SeqCst);
         // Counts a cancellation when the future is dropped before it finishes.
@@ -63,14 +64,14 @@ impl Upstream {
             None => tokio::time::sleep(self.duration).await,
         }
         guard.1 = true;
-        let image_ref = format!("ref-of-{}-{}", spec.image.image, spec.image.runtime_handler);
+        let image_ref = format!("ref-of-{}-{}", spec.image().image, spec.image().runtime_handler);
         Ok(Pulled { image_ref, image_size: 42, pull_duration: self.duration })
     }
 }
 
-fn spec(image: &str, handler: &str) -> PullSpec {
+fn spec(image: &str, handler: &str) -> Pull {
     let image = ImageSpec { image: image.into(), runtime_handler: handler.into(), ..Default::default() };
-    PullSpec::for_image(image)
+    Pull::of(PullSpec { image, ..Default::default() })
 }
 
 fn scheduler(upstream: &Arc<Upstream>, max_parallel: Option<usize>) -> PullScheduler {
@@ -178,7 +179,10 @@ async fn callers_with_different_credentials_are_not_merged() {
     let scheduler = scheduler(&upstream, None);
     let with_login = |user: &str| {
         let auth = crate::credentials::RegistryAuth::login(user.into(), "pw".into());
-        PullSpec { auth: Some(Arc::new(auth)), ..spec("registry.local/app:v1", "") }
+        {
+            let pull = spec("registry.local/app:v1", "");
+            Pull { spec: PullSpec { auth: Some(Arc::new(auth)), ..pull.spec }, ..pull }
+        }
     };
     let (a, b, c) = tokio::join!(
         scheduler.pull(with_login("alice")),
@@ -294,8 +298,8 @@ async fn a_pull_after_the_last_one_finished_goes_upstream_again() {
 async fn a_caller_that_would_wait_for_the_rate_limit_makes_the_pull_it_joins_wait_for_everyone() {
     let upstream = Arc::new(Upstream { gate: Some(Notify::new()), rate_limited: true, ..Default::default() });
     let scheduler = scheduler(&upstream, Some(1));
-    let waiting = |image: &str| PullSpec { wait_for_rate_limit: true, ..spec(image, "") };
-    let pull = |spec: PullSpec| {
+    let waiting = |image: &str| Pull { wait_for_rate_limit: true, ..spec(image, "") };
+    let pull = |spec: Pull| {
         let scheduler = scheduler.clone();
         tokio::spawn(async move { scheduler.pull(spec).await })
     };
@@ -357,18 +361,18 @@ async fn a_caller_that_saw_the_image_absent_before_the_same_pull_ended_gets_its_
     let scheduler = scheduler(&upstream, None);
     let checked_before = Instant::now();
     scheduler.pull(spec("busybox:latest", "")).await.result.expect("first");
-    let late = PullSpec { absent_since: Some(checked_before), ..spec("busybox:latest", "") };
+    let late = Pull { absent_since: Some(checked_before), ..spec("busybox:latest", "") };
     let served = scheduler.pull(late).await;
     assert!(served.joined && served.result.is_ok(), "{served:?}");
     assert_eq!(upstream.calls.load(SeqCst), 1, "no second upstream pull");
     // Saw it absent after the pull ended (it was removed since), or asked to pull always: a new pull.
     tokio::time::advance(Duration::from_millis(1)).await;
-    let fresh = PullSpec { absent_since: Some(Instant::now()), ..spec("busybox:latest", "") };
+    let fresh = Pull { absent_since: Some(Instant::now()), ..spec("busybox:latest", "") };
     scheduler.pull(fresh).await.result.expect("pulled again");
     scheduler.pull(spec("busybox:latest", "")).await.result.expect("always");
     assert_eq!(upstream.calls.load(SeqCst), 3);
     // Another credential or handler is another pull.
-    let other = PullSpec { absent_since: Some(checked_before), ..spec("busybox:latest", "runc-2") };
+    let other = Pull { absent_since: Some(checked_before), ..spec("busybox:latest", "runc-2") };
     scheduler.pull(other).await.result.expect("its own pull");
     assert_eq!(upstream.calls.load(SeqCst), 4);
 }
@@ -394,9 +398,9 @@ fn tracked_scheduler(upstream: &Arc<Upstream>, tracking: &Arc<ScriptedTracking>)
     PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()))
 }
 
-fn for_pod(image: &str, uid: &str) -> PullSpec {
+fn for_pod(image: &str, uid: &str) -> Pull {
     let pod = Pod { namespace: "default".into(), name: format!("pod-{uid}"), uid: uid.into() };
-    PullSpec { caller: Some(pod), ..spec(image, "") }
+    Pull { caller: Some(pod), ..spec(image, "") }
 }
 
 fn report(bytes_done: u64, stalled: Option<Duration>) -> Report {

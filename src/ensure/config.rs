@@ -1,0 +1,47 @@
+//! How the manager pulls and which present images a pod must prove its right to.
+
+use std::time::Duration;
+
+use crate::{
+    backoff::BackoffConfig,
+    pull::{poller::ProgressConfig, ratelimit::RateLimitConfig, scheduler::SchedulerConfig},
+    records::policy::{Allowlist, VerificationPolicy},
+};
+
+/// How the manager pulls; [`ManagerConfig::default`] is the kubelet's behaviour.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagerConfig {
+    pub scheduler: SchedulerConfig,
+    pub backoff: BackoffConfig,
+    pub rate_limits: RateLimitConfig,
+    /// How long ago the presence cache may last have been proven current for a hit to be
+    /// trusted; zero proves every hit (see [`crate::presence`]).
+    pub presence_max_staleness: Duration,
+    /// Which present images a pod must have the credentials for (KEP-2535).
+    pub verification: VerificationConfig,
+    /// How pulls under way are watched; `None` reports only their start and end.
+    pub progress: Option<ProgressConfig>,
+}
+
+/// The kubelet's `imagePullCredentialsVerificationPolicy` and its allowlist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerificationConfig {
+    pub policy: VerificationPolicy,
+    pub allowlist: Allowlist,
+}
+
+impl Default for ManagerConfig {
+    /// Serial pulls, no pull timeout, 10s-to-300s backoff, 5 pulls a second in bursts of 10;
+    /// and, not the kubelet's, pull progress watched with a 5m stall timeout.
+    fn default() -> Self {
+        let serial = std::num::NonZeroUsize::MIN;
+        Self {
+            scheduler: SchedulerConfig { max_parallel: Some(serial), pull_timeout: None },
+            backoff: BackoffConfig::KUBELET,
+            rate_limits: RateLimitConfig::kubelet(),
+            presence_max_staleness: crate::presence::DEFAULT_MAX_STALENESS,
+            verification: VerificationConfig::default(),
+            progress: Some(ProgressConfig::default()),
+        }
+    }
+}

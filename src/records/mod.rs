@@ -9,9 +9,9 @@
 //! - [`check`]: may a pod use an image its records name; merging a pull into a record (pure).
 //! - [`cache`]: the bounded cache.
 //! - [`metrics`]: the kubelet's `imagemanager` metrics.
-//! - Here, [`PullRecords`]: the records and intents on disk and in memory, opened here; looked up
-//!   in `lookup`, intents kept in `intents`, records merged and forgotten in `merge`, and what a
-//!   crash left settled after start in `settle`.
+//! - [`PullRecords`] (here): the records and intents, on disk and in memory. `lookup` reads them,
+//!   `intents` keeps each pull's intent, `merge` writes and forgets records, `settle` deals with
+//!   what a crash left, after start.
 
 pub mod cache;
 pub mod check;

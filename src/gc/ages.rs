@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 
 use super::plan::ImageRecord;
-use crate::records::fs::RecordDir;
+use crate::files::StateDir;
 
 /// The one key the ages are stored under.
 const KEY: &str = "image-ages";
@@ -54,14 +54,14 @@ const AGES_LIMIT: u64 = 32 << 20;
 /// The ages' file.
 #[derive(Clone)]
 pub struct AgesFile {
-    dir: RecordDir,
+    dir: StateDir,
 }
 
 impl AgesFile {
     /// Opens `root_dir/image_gc/` (mode 0700), removing temporary files a crash left.
     pub fn open(root_dir: &Path) -> Result<Self, AgesError> {
         let path = root_dir.join("image_gc");
-        let (dir, _) = RecordDir::open(path.clone()).map_err(|error| AgesError::Io { path, error })?;
+        let (dir, _) = StateDir::open(path.clone()).map_err(|error| AgesError::Io { path, error })?;
         Ok(Self { dir: dir.with_limit(AGES_LIMIT) })
     }
 
@@ -72,7 +72,7 @@ impl AgesFile {
 
     /// The file the ages are kept in.
     pub fn path(&self) -> PathBuf {
-        self.dir.path().join(RecordDir::file_name(KEY))
+        self.dir.path().join(StateDir::file_name(KEY))
     }
 
     /// The ages kept, or none. A file that cannot be read or does not decode is an error naming
@@ -159,7 +159,7 @@ mod tests {
         ]);
         AgesFile::open(root.path()).expect("opens").save(&records).expect("saved");
         assert_eq!(AgesFile::open(root.path()).expect("reopens").load().expect("loads"), records);
-        let file = root.path().join("image_gc").join(RecordDir::file_name(KEY));
+        let file = root.path().join("image_gc").join(StateDir::file_name(KEY));
         assert_eq!(std::fs::metadata(file).expect("written").permissions().mode() & 0o777, 0o600);
     }
 
@@ -168,7 +168,7 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let ages = AgesFile::open(root.path()).expect("opens");
         assert!(ages.load().expect("none yet").is_empty());
-        let file = root.path().join("image_gc").join(RecordDir::file_name(KEY));
+        let file = root.path().join("image_gc").join(StateDir::file_name(KEY));
         assert_eq!(ages.path(), file);
         std::fs::write(&file, b"{\"images\":{\"sha256:a\":{\"firstDe").expect("written");
         let torn = ages.load().expect_err("torn");
@@ -199,7 +199,7 @@ mod tests {
         )]);
         let ages = AgesFile::open(root.path()).expect("opens");
         ages.save(&records).expect("saved");
-        let temporary = format!("{}.4194305.3.tmp", RecordDir::file_name(KEY));
+        let temporary = format!("{}.4194305.3.tmp", StateDir::file_name(KEY));
         std::fs::write(root.path().join("image_gc").join(&temporary), b"{\"images\":{").expect("written");
         let reopened = AgesFile::open(root.path()).expect("reopens");
         assert_eq!(reopened.load().expect("loads"), records);

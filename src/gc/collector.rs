@@ -1,6 +1,11 @@
 //! The collector: one pass lists what the runtime has and uses, brings the records up to date,
-//! plans (see [`super::plan`]) and removes; [`ImageGc::run`] makes a pass every period until
-//! shutdown, and the `GarbageCollect` RPC asks for one.
+//! plans (see [`super::plan`]) and removes (`removal`); [`ImageGc::run`] makes a pass every period
+//! until shutdown (`schedule`), and the `GarbageCollect` RPC asks for one. What a pass is asked
+//! and what it did: `report`.
+
+mod removal;
+mod report;
+mod schedule;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -10,19 +15,20 @@ use std::{
 
 use tokio::time::Instant;
 
+use self::report::pass_failure;
+pub use self::report::{Chosen, LastPass, Outcome, PassReport, PassRequest};
 use super::{
     GcConfig,
     ages::AgesFile,
     guard::ImageGuard,
     metrics::{GcMetrics, PassOutcome},
-    plan::{self, GcPolicy, ImageRecord, Plan, PlanError, Reason, SpaceTarget},
+    plan::{self, GcPolicy, ImageRecord, Plan, PlanError, Reason},
 };
 use crate::{
     events::{Event, EventType, Events, reason as event_reason},
     presence::PresenceCache,
     records::PullRecords,
     runtime::{ImageFsUsage, ImageRuntime, RuntimeError, StoredImage},
-    shutdown::Shutdown,
 };
 
 /// Why a pass could not be made.
@@ -32,66 +38,6 @@ pub enum GcError {
     Runtime { what: &'static str, source: RuntimeError },
     #[error(transparent)]
     Plan(#[from] PlanError),
-}
-
-/// What a pass is asked to do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PassRequest {
-    /// Plan and report, remove nothing.
-    pub dry_run: bool,
-    /// Every unused image old enough, whatever the disk's usage (the kubelet's
-    /// `DeleteUnusedImages`), instead of the thresholds and the maximum age.
-    pub delete_unused: bool,
-}
-
-/// One image a pass chose.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chosen {
-    pub id: String,
-    /// Its repo tags and digests.
-    pub names: Vec<String>,
-    pub reason: Reason,
-    pub size: u64,
-    pub first_detected: SystemTime,
-    pub last_used: Option<SystemTime>,
-    pub outcome: Outcome,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Removed,
-    /// A dry run.
-    WouldRemove,
-    /// Handed out or being pulled since the pass began.
-    KeptInUse,
-    /// The runtime refused, in its words.
-    Failed(String),
-}
-
-/// What a pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PassReport {
-    pub images: Vec<Chosen>,
-    pub usage_before: Option<ImageFsUsage>,
-    pub usage_after: Option<ImageFsUsage>,
-    /// What a space pass had to free; 0 when usage was below the high threshold.
-    pub to_free: u64,
-    /// Bytes of the images removed (or, in a dry run, that would be).
-    pub freed: u64,
-    /// The kubelet's `FreeDiskSpaceFailed` message, when the pass fell short.
-    pub shortfall: Option<String>,
-}
-
-impl PassReport {
-    fn failures(&self) -> Vec<&str> {
-        self.images
-            .iter()
-            .filter_map(|image| match &image.outcome {
-                Outcome::Failed(error) => Some(error.as_str()),
-                _ => None,
-            })
-            .collect()
-    }
 }
 
 /// What a pass knows while it removes.
@@ -112,7 +58,7 @@ struct Records {
     loaded: bool,
 }
 
-/// What the collector works with, each built by [`crate::daemon::Parts::build`].
+/// What the collector works with, each built by the composition root.
 pub struct GcParts<R> {
     pub runtime: Arc<R>,
     pub config: GcConfig,
@@ -123,25 +69,6 @@ pub struct GcParts<R> {
     /// ImageGarbageCollected, FreeDiskSpaceFailed, InvalidDiskCapacity, ImageGCFailed.
     pub events: Arc<Events>,
     pub metrics: Arc<GcMetrics>,
-}
-
-/// Why the periodic passes under one configuration ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wake {
-    Reconfigured,
-    Stop,
-}
-
-/// How the last pass went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LastPass {
-    pub finished: SystemTime,
-    pub request: PassRequest,
-    /// The images removed and the bytes they held; 0 in a dry run.
-    pub removed: usize,
-    pub freed: u64,
-    /// Why the pass failed or fell short; `None` when it did not.
-    pub failure: Option<String>,
 }
 
 /// The kubelet's `ImageGCManager`, with its records kept across restarts.
@@ -182,78 +109,6 @@ impl<R: ImageRuntime> ImageGc<R> {
     /// How the last pass (periodic or asked for) went; `None` before the first.
     pub fn last_pass(&self) -> Option<LastPass> {
         self.last_pass.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-
-    /// Makes a pass every period until `shutdown`, the first at once, as the kubelet does. A new
-    /// configuration applies from the next pass, one new period after it came; a pass under way
-    /// is never cut short, by a reload or by the shutdown.
-    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
-        let mut changes = self.config.subscribe();
-        let stopping = shutdown.requested();
-        tokio::pin!(stopping);
-        let mut first_pass = Instant::now();
-        loop {
-            let config = changes.borrow_and_update().clone();
-            let woken = self.collect_every_period(&config, first_pass, changes.changed(), stopping.as_mut());
-            if woken.await == Wake::Stop {
-                return;
-            }
-            first_pass = Instant::now() + self.config().period;
-        }
-    }
-
-    /// The passes under one configuration, every period from `first_pass`, until the
-    /// configuration `changed` or `stopping`; a failure after a failure is logged as an error (the
-    /// kubelet's `ImageGCFailed`).
-    async fn collect_every_period(
-        &self,
-        config: &GcConfig,
-        first_pass: Instant,
-        changed: impl Future<Output = Result<(), tokio::sync::watch::error::RecvError>>,
-        mut stopping: std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> Wake {
-        tokio::pin!(changed);
-        let policy = config.policy;
-        if policy.disabled() {
-            tracing::info!("ImageGCHighThresholdPercent is set 100 and ImageMaximumGCAge is 0, Disable image GC");
-        } else {
-            tracing::info!(
-                high_threshold = policy.high_threshold_percent,
-                low_threshold = policy.low_threshold_percent,
-                min_age = ?policy.min_age,
-                max_age = ?policy.max_age,
-                period = ?config.period,
-                "image garbage collection every period"
-            );
-        }
-        let mut ticks = tokio::time::interval_at(first_pass, config.period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failed_before = false;
-        loop {
-            tokio::select! {
-                _ = ticks.tick(), if !policy.disabled() => {}
-                _ = &mut changed => return Wake::Reconfigured,
-                () = &mut stopping => return Wake::Stop,
-            }
-            let failure = match self.pass(PassRequest::default()).await {
-                Ok(report) => pass_failure(&report),
-                Err(error) => Some(error.to_string()),
-            };
-            match &failure {
-                Some(error) if failed_before => {
-                    self.parts.metrics.failed_again();
-                    tracing::error!(%error, "Image garbage collection failed multiple times in a row");
-                    let event = Event::new(EventType::Warning, event_reason::IMAGE_GC_FAILED, error.clone());
-                    self.parts.events.publish(event);
-                }
-                Some(error) => {
-                    tracing::warn!(%error, "Image garbage collection failed once. Stats initialization may not have completed yet");
-                }
-                None if failed_before => tracing::info!("Image garbage collection succeeded"),
-                None => tracing::debug!("Image garbage collection succeeded"),
-            }
-            failed_before = failure.is_some();
-        }
     }
 
     /// One pass: detect, plan, remove (unless a dry run). Removal errors are reported per image
@@ -357,124 +212,6 @@ impl<R: ImageRuntime> ImageGc<R> {
         Ok(usage)
     }
 
-    /// Removes the plan's images in order; for space, goes on to the spares while what was freed
-    /// falls short because a removal failed; then says whether the space pass fell short.
-    async fn execute(
-        &self,
-        plan: &Plan,
-        pass: &Pass<'_>,
-        images: &mut HashMap<String, ImageRecord>,
-        report: &mut PassReport,
-    ) {
-        let policy = pass.policy;
-        if let Some(space) = plan.space {
-            tracing::info!(
-                usage = space.usage_percent,
-                high_threshold = policy.high_threshold_percent,
-                amount_to_free = space.to_free,
-                low_threshold = policy.low_threshold_percent,
-                "Disk usage on image filesystem is over the high threshold, trying to free bytes down to the low threshold"
-            );
-        }
-        let to_free = plan.space.map_or(0, |space| space.to_free);
-        let mut freed_for_space = 0;
-        let spares = plan.spare.iter().map(|id| (id, Reason::Space));
-        let chosen = plan.remove.iter().map(|(id, reason)| (id, *reason));
-        for (id, reason) in chosen.chain(spares) {
-            if reason == Reason::Space && freed_for_space >= to_free {
-                continue;
-            }
-            let Some(record) = images.get(id).cloned() else { continue };
-            let names = pass.names.get(id.as_str()).copied().unwrap_or_default();
-            let outcome = match pass.dry_run {
-                true => Outcome::WouldRemove,
-                false => self.remove(id, names, &record, reason, pass).await,
-            };
-            if outcome == Outcome::Removed {
-                images.remove(id);
-            }
-            if matches!(outcome, Outcome::Removed | Outcome::WouldRemove) {
-                report.freed += record.size;
-                if reason == Reason::Space {
-                    freed_for_space += record.size;
-                }
-            }
-            report.images.push(Chosen {
-                id: id.clone(),
-                names: names.to_vec(),
-                reason,
-                size: record.size,
-                first_detected: record.first_detected,
-                last_used: record.last_used,
-                outcome,
-            });
-        }
-        if let Some(space) = plan.space {
-            report.to_free = space.to_free;
-            if let Some(message) = (SpaceTarget { found: freed_for_space, ..space }).shortfall() {
-                tracing::warn!(reason = "FreeDiskSpaceFailed", "{message}");
-                if !pass.dry_run {
-                    let event = Event::new(EventType::Warning, event_reason::FREE_DISK_SPACE_FAILED, message.clone());
-                    self.parts.events.publish(event);
-                }
-                report.shortfall = Some(message);
-            }
-        }
-    }
-
-    /// Removes one image, unless it was handed out or pulled since the pass began, or is being
-    /// pulled.
-    async fn remove(
-        &self,
-        id: &str,
-        names: &[String],
-        record: &ImageRecord,
-        reason: Reason,
-        pass: &Pass<'_>,
-    ) -> Outcome {
-        let Some(claim) = self.parts.guard.claim(id, names, pass.began) else {
-            tracing::info!(image_id = id, "image handed out or pulled during the pass; kept");
-            return Outcome::KeptInUse;
-        };
-        match reason {
-            Reason::Age => tracing::info!(
-                image_id = id,
-                size = record.size,
-                max_age = ?pass.policy.max_age,
-                "Removing image not used for longer than the maximum age"
-            ),
-            Reason::Space | Reason::Unused => {
-                tracing::info!(image_id = id, size = record.size, "Removing image to free bytes")
-            }
-        }
-        let started = SystemTime::now();
-        let removed = self.parts.runtime.remove_image(id).await;
-        // Whatever the answer, the removal may have changed what is present: forgotten before
-        // the claim ends, so no hand-out after it trusts a remembered answer.
-        self.parts.presence.image_changed();
-        drop(claim);
-        match removed {
-            Ok(()) => {
-                self.parts.metrics.collected(reason, record.size);
-                let message = format!("Removed image {id} ({} bytes) for {}", record.size, reason.as_str());
-                let event = Event::new(EventType::Normal, event_reason::IMAGE_GARBAGE_COLLECTED, message);
-                self.parts.events.publish(Event {
-                    image_ref: id.to_owned(),
-                    image: names.first().cloned().unwrap_or_default(),
-                    ..event
-                });
-                if let Err(error) = self.parts.records.forget(id, started).await {
-                    tracing::warn!(%error, image_id = id, "cannot remove the pull record of a removed image");
-                }
-                Outcome::Removed
-            }
-            Err(error) => {
-                tracing::warn!(%error, image_id = id, "failed to remove image");
-                Outcome::Failed(error.to_string())
-            }
-        }
-    }
-
     /// Images in use: by any container (exited ones included), the sandbox image, and those
     /// handed out or pulled lately.
     async fn in_use(&self, listed: &[StoredImage], config: &GcConfig) -> Result<HashSet<String>, GcError> {
@@ -518,15 +255,6 @@ impl<R: ImageRuntime> ImageGc<R> {
             Err(error) => tracing::warn!(%error, "keeping the image ages stopped"),
         }
     }
-}
-
-/// Why a pass counts as failed for the periodic loop: it fell short, or removals failed.
-fn pass_failure(report: &PassReport) -> Option<String> {
-    if let Some(shortfall) = &report.shortfall {
-        return Some(shortfall.clone());
-    }
-    let failures = report.failures();
-    (!failures.is_empty()).then(|| format!("image removals failed: [{}]", failures.join(", ")))
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_cri::v1::ImageSpec;
 
-use super::*;
-use crate::runtime::{PresentImage, PullSpec, RuntimeError};
+use super::{
+    format::{PullCredentials, SecretRecord},
+    *,
+};
+use crate::runtime::{ImageRuntime, PresentImage, PullSpec, RuntimeError};
 
 fn open(root: &Path) -> Arc<PullRecords> {
     Arc::new(PullRecords::open(root, Arc::new(RecordsMetrics::default())).expect("opens"))
@@ -35,7 +38,7 @@ async fn an_intent_is_on_disk_while_any_pull_of_its_image_runs() {
     let pulling = root.path().join("image_manager/pulling");
     records.record_intent("registry.local/app:v1").await.expect("recorded");
     records.record_intent("registry.local/app:v1").await.expect("recorded");
-    assert_eq!(files(&pulling), [RecordDir::file_name("registry.local/app:v1")]);
+    assert_eq!(files(&pulling), [StateDir::file_name("registry.local/app:v1")]);
     assert_eq!(records.pulls_in_flight("registry.local/app:v1"), 2);
     assert!(records.pulled_by_cri_imaged("registry.local/app:v1", "sha256:app").await.expect("readable"));
     assert!(!records.pulled_by_cri_imaged("registry.local/app:v2", "sha256:other").await.expect("readable"));
@@ -76,7 +79,7 @@ async fn a_record_that_does_not_decode_fails_safe_and_is_healed_by_the_next_pull
     let root = tempfile::tempdir().unwrap();
     let records = open(root.path());
     let pulled = root.path().join("image_manager/pulled");
-    std::fs::write(pulled.join(RecordDir::file_name("sha256:torn")), b"{\"kind\":\"ImagePulledRe").expect("written");
+    std::fs::write(pulled.join(StateDir::file_name("sha256:torn")), b"{\"kind\":\"ImagePulledRe").expect("written");
     records.warm().expect("warms the rest");
     assert!(records.record("sha256:torn").await.is_err(), "an error, never \"no record\"");
     assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").await.is_err());
@@ -89,7 +92,7 @@ async fn temporary_files_a_crash_left_are_removed_at_start() {
     let root = tempfile::tempdir().unwrap();
     drop(open(root.path()));
     let pulled = root.path().join("image_manager/pulled");
-    std::fs::write(pulled.join(format!("{}.tmp", RecordDir::file_name("sha256:x"))), b"half").expect("written");
+    std::fs::write(pulled.join(format!("{}.tmp", StateDir::file_name("sha256:x"))), b"half").expect("written");
     let records = open(root.path());
     assert!(files(&pulled).is_empty());
     records.warm().expect("warms");
@@ -104,17 +107,17 @@ async fn at_start_torn_and_temporary_files_are_passed_over_others_set_aside_and_
         records.record_pulled("app:v1", "sha256:app", "docker.io/library/app", secret("s")).await.expect("written");
     }
     let (pulled, pulling) = (root.path().join("image_manager/pulled"), root.path().join("image_manager/pulling"));
-    std::fs::write(pulling.join(RecordDir::file_name("torn:v1")), b"{\"kind\":\"ImagePullIn").expect("written");
-    std::fs::create_dir(pulled.join(RecordDir::file_name("sha256:unreadable"))).expect("created");
+    std::fs::write(pulling.join(StateDir::file_name("torn:v1")), b"{\"kind\":\"ImagePullIn").expect("written");
+    std::fs::create_dir(pulled.join(StateDir::file_name("sha256:unreadable"))).expect("created");
     for dir in [&pulled, &pulling] {
-        std::fs::write(dir.join(format!("{}.4194305.0.tmp", RecordDir::file_name("half"))), b"{").expect("written");
+        std::fs::write(dir.join(format!("{}.4194305.0.tmp", StateDir::file_name("half"))), b"{").expect("written");
     }
     let records = open(root.path());
     records.warm().expect("warms");
     assert!(records.record("sha256:app").await.expect("readable").is_some(), "a whole record is read");
     assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").await.is_err(), "a torn intent's image is verified");
     assert!(records.record("sha256:unreadable").await.expect("set aside").is_none(), "no regular file: quarantined");
-    assert!(!pulled.join(RecordDir::file_name("sha256:unreadable")).exists(), "moved aside");
+    assert!(!pulled.join(StateDir::file_name("sha256:unreadable")).exists(), "moved aside");
     assert!(!records.pulled_by_cri_imaged("other:v1", "sha256:other").await.expect("no file, no error"));
     assert!(files(&pulled).iter().chain(&files(&pulling)).all(|name| !name.ends_with(".tmp")), "removed at start");
 }

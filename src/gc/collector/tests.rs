@@ -135,7 +135,7 @@ fn collector_over(runtime: Arc<FakeRuntime>, root: tempfile::TempDir, policy: Gc
 /// A pull record of `image_ref` written an hour ago, as a pull before the pass would leave it.
 fn write_record_pulled_long_ago(h: &Harness, image_ref: &str) {
     let pulled = h.root.path().join("image_manager").join("pulled");
-    let (dir, _) = crate::records::fs::RecordDir::open(pulled).expect("records dir");
+    let (dir, _) = crate::files::StateDir::open(pulled).expect("records dir");
     let record = crate::records::format::PulledRecord::new(image_ref, SystemTime::now() - Duration::from_secs(3600));
     dir.write(image_ref, &record.encode()).expect("written");
 }

@@ -1,9 +1,10 @@
-//! Record files on disk, written so that a crash at any instant leaves either the old file or
-//! the new one, never a torn one: write a temporary file, fsync it, rename it over the old one,
-//! fsync the directory (and a new directory's parent). The kubelet renames without the fsyncs.
-//! A temporary file is removed at start only when its writer (the pid in its name) is gone.
-//! Reads take the files as hostile ([`crate::files`]): one that is not a regular file, or is
-//! larger than the directory's cap, is quarantined, counted and read as no file.
+//! Directories of state files (pull records and intents, image ages), one file per key, written
+//! so that a crash at any instant leaves either the old file or the new one, never a torn one:
+//! write a temporary file, fsync it, rename it over the old one, fsync the directory (and a new
+//! directory's parent). The kubelet renames without the fsyncs. A temporary file is removed at
+//! start only when its writer (the pid in its name) is gone. Reads take the files as hostile
+//! ([`super::read`]): one that is not a regular file, or is larger than the directory's cap, is
+//! quarantined, counted and read as no file.
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -16,26 +17,23 @@ use std::{
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 
-use crate::{
-    credentials::hash::hex,
-    files::{self, QUARANTINE_SUFFIX, ReadError},
-};
+use super::read::{self, Links, QUARANTINE_SUFFIX, ReadError};
 
 /// The suffix of a file being written; one left over is from a write that never finished.
 const TMP_SUFFIX: &str = ".tmp";
 
-/// Makes each temporary file's name unique, with the process id, so that two writes of one record
+/// Makes each temporary file's name unique, with the process id, so that two writes of one file
 /// (one abandoned by its caller, still running; or another process's on the same root dir) never
 /// share one.
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
-/// The largest record file read, unless [`RecordDir::with_limit`] says otherwise: the kubelet's
-/// records are a few KiB.
-pub const RECORD_LIMIT: u64 = 1 << 20;
+/// The largest file read, unless [`StateDir::with_limit`] says otherwise: the kubelet's records
+/// are a few KiB.
+pub const STATE_FILE_LIMIT: u64 = 1 << 20;
 
-/// A directory of record files, one per key.
+/// A directory of state files, one per key.
 #[derive(Debug, Clone)]
-pub struct RecordDir {
+pub struct StateDir {
     path: PathBuf,
     /// The largest file read.
     limit: u64,
@@ -43,11 +41,11 @@ pub struct RecordDir {
     quarantined: Counter,
 }
 
-impl RecordDir {
+impl StateDir {
     /// Opens `path`, creating it (and its parents) with mode 0700, each new directory made
     /// durable in its parent; removes temporary files left by writes a crash interrupted, and
     /// returns how many it removed. A temporary file that cannot be removed stays, ignored: no
-    /// read takes it for a record.
+    /// read takes it for a state file.
     pub fn open(path: PathBuf) -> io::Result<(Self, usize)> {
         let new_dirs: Vec<PathBuf> = path
             .ancestors()
@@ -69,7 +67,7 @@ impl RecordDir {
                 stale += 1;
             }
         }
-        Ok((Self { path, limit: RECORD_LIMIT, quarantined: Counter::default() }, stale))
+        Ok((Self { path, limit: STATE_FILE_LIMIT, quarantined: Counter::default() }, stale))
     }
 
     /// Reads files of at most `limit` bytes.
@@ -88,7 +86,7 @@ impl RecordDir {
 
     /// The file name for `key`, as the kubelet names it: `sha256-` and the hex SHA-256 of the key.
     pub fn file_name(key: &str) -> String {
-        format!("sha256-{}", hex(&Sha256::digest(key.as_bytes())))
+        format!("sha256-{:x}", Sha256::digest(key.as_bytes()))
     }
 
     /// Replaces the file for `key` with `contents`, durably (see the module docs), mode 0600;
@@ -116,12 +114,12 @@ impl RecordDir {
     }
 
     fn read_path(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        match files::read_bounded(path, self.limit, files::Links::Refuse) {
+        match read::read_bounded(path, self.limit, Links::Refuse) {
             Ok(contents) => Ok(contents),
             Err(ReadError::Io(error)) => Err(error),
             Err(ReadError::Refused(refused)) => {
                 self.quarantined.inc();
-                match files::quarantine(path) {
+                match read::quarantine(path) {
                     Ok(aside) => tracing::warn!(
                         path = %path.display(), aside = %aside.display(), "state file is {refused}; quarantined and read as none"
                     ),
@@ -143,7 +141,7 @@ impl RecordDir {
         }
     }
 
-    /// Every record file (not temporary ones): its path and contents, or why it could not be
+    /// Every state file (not temporary ones): its path and contents, or why it could not be
     /// read (one that cannot is the caller's to report and pass over). A file removed since the
     /// listing is left out.
     pub fn read_all(&self) -> io::Result<Vec<(PathBuf, io::Result<Vec<u8>>)>> {
@@ -162,7 +160,7 @@ impl RecordDir {
         Ok(files)
     }
 
-    /// Removes the file at `path` (one [`RecordDir::read_all`] returned), durably.
+    /// Removes the file at `path` (one [`StateDir::read_all`] returned), durably.
     pub fn remove_path(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)?;
         sync_dir(&self.path)
@@ -174,7 +172,7 @@ impl RecordDir {
 /// writes under way.
 fn left_by_a_crash(name: &str) -> bool {
     let Some(stem) = name.strip_suffix(TMP_SUFFIX) else { return false };
-    // `{record}.{pid}.{write}`; a name without a pid is from before pids were written.
+    // `{file}.{pid}.{write}`; a name without a pid is from before pids were written.
     let writer = stem.rsplit('.').nth(1).and_then(|pid| pid.parse::<u32>().ok());
     writer.is_none_or(|pid| !Path::new("/proc").join(pid.to_string()).exists())
 }
@@ -198,16 +196,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_are_written_whole_with_private_modes_and_named_by_hash() {
+    fn files_are_written_whole_with_private_modes_and_named_by_hash() {
         let root = tempfile::tempdir().expect("tempdir");
-        let (dir, stale) = RecordDir::open(root.path().join("image_manager/pulled")).expect("opens");
+        let (dir, stale) = StateDir::open(root.path().join("image_manager/pulled")).expect("opens");
         assert_eq!(stale, 0);
         assert!(!dir.write("sha256:abc", b"first").expect("written"));
         assert!(dir.write("sha256:abc", b"second").expect("rewritten"), "replaced");
         assert_eq!(dir.read("sha256:abc").expect("reads").as_deref(), Some(&b"second"[..]));
         assert_eq!(dir.read("sha256:other").expect("reads"), None);
-        let name = RecordDir::file_name("sha256:abc");
-        assert_eq!(name, format!("sha256-{}", hex(&Sha256::digest(b"sha256:abc"))));
+        let name = StateDir::file_name("sha256:abc");
+        // `printf sha256:abc | sha256sum`
+        assert_eq!(name, "sha256-67e9bc3cfd2163c2978358dfe00d2f912cd4ee0c99f077c3583b39b48aebb124");
         let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
         assert_eq!(mode(&dir.path().join(&name)), 0o600);
         assert_eq!(mode(dir.path()), 0o700);
@@ -218,8 +217,8 @@ mod tests {
         assert!(dir.read_all().expect("lists").is_empty());
     }
 
-    /// What [`RecordDir::read_all`] lists: each file's name and contents.
-    fn files(dir: &RecordDir) -> Vec<(String, Vec<u8>)> {
+    /// What [`StateDir::read_all`] lists: each file's name and contents.
+    fn files(dir: &StateDir) -> Vec<(String, Vec<u8>)> {
         let listed = dir.read_all().expect("lists").into_iter();
         let name = |path: PathBuf| path.file_name().expect("a name").to_string_lossy().into_owned();
         listed.map(|(path, contents)| (name(path), contents.expect("readable"))).collect()
@@ -228,31 +227,31 @@ mod tests {
     #[test]
     fn temporary_files_of_interrupted_writes_are_removed_on_open_or_else_ignored() {
         let root = tempfile::tempdir().expect("tempdir");
-        let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
+        let (dir, _) = StateDir::open(root.path().to_owned()).expect("opens");
         dir.write("kept", b"whole").expect("written");
-        fs::write(dir.path().join(format!("{}.4194305.0.tmp", RecordDir::file_name("torn"))), b"tor").expect("written");
-        // One that cannot be removed (a directory) stays, and is never read as a record.
-        fs::create_dir(dir.path().join(format!("{}.tmp", RecordDir::file_name("stuck")))).expect("created");
+        fs::write(dir.path().join(format!("{}.4194305.0.tmp", StateDir::file_name("torn"))), b"tor").expect("written");
+        // One that cannot be removed (a directory) stays, and is never read as a state file.
+        fs::create_dir(dir.path().join(format!("{}.tmp", StateDir::file_name("stuck")))).expect("created");
         // A live process's write under way (a draining daemon's, beside its successor) stays.
-        let live = dir.path().join(format!("{}.{}.0.tmp", RecordDir::file_name("live"), std::process::id()));
+        let live = dir.path().join(format!("{}.{}.0.tmp", StateDir::file_name("live"), std::process::id()));
         fs::write(&live, b"being written").expect("written");
-        let (dir, stale) = RecordDir::open(root.path().to_owned()).expect("reopens");
+        let (dir, stale) = StateDir::open(root.path().to_owned()).expect("reopens");
         assert_eq!(stale, 1);
-        assert_eq!(files(&dir), [(RecordDir::file_name("kept"), b"whole".to_vec())]);
+        assert_eq!(files(&dir), [(StateDir::file_name("kept"), b"whole".to_vec())]);
         assert!(live.exists(), "a live writer's file is left to it");
     }
 
     #[test]
-    fn a_record_that_is_no_regular_file_or_too_large_is_quarantined_counted_and_read_as_none() {
+    fn a_file_that_is_no_regular_file_or_too_large_is_quarantined_counted_and_read_as_none() {
         let root = tempfile::tempdir().expect("tempdir");
         let quarantined = Counter::default();
-        let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
+        let (dir, _) = StateDir::open(root.path().to_owned()).expect("opens");
         let dir = dir.with_limit(8).counting_quarantined(quarantined.clone());
         dir.write("kept", b"whole").expect("written");
         dir.write("large", b"nine bytes").expect("written");
-        fs::create_dir(dir.path().join(RecordDir::file_name("a directory"))).expect("created");
-        std::os::unix::fs::symlink("/dev/zero", dir.path().join(RecordDir::file_name("zero"))).expect("linked");
-        assert_eq!(files(&dir), [(RecordDir::file_name("kept"), b"whole".to_vec())], "the others are read");
+        fs::create_dir(dir.path().join(StateDir::file_name("a directory"))).expect("created");
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join(StateDir::file_name("zero"))).expect("linked");
+        assert_eq!(files(&dir), [(StateDir::file_name("kept"), b"whole".to_vec())], "the others are read");
         assert_eq!(quarantined.get(), 3);
         for key in ["large", "a directory", "zero"] {
             assert_eq!(dir.read(key).expect("no error"), None, "{key} is gone");
@@ -260,26 +259,26 @@ mod tests {
         let aside = fs::read_dir(dir.path())
             .expect("lists")
             .filter(|entry| entry.as_ref().expect("entry").file_name().to_string_lossy().ends_with(QUARANTINE_SUFFIX));
-        assert_eq!(aside.count(), 3, "each set aside beside the records");
+        assert_eq!(aside.count(), 3, "each set aside beside the others");
         assert_eq!(files(&dir).len(), 1, "and never read again");
     }
 
     #[test]
     fn a_write_that_fails_leaves_no_temporary_file() {
         let root = tempfile::tempdir().expect("tempdir");
-        let (dir, _) = RecordDir::open(root.path().to_owned()).expect("opens");
+        let (dir, _) = StateDir::open(root.path().to_owned()).expect("opens");
         // The rename cannot replace a directory.
-        fs::create_dir(dir.path().join(RecordDir::file_name("blocked"))).expect("created");
+        fs::create_dir(dir.path().join(StateDir::file_name("blocked"))).expect("created");
         assert!(dir.write("blocked", b"never").is_err());
         let names: Vec<_> =
             fs::read_dir(dir.path()).expect("lists").map(|entry| entry.expect("entry").file_name()).collect();
-        assert_eq!(names, [std::ffi::OsString::from(RecordDir::file_name("blocked"))]);
+        assert_eq!(names, [std::ffi::OsString::from(StateDir::file_name("blocked"))]);
     }
 
     #[test]
     fn every_directory_open_creates_is_private() {
         let root = tempfile::tempdir().expect("tempdir");
-        let (dir, _) = RecordDir::open(root.path().join("a/b/c")).expect("opens");
+        let (dir, _) = StateDir::open(root.path().join("a/b/c")).expect("opens");
         dir.write("key", b"contents").expect("written");
         let mode = |path: &Path| fs::metadata(path).expect("metadata").permissions().mode() & 0o777;
         assert_eq!([mode(&root.path().join("a")), mode(&root.path().join("a/b"))], [0o700, 0o700]);

@@ -4,6 +4,7 @@
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
 //! - [`config`]: the command line and the config file (a field per flag), with every default;
 //!   each part validates its own config type.
+//! - [`duration`]: durations in Go's grammar, and within it the daemon's own form (`30s`, `2m`).
 //! - [`credentials`]: pull credentials the kubelet's way: pod secrets, the node's docker config
 //!   and credential-provider plugins, matched to images by the keyring.
 //! - [`daemon`]: the `serve` command, the composition root that builds every part; signals and
@@ -48,6 +49,7 @@ pub mod backoff;
 pub mod config;
 pub mod credentials;
 pub mod daemon;
+pub mod duration;
 pub mod ensure;
 pub mod events;
 pub mod files;

@@ -9,7 +9,7 @@ use std::{ffi::OsString, sync::Arc};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    config::{self, Change, ConfigError, LoadError, Values},
+    config::{self, Change, ConfigError, LoadError, RELOADABLE, Values},
     credentials::NodeCredentials,
     daemon::{DaemonError, node_credentials},
     ensure::ImageManager,
@@ -20,27 +20,6 @@ use crate::{
     runtime::ImageRuntime,
     shutdown::Shutdown,
 };
-
-/// The flags a reload applies; the others take effect at the next start.
-pub const RELOADABLE: &[&str] = &[
-    "registry-qps",
-    "registry-burst",
-    "registry-rate-limit-mode",
-    "registry-qps-per-host",
-    "image-pull-backoff-initial",
-    "image-pull-backoff-max",
-    "image-pull-backoff-max-entries",
-    "image-gc-high-threshold",
-    "image-gc-low-threshold",
-    "minimum-image-ttl-duration",
-    "image-maximum-gc-age",
-    "image-gc-period",
-    "image-gc-hand-out-window",
-    "pod-infra-container-image",
-    "node-docker-config",
-    "image-credential-provider-config",
-    "image-credential-provider-bin-dir",
-];
 
 /// What a reload reads again and how the daemon runs now.
 #[derive(Debug, Clone)]

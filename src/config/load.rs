@@ -5,7 +5,8 @@ use std::{collections::BTreeMap, ffi::OsString, path::PathBuf};
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches, parser::ValueSource};
 
-use super::{Cli, file, parse_duration_or_zero, parse_go_duration};
+use super::{Cli, file};
+use crate::duration;
 
 /// The command line as given and the config file it names, read together.
 #[derive(Debug)]
@@ -55,10 +56,10 @@ fn serve_parts<'a>(command: &'a clap::Command, matches: &'a ArgMatches) -> Optio
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Values(BTreeMap<String, Vec<String>>);
 
-/// A value as it means, so that `5m` and `300s`, or `5` and `5.0`, are no change.
+/// A value as it means, so that `5m` and `300s`, or `5` and `5.0`, are no change. Go's syntax
+/// covers every duration a flag takes.
 fn canonical(value: &str) -> String {
-    let duration = parse_duration_or_zero(value).ok().or_else(|| parse_go_duration(value).ok());
-    match (duration, value.parse::<f64>()) {
+    match (duration::parse_go(value).ok(), value.parse::<f64>()) {
         (Some(duration), _) => format!("{}ns", duration.as_nanos()),
         (None, Ok(number)) => number.to_string(),
         (None, Err(_)) => value.to_owned(),

@@ -9,7 +9,7 @@ use std::{
 
 use serde::Deserialize;
 
-use super::duration::{self, GoDurationError};
+use crate::duration::{self, DurationError};
 
 /// The config file's API versions the kubelet reads.
 const CONFIG_API_VERSIONS: [&str; 3] =
@@ -142,14 +142,14 @@ fn validate(providers: Vec<Provider>, bin_dir: &Path) -> Result<Vec<ProviderConf
             }
             let default_cache_duration = match provider.default_cache_duration.as_deref() {
                 None => return Err(format!("{}: defaultCacheDuration is required", at("defaultCacheDuration"))),
-                Some(text) => duration::parse(text).map_err(|error| match error {
-                    GoDurationError::Negative(_) => {
+                Some(text) => duration::parse_go(text).map_err(|error| match error {
+                    DurationError::Negative(_) => {
                         format!(
                             "{}: defaultCacheDuration must be greater than or equal to 0",
                             at("defaultCacheDuration")
                         )
                     }
-                    GoDurationError::Invalid(_) => format!("{}: {error}", at("defaultCacheDuration")),
+                    _ => format!("{}: {error}", at("defaultCacheDuration")),
                 })?,
             };
             if provider.api_version.is_empty() {

@@ -196,10 +196,10 @@ pub fn decode(stdout: &[u8], api_version: &str) -> Result<PluginResponse, ExecEr
     let cache_duration = match response.cache_duration.as_deref() {
         None => None,
         // A negative duration caches nothing, as an answer already expired does in the kubelet.
-        Some(text) => Some(match super::duration::parse(text) {
+        Some(text) => Some(match crate::duration::parse_go(text) {
             Ok(duration) => duration,
-            Err(super::duration::GoDurationError::Negative(_)) => std::time::Duration::ZERO,
-            Err(super::duration::GoDurationError::Invalid(_)) => return Err(ExecError::Decode),
+            Err(crate::duration::DurationError::Negative(_)) => std::time::Duration::ZERO,
+            Err(_) => return Err(ExecError::Decode),
         }),
     };
     let auth = response.auth.into_iter().map(|(key, entry)| (key, entry.username, entry.password)).collect();

@@ -6,10 +6,8 @@
 //!
 //! - [`config`]: the config file.
 //! - [`exec`]: one run of a plugin.
-//! - [`duration`]: Go's duration syntax.
 
 pub mod config;
-pub mod duration;
 pub mod exec;
 
 use std::{

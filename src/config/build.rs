@@ -1,0 +1,178 @@
+//! Each part's config built from the `serve` flags, and why flags that parse one by one do not
+//! go together ([`ConfigError`]).
+
+use std::{num::NonZeroUsize, path::Path, time::Duration};
+
+use super::{DEFAULT_MAX_CONNECTIONS, ServeArgs};
+use crate::{
+    backoff::{BackoffConfig, BackoffConfigError},
+    ensure::{ManagerConfig, VerificationConfig},
+    gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
+    pull::poller::ProgressConfig,
+    pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitError},
+    pull::scheduler::SchedulerConfig,
+    records::policy::{Allowlist, PolicyError},
+    server::{ConnectionLimits, ServeLimits},
+};
+
+/// Flags that parse one by one but do not work together (the kubelet's `invalid configuration`).
+/// Each message names the flags, their values and what is accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "invalid configuration: --max-parallel-image-pulls {0} needs --serialize-image-pulls=false (or unset); with --serialize-image-pulls=true only 1 is accepted, as in the kubelet"
+    )]
+    ParallelWhileSerialized(usize),
+    #[error(
+        "invalid configuration: --image-pull-backoff-initial {} must not exceed --image-pull-backoff-max {}",
+        flag_duration(*.initial),
+        flag_duration(*.max)
+    )]
+    BackoffInitialAboveMax { initial: Duration, max: Duration },
+    #[error(
+        "invalid configuration: --registry-burst 0 needs --registry-qps 0 (no limit); with --registry-qps {qps} the burst must be 1 or more"
+    )]
+    ZeroBurst { qps: f64 },
+    /// Refused by a check the flags' own parsers already make; kept for callers other than clap.
+    #[error("invalid configuration: {0}")]
+    Backoff(BackoffConfigError),
+    /// As [`ConfigError::Backoff`].
+    #[error("invalid configuration: {0}")]
+    RateLimit(RateLimitError),
+    #[error("{0} ({hint})", hint = verification_hint(.0))]
+    Verification(#[from] PolicyError),
+    #[error("invalid configuration: {0}{hint}", hint = gc_hint(.0))]
+    ImageGc(#[from] GcPolicyError),
+    #[error(
+        "invalid configuration: --{given} needs --{missing}: the plugins' config and the directory they are in go together"
+    )]
+    CredentialProviderHalf { given: &'static str, missing: &'static str },
+}
+
+/// The flags behind the kubelet's words for the verification policy.
+fn verification_hint(error: &PolicyError) -> &'static str {
+    match error {
+        PolicyError::AllowlistWithoutItsPolicy => {
+            "--preloaded-images-verification-allowlist needs --image-pull-credentials-verification-policy NeverVerifyAllowlistedImages"
+        }
+        PolicyError::Pattern(_) => {
+            "--preloaded-images-verification-allowlist takes a full name without tag or digest, e.g. docker.io/library/nginx, or a prefix ending in /*, e.g. registry.local/base/*"
+        }
+    }
+}
+
+/// The flags behind the kubelet's words, where its message names only its config fields.
+fn gc_hint(error: &GcPolicyError) -> &'static str {
+    match error {
+        GcPolicyError::MaxAgeNotAboveMinAge { .. } => {
+            " (--image-maximum-gc-age must exceed --minimum-image-ttl-duration, or be 0s to turn it off)"
+        }
+        _ => "",
+    }
+}
+
+/// A duration as a flag takes it: `90s`, `10m`, `1h`, `500ms`.
+fn flag_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    match millis {
+        0 => "0s".to_owned(),
+        _ if millis.is_multiple_of(3_600_000) => format!("{}h", millis / 3_600_000),
+        _ if millis.is_multiple_of(60_000) => format!("{}m", millis / 60_000),
+        _ if millis.is_multiple_of(1_000) => format!("{}s", millis / 1_000),
+        _ => format!("{millis}ms"),
+    }
+}
+
+impl ServeArgs {
+    /// The manager's configuration, validated as the kubelet validates its flags.
+    pub fn manager_config(&self) -> Result<ManagerConfig, ConfigError> {
+        let max_parallel = match (self.serialize_image_pulls, self.max_parallel_image_pulls) {
+            (Some(true), Some(n)) if n.get() > 1 => return Err(ConfigError::ParallelWhileSerialized(n.get())),
+            (Some(false), None) => None,
+            (_, Some(n)) => Some(n),
+            (Some(true) | None, None) => Some(NonZeroUsize::MIN),
+        };
+        let backoff = BackoffConfig::try_new(
+            self.image_pull_backoff_initial,
+            self.image_pull_backoff_max,
+            self.image_pull_backoff_max_entries.get(),
+        )
+        .map_err(|error| match error {
+            BackoffConfigError::InitialAboveMax { initial, max } => {
+                ConfigError::BackoffInitialAboveMax { initial, max }
+            }
+            other => ConfigError::Backoff(other),
+        })?;
+        let global = RateLimit::try_new(self.registry_qps, self.registry_burst).map_err(|error| match error {
+            RateLimitError::ZeroBurst => ConfigError::ZeroBurst { qps: self.registry_qps },
+            other => ConfigError::RateLimit(other),
+        })?;
+        let rate_limits = RateLimitConfig {
+            global,
+            per_host: self.registry_qps_per_host.clone(),
+            mode: self.registry_rate_limit_mode.into(),
+        };
+        let scheduler = SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout };
+        let policy = self.image_pull_credentials_verification_policy;
+        let allowlist = Allowlist::new(policy, &self.preloaded_images_verification_allowlist)?;
+        Ok(ManagerConfig {
+            scheduler,
+            backoff,
+            rate_limits,
+            presence_max_staleness: self.presence_cache_max_staleness,
+            verification: VerificationConfig { policy, allowlist },
+            progress: self.pull_progress.then(|| ProgressConfig {
+                stall_timeout: Some(self.image_pull_progress_timeout).filter(|timeout| !timeout.is_zero()),
+                ..ProgressConfig::default()
+            }),
+        })
+    }
+}
+
+impl ServeArgs {
+    /// What one client may take of the daemon.
+    pub fn serve_limits(&self) -> ServeLimits {
+        ServeLimits {
+            connections: ConnectionLimits {
+                max_connections: self.max_connections.map_or(DEFAULT_MAX_CONNECTIONS, NonZeroUsize::get),
+                handshake_timeout: self.connection_handshake_timeout,
+                reserved: self.reserved_connections,
+                reserved_uid: self.reserved_connection_uid,
+                per_client: self.max_connections_per_client.get(),
+            },
+            max_concurrent_streams: self.max_concurrent_streams,
+            request_body_timeout: self.request_body_timeout,
+            keepalive_interval: self.http2_keepalive_interval,
+            keepalive_timeout: self.http2_keepalive_timeout,
+            idle_timeout: Some(self.connection_idle_timeout).filter(|timeout| !timeout.is_zero()),
+        }
+    }
+
+    /// The credential-provider config and the plugins' directory, when both are given.
+    pub fn credential_providers(&self) -> Result<Option<(&Path, &Path)>, ConfigError> {
+        const CONFIG: &str = "image-credential-provider-config";
+        const BIN_DIR: &str = "image-credential-provider-bin-dir";
+        match (&self.image_credential_provider_config, &self.image_credential_provider_bin_dir) {
+            (Some(config), Some(bin_dir)) => Ok(Some((config, bin_dir))),
+            (Some(_), None) => Err(ConfigError::CredentialProviderHalf { given: CONFIG, missing: BIN_DIR }),
+            (None, Some(_)) => Err(ConfigError::CredentialProviderHalf { given: BIN_DIR, missing: CONFIG }),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Image GC's configuration, validated as the kubelet validates its flags.
+    pub fn gc_config(&self) -> Result<GcConfig, ConfigError> {
+        let policy = GcPolicy::try_new(
+            self.image_gc_high_threshold,
+            self.image_gc_low_threshold,
+            self.minimum_image_ttl_duration,
+            self.image_maximum_gc_age,
+        )?;
+        Ok(GcConfig {
+            policy,
+            period: self.image_gc_period,
+            hand_out_window: self.image_gc_hand_out_window,
+            sandbox_image: self.pod_infra_container_image.clone(),
+        })
+    }
+}

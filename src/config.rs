@@ -17,7 +17,7 @@ pub mod serve;
 pub mod value;
 
 pub use self::{
-    build::ConfigError,
+    build::{ConfigError, NodeCredentialsError},
     cli::{
         Cli, Command, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, usage_error,
     },

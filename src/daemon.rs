@@ -11,16 +11,11 @@ use tokio::{
     net::UnixListener,
     sync::{mpsc, oneshot},
 };
-use tower::{Layer, util::BoxCloneSyncService};
 
 use crate::{
     backoff::BackoffStore,
-    config::{ConfigError, ServeArgs},
-    credentials::{
-        NodeCredentials,
-        node::{NodeConfigError, NodeDockerConfig},
-        plugin::{self, Plugins, config::PluginConfigError},
-    },
+    config::{ConfigError, NodeCredentialsError, ServeArgs},
+    credentials::NodeCredentials,
     ensure::{ImageManager, ManagerConfig, ManagerParts},
     events::Events,
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
@@ -29,19 +24,15 @@ use crate::{
     memory,
     metrics::{self, Metrics, MetricsServerError},
     notify,
-    presence::PresenceCache,
+    presence::{self, PresenceCache},
     pull::{
-        RuntimePull,
-        poller::{ProgressPoller, TrackPulls},
-        ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
-        record::RecordPulls,
-        recorded::PullPath,
-        scheduler::PullScheduler,
+        ratelimit::{RegistryLimits, TokioClock},
+        recorded::{PathConfig, PullPath},
     },
     records::{PullRecords, RecordsError},
     reload::{self, Reloadable},
-    runtime::{CriClient, ImageRuntime, RuntimeEndpoint, events, probe_within},
-    server::{self, ServeError, ServeOptions},
+    runtime::{CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
+    server::{self, ServeError, ServeOptions, Services},
     shutdown::{self, Shutdown},
 };
 
@@ -51,6 +42,8 @@ pub enum DaemonError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
+    NodeCredentials(#[from] NodeCredentialsError),
+    #[error(transparent)]
     Listen(#[from] ListenError),
     #[error(transparent)]
     Serve(#[from] ServeError),
@@ -59,37 +52,9 @@ pub enum DaemonError {
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
     #[error(transparent)]
-    NodeDockerConfig(#[from] NodeConfigError),
-    #[error(transparent)]
-    CredentialProviders(#[from] PluginConfigError),
-    #[error(transparent)]
     Records(#[from] RecordsError),
     #[error(transparent)]
     ImageAges(#[from] AgesError),
-}
-
-/// The node's credentials as the flags ask: its docker config (a given file or the kubelet's
-/// search) and its credential-provider plugins, read now so that a bad file stops the start.
-pub fn node_credentials(args: &ServeArgs) -> Result<NodeCredentials, DaemonError> {
-    let docker_config = match &args.node_docker_config {
-        Some(path) => NodeDockerConfig::explicit(path.clone())?,
-        None => {
-            let working_dir = std::env::current_dir().unwrap_or_else(|_| "/".into());
-            let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-            NodeDockerConfig::search(&args.root_dir, &working_dir, home.as_deref())?
-        }
-    };
-    let providers = match args.credential_providers()? {
-        Some((config, bin_dir)) => plugin::config::load(config, bin_dir)?,
-        None => Vec::new(),
-    };
-    if let Some(path) = docker_config.path() {
-        tracing::info!(path = %path.display(), "node credentials from this docker config");
-    }
-    for provider in &providers {
-        tracing::info!(name = %provider.name, match_images = ?provider.match_images, "credential provider plugin");
-    }
-    Ok(NodeCredentials::new(docker_config, Plugins::new(providers)))
 }
 
 /// The async runtime `serve` runs on: a single thread unless told otherwise.
@@ -107,22 +72,10 @@ pub fn async_runtime(args: &ServeArgs) -> std::io::Result<tokio::runtime::Runtim
 
 /// Every shared part of a daemon, built here and nowhere else: each gets its collaborators.
 pub struct Parts<R> {
-    pub runtime: Arc<R>,
+    /// What the server serves.
+    pub services: Services<R>,
     pub metrics: Arc<Metrics>,
-    pub presence: Arc<PresenceCache>,
     pub records: Arc<PullRecords>,
-    pub manager: Arc<ImageManager<R>>,
-    /// Every pull, EnsureImageExists's and CRI PullImage's.
-    pub pulls: Arc<PullPath>,
-    pub gc: Arc<ImageGc<R>>,
-    /// Shared by the manager and the collector.
-    pub guard: Arc<ImageGuard>,
-    /// Every image event, for WatchEvents.
-    pub events: Arc<Events>,
-    /// The registry rate limits the pull path applies, for GetStatus.
-    pub limits: Arc<RegistryLimits<TokioClock>>,
-    /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
-    pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 
 impl<R: ImageRuntime> Parts<R> {
@@ -141,18 +94,17 @@ impl<R: ImageRuntime> Parts<R> {
         let events = Arc::new(Events::default());
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
         let limits = Arc::new(RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone()));
-        let pulls = RecordPulls::new(RateLimitLayer::new(limits.clone()).layer(RuntimePull::new(runtime.clone())));
-        let progress = config
-            .progress
-            .map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()) as Arc<dyn TrackPulls>);
-        let pulls = BoxCloneSyncService::new(pulls);
-        let scheduler = PullScheduler::tracked(pulls, config.scheduler, metrics.pulls.clone(), progress);
-        let backoff = BackoffStore::new(config.backoff);
-        let pulls = Arc::new(PullPath::new(scheduler, records.clone(), guard.clone(), events.clone()));
+        let pulls = Arc::new(PullPath::over(
+            runtime.clone(),
+            limits.clone(),
+            PathConfig { scheduler: config.scheduler, progress: config.progress },
+            (records.clone(), guard.clone(), events.clone()),
+            metrics.pulls.clone(),
+        ));
         let manager = Arc::new(ImageManager::new(ManagerParts {
             runtime: runtime.clone(),
             pulls: pulls.clone(),
-            backoff,
+            backoff: BackoffStore::new(config.backoff),
             presence: presence.clone(),
             node_credentials,
             records: records.clone(),
@@ -172,8 +124,19 @@ impl<R: ImageRuntime> Parts<R> {
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
-        let kubelet_warning = Arc::default();
-        Ok(Self { runtime, metrics, presence, records, manager, pulls, gc, guard, events, limits, kubelet_warning })
+        let services = Services {
+            runtime,
+            manager,
+            pulls,
+            gc,
+            presence,
+            guard,
+            events,
+            limits,
+            kubelet_warning: Arc::default(),
+            connections: metrics.connections.clone(),
+        };
+        Ok(Self { services, metrics, records })
     }
 }
 
@@ -221,15 +184,15 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
     parts.metrics.kubelet_guard.set(settings.kubelet_warning.is_some());
     if let Some(warning) = settings.kubelet_warning {
-        let _ = parts.kubelet_warning.set(warning);
+        let _ = parts.services.kubelet_warning.set(warning);
     }
     // A reload's READY=1 must not come before the first one, which says the daemon is up.
     let (announce_ready, ready_announced) = oneshot::channel();
     if let Some((source, requests)) = settings.reload {
         let reloadable = Reloadable {
-            limits: parts.limits.clone(),
-            manager: parts.manager.clone(),
-            gc: parts.gc.clone(),
+            limits: parts.services.limits.clone(),
+            manager: parts.services.manager.clone(),
+            gc: parts.services.gc.clone(),
             credentials: node_credentials,
             metrics: parts.metrics.reloads.clone(),
         };
@@ -240,10 +203,14 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         let (records, runtime) = (parts.records.clone(), runtime.clone());
         async move { records.settle(&*runtime, started).await }
     });
-    tokio::spawn(parts.gc.clone().run(shutdown.clone()));
+    tokio::spawn(parts.services.gc.clone().run(shutdown.clone()));
     tokio::spawn(memory::trim_periodically(shutdown.clone()));
     if settings.presence_cache {
-        tokio::spawn(events::watch(runtime.channel(), parts.presence.clone(), shutdown.clone()));
+        tokio::spawn(presence::image_events::watch(
+            runtime.channel(),
+            parts.services.presence.clone(),
+            shutdown.clone(),
+        ));
     }
     if let Some(listener) = settings.metrics {
         let served = metrics::serve(listener, parts.metrics.clone(), shutdown.clone().requested());
@@ -267,7 +234,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             let _ = announce_ready.send(());
         }
     });
-    let served = server::serve(listener, &parts, settings.serve, shutdown).await;
+    let served = server::serve(listener, &parts.services, settings.serve, shutdown).await;
     forwarder.abort();
     Ok(served?)
 }
@@ -290,7 +257,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
 
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
-    let node_credentials = Arc::new(node_credentials(&args)?);
+    let node_credentials = Arc::new(args.node_credentials()?);
     // Socket activation: systemd's socket (its unit sets the path, mode and group), else our own.
     let (listener, socket_file) = match listener::passed_by_systemd()? {
         Some(listener) => (listener, None),

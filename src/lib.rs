@@ -33,7 +33,9 @@
 //! - [`runtime`]: the runtime trait, the CRI client (with containerd's content service), its
 //!   endpoint, the pass-through codec and containerd's image events.
 //! - `memory`: gives memory freed after a burst back to the system (glibc's `malloc_trim`).
-//! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
+//! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the `/metrics`
+//!   endpoint.
+//! - [`metric_labels`]: a series' labels (static strings only), for each concern's metrics.
 //! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
@@ -58,6 +60,7 @@ pub mod kubelet_guard;
 pub mod listener;
 mod memory;
 pub mod messages;
+pub mod metric_labels;
 pub mod metrics;
 mod notify;
 pub mod policy;

@@ -1,7 +1,8 @@
 //! Prometheus metrics (`cri_imaged_*`): one registry that each concern registers its own metrics
 //! in (`ensure`, `pull`, `presence`, `records`, `gc`, the server's connections), and the HTTP endpoint that serves them.
 //!
-//! Labels never carry image names or pods, so the series count stays small on any node.
+//! Labels never carry image names or pods ([`crate::metric_labels`]), so the series count stays
+//! small on any node.
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
@@ -12,9 +13,6 @@ use crate::{
     presence::metrics::PresenceMetrics, pull::metrics::PullMetrics, records::metrics::RecordsMetrics,
     reload::metrics::ReloadMetrics, server::metrics::ConnectionMetrics,
 };
-
-/// A series' labels.
-pub type Labels = Vec<(&'static str, &'static str)>;
 
 /// Every metric, registered under the `cri_imaged` prefix; each part gets its own share.
 pub struct Metrics {

@@ -1,6 +1,6 @@
 //! The presence cache: images the runtime said it has, remembered only while the runtime's image
-//! events are watched (see [`crate::runtime::events`]), so that asking about a present image again
-//! costs no runtime call.
+//! events are watched ([`image_events`]: containerd's image events), so that asking about a present
+//! image again costs no runtime call.
 //!
 //! Correctness rests on three rules. Any image event forgets everything: events are rare, and
 //! forgetting all needs no agreement between our names and the runtime's normalised ones. An
@@ -28,6 +28,7 @@ use tokio::{
     time::Instant,
 };
 
+pub mod image_events;
 pub mod metrics;
 
 use self::metrics::PresenceMetrics;

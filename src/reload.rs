@@ -9,9 +9,8 @@ use std::{ffi::OsString, sync::Arc};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    config::{self, Change, ConfigError, LoadError, RELOADABLE, Values},
+    config::{self, Change, ConfigError, LoadError, NodeCredentialsError, RELOADABLE, Values},
     credentials::NodeCredentials,
-    daemon::{DaemonError, node_credentials},
     ensure::ImageManager,
     gc::ImageGc,
     notify,
@@ -38,7 +37,7 @@ pub enum ReloadError {
     #[error("{0}")]
     Config(#[from] ConfigError),
     #[error("{0}")]
-    Credentials(#[from] DaemonError),
+    Credentials(#[from] NodeCredentialsError),
 }
 
 /// The parts a reload reconfigures.
@@ -67,7 +66,7 @@ impl<R: ImageRuntime> Reloadable<R> {
         // Everything is read and checked before anything is applied.
         let manager = args.manager_config()?;
         let gc = args.gc_config()?;
-        let credentials = node_credentials(&args)?;
+        let credentials = args.node_credentials()?;
         self.limits.reconfigure(&manager.rate_limits);
         self.manager.set_backoff(manager.backoff);
         self.gc.set_config(gc);

@@ -149,12 +149,12 @@ async fn no_image_answered_present_is_removed_by_a_racing_collection() {
         let mut pass = None;
         for pod in 0..HERD {
             if pod == pass_at {
-                let gc = parts.gc.clone();
+                let gc = parts.services.gc.clone();
                 pass = Some(tokio::spawn(
                     async move { gc.pass(PassRequest { dry_run: false, delete_unused: true }).await },
                 ));
             }
-            let manager = parts.manager.clone();
+            let manager = parts.services.manager.clone();
             let image = name(runtime.random() as usize % IMAGES);
             // Pods arrive over the pass, not all at once.
             let arrives_after = runtime.random() % 32;

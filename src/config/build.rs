@@ -6,6 +6,11 @@ use std::{num::NonZeroUsize, path::Path, time::Duration};
 use super::{DEFAULT_MAX_CONNECTIONS, ServeArgs};
 use crate::{
     backoff::{BackoffConfig, BackoffConfigError},
+    credentials::{
+        NodeCredentials,
+        node::{NodeConfigError, NodeDockerConfig},
+        plugin::{self, Plugins, config::PluginConfigError},
+    },
     ensure::{ManagerConfig, VerificationConfig},
     gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
     pull::poller::ProgressConfig,
@@ -47,6 +52,17 @@ pub enum ConfigError {
         "invalid configuration: --{given} needs --{missing}: the plugins' config and the directory they are in go together"
     )]
     CredentialProviderHalf { given: &'static str, missing: &'static str },
+}
+
+/// Why the node's credentials could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCredentialsError {
+    #[error(transparent)]
+    Flags(#[from] ConfigError),
+    #[error(transparent)]
+    NodeDockerConfig(#[from] NodeConfigError),
+    #[error(transparent)]
+    CredentialProviders(#[from] PluginConfigError),
 }
 
 /// The flags behind the kubelet's words for the verification policy.
@@ -158,6 +174,31 @@ impl ServeArgs {
             (None, Some(_)) => Err(ConfigError::CredentialProviderHalf { given: BIN_DIR, missing: CONFIG }),
             (None, None) => Ok(None),
         }
+    }
+
+    /// The node's credentials as the flags ask: its docker config (a given file or the kubelet's
+    /// search) and its credential-provider plugins, read now so that a bad file stops the start
+    /// (or the reload).
+    pub fn node_credentials(&self) -> Result<NodeCredentials, NodeCredentialsError> {
+        let docker_config = match &self.node_docker_config {
+            Some(path) => NodeDockerConfig::explicit(path.clone())?,
+            None => {
+                let working_dir = std::env::current_dir().unwrap_or_else(|_| "/".into());
+                let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+                NodeDockerConfig::search(&self.root_dir, &working_dir, home.as_deref())?
+            }
+        };
+        let providers = match self.credential_providers()? {
+            Some((config, bin_dir)) => plugin::config::load(config, bin_dir)?,
+            None => Vec::new(),
+        };
+        if let Some(path) = docker_config.path() {
+            tracing::info!(path = %path.display(), "node credentials from this docker config");
+        }
+        for provider in &providers {
+            tracing::info!(name = %provider.name, match_images = ?provider.match_images, "credential provider plugin");
+        }
+        Ok(NodeCredentials::new(docker_config, Plugins::new(providers)))
     }
 
     /// Image GC's configuration, validated as the kubelet validates its flags.

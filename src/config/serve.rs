@@ -279,7 +279,7 @@ impl From<RateLimitModeArg> for RateLimitMode {
     }
 }
 
-/// The flags a reload applies ([`crate::reload`]); the others take effect at the next start.
+/// The flags a reload (SIGHUP) applies; the others take effect at the next start.
 /// Beside the flags, so that whoever adds one decides whether a reload applies it.
 pub const RELOADABLE: &[&str] = &[
     "registry-qps",

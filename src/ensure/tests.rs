@@ -134,15 +134,32 @@ fn manager_with(
     config: ManagerConfig,
     root_dir: tempfile::TempDir,
 ) -> Built {
-    let parts = crate::daemon::Parts::build(
-        Arc::new(runtime),
-        (config, crate::gc::GcConfig::off()),
-        Arc::new(node_credentials),
-        root_dir.path(),
-    )
-    .expect("records open");
-    let (manager, runtime, records, pulls, guard) =
-        (parts.manager, parts.runtime, parts.records, parts.pulls, parts.guard);
+    // The parts as the composition root wires them, each counting into a registry of its own.
+    let runtime = Arc::new(runtime);
+    let records = Arc::new(crate::records::PullRecords::open(root_dir.path(), Arc::default()).expect("records open"));
+    let (guard, events) = (Arc::new(ImageGuard::default()), Arc::new(Events::default()));
+    let pull_metrics = Arc::new(crate::pull::metrics::PullMetrics::default());
+    let limits = Arc::new(crate::pull::ratelimit::RegistryLimits::new(
+        &config.rate_limits,
+        crate::pull::ratelimit::TokioClock::default(),
+        pull_metrics.clone(),
+    ));
+    let path_config = crate::pull::recorded::PathConfig { scheduler: config.scheduler, progress: config.progress };
+    let shared = (records.clone(), guard.clone(), events.clone());
+    let pulls = Arc::new(PullPath::over(runtime.clone(), limits, path_config, shared, pull_metrics));
+    let presence = Arc::new(PresenceCache::new(Arc::default(), config.presence_max_staleness));
+    let manager = Arc::new(ImageManager::new(ManagerParts {
+        runtime: runtime.clone(),
+        pulls: pulls.clone(),
+        backoff: BackoffStore::new(config.backoff),
+        presence,
+        node_credentials: Arc::new(node_credentials),
+        records: records.clone(),
+        guard: guard.clone(),
+        events,
+        verification: config.verification,
+        metrics: Arc::new(EnsureMetrics::register(&mut prometheus_client::registry::Registry::default())),
+    }));
     Built { manager, runtime, records, pulls, guard, root_dir }
 }
 

@@ -10,7 +10,7 @@ use prometheus_client::{
 };
 
 use super::plan::Reason;
-use crate::{metrics::Labels, runtime::ImageFsUsage};
+use crate::{metric_labels::Labels, runtime::ImageFsUsage};
 
 /// A pass lists, plans and removes; removals take from milliseconds to minutes.
 const PASS_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];

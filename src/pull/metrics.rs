@@ -7,7 +7,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::Labels;
+use crate::metric_labels::Labels;
 
 /// Queue waits are usually short; these buckets see milliseconds to minutes.
 const QUEUE_WAIT_BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0];

@@ -10,9 +10,15 @@ use k8s_cri::v1::PodSandboxConfig;
 use tokio::{sync::oneshot, time::Instant};
 use tracing::Instrument;
 
+use tower::{Layer, util::BoxCloneSyncService};
+
 use super::{
-    Peer, Pull, PullError, Pulled,
-    scheduler::{PullScheduler, Scheduled},
+    Peer, Pull, PullError, Pulled, RuntimePull,
+    metrics::PullMetrics,
+    poller::{ProgressConfig, ProgressPoller, TrackPulls},
+    ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
+    record::RecordPulls,
+    scheduler::{PullScheduler, Scheduled, SchedulerConfig},
 };
 use crate::{
     credentials::{self, Credential, CredentialSource, RegistryAuth, SecretCoordinates},
@@ -23,7 +29,7 @@ use crate::{
         PullIntent, PullRecords, RecordTo, RecordsError,
         format::{PullCredentials, SecretRecord},
     },
-    runtime::PullSpec,
+    runtime::{ImageRuntime, PullSpec},
 };
 
 /// Pulls through the scheduler, with the records and the GC guard kept step by step.
@@ -50,13 +56,30 @@ pub struct PodPull {
     pub started: Instant,
 }
 
+/// How the pull path's scheduler runs pulls.
+#[derive(Debug, Clone)]
+pub struct PathConfig {
+    pub scheduler: SchedulerConfig,
+    /// How pulls under way are watched; `None` reports only their start and end.
+    pub progress: Option<ProgressConfig>,
+}
+
 impl PullPath {
-    pub fn new(
-        scheduler: PullScheduler,
-        records: Arc<PullRecords>,
-        guard: Arc<ImageGuard>,
-        events: Arc<Events>,
+    /// The pull path over `runtime`: the runtime's pull, inside the registry `limits`, its record
+    /// written before the result is shared, run by the scheduler (pulls under way watched when
+    /// the config says so). Records, guard and events are shared with the rest of the daemon.
+    pub fn over<R: ImageRuntime>(
+        runtime: Arc<R>,
+        limits: Arc<RegistryLimits<TokioClock>>,
+        config: PathConfig,
+        (records, guard, events): (Arc<PullRecords>, Arc<ImageGuard>, Arc<Events>),
+        metrics: Arc<PullMetrics>,
     ) -> Self {
+        let pulls = RecordPulls::new(RateLimitLayer::new(limits).layer(RuntimePull::new(runtime.clone())));
+        let progress = config
+            .progress
+            .map(|progress| ProgressPoller::start(runtime, progress, events.clone()) as Arc<dyn TrackPulls>);
+        let scheduler = PullScheduler::tracked(BoxCloneSyncService::new(pulls), config.scheduler, metrics, progress);
         Self { scheduler, records, guard, events }
     }
 

@@ -5,7 +5,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::Labels;
+use crate::metric_labels::Labels;
 
 /// The `result` label of each [`CheckResult`], in its order.
 const RESULTS: [&str; 4] = ["credentialPolicyAllowed", "credentialRecordFound", "mustAuthenticate", "error"];

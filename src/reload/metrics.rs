@@ -5,7 +5,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::Labels;
+use crate::metric_labels::Labels;
 
 /// How a reload ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

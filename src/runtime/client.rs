@@ -19,7 +19,7 @@ use tonic::{
     transport::{Channel, Endpoint, Uri},
 };
 
-use super::events::content::{self, content_client::ContentClient};
+use super::containerd::content::{self, content_client::ContentClient};
 use super::{
     ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError, StoredImage,
     passthrough::RawCodec,

@@ -4,11 +4,11 @@
 //! - [`client`]: the CRI `runtime.v1.ImageService` client over a unix socket.
 //! - [`endpoint`]: where the runtime listens.
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
-//! - [`events`]: containerd's image events, which keep the presence cache honest.
+//! - [`containerd`]: containerd's event and content services, beside its CRI plugin.
 
 mod client;
+pub mod containerd;
 mod endpoint;
-pub mod events;
 pub mod passthrough;
 
 use std::{future::Future, sync::Arc, time::Duration};

@@ -8,7 +8,6 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     api::{self, image_manager_server},
-    daemon::Parts,
     ensure::{EnsureRequest, ImageManager},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
@@ -28,14 +27,14 @@ pub struct ImageManagerService<R> {
 }
 
 impl<R> ImageManagerService<R> {
-    pub fn new(parts: &Parts<R>) -> Self {
+    pub fn new(services: &super::Services<R>) -> Self {
         Self {
-            runtime: parts.runtime.clone(),
-            manager: parts.manager.clone(),
-            gc: parts.gc.clone(),
-            presence: parts.presence.clone(),
-            limits: parts.limits.clone(),
-            kubelet_warning: parts.kubelet_warning.clone(),
+            runtime: services.runtime.clone(),
+            manager: services.manager.clone(),
+            gc: services.gc.clone(),
+            presence: services.presence.clone(),
+            limits: services.limits.clone(),
+            kubelet_warning: services.kubelet_warning.clone(),
         }
     }
 }

@@ -5,7 +5,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::metrics::Labels;
+use crate::metric_labels::Labels;
 
 /// Why the accept path closed a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

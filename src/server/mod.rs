@@ -78,15 +78,42 @@ use self::{
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
+    metrics::ConnectionMetrics,
     streams::EndOnShutdown,
     watch::WithWatch,
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},
-    daemon::Parts,
+    ensure::ImageManager,
+    events::Events,
+    gc::{ImageGc, ImageGuard},
+    presence::PresenceCache,
+    pull::{
+        ratelimit::{RegistryLimits, TokioClock},
+        recorded::PullPath,
+    },
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
     shutdown::Shutdown,
 };
+
+/// What the server serves, each part built by the composition root and shared with it.
+pub struct Services<R> {
+    pub runtime: Arc<R>,
+    pub manager: Arc<ImageManager<R>>,
+    /// Every pull, EnsureImageExists's and CRI PullImage's.
+    pub pulls: Arc<PullPath>,
+    pub gc: Arc<ImageGc<R>>,
+    pub presence: Arc<PresenceCache>,
+    /// Marks what CRI ImageStatus hands out, for image GC.
+    pub guard: Arc<ImageGuard>,
+    /// Every image event, for WatchEvents.
+    pub events: Arc<Events>,
+    /// The registry rate limits the pull path applies, for GetStatus.
+    pub limits: Arc<RegistryLimits<TokioClock>>,
+    /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
+    pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
+    pub connections: Arc<ConnectionMetrics>,
+}
 
 /// Polls a timer made only when first needed: ready once `deadline` has passed. A connection or
 /// body that is on time never costs a timer.
@@ -184,10 +211,10 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
     ADVERTISED_SERVICES.into_iter().fold(builder, |builder, name| builder.with_service_name(name))
 }
 
-/// Serves `parts` until `shutdown` is requested, then drains for at most `options.drain_timeout`.
+/// Serves `services` until `shutdown` is requested, then drains for at most `options.drain_timeout`.
 pub async fn serve<R: ImageRuntime>(
     listener: UnixListener,
-    parts: &Parts<R>,
+    services: &Services<R>,
     options: ServeOptions,
     shutdown: Shutdown,
 ) -> Result<(), ServeError> {
@@ -196,18 +223,22 @@ pub async fn serve<R: ImageRuntime>(
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(health::probe_runtime(
-        parts.runtime.clone(),
+        services.runtime.clone(),
         reporter.clone(),
         (options.health_probe_interval, options.health_probe_timeout),
         shutdown.clone(),
     ));
 
-    let cri_image_service =
-        CriImageService::new(parts.pulls.clone(), parts.runtime.clone(), parts.presence.clone(), parts.guard.clone());
-    let image_manager = ImageManagerServer::new(ImageManagerService::new(parts))
+    let cri_image_service = CriImageService::new(
+        services.pulls.clone(),
+        services.runtime.clone(),
+        services.presence.clone(),
+        services.guard.clone(),
+    );
+    let image_manager = ImageManagerServer::new(ImageManagerService::new(services))
         .max_decoding_message_size(API_MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let image_manager = WithWatch::new(image_manager, parts.events.clone(), shutdown.clone());
+    let image_manager = WithWatch::new(image_manager, services.events.clone(), shutdown.clone());
 
     let draining = Arc::new(tokio::sync::Notify::new());
     let signal = {
@@ -221,7 +252,7 @@ pub async fn serve<R: ImageRuntime>(
     // Connections within the limits, each one's incoming HTTP/2 made acceptable to h2 whatever its
     // `:authority`.
     let limits = options.limits;
-    let incoming = accept::connections(listener, limits.connections, parts.metrics.connections.clone())
+    let incoming = accept::connections(listener, limits.connections, services.connections.clone())
         .map(|accepted| accepted.map(AuthorityTolerant::new));
     let (drain_deadline, drained) = tokio::sync::watch::channel(None);
     let unanswered = Unanswered::default();

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cri_imaged::runtime::events::proto::{
+use cri_imaged::runtime::containerd::events::{
     Envelope, PublishRequest, SubscribeRequest,
     events_server::{Events, EventsServer},
 };

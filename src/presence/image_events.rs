@@ -6,7 +6,7 @@
 //! Each marker is also a barrier: containerd hands events to a subscriber in the order they were
 //! published, so when a marker comes back, every event published before it was sent has been
 //! applied, and the cache is current as of the moment we sent it. The cache asks for barriers
-//! as it needs them (see [`crate::presence`]).
+//! as it needs them (see [`super`]).
 //! Runtimes without containerd's event service (CRI-O) answer UNIMPLEMENTED; the cache then stays
 //! off and every presence check asks the runtime, as the kubelet does.
 
@@ -20,23 +20,10 @@ use std::{
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use crate::{
-    presence::{PresenceCache, SETTLE},
-    retry::Doubling,
-    shutdown::Shutdown,
-};
+use super::{PresenceCache, SETTLE};
+use crate::{retry::Doubling, shutdown::Shutdown};
 
-/// containerd's event service, as far as cri-imaged uses it (the server is for tests' fakes).
-/// containerd's content service (the subset cri-imaged reads pull progress from).
-pub mod content {
-    tonic::include_proto!("containerd.services.content.v1");
-}
-
-pub mod proto {
-    tonic::include_proto!("containerd.services.events.v1");
-}
-
-use proto::{PublishRequest, SubscribeRequest, events_client::EventsClient};
+use crate::runtime::containerd::events::{PublishRequest, SubscribeRequest, events_client::EventsClient};
 
 /// The topic of our marker event.
 const MARKER_TOPIC: &str = "/cri-imaged/watching";

@@ -37,7 +37,7 @@
 //!   endpoint.
 //! - [`metric_labels`]: a series' labels (static strings only), for each concern's metrics.
 //! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
-//! - [`policy`]: pull-policy defaulting and the pull decision (pure).
+//! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
 //! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
@@ -63,9 +63,9 @@ pub mod messages;
 pub mod metric_labels;
 pub mod metrics;
 mod notify;
-pub mod policy;
 pub mod presence;
 pub mod pull;
+pub mod pull_policy;
 pub mod records;
 pub mod reference;
 pub mod reload;

@@ -20,8 +20,9 @@ pub fn echo(value: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{}… ({} bytes)", &value[..end], value.len()))
 }
 
-/// The reason strings the kubelet reports for image failures.
-pub mod reason {
+/// The reasons the kubelet gives a container waiting for a failed image (its `ErrImagePull`
+/// family); the events' reasons are [`crate::events::reason`].
+pub mod waiting_reason {
     pub const INVALID_IMAGE_NAME: &str = "InvalidImageName";
     pub const IMAGE_INSPECT_ERROR: &str = "ImageInspectError";
     pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";

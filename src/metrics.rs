@@ -90,7 +90,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{ensure::metrics::image_size_bucket, policy::PullPolicy, pull::metrics::PullResult};
+    use crate::{ensure::metrics::image_size_bucket, pull::metrics::PullResult, pull_policy::PullPolicy};
 
     const MIB: u64 = 1024 * 1024;
     const GIB: u64 = 1024 * MIB;

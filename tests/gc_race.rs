@@ -19,7 +19,7 @@ use cri_imaged::{
     daemon::Parts,
     ensure::{EnsureRequest, ManagerConfig, PodRef},
     gc::{GcConfig, GcPolicy, Outcome, PassRequest},
-    policy::PullPolicy,
+    pull_policy::PullPolicy,
     runtime::{ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage},
 };
 use k8s_cri::v1::ImageSpec;

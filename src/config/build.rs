@@ -16,7 +16,7 @@ use crate::{
     pull::poller::ProgressConfig,
     pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitError},
     pull::scheduler::SchedulerConfig,
-    records::policy::{Allowlist, PolicyError},
+    records::verification::{Allowlist, PolicyError},
     server::{ConnectionLimits, ServeLimits},
 };
 

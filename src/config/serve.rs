@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
-    records::policy::VerificationPolicy,
+    records::verification::VerificationPolicy,
     runtime::RuntimeEndpoint,
 };
 

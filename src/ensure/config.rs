@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::{
     backoff::BackoffConfig,
     pull::{poller::ProgressConfig, ratelimit::RateLimitConfig, scheduler::SchedulerConfig},
-    records::policy::{Allowlist, VerificationPolicy},
+    records::verification::{Allowlist, VerificationPolicy},
 };
 
 /// How the manager pulls; [`ManagerConfig::default`] is the kubelet's behaviour.

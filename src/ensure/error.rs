@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     credentials::secrets::SecretError,
-    messages::{self, reason},
+    messages::{self, waiting_reason},
     pull::PullError,
     records::RecordsError,
     reference::ReferenceError,
@@ -40,13 +40,15 @@ impl EnsureError {
     /// The kubelet's reason string.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::InvalidImageName { .. } => reason::INVALID_IMAGE_NAME,
-            Self::ImageInspect { .. } => reason::IMAGE_INSPECT_ERROR,
-            Self::NeverPull { .. } => reason::ERR_IMAGE_NEVER_PULL,
-            Self::BackOff { .. } => reason::IMAGE_PULL_BACK_OFF,
-            Self::Pull { .. } | Self::InvalidPullSecret { .. } | Self::RecordIntent { .. } => reason::ERR_IMAGE_PULL,
-            Self::RegistryUnavailable { .. } => reason::REGISTRY_UNAVAILABLE,
-            Self::SignatureValidationFailed { .. } => reason::SIGNATURE_VALIDATION_FAILED,
+            Self::InvalidImageName { .. } => waiting_reason::INVALID_IMAGE_NAME,
+            Self::ImageInspect { .. } => waiting_reason::IMAGE_INSPECT_ERROR,
+            Self::NeverPull { .. } => waiting_reason::ERR_IMAGE_NEVER_PULL,
+            Self::BackOff { .. } => waiting_reason::IMAGE_PULL_BACK_OFF,
+            Self::Pull { .. } | Self::InvalidPullSecret { .. } | Self::RecordIntent { .. } => {
+                waiting_reason::ERR_IMAGE_PULL
+            }
+            Self::RegistryUnavailable { .. } => waiting_reason::REGISTRY_UNAVAILABLE,
+            Self::SignatureValidationFailed { .. } => waiting_reason::SIGNATURE_VALIDATION_FAILED,
         }
     }
 }
@@ -59,11 +61,11 @@ impl EnsureError {
 pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
     if let PullError::Runtime(runtime) = &*error {
         let runtime_message = runtime.runtime_message();
-        if let Some(detail) = runtime_message.strip_prefix(reason::REGISTRY_UNAVAILABLE) {
+        if let Some(detail) = runtime_message.strip_prefix(waiting_reason::REGISTRY_UNAVAILABLE) {
             let message = messages::registry_unavailable(image, detail);
             return EnsureError::RegistryUnavailable { message, source: error };
         }
-        if let Some(detail) = runtime_message.strip_prefix(reason::SIGNATURE_VALIDATION_FAILED) {
+        if let Some(detail) = runtime_message.strip_prefix(waiting_reason::SIGNATURE_VALIDATION_FAILED) {
             let message = messages::signature_validation_failed(image, detail);
             return EnsureError::SignatureValidationFailed { message, source: error };
         }

@@ -7,7 +7,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{metric_labels::Labels, policy::PullPolicy};
+use crate::{metric_labels::Labels, pull_policy::PullPolicy};
 
 /// The kubelet's `image_pull_duration_seconds` buckets.
 const PULL_DURATION_BUCKETS: [f64; 18] = [

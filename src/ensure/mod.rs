@@ -41,13 +41,13 @@ use crate::{
     events::{Events, Subject},
     gc::ImageGuard,
     messages,
-    policy::{self, Decision, PullPolicy},
     presence::{Lookup, PresenceCache},
     pull::{
         Peer, Pull, PullError, Pulled,
         recorded::{PodPull, PullPath},
         scheduler::InFlight,
     },
+    pull_policy::{self, Decision, PullPolicy},
     records::PullRecords,
     runtime::{ImageRuntime, PresentImage, PullSpec},
 };
@@ -166,7 +166,7 @@ impl<R: ImageRuntime> ImageManager<R> {
             tracing::info!(image_ref = %outcome.image_ref, "the present image was being removed by image GC; it is absent");
             // Absent, the decision is a pull or, under Never, the absent image's refusal (the
             // request was counted once, as decided the first time).
-            if policy::decide(policy, false) != Decision::Pull {
+            if pull_policy::decide(policy, false) != Decision::Pull {
                 return Err(never_pull(image));
             }
         }
@@ -211,7 +211,7 @@ impl<R: ImageRuntime> ImageManager<R> {
         present: Option<PresentImage>,
     ) -> Result<Option<EnsureOutcome>, EnsureError> {
         let image = &request.image;
-        let decision = policy::decide(policy, present.is_some());
+        let decision = pull_policy::decide(policy, present.is_some());
         let never_pull = || never_pull(image);
         match (decision, present) {
             (Decision::UsePresent, Some(found)) => {

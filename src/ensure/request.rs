@@ -10,8 +10,8 @@ use crate::{
     credentials::secrets::PullSecret,
     events::{Pod, Subject},
     messages,
-    policy::PullPolicy,
     pull::Peer,
+    pull_policy::PullPolicy,
     reference::{self, ImageReference},
 };
 

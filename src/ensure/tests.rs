@@ -6,7 +6,7 @@ use super::*;
 use crate::{
     credentials::{NodeCredentials, RegistryAuth, secrets::PullSecret},
     gc::ImageGuard,
-    records::policy::{Allowlist, VerificationPolicy},
+    records::verification::{Allowlist, VerificationPolicy},
     runtime::{PresentImage, RuntimeError},
 };
 

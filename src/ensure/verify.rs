@@ -9,7 +9,7 @@ use crate::{
         RecordsError, check,
         format::SecretRecord,
         metrics::CheckResult,
-        policy::{self as verification, VerificationPolicy},
+        verification::{self, VerificationPolicy},
     },
     runtime::ImageRuntime,
 };

@@ -5,7 +5,7 @@
 //! record fits in it.
 //!
 //! - [`format`]: the files' JSON, the kubelet's.
-//! - [`policy`]: which present images are verified (pure).
+//! - [`verification`]: which present images are verified (pure).
 //! - [`check`]: may a pod use an image its records name; merging a pull into a record (pure).
 //! - [`cache`]: the bounded cache.
 //! - [`metrics`]: the kubelet's `imagemanager` metrics.
@@ -20,8 +20,8 @@ mod intents;
 mod lookup;
 mod merge;
 pub mod metrics;
-pub mod policy;
 mod settle;
+pub mod verification;
 
 use std::{
     collections::{HashMap, HashSet},

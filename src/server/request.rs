@@ -7,8 +7,8 @@ use crate::{
     api::{self, PullPolicy as WirePolicy},
     credentials::{SecretCoordinates, secrets::PullSecret},
     ensure::{EnsureRequest, PodRef},
-    policy::PullPolicy,
     pull::Peer,
+    pull_policy::PullPolicy,
 };
 
 /// A request field that cannot be understood.

@@ -4,30 +4,31 @@
 //! block decodes, with the server's table, to the client's fields less each `:authority` that is
 //! not a URI authority.
 //!
-//! `server::authority` is private to `server`, so its three modules are compiled in here from
-//! the main crate's sources, unchanged; the decoder below is the target's own but for HPACK's
-//! static table (RFC 7541, Appendix A) and the frame types and flags, which it takes from them.
+//! `server::authority` is private to `server`, so its modules (`frames`, `hpack` with its
+//! submodules, `huffman`) are compiled in here from the main crate's sources, unchanged; its
+//! `mod.rs`, the connection wrapper, is left out. The frame walk below is the target's own but for
+//! the frame types and flags, which it takes from `frames`; the HPACK decoder is loona-hpack,
+//! which shares nothing with the rewriter (static table, Huffman code, integers, dynamic table).
 //!
 //! Input: one byte (bit 7: prepend the client preface; bits 0-6: deliver in pieces of that many
 //! bytes, 0 for one piece), then the client's bytes.
 #![no_main]
 
-#[path = "../../src/server/authority/frames.rs"]
+// An inline module with the directory as its path, so that each file (and `hpack`'s own
+// submodules, in `hpack/`) is found where the main crate finds it.
+#[path = "../../src/server/authority"]
 #[allow(dead_code)]
-mod frames;
-#[path = "../../src/server/authority/hpack.rs"]
-#[allow(dead_code)]
-mod hpack;
-#[path = "../../src/server/authority/huffman.rs"]
-#[allow(dead_code)]
-mod huffman;
-
-use std::collections::VecDeque;
+mod authority {
+    pub mod frames;
+    mod hpack;
+    mod huffman;
+}
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
+use loona_hpack::{Decoder, decoder::DecoderError};
 
-use self::frames::{
+use self::authority::frames::{
     CONTINUATION, END_HEADERS, END_STREAM, FrameRewriter, HEADERS, MAX_FRAME_SIZE, PADDED, PREFACE, PRIORITY,
 };
 
@@ -55,13 +56,13 @@ fuzz_target!(|data: &[u8]| {
     if input.len() < PREFACE.len() {
         return;
     }
-    let sent = walk(&input[PREFACE.len()..], &mut Decoder::default(), true);
-    let received = walk(&out[PREFACE.len()..], &mut Decoder::default(), false);
+    let sent = walk(&input[PREFACE.len()..], &mut reference_decoder(), true);
+    let received = walk(&out[PREFACE.len()..], &mut reference_decoder(), false);
     assert_eq!(received, sent, "the server reads what the client sent, less unusable authorities");
 });
 
 /// Feeds `input` in pieces of `step` bytes; the output and what is left unprocessed.
-fn run(input: &[u8], step: usize) -> Result<(Vec<u8>, Vec<u8>), frames::FrameError> {
+fn run(input: &[u8], step: usize) -> Result<(Vec<u8>, Vec<u8>), authority::frames::FrameError> {
     let mut rewriter = FrameRewriter::default();
     let (mut pending, mut out) = (BytesMut::new(), BytesMut::new());
     for piece in input.chunks(step) {
@@ -94,7 +95,7 @@ struct Pending {
 
 /// The frames after the preface, each header block decoded with `decoder`; `client`: the fields
 /// h2 would refuse are left out. A header block not yet complete is not listed.
-fn walk(mut bytes: &[u8], decoder: &mut Decoder, client: bool) -> Vec<Item> {
+fn walk(mut bytes: &[u8], decoder: &mut Decoder<'_>, client: bool) -> Vec<Item> {
     let mut items = Vec::new();
     let mut pending: Option<Pending> = None;
     while bytes.len() >= 9 {
@@ -136,7 +137,7 @@ fn walk(mut bytes: &[u8], decoder: &mut Decoder, client: bool) -> Vec<Item> {
         }
         if flags & END_HEADERS != 0 {
             let Pending { stream, end_stream, priority, block } = pending.take().expect("a block in progress");
-            let mut fields = decoder.decode(&block).unwrap_or_else(|error| panic!("block {block:02x?}: {error}"));
+            let mut fields = decode(decoder, &block).unwrap_or_else(|error| panic!("block {block:02x?}: {error}"));
             if client {
                 fields.retain(|(name, value)| {
                     name != b":authority" || http::uri::Authority::try_from(&value[..]).is_ok()
@@ -150,119 +151,25 @@ fn walk(mut bytes: &[u8], decoder: &mut Decoder, client: bool) -> Vec<Item> {
 
 type Field = (Vec<u8>, Vec<u8>);
 
-/// A plain HPACK decoder (RFC 7541), written apart from the rewriter's, as h2's would read.
-struct Decoder {
-    table: VecDeque<Field>,
-    size: usize,
-    max_size: usize,
+/// The dynamic table size a client may set: SETTINGS_HEADER_TABLE_SIZE's default, which our
+/// server (hyper's defaults) never changes, so h2 refuses a size update past it.
+const SERVER_TABLE_SIZE: usize = 4096;
+
+/// An HPACK decoder maintained apart from the rewriter's (loona-hpack, its own tables and Huffman
+/// code), with the limit h2 sets.
+fn reference_decoder() -> Decoder<'static> {
+    let mut decoder = Decoder::new();
+    decoder.set_max_allowed_table_size(SERVER_TABLE_SIZE);
+    decoder
 }
 
-impl Default for Decoder {
-    fn default() -> Self {
-        Self { table: VecDeque::new(), size: 0, max_size: 4096 }
+/// One header block's fields. loona-hpack refuses a block that ends with a size update (h2spec's
+/// reading of RFC 7541, section 4.2), but only once it has applied the whole block to its table;
+/// h2, the server behind the rewriter, takes such a block, so that refusal alone counts as decoded.
+fn decode(decoder: &mut Decoder<'_>, block: &[u8]) -> Result<Vec<Field>, DecoderError> {
+    let mut fields = Vec::new();
+    match decoder.decode_with_cb(block, |name, value| fields.push((name.into_owned(), value.into_owned()))) {
+        Ok(()) | Err(DecoderError::SizeUpdateAtEnd) => Ok(fields),
+        Err(error) => Err(error),
     }
-}
-
-impl Decoder {
-    fn decode(&mut self, mut block: &[u8]) -> Result<Vec<Field>, String> {
-        let mut fields = Vec::new();
-        while let Some(&first) = block.first() {
-            if first & 0x80 != 0 {
-                let index = integer(&mut block, 7)?;
-                fields.push(self.get(index)?);
-            } else if first & 0xe0 == 0x20 {
-                if !fields.is_empty() {
-                    return Err("a size update after a field".into());
-                }
-                let size = integer(&mut block, 5)?;
-                if size > 4096 {
-                    return Err(format!("a size update to {size}"));
-                }
-                self.max_size = size;
-                self.evict(size);
-            } else {
-                let prefix = if first & 0x40 != 0 { 6 } else { 4 };
-                let name = match integer(&mut block, prefix)? {
-                    0 => string(&mut block)?,
-                    index => self.get(index)?.0,
-                };
-                let field = (name, string(&mut block)?);
-                if first & 0x40 != 0 {
-                    self.insert(field.clone());
-                }
-                fields.push(field);
-            }
-        }
-        Ok(fields)
-    }
-
-    fn get(&self, index: usize) -> Result<Field, String> {
-        match index {
-            1..=61 => {
-                let (name, value) = hpack::STATIC_TABLE[index - 1];
-                Ok((name.as_bytes().to_vec(), value.as_bytes().to_vec()))
-            }
-            _ => index.checked_sub(62).and_then(|at| self.table.get(at)).cloned().ok_or(format!("index {index}")),
-        }
-    }
-
-    fn insert(&mut self, field: Field) {
-        let size = field.0.len() + field.1.len() + 32;
-        if size > self.max_size {
-            self.table.clear();
-            self.size = 0;
-            return;
-        }
-        self.evict(self.max_size - size);
-        self.size += size;
-        self.table.push_front(field);
-    }
-
-    fn evict(&mut self, to: usize) {
-        while self.size > to {
-            let (name, value) = self.table.pop_back().expect("entries while the size is positive");
-            self.size -= name.len() + value.len() + 32;
-        }
-    }
-}
-
-fn integer(input: &mut &[u8], prefix: u32) -> Result<usize, String> {
-    let (&first, rest) = input.split_first().ok_or("truncated integer")?;
-    *input = rest;
-    let max = (1usize << prefix) - 1;
-    let mut value = usize::from(first) & max;
-    if value < max {
-        return Ok(value);
-    }
-    let mut shift = 0;
-    loop {
-        let (&byte, rest) = input.split_first().ok_or("truncated integer")?;
-        *input = rest;
-        value = value
-            .checked_add(usize::from(byte & 0x7f).checked_shl(shift).ok_or("huge integer")?)
-            .ok_or("huge integer")?;
-        if shift > 28 {
-            return Err("huge integer".into());
-        }
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-        shift += 7;
-    }
-}
-
-fn string(input: &mut &[u8]) -> Result<Vec<u8>, String> {
-    let huffman = input.first().ok_or("truncated string")? & 0x80 != 0;
-    let len = integer(input, 7)?;
-    if len > input.len() {
-        return Err("truncated string".into());
-    }
-    let (raw, rest) = input.split_at(len);
-    *input = rest;
-    if !huffman {
-        return Ok(raw.to_vec());
-    }
-    let mut decoded = Vec::new();
-    huffman::decode(raw, &mut decoded).map_err(|error| error.to_string())?;
-    Ok(decoded)
 }

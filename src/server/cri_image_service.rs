@@ -156,7 +156,7 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
             return Box::pin(async move { Ok(grpc.unary(pull, request).await) });
         }
-        let status = Status::unimplemented(format!("cri-imaged does not serve {path}"));
+        let status = super::status::unserved_cri_method(&path);
         Box::pin(async move { Ok(status.into_http()) })
     }
 }

@@ -51,7 +51,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         _: Request<api::WatchEventsRequest>,
     ) -> Result<Response<Self::WatchEventsStream>, Status> {
-        Err(Status::internal("WatchEvents is served by the watch route"))
+        Err(super::status::watch_served_elsewhere())
     }
 
     async fn ensure_image_exists(
@@ -137,8 +137,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         // what follows it (the presence cache, the pull record, the ages).
         let gc = self.gc.clone();
         let pass = tokio::spawn(async move { gc.pass(PassRequest { dry_run, delete_unused }).await });
-        let report =
-            pass.await.map_err(|error| Status::internal(format!("the garbage collection pass stopped: {error}")))??;
+        let report = pass.await.map_err(|error| super::status::gc_pass_stopped(&error))??;
         Ok(Response::new(api::GarbageCollectResponse {
             images: report.images.into_iter().map(collected_image).collect(),
             usage_before: report.usage_before.map(image_fs_usage),

@@ -1,7 +1,8 @@
 //! The one place where errors become gRPC statuses.
 //!
-//! Every status carries a `google.rpc.ErrorInfo` whose `reason` is the kubelet's reason string,
-//! so callers can branch on it exactly as they would on the kubelet's.
+//! Every status for a request's error carries a `google.rpc.ErrorInfo` whose `reason` is the
+//! kubelet's reason string, so callers can branch on it exactly as they would on the kubelet's.
+//! The answers for a call the daemon does not serve, or for a pass that stopped, carry none.
 
 use std::collections::HashMap;
 
@@ -133,6 +134,21 @@ impl From<StreamShutDown> for Status {
         let details = ErrorDetails::with_error_info(SHUTTING_DOWN, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(Code::Unavailable, error.to_string(), details)
     }
+}
+
+/// `WatchEvents` reaching the generated service, which never serves it ([`super::watch`] does).
+pub fn watch_served_elsewhere() -> Status {
+    Status::internal("WatchEvents is served by the watch route")
+}
+
+/// A garbage collection pass whose task ended without a report (it panicked or was cancelled).
+pub fn gc_pass_stopped(error: &tokio::task::JoinError) -> Status {
+    Status::internal(format!("the garbage collection pass stopped: {error}"))
+}
+
+/// A method at `path` that the CRI image service does not serve.
+pub fn unserved_cri_method(path: &str) -> Status {
+    Status::unimplemented(format!("cri-imaged does not serve {path}"))
 }
 
 fn ensure_error_code(error: &EnsureError) -> Code {
@@ -290,6 +306,20 @@ mod tests {
         assert_eq!(reason_of(&status), "ImagePullBackOff");
         let details = status.get_error_details();
         assert_eq!(details.retry_info().and_then(|info| info.retry_delay), Some(retry_after));
+    }
+
+    #[test]
+    fn calls_the_daemon_does_not_serve_and_a_stopped_pass_are_answered_plainly() {
+        let watch = watch_served_elsewhere();
+        assert_eq!((watch.code(), watch.message()), (Code::Internal, "WatchEvents is served by the watch route"));
+        let unserved = unserved_cri_method("/runtime.v1.ImageService/RemoveImage");
+        assert_eq!(
+            (unserved.code(), unserved.message()),
+            (Code::Unimplemented, "cri-imaged does not serve /runtime.v1.ImageService/RemoveImage")
+        );
+        assert!(
+            watch.get_error_details().error_info().is_none() && unserved.get_error_details().error_info().is_none()
+        );
     }
 
     #[test]

@@ -19,14 +19,15 @@ pub const MAX_FRAME_SIZE: usize = 16_384;
 pub const MAX_HEADER_BLOCK: usize = 64 * 1024;
 
 const FRAME_HEADER_LEN: usize = 9;
-// Frame types and flags (RFC 9113, section 6); the fuzz target's decoder takes them from here.
-pub(super) const HEADERS: u8 = 0x1;
+// Frame types and flags (RFC 9113, section 6). The fuzz target's frame walk takes them from here,
+// through the module it compiles in; `frames` itself is private to `authority`.
+pub const HEADERS: u8 = 0x1;
 const PUSH_PROMISE: u8 = 0x5;
-pub(super) const CONTINUATION: u8 = 0x9;
-pub(super) const END_STREAM: u8 = 0x1;
-pub(super) const END_HEADERS: u8 = 0x4;
-pub(super) const PADDED: u8 = 0x8;
-pub(super) const PRIORITY: u8 = 0x20;
+pub const CONTINUATION: u8 = 0x9;
+pub const END_STREAM: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const PADDED: u8 = 0x8;
+pub const PRIORITY: u8 = 0x20;
 
 /// Why a connection's byte stream cannot be rewritten: each ends that connection only.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

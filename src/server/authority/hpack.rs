@@ -6,11 +6,16 @@
 //! client's. After it the tables part: what we drop never reaches the server, so its table holds
 //! only what we sent it, and repeated fields still reach h2 as one-byte references.
 
-use std::collections::VecDeque;
+mod primitives;
+mod table;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::huffman::{self, HuffmanError};
+use self::{
+    primitives::{decode_integer, decode_string, encode_integer, encode_string},
+    table::{AUTHORITY_INDEX, DynamicTable, ENTRY_OVERHEAD, Name},
+};
+use super::huffman::HuffmanError;
 
 /// The largest dynamic table a client may use: the HTTP/2 default of SETTINGS_HEADER_TABLE_SIZE,
 /// which our server (hyper's defaults) never changes.
@@ -19,76 +24,6 @@ pub const MAX_TABLE_SIZE: usize = 4096;
 /// The most fields decoded from one block. h2 refuses header lists over 16 KiB, which (32 bytes
 /// of overhead a field) holds at most 512.
 pub const MAX_FIELDS: usize = 1024;
-
-/// Per-entry overhead that RFC 7541 §4.1 adds to the table size.
-const ENTRY_OVERHEAD: usize = 32;
-
-/// The static table (RFC 7541 Appendix A); index 1 is the first entry.
-pub(super) const STATIC_TABLE: [(&str, &str); 61] = [
-    (":authority", ""),
-    (":method", "GET"),
-    (":method", "POST"),
-    (":path", "/"),
-    (":path", "/index.html"),
-    (":scheme", "http"),
-    (":scheme", "https"),
-    (":status", "200"),
-    (":status", "204"),
-    (":status", "206"),
-    (":status", "304"),
-    (":status", "400"),
-    (":status", "404"),
-    (":status", "500"),
-    ("accept-charset", ""),
-    ("accept-encoding", "gzip, deflate"),
-    ("accept-language", ""),
-    ("accept-ranges", ""),
-    ("accept", ""),
-    ("access-control-allow-origin", ""),
-    ("age", ""),
-    ("allow", ""),
-    ("authorization", ""),
-    ("cache-control", ""),
-    ("content-disposition", ""),
-    ("content-encoding", ""),
-    ("content-language", ""),
-    ("content-length", ""),
-    ("content-location", ""),
-    ("content-range", ""),
-    ("content-type", ""),
-    ("cookie", ""),
-    ("date", ""),
-    ("etag", ""),
-    ("expect", ""),
-    ("expires", ""),
-    ("from", ""),
-    ("host", ""),
-    ("if-match", ""),
-    ("if-modified-since", ""),
-    ("if-none-match", ""),
-    ("if-range", ""),
-    ("if-unmodified-since", ""),
-    ("last-modified", ""),
-    ("link", ""),
-    ("location", ""),
-    ("max-forwards", ""),
-    ("proxy-authenticate", ""),
-    ("proxy-authorization", ""),
-    ("range", ""),
-    ("referer", ""),
-    ("refresh", ""),
-    ("retry-after", ""),
-    ("server", ""),
-    ("set-cookie", ""),
-    ("strict-transport-security", ""),
-    ("transfer-encoding", ""),
-    ("user-agent", ""),
-    ("vary", ""),
-    ("via", ""),
-    ("www-authenticate", ""),
-];
-
-const AUTHORITY_INDEX: u8 = 1;
 
 /// A header block that is not valid HPACK.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,83 +45,6 @@ pub enum HpackError {
     TooManyFields,
     #[error(transparent)]
     Huffman(#[from] HuffmanError),
-}
-
-/// One decoded field's name: where it came from decides how it is re-encoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Name {
-    /// A static-table name, by index.
-    Static(u8),
-    /// Any other name.
-    Literal(Bytes),
-}
-
-impl Name {
-    fn is_authority(&self) -> bool {
-        match self {
-            Name::Static(index) => *index == AUTHORITY_INDEX,
-            Name::Literal(name) => name.as_ref() == b":authority",
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            Name::Static(index) => STATIC_TABLE[usize::from(*index) - 1].0.as_bytes(),
-            Name::Literal(name) => name,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.as_bytes().len()
-    }
-}
-
-/// A dynamic table, newest first: the client's as its encoder keeps it, or the server's as its
-/// decoder keeps it.
-#[derive(Debug)]
-struct DynamicTable {
-    entries: VecDeque<(Name, Bytes)>,
-    size: usize,
-    max_size: usize,
-}
-
-impl DynamicTable {
-    fn new() -> Self {
-        Self { entries: VecDeque::new(), size: 0, max_size: MAX_TABLE_SIZE }
-    }
-
-    fn get(&self, index: usize) -> Option<&(Name, Bytes)> {
-        self.entries.get(index)
-    }
-
-    /// Where the exact field is, if the table holds it.
-    fn position(&self, name: &Name, value: &[u8]) -> Option<usize> {
-        self.entries
-            .iter()
-            .position(|(held, held_value)| held_value.as_ref() == value && held.as_bytes() == name.as_bytes())
-    }
-
-    fn insert(&mut self, name: Name, value: Bytes) {
-        let entry_size = name.len() + value.len() + ENTRY_OVERHEAD;
-        // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
-        self.evict_to(self.max_size.saturating_sub(entry_size));
-        if entry_size <= self.max_size {
-            self.size += entry_size;
-            self.entries.push_front((name, value));
-        }
-    }
-
-    fn resize(&mut self, max_size: usize) {
-        self.max_size = max_size;
-        self.evict_to(max_size);
-    }
-
-    fn evict_to(&mut self, target: usize) {
-        while self.size > target {
-            let Some((name, value)) = self.entries.pop_back() else { break };
-            self.size -= name.len() + value.len() + ENTRY_OVERHEAD;
-        }
-    }
 }
 
 /// Decodes one connection's header blocks, in order, and passes or re-encodes each for the server.
@@ -403,68 +261,6 @@ fn write_literal(name: &Name, value: &[u8], never_indexed: bool, out: &mut Bytes
         }
     }
     encode_string(value, out);
-}
-
-fn encode_string(value: &[u8], out: &mut BytesMut) {
-    encode_integer(value.len(), 7, 0x00, out);
-    out.put_slice(value);
-}
-
-/// RFC 7541 §5.1, with `flags` in the bits above the prefix.
-pub fn encode_integer(mut value: usize, prefix_bits: u32, flags: u8, out: &mut BytesMut) {
-    let max_prefix = (1usize << prefix_bits) - 1;
-    if value < max_prefix {
-        out.put_u8(flags | value as u8);
-        return;
-    }
-    out.put_u8(flags | max_prefix as u8);
-    value -= max_prefix;
-    while value >= 0x80 {
-        out.put_u8((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.put_u8(value as u8);
-}
-
-/// RFC 7541 §5.1. Values are bounded well below `usize` (frames are at most 16 MiB).
-fn decode_integer(input: &mut &[u8], prefix_bits: u32) -> Result<usize, HpackError> {
-    let (&first, rest) = input.split_first().ok_or(HpackError::Truncated)?;
-    *input = rest;
-    let max_prefix = (1usize << prefix_bits) - 1;
-    let mut value = usize::from(first) & max_prefix;
-    if value < max_prefix {
-        return Ok(value);
-    }
-    for shift in (0..).step_by(7) {
-        let (&byte, rest) = input.split_first().ok_or(HpackError::Truncated)?;
-        *input = rest;
-        if shift > 21 {
-            return Err(HpackError::IntegerOverflow);
-        }
-        value += usize::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            break;
-        }
-    }
-    Ok(value)
-}
-
-/// RFC 7541 §5.2.
-fn decode_string(input: &mut &[u8]) -> Result<Bytes, HpackError> {
-    let huffman = input.first().ok_or(HpackError::Truncated)? & 0x80 != 0;
-    let length = decode_integer(input, 7)?;
-    if length > input.len() {
-        return Err(HpackError::Truncated);
-    }
-    let (raw, rest) = input.split_at(length);
-    *input = rest;
-    if huffman {
-        let mut decoded = Vec::with_capacity(length * 8 / 5);
-        huffman::decode(raw, &mut decoded)?;
-        Ok(Bytes::from(decoded))
-    } else {
-        Ok(Bytes::copy_from_slice(raw))
-    }
 }
 
 #[cfg(test)]

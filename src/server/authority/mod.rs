@@ -21,6 +21,7 @@ use std::{
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, ReadBuf};
 
+pub(super) use self::frames::PREFACE;
 use self::frames::{FrameError, FrameRewriter};
 
 /// How much is read from the socket at a time.

@@ -1,4 +1,4 @@
-use super::*;
+use super::{table::STATIC_TABLE, *};
 
 const LIMIT: usize = 64 * 1024;
 
@@ -23,7 +23,7 @@ impl Server {
             *input = rest;
             let mut decoded = Vec::new();
             if huffman {
-                super::huffman::decode(raw, &mut decoded).expect("huffman");
+                super::super::huffman::decode(raw, &mut decoded).expect("huffman");
             } else {
                 decoded.extend_from_slice(raw);
             }

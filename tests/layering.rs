@@ -1,0 +1,195 @@
+//! The shape of `src/`, as the README's layout section draws it: the crate's top modules import
+//! one another without a circle, nothing below the composition root (`daemon`) imports it, only
+//! the composition root imports the metrics aggregate (each concern's metrics use the
+//! `metric_labels` leaf), and no source file grows past what reads in one sitting.
+//!
+//! An import is any `crate::module` path in a file, doc links included: a link is an arrow a
+//! reader follows too.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// The longest a source file may be, tests aside.
+const MOST_LINES: usize = 450;
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|extension| extension == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The top module a file belongs to: `src/pull/scheduler.rs` and `src/pull.rs` are `pull`.
+fn top_module(file: &Path) -> String {
+    let relative = file.strip_prefix(src()).expect("under src/");
+    let first = relative.components().next().expect("a path").as_os_str().to_string_lossy();
+    first.trim_end_matches(".rs").to_owned()
+}
+
+fn is_identifier_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The top modules `text` names after `crate::`, in plain paths and in `crate::{…}` groups.
+fn imported_modules(text: &str) -> BTreeSet<String> {
+    let mut modules = BTreeSet::new();
+    for (at, _) in text.match_indices("crate::") {
+        // `cri_imaged::crate::` cannot happen; `$crate::` in macros is not an import.
+        if text[..at].ends_with('$') {
+            continue;
+        }
+        let rest = &text[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            modules.extend(group_heads(group));
+        } else {
+            let name: String = rest.chars().take_while(|&c| is_identifier_char(c)).collect();
+            if !name.is_empty() {
+                modules.insert(name);
+            }
+        }
+    }
+    modules
+}
+
+/// The first segment of each item in a `{…}` group (its text after the opening brace).
+fn group_heads(group: &str) -> Vec<String> {
+    let mut heads = Vec::new();
+    let (mut depth, mut item_start) = (0usize, true);
+    let mut chars = group.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => item_start = true,
+            c if item_start && depth == 0 && is_identifier_char(c) => {
+                let name: String = group[at..].chars().take_while(|&c| is_identifier_char(c)).collect();
+                for _ in 1..name.chars().count() {
+                    chars.next();
+                }
+                if name != "self" {
+                    heads.push(name);
+                }
+                item_start = false;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// Which top modules each top module imports (itself left out).
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in sources(&src()) {
+        let module = top_module(&file);
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text = fs::read_to_string(&file).expect("a source file reads");
+        let imports = graph.entry(module.clone()).or_default();
+        imports.extend(imported_modules(&text).into_iter().filter(|name| *name != module));
+    }
+    graph
+}
+
+/// A circle of imports, if there is one.
+fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        module: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|seen| seen == module) {
+            let mut circle = path[start..].to_vec();
+            circle.push(module.to_owned());
+            return Some(circle);
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.to_owned());
+        for next in graph.get(module).into_iter().flatten() {
+            if let Some(circle) = visit(next, graph, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(module.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|module| visit(module, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_import_reader_sees_paths_groups_and_doc_links() {
+    let text = "use crate::{\n    api,\n    pull::{Pull, recorded::PullPath},\n    self,\n};\n/// See [`crate::presence`].\nlet x = crate::messages::echo(y);";
+    let found: Vec<String> = imported_modules(text).into_iter().collect();
+    assert_eq!(found, ["api", "messages", "presence", "pull"]);
+}
+
+#[test]
+fn the_top_modules_import_one_another_without_a_circle() {
+    let graph = import_graph();
+    assert!(graph.len() > 20, "the crate's modules were found: {:?}", graph.keys());
+    assert_eq!(find_circle(&graph), None, "a circle of imports");
+}
+
+#[test]
+fn a_made_up_circle_is_found() {
+    let graph = BTreeMap::from([
+        ("a".to_owned(), BTreeSet::from(["b".to_owned()])),
+        ("b".to_owned(), BTreeSet::from(["c".to_owned()])),
+        ("c".to_owned(), BTreeSet::from(["a".to_owned()])),
+    ]);
+    assert_eq!(find_circle(&graph), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+}
+
+#[test]
+fn only_the_composition_root_imports_it_and_the_metrics_aggregate() {
+    let graph = import_graph();
+    for (module, imports) in &graph {
+        assert!(!imports.contains("daemon"), "{module} imports the composition root");
+        if module != "daemon" {
+            assert!(!imports.contains("metrics"), "{module} imports the metrics aggregate; use metric_labels");
+        }
+    }
+    assert!(graph["daemon"].contains("metrics"), "the composition root builds the metrics");
+}
+
+#[test]
+fn no_source_file_is_longer_than_reads_in_one_sitting() {
+    let too_long: Vec<(PathBuf, usize)> = sources(&src())
+        .into_iter()
+        .filter(|file| {
+            let under_tests = file.components().any(|part| part.as_os_str() == "tests");
+            !under_tests && file.file_name().is_some_and(|name| name != "tests.rs")
+        })
+        .map(|file| {
+            let lines = fs::read_to_string(&file).expect("a source file reads").lines().count();
+            (file, lines)
+        })
+        .filter(|(_, lines)| *lines > MOST_LINES)
+        .collect();
+    assert!(too_long.is_empty(), "over {MOST_LINES} lines: {too_long:?}");
+}

@@ -95,6 +95,8 @@ impl ImageRuntime for ScriptedRuntime {
     }
 }
 
+impl crate::runtime::ContentStore for ScriptedRuntime {}
+
 /// The manager as the daemon builds it, with the scripted runtime under it in reach.
 struct Built {
     manager: Arc<ImageManager<ScriptedRuntime>>,

@@ -5,7 +5,7 @@ use k8s_cri::v1::ImageSpec;
 use super::*;
 use crate::{
     events::{Filter, Next},
-    runtime::{PresentImage, PullSpec},
+    runtime::{ImageRuntime, PresentImage, PullSpec},
 };
 
 const MIB: u64 = 1 << 20;
@@ -63,7 +63,9 @@ impl ImageRuntime for Content {
     async fn probe(&self) -> Result<(), RuntimeError> {
         Ok(())
     }
+}
 
+impl ContentStore for Content {
     async fn list_ingests(&self) -> Result<Vec<(String, u64, u64)>, RuntimeError> {
         self.lists.fetch_add(1, Ordering::SeqCst);
         if self.unsupported {

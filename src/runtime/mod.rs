@@ -1,16 +1,19 @@
-//! The container runtime: what cri-imaged needs of it (a small trait, so the core is testable
-//! with fakes) and how it talks to it.
+//! The container runtime: what cri-imaged needs of it (small traits, its image service and its
+//! content store, so the core is testable with a fake) and how it talks to it.
 //!
 //! - [`client`]: the CRI `runtime.v1.ImageService` client over a unix socket.
 //! - [`content`]: the runtime's content store, which the progress poller reads.
 //! - [`endpoint`]: where the runtime listens.
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`containerd`]: containerd's event and content services, beside its CRI plugin.
+//! - `fake`: one scripted runtime for the unit tests.
 
 mod client;
 pub mod containerd;
 mod content;
 mod endpoint;
+#[cfg(test)]
+pub mod fake;
 pub mod passthrough;
 
 use std::{future::Future, sync::Arc, time::Duration};

@@ -31,7 +31,7 @@ use crate::{
     },
     records::{PullRecords, RecordsError},
     reload::{self, Reloadable},
-    runtime::{CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
+    runtime::{ContentStore, CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
     server::{self, ServeError, ServeOptions, Services},
     shutdown::{self, Shutdown},
 };
@@ -78,7 +78,7 @@ pub struct Parts<R> {
     pub records: Arc<PullRecords>,
 }
 
-impl<R: ImageRuntime> Parts<R> {
+impl<R: ImageRuntime + ContentStore> Parts<R> {
     /// The pull path (rate limits around the runtime's pull, run by the scheduler), the backoff
     /// store, the presence cache and the manager over them, and the image collector beside it,
     /// all counting into one set of metrics.

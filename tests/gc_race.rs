@@ -20,7 +20,7 @@ use cri_imaged::{
     ensure::{EnsureRequest, ManagerConfig, PodRef},
     gc::{GcConfig, GcPolicy, Outcome, PassRequest},
     pull_policy::PullPolicy,
-    runtime::{ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage},
+    runtime::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage},
 };
 use k8s_cri::v1::ImageSpec;
 
@@ -107,6 +107,9 @@ impl ImageRuntime for RacingRuntime {
         Ok(())
     }
 }
+
+/// The pull path wants a content store; this runtime pulls nothing, so it has none to read.
+impl ContentStore for RacingRuntime {}
 
 fn request(image: String, pod: usize) -> EnsureRequest {
     EnsureRequest {

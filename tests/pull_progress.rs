@@ -8,7 +8,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use cri_imaged::{
     api::{Event, GetStatusRequest, PodRef, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient},
-    runtime::{CriClient, ImageRuntime, RuntimeEndpoint},
+    runtime::{ContentStore, CriClient, RuntimeEndpoint},
 };
 use support::{
     call, ensure,

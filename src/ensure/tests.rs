@@ -1,4 +1,4 @@
-use std::{collections::HashMap, sync::Mutex};
+use std::collections::HashMap;
 
 use k8s_cri::v1::PodSandboxConfig;
 
@@ -7,98 +7,18 @@ use crate::{
     credentials::{NodeCredentials, RegistryAuth, secrets::PullSecret},
     gc::ImageGuard,
     records::verification::{Allowlist, VerificationPolicy},
-    runtime::{PresentImage, RuntimeError},
+    runtime::fake::{FakeRuntime, Hold},
 };
 
-/// A runtime whose answers the test scripts, and which records what it was asked.
-#[derive(Default)]
-struct ScriptedRuntime {
-    present: Mutex<Option<PresentImage>>,
-    status_error: Mutex<Option<tonic::Status>>,
-    pull_result: Mutex<Option<Result<String, tonic::Status>>>,
-    pulls: Mutex<Vec<PullSpec>>,
-    status_calls: Mutex<Vec<ImageSpec>>,
-    /// When set, the registry lets only this user pull: anyone else gets a 401.
-    registry_user: Mutex<Option<String>>,
-    /// When set, each pull waits for a permit.
-    pull_gate: Option<Arc<tokio::sync::Semaphore>>,
-    /// When set, the next ImageStatus says it started, then waits to be released.
-    status_hold: Mutex<Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>>,
-}
-
-impl ScriptedRuntime {
-    fn with_present(id: &str, size: u64) -> Self {
-        let runtime = Self::default();
-        *runtime.present.lock().unwrap() = Some(PresentImage { id: id.into(), size });
-        runtime
-    }
-
-    fn pulling_to(self, result: Result<&str, tonic::Status>) -> Self {
-        *self.pull_result.lock().unwrap() = Some(result.map(str::to_owned));
-        self
-    }
-
-    /// A registry that serves `sha256:private` to `user` only.
-    fn private_for(user: &str) -> Self {
-        let runtime = Self::default().pulling_to(Ok("sha256:private"));
-        *runtime.registry_user.lock().unwrap() = Some(user.into());
-        runtime
-    }
-
-    /// Who each pull was made as, in order; `None` for an anonymous pull.
-    fn pulled_as(&self) -> Vec<Option<String>> {
-        use secrecy::ExposeSecret;
-        let pulls = self.pulls.lock().unwrap();
-        pulls.iter().map(|pull| pull.auth.as_ref().map(|auth| auth.username.expose_secret().to_owned())).collect()
-    }
-}
-
-impl ImageRuntime for ScriptedRuntime {
-    async fn image_status(&self, image: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
-        let hold = self.status_hold.lock().unwrap().take();
-        if let Some((started, release)) = hold {
-            started.notify_one();
-            release.notified().await;
-        }
-        self.status_calls.lock().unwrap().push(image);
-        if let Some(status) = self.status_error.lock().unwrap().clone() {
-            return Err(status.into());
-        }
-        Ok(self.present.lock().unwrap().clone())
-    }
-
-    async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {
-        if let Some(gate) = &self.pull_gate {
-            gate.acquire().await.expect("the gate stays open").forget();
-        }
-        let name = spec.image.image.clone();
-        let user = spec.auth.as_ref().map(|auth| secrecy::ExposeSecret::expose_secret(&auth.username).to_owned());
-        self.pulls.lock().unwrap().push(spec);
-        if let Some(allowed) = self.registry_user.lock().unwrap().clone()
-            && user.as_deref() != Some(allowed.as_str())
-        {
-            let who = user.unwrap_or_else(|| "anonymous".into());
-            return Err(tonic::Status::unknown(format!("pull as {who}: 401 Unauthorized")).into());
-        }
-        let result = self.pull_result.lock().unwrap().clone().expect("the test scripted no pull");
-        let image_ref = result?;
-        if image_ref.is_empty() {
-            return Err(RuntimeError::EmptyImageRef(name));
-        }
-        // A pulled image is present from now on.
-        *self.present.lock().unwrap() = Some(PresentImage { id: image_ref.clone(), size: 777 });
-        Ok(image_ref)
-    }
-
-    async fn probe(&self) -> Result<(), RuntimeError> {
-        Ok(())
-    }
+/// A registry that serves `sha256:private` to `user` only.
+fn private_for(user: &str) -> FakeRuntime {
+    FakeRuntime::default().pulling_to(Ok("sha256:private")).pulls_only_as(user)
 }
 
 /// The manager as the daemon builds it, with the scripted runtime under it in reach.
 struct Built {
-    manager: Arc<ImageManager<ScriptedRuntime>>,
-    runtime: Arc<ScriptedRuntime>,
+    manager: Arc<ImageManager<FakeRuntime>>,
+    runtime: Arc<FakeRuntime>,
     records: Arc<crate::records::PullRecords>,
     pulls: Arc<PullPath>,
     guard: Arc<ImageGuard>,
@@ -107,7 +27,7 @@ struct Built {
 }
 
 impl std::ops::Deref for Built {
-    type Target = ImageManager<ScriptedRuntime>;
+    type Target = ImageManager<FakeRuntime>;
 
     fn deref(&self) -> &Self::Target {
         &self.manager
@@ -115,21 +35,21 @@ impl std::ops::Deref for Built {
 }
 
 impl Built {
-    fn runtime(&self) -> &ScriptedRuntime {
+    fn runtime(&self) -> &FakeRuntime {
         &self.runtime
     }
 }
 
-fn manager(runtime: ScriptedRuntime) -> Built {
+fn manager(runtime: FakeRuntime) -> Built {
     manager_with_node_credentials(runtime, NodeCredentials::none())
 }
 
-fn manager_with_node_credentials(runtime: ScriptedRuntime, node_credentials: NodeCredentials) -> Built {
+fn manager_with_node_credentials(runtime: FakeRuntime, node_credentials: NodeCredentials) -> Built {
     manager_with(runtime, node_credentials, ManagerConfig::default(), tempfile::tempdir().unwrap())
 }
 
 fn manager_with(
-    runtime: ScriptedRuntime,
+    runtime: FakeRuntime,
     node_credentials: NodeCredentials,
     config: ManagerConfig,
     root_dir: tempfile::TempDir,
@@ -183,7 +103,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
 
 #[tokio::test]
 async fn present_image_with_if_not_present_is_used_without_pulling() {
-    let manager = manager(ScriptedRuntime::with_present("sha256:abc", 1234));
+    let manager = manager(FakeRuntime::default().with_image("busybox:1.36", "sha256:abc", 1234));
     let outcome = manager.ensure_image_exists(request("busybox:1.36", None)).await.expect("present");
     assert_eq!(outcome.image_ref, "sha256:abc");
     assert_eq!(
@@ -192,12 +112,12 @@ async fn present_image_with_if_not_present_is_used_without_pulling() {
     );
     assert_eq!(outcome.pull, None);
     assert_eq!(outcome.image_size, 1234);
-    assert!(manager.runtime().pulls.lock().unwrap().is_empty());
+    assert!(manager.runtime().state().pulls.is_empty());
 }
 
 #[tokio::test]
 async fn absent_image_is_pulled_with_the_default_tag_annotations_handler_and_sandbox() {
-    let runtime = ScriptedRuntime::default().pulling_to(Ok("sha256:new"));
+    let runtime = FakeRuntime::default().pulling_to(Ok("sha256:new"));
     let manager = manager(runtime);
     let outcome = manager.ensure_image_exists(request("busybox", None)).await.expect("pulled");
     assert_eq!(outcome.image_ref, "sha256:new");
@@ -206,7 +126,8 @@ async fn absent_image_is_pulled_with_the_default_tag_annotations_handler_and_san
     assert!(outcome.message.starts_with(r#"Successfully pulled image "busybox" in "#), "{}", outcome.message);
     assert!(outcome.message.ends_with("Image size: 777 bytes."), "{}", outcome.message);
 
-    let pulls = manager.runtime().pulls.lock().unwrap();
+    let state = manager.runtime().state();
+    let pulls = &state.pulls;
     assert_eq!(pulls.len(), 1);
     let pull = &pulls[0];
     assert_eq!(pull.image.image, "busybox:latest", "no docker.io prefix, only the tag");
@@ -217,53 +138,52 @@ async fn absent_image_is_pulled_with_the_default_tag_annotations_handler_and_san
 
 #[tokio::test]
 async fn always_pulls_even_when_present() {
-    let runtime = ScriptedRuntime::with_present("sha256:old", 1).pulling_to(Ok("sha256:fresh"));
+    let runtime = FakeRuntime::default().with_image("busybox:1.36", "sha256:old", 1).pulling_to(Ok("sha256:fresh"));
     let manager = manager(runtime);
     let outcome = manager.ensure_image_exists(request("busybox:1.36", Some(PullPolicy::Always))).await.expect("pulled");
     assert_eq!(outcome.image_ref, "sha256:fresh");
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1);
+    assert_eq!(manager.runtime().state().pulls.len(), 1);
 }
 
 #[tokio::test]
 async fn unspecified_policy_on_latest_pulls_even_when_present() {
-    let runtime = ScriptedRuntime::with_present("sha256:old", 1).pulling_to(Ok("sha256:fresh"));
+    let runtime = FakeRuntime::default().with_image("busybox:latest", "sha256:old", 1).pulling_to(Ok("sha256:fresh"));
     let manager = manager(runtime);
     manager.ensure_image_exists(request("busybox", None)).await.expect("pulled");
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1);
+    assert_eq!(manager.runtime().state().pulls.len(), 1);
 }
 
 #[tokio::test]
 async fn never_with_an_absent_image_fails_with_the_kubelet_message() {
-    let manager = manager(ScriptedRuntime::default());
+    let manager = manager(FakeRuntime::default());
     let error =
         manager.ensure_image_exists(request("busybox:1.36", Some(PullPolicy::Never))).await.expect_err("absent");
     assert_eq!(error.reason(), "ErrImageNeverPull");
     assert_eq!(error.to_string(), r#"Container image "busybox:1.36" is not present with pull policy of Never"#);
-    assert!(manager.runtime().pulls.lock().unwrap().is_empty());
+    assert!(manager.runtime().state().pulls.is_empty());
 }
 
 #[tokio::test]
 async fn never_with_a_present_image_uses_it() {
-    let manager = manager(ScriptedRuntime::with_present("sha256:abc", 5));
+    let manager = manager(FakeRuntime::default().with_image("busybox:latest", "sha256:abc", 5));
     let outcome = manager.ensure_image_exists(request("busybox", Some(PullPolicy::Never))).await.expect("present");
     assert_eq!(outcome.image_ref, "sha256:abc");
 }
 
 #[tokio::test]
 async fn invalid_names_fail_before_the_runtime_is_asked() {
-    let manager = manager(ScriptedRuntime::default());
+    let manager = manager(FakeRuntime::default());
     for image in ["", "Busybox", "busybox:-tag", &"a".repeat(64)] {
         let error = manager.ensure_image_exists(request(image, None)).await.expect_err(image);
         assert_eq!(error.reason(), "InvalidImageName", "{image:?}");
         assert!(error.to_string().starts_with("Failed to apply default image tag"), "{error}");
     }
-    assert!(manager.runtime().status_calls.lock().unwrap().is_empty());
+    assert!(manager.runtime().state().status_calls.is_empty());
 }
 
 #[tokio::test]
 async fn a_failing_image_status_is_an_inspect_error() {
-    let runtime = ScriptedRuntime::default();
-    *runtime.status_error.lock().unwrap() = Some(tonic::Status::unavailable("socket gone"));
+    let runtime = FakeRuntime::default().failing_status(tonic::Status::unavailable("socket gone"));
     let manager = manager(runtime);
     let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err("inspect fails");
     assert_eq!(error.reason(), "ImageInspectError");
@@ -275,7 +195,7 @@ async fn a_failing_image_status_is_an_inspect_error() {
 
 #[tokio::test]
 async fn an_empty_image_ref_from_the_runtime_is_a_pull_error() {
-    let manager = manager(ScriptedRuntime::default().pulling_to(Ok("")));
+    let manager = manager(FakeRuntime::default().pulling_to(Ok("")));
     let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err("empty ref");
     assert_eq!(error.reason(), "ErrImagePull");
     assert_eq!(error.to_string(), r#"imageRef of image "busybox:latest" is not set"#);
@@ -301,7 +221,7 @@ async fn pull_failures_are_classified_by_the_runtime_message_prefix() {
         ),
     ];
     for (runtime_message, reason, message) in cases {
-        let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::unknown(runtime_message)));
+        let runtime = FakeRuntime::default().pulling_to(Err(tonic::Status::unknown(runtime_message)));
         let manager = manager(runtime);
         let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err(runtime_message);
         assert_eq!(error.reason(), reason, "{runtime_message}");
@@ -317,7 +237,7 @@ fn request_for_pod(image: &str, uid: &str) -> EnsureRequest {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_pull_backs_off_that_pod_and_image_without_asking_the_runtime() {
-    let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
+    let runtime = FakeRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
     let manager = manager(runtime);
     let first = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("pull fails");
     assert_eq!(first.reason(), "ErrImagePull");
@@ -330,16 +250,16 @@ async fn a_failed_pull_backs_off_that_pod_and_image_without_asking_the_runtime()
         r#"Back-off pulling image "app:v1": rpc error: code = NotFound desc = manifest unknown"#
     );
     assert!(matches!(refused, EnsureError::BackOff { retry_after, .. } if retry_after == Duration::from_secs(7)));
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1, "the refusal did not reach the runtime");
+    assert_eq!(manager.runtime().state().pulls.len(), 1, "the refusal did not reach the runtime");
 
     // Another pod is not held back by pod-a's failure.
     manager.ensure_image_exists(request_for_pod("app:v1", "pod-b")).await.expect_err("tries, fails");
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
+    assert_eq!(manager.runtime().state().pulls.len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn after_the_backoff_window_the_pull_is_tried_again_and_the_next_window_doubles() {
-    let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
+    let runtime = FakeRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
     let manager = manager(runtime);
     let _ = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await;
     tokio::time::advance(Duration::from_secs(10)).await;
@@ -348,7 +268,7 @@ async fn after_the_backoff_window_the_pull_is_tried_again_and_the_next_window_do
     tokio::time::advance(Duration::from_secs(19)).await;
     let refused = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("20s window");
     assert_eq!(refused.reason(), "ImagePullBackOff");
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
+    assert_eq!(manager.runtime().state().pulls.len(), 2);
 }
 
 /// A `kubernetes.io/dockerconfigjson` secret `name` holding one login for `registry`.
@@ -365,13 +285,16 @@ fn secret(name: &str, registry: &str, user: &str) -> PullSecret {
     }
 }
 
+/// The image the private requests name.
+const PRIVATE_IMAGE: &str = "registry.local/team/app:v1";
+
 fn private_request(secrets: Vec<PullSecret>) -> EnsureRequest {
-    EnsureRequest { pull_secrets: secrets, ..request("registry.local/team/app:v1", Some(PullPolicy::IfNotPresent)) }
+    EnsureRequest { pull_secrets: secrets, ..request(PRIVATE_IMAGE, Some(PullPolicy::IfNotPresent)) }
 }
 
 #[tokio::test]
 async fn without_credentials_one_anonymous_pull_is_made() {
-    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let manager = manager(private_for("alice"));
     let other_registry = secret("elsewhere", "other.registry", "alice");
     let error = manager.ensure_image_exists(private_request(vec![other_registry])).await.expect_err("anonymous");
     assert_eq!(manager.runtime().pulled_as(), [None]);
@@ -380,7 +303,7 @@ async fn without_credentials_one_anonymous_pull_is_made() {
 
 #[tokio::test]
 async fn a_matching_pull_secret_is_used() {
-    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let manager = manager(private_for("alice"));
     let outcome = manager.ensure_image_exists(private_request(vec![secret("pull", "registry.local", "alice")])).await;
     assert_eq!(outcome.expect("pulled").image_ref, "sha256:private");
     assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned())]);
@@ -388,7 +311,7 @@ async fn a_matching_pull_secret_is_used() {
 
 #[tokio::test]
 async fn credentials_are_tried_in_turn_until_one_pulls() {
-    let manager = manager(ScriptedRuntime::private_for("bob"));
+    let manager = manager(private_for("bob"));
     let secrets = vec![
         secret("wrong", "registry.local", "alice"),
         secret("right", "registry.local", "bob"),
@@ -401,7 +324,7 @@ async fn credentials_are_tried_in_turn_until_one_pulls() {
 
 #[tokio::test]
 async fn the_most_specific_key_is_tried_first_whatever_the_secret_order() {
-    let manager = manager(ScriptedRuntime::private_for("team"));
+    let manager = manager(private_for("team"));
     let secrets =
         vec![secret("registry-wide", "registry.local", "wide"), secret("team", "registry.local/team", "team")];
     manager.ensure_image_exists(private_request(secrets)).await.expect("pulled");
@@ -410,7 +333,7 @@ async fn the_most_specific_key_is_tried_first_whatever_the_secret_order() {
 
 #[tokio::test]
 async fn when_every_credential_fails_each_error_is_listed_and_nothing_is_tried_anonymously() {
-    let manager = manager(ScriptedRuntime::private_for("nobody-here"));
+    let manager = manager(private_for("nobody-here"));
     let secrets = vec![secret("a", "registry.local", "alice"), secret("b", "registry.local", "bob")];
     let error = manager.ensure_image_exists(private_request(secrets)).await.expect_err("both fail");
     assert_eq!(error.reason(), "ErrImagePull");
@@ -423,17 +346,17 @@ async fn when_every_credential_fails_each_error_is_listed_and_nothing_is_tried_a
 
 #[tokio::test]
 async fn identical_failures_read_as_one_as_in_the_kubelets_aggregate() {
-    let runtime = ScriptedRuntime::default().pulling_to(Err(tonic::Status::unknown("401 Unauthorized")));
+    let runtime = FakeRuntime::default().pulling_to(Err(tonic::Status::unknown("401 Unauthorized")));
     let manager = manager(runtime);
     let secrets = vec![secret("a", "registry.local", "alice"), secret("b", "registry.local", "bob")];
     let error = manager.ensure_image_exists(private_request(secrets)).await.expect_err("both fail");
     assert_eq!(error.to_string(), "rpc error: code = Unknown desc = 401 Unauthorized");
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 2);
+    assert_eq!(manager.runtime().state().pulls.len(), 2);
 }
 
 #[tokio::test]
 async fn one_login_found_in_two_secrets_is_tried_once() {
-    let manager = manager(ScriptedRuntime::private_for("nobody-here"));
+    let manager = manager(private_for("nobody-here"));
     let secrets = vec![secret("a", "registry.local", "alice"), secret("a-again", "registry.local/team", "alice")];
     manager.ensure_image_exists(private_request(secrets)).await.expect_err("fails");
     assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned())]);
@@ -449,17 +372,18 @@ async fn the_nodes_docker_config_comes_after_the_pods_secrets() {
         crate::credentials::node::NodeDockerConfig::explicit(config).expect("readable"),
         crate::credentials::plugin::Plugins::none(),
     );
-    let manager = manager_with_node_credentials(ScriptedRuntime::private_for("node"), node_credentials);
+    let manager = manager_with_node_credentials(private_for("node"), node_credentials);
     let outcome = manager.ensure_image_exists(private_request(vec![secret("pod", "registry.local", "pod")])).await;
     assert_eq!(outcome.expect("the node's login pulls").image_ref, "sha256:private");
     assert_eq!(manager.runtime().pulled_as(), [Some("pod".to_owned()), Some("node".to_owned())]);
-    let pulls = manager.runtime().pulls.lock().unwrap();
+    let state = manager.runtime().state();
+    let pulls = &state.pulls;
     assert_eq!(secrecy::ExposeSecret::expose_secret(&pulls[1].auth.as_ref().unwrap().password), "node-pw");
 }
 
 #[tokio::test]
 async fn a_secret_that_does_not_parse_is_refused_without_pulling_or_backing_off() {
-    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let manager = manager(private_for("alice"));
     let mut broken = secret("broken", "registry.local", "alice");
     broken.content = r#"{"auths": {"registry.local": {"password": "hunter2", }}}"#.into();
     for _ in 0..2 {
@@ -471,12 +395,12 @@ async fn a_secret_that_does_not_parse_is_refused_without_pulling_or_backing_off(
             "pull secret default/broken: its .dockerconfigjson is not valid JSON (syntax error at line 1 column 54)"
         );
     }
-    assert!(manager.runtime().pulls.lock().unwrap().is_empty());
+    assert!(manager.runtime().state().pulls.is_empty());
 }
 
 #[tokio::test]
 async fn pull_secrets_are_not_read_when_the_present_image_is_used() {
-    let manager = manager(ScriptedRuntime::with_present("sha256:abc", 1));
+    let manager = manager(FakeRuntime::default().with_image(PRIVATE_IMAGE, "sha256:abc", 1));
     let mut broken = secret("broken", "registry.local", "alice");
     broken.content = "not json".into();
     let outcome = manager.ensure_image_exists(private_request(vec![broken])).await.expect("used as present");
@@ -486,7 +410,7 @@ async fn pull_secrets_are_not_read_when_the_present_image_is_used() {
 #[tokio::test]
 async fn pods_with_one_login_share_a_pull_and_pods_with_different_logins_never_do() {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let runtime = ScriptedRuntime { pull_gate: Some(gate.clone()), ..ScriptedRuntime::default() };
+    let runtime = FakeRuntime::default().gating_pulls(gate.clone());
     let manager = manager(runtime.pulling_to(Ok("sha256:private")));
     let manager_arc = manager.manager.clone();
     let mut requests = Vec::new();
@@ -529,12 +453,8 @@ fn pod_request(pod: &str, secrets: Vec<PullSecret>) -> EnsureRequest {
 /// A manager under `policy` whose registry serves alice only, after pod A pulled the private
 /// image with alice's secret.
 async fn pulled_by_pod_a(policy: VerificationPolicy) -> Built {
-    let manager = manager_with(
-        ScriptedRuntime::private_for("alice"),
-        NodeCredentials::none(),
-        verifying(policy),
-        tempfile::tempdir().unwrap(),
-    );
+    let manager =
+        manager_with(private_for("alice"), NodeCredentials::none(), verifying(policy), tempfile::tempdir().unwrap());
     let pulled = manager.ensure_image_exists(pod_request("a", vec![secret("alices", "registry.local", "alice")])).await;
     assert!(pulled.expect("pod A pulls").pull.is_some());
     manager
@@ -580,7 +500,7 @@ async fn under_never_a_failed_verification_reads_as_an_absent_image() {
         error.to_string(),
         r#"Container image "registry.local/team/app:v1" is not present with pull policy of Never"#
     );
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 1, "nothing pulled");
+    assert_eq!(manager.runtime().state().pulls.len(), 1, "nothing pulled");
 }
 
 #[tokio::test]
@@ -595,8 +515,7 @@ async fn an_image_cri_imaged_did_not_pull_is_verified_only_under_always_verify()
     for (policy, verified) in
         [(VerificationPolicy::NeverVerifyPreloadedImages, false), (VerificationPolicy::AlwaysVerify, true)]
     {
-        let runtime = ScriptedRuntime::private_for("alice");
-        *runtime.present.lock().unwrap() = Some(PresentImage { id: "sha256:preloaded".into(), size: 1 });
+        let runtime = private_for("alice").with_image(PRIVATE_IMAGE, "sha256:preloaded", 1);
         let manager = manager_with(runtime, NodeCredentials::none(), verifying(policy), tempfile::tempdir().unwrap());
         let answer = manager.ensure_image_exists(pod_request("b", Vec::new())).await;
         assert_eq!(answer.is_err(), verified, "{policy:?}: {answer:?}");
@@ -621,8 +540,7 @@ async fn a_recorded_secret_with_a_rotated_credential_is_trusted_and_its_hash_upd
 async fn a_restarted_manager_keeps_its_decisions_from_the_records_on_disk() {
     let first = pulled_by_pod_a(VerificationPolicy::AlwaysVerify).await;
     let Built { root_dir, .. } = first;
-    let runtime = ScriptedRuntime::private_for("alice");
-    *runtime.present.lock().unwrap() = Some(PresentImage { id: "sha256:private".into(), size: 1 });
+    let runtime = private_for("alice").with_image(PRIVATE_IMAGE, "sha256:private", 1);
     let restarted =
         manager_with(runtime, NodeCredentials::none(), verifying(VerificationPolicy::AlwaysVerify), root_dir);
     restarted.ensure_image_exists(pod_request("b", Vec::new())).await.expect_err("B must still pull");
@@ -633,7 +551,7 @@ async fn a_restarted_manager_keeps_its_decisions_from_the_records_on_disk() {
 
 #[tokio::test]
 async fn an_anonymous_pull_makes_the_image_every_pods() {
-    let runtime = ScriptedRuntime::default().pulling_to(Ok("sha256:public"));
+    let runtime = FakeRuntime::default().pulling_to(Ok("sha256:public"));
     let manager = manager_with(
         runtime,
         NodeCredentials::none(),
@@ -650,7 +568,7 @@ async fn an_anonymous_pull_makes_the_image_every_pods() {
 
 #[tokio::test]
 async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verified_for_every_pod() {
-    let manager = manager(ScriptedRuntime::private_for("alice"));
+    let manager = manager(private_for("alice"));
     let login = Arc::new(RegistryAuth::login("alice".into(), "alice-pw".into()));
     let image = ImageSpec { image: "registry.local/team/app:v1".into(), ..Default::default() };
     manager.pulls.pull_image(PullSpec { image, auth: Some(login), ..Default::default() }, None).await.expect("pulled");
@@ -663,20 +581,20 @@ async fn an_image_the_kubelet_pulled_through_the_cri_with_credentials_is_verifie
 #[tokio::test]
 async fn a_present_image_removed_by_image_gc_during_its_presence_check_is_pulled_again_or_refused_under_never() {
     for (policy, pulled) in [(PullPolicy::IfNotPresent, true), (PullPolicy::Never, false)] {
-        let (started, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Notify::new()));
-        let runtime = ScriptedRuntime {
-            status_hold: Mutex::new(Some((started.clone(), release.clone()))),
-            ..ScriptedRuntime::with_present("sha256:old", 1).pulling_to(Ok("sha256:old"))
-        };
+        let hold = Hold::default();
+        let runtime = FakeRuntime::default()
+            .with_image("busybox:1.36", "sha256:old", 1)
+            .pulling_to(Ok("sha256:old"))
+            .holding_next_status(hold.clone());
         let built = Arc::new(manager(runtime));
         let ensuring = tokio::spawn({
             let built = built.clone();
             async move { built.ensure_image_exists(request("busybox:1.36", Some(policy))).await }
         });
-        started.notified().await;
+        hold.entered.notified().await;
         // The collector removes the image while the presence check is under way (it saw it).
         drop(built.guard.claim("sha256:old", &[], built.guard.now()).expect("not handed out, not pulling"));
-        release.notify_one();
+        hold.release.notify_one();
         let answer = ensuring.await.expect("joins");
         match pulled {
             true => assert!(answer.expect("pulled again").pull.is_some(), "the removed image is not handed out"),
@@ -690,7 +608,7 @@ async fn a_present_image_removed_by_image_gc_during_its_presence_check_is_pulled
 
 #[tokio::test]
 async fn an_image_handed_out_cannot_be_claimed_by_a_pass_that_began_before() {
-    let built = manager(ScriptedRuntime::with_present("sha256:old", 1));
+    let built = manager(FakeRuntime::default().with_image("busybox:1.36", "sha256:old", 1));
     let pass_began = built.guard.now();
     let outcome = built.ensure_image_exists(request("busybox:1.36", Some(PullPolicy::IfNotPresent))).await;
     assert_eq!(outcome.expect("present").image_ref, "sha256:old");
@@ -711,7 +629,7 @@ async fn until_no_pull_in_flight(manager: &Built) {
 #[tokio::test]
 async fn a_pull_whose_only_caller_left_is_cancelled_on_both_paths() {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let runtime = ScriptedRuntime { pull_gate: Some(gate.clone()), ..ScriptedRuntime::default() };
+    let runtime = FakeRuntime::default().gating_pulls(gate.clone());
     let manager = manager(runtime.pulling_to(Ok("sha256:big")));
 
     let ensure = manager.ensure_image_exists(request("registry.local/big:v1", None));
@@ -729,6 +647,6 @@ async fn a_pull_whose_only_caller_left_is_cancelled_on_both_paths() {
     // Had either pull gone on, a permit would now let it finish and the image appear.
     gate.add_permits(2);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(manager.runtime().pulls.lock().unwrap().len(), 0, "both upstream pulls were dropped at the gate");
-    assert_eq!(*manager.runtime().present.lock().unwrap(), None, "no image was left behind");
+    assert_eq!(manager.runtime().state().pulls.len(), 0, "both upstream pulls were dropped at the gate");
+    assert!(manager.runtime().state().images.is_empty(), "no image was left behind");
 }

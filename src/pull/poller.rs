@@ -3,7 +3,7 @@
 //! (`--image-pull-progress-timeout`).
 //!
 //! One task serves every tracked pull, so N pulls cost one `ListStatuses` a tick; it sleeps while
-//! none is tracked. Until a pull's manifest is found (see [`ImageRuntime::find_manifest`]) each
+//! none is tracked. Until a pull's manifest is found (see [`ContentStore::find_manifest`]) each
 //! tick also lists that repository's manifests: a pull whose image was already stored, or whose
 //! manifest cannot be found, reports nothing and never stalls. A runtime without the content
 //! service (CRI-O) turns polling off for good, with one log line: pulls report start and end only.
@@ -27,7 +27,7 @@ use crate::{
     events::{Event, EventType, Events, Pod, ProgressFacts, reason},
     messages,
     reference::ImageReference,
-    runtime::{ImageRuntime, RuntimeError},
+    runtime::{ContentStore, RuntimeError},
 };
 
 /// How pulls are watched.
@@ -209,7 +209,7 @@ pub struct ProgressPoller {
 
 impl ProgressPoller {
     /// Starts the polling task (it ends when the poller is dropped).
-    pub fn start<R: ImageRuntime>(runtime: Arc<R>, config: ProgressConfig, events: Arc<Events>) -> Arc<Self> {
+    pub fn start<R: ContentStore>(runtime: Arc<R>, config: ProgressConfig, events: Arc<Events>) -> Arc<Self> {
         let registry = Arc::new(Registry::default());
         let task = Poll { runtime, config, pulls: HashMap::new() };
         tokio::spawn(task.run(Arc::downgrade(&registry), registry.wake.clone()));
@@ -260,7 +260,7 @@ struct Watched {
     published: Option<(Instant, Progress)>,
 }
 
-impl<R: ImageRuntime> Poll<R> {
+impl<R: ContentStore> Poll<R> {
     async fn run(mut self, registry: Weak<Registry>, wake: Arc<Notify>) {
         let mut ticker = tokio::time::interval(self.config.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -29,7 +29,7 @@ use crate::{
         PullIntent, PullRecords, RecordTo, RecordsError,
         format::{PullCredentials, SecretRecord},
     },
-    runtime::{ImageRuntime, PullSpec},
+    runtime::{ContentStore, ImageRuntime, PullSpec},
 };
 
 /// Pulls through the scheduler, with the records and the GC guard kept step by step.
@@ -68,7 +68,7 @@ impl PullPath {
     /// The pull path over `runtime`: the runtime's pull, inside the registry `limits`, its record
     /// written before the result is shared, run by the scheduler (pulls under way watched when
     /// the config says so). Records, guard and events are shared with the rest of the daemon.
-    pub fn over<R: ImageRuntime>(
+    pub fn over<R: ImageRuntime + ContentStore>(
         runtime: Arc<R>,
         limits: Arc<RegistryLimits<TokioClock>>,
         config: PathConfig,

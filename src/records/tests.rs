@@ -1,12 +1,10 @@
 use std::time::{Duration, SystemTime};
 
-use k8s_cri::v1::ImageSpec;
-
 use super::{
     format::{PullCredentials, SecretRecord},
     *,
 };
-use crate::runtime::{ImageRuntime, PresentImage, PullSpec, RuntimeError};
+use crate::runtime::fake::FakeRuntime;
 
 fn open(root: &Path) -> Arc<PullRecords> {
     Arc::new(PullRecords::open(root, Arc::new(RecordsMetrics::default())).expect("opens"))
@@ -123,25 +121,8 @@ async fn at_start_torn_and_temporary_files_are_passed_over_others_set_aside_and_
 }
 
 /// A runtime that has the images it is given: (image name, id).
-struct Images(Vec<(&'static str, &'static str)>);
-
-impl ImageRuntime for Images {
-    async fn image_status(&self, image: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
-        let found = self.0.iter().find(|(name, _)| *name == image.image);
-        Ok(found.map(|(_, id)| PresentImage { id: (*id).into(), size: 1 }))
-    }
-
-    async fn pull_image(&self, _: PullSpec) -> Result<String, RuntimeError> {
-        Err(tonic::Status::unimplemented("no pulls here").into())
-    }
-
-    async fn probe(&self) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    async fn list_image_ids(&self) -> Result<Option<Vec<String>>, RuntimeError> {
-        Ok(Some(self.0.iter().map(|(_, id)| (*id).to_owned()).collect()))
-    }
+fn images(present: &[(&str, &str)]) -> FakeRuntime {
+    present.iter().fold(FakeRuntime::default(), |runtime, (name, id)| runtime.with_image(name, id, 1))
 }
 
 #[tokio::test]
@@ -155,7 +136,7 @@ async fn at_start_an_intent_for_a_present_image_becomes_a_record_that_verifies_e
         records.record_pulled("gone:v1", "sha256:gone", "docker.io/library/gone", secret("s")).await.expect("written");
     }
     let records = open(root.path());
-    let runtime = Images(vec![("crashed:v1", "sha256:crashed"), ("kept:v1", "sha256:kept")]);
+    let runtime = images(&[("crashed:v1", "sha256:crashed"), ("kept:v1", "sha256:kept")]);
     records.clone().settle(&runtime, SystemTime::now() + Duration::from_secs(2)).await;
     let converted = records.record("sha256:crashed").await.expect("readable").expect("a record now");
     assert!(converted.credential_mapping.is_empty(), "no credentials: every pod is verified");
@@ -203,7 +184,7 @@ async fn a_failed_pull_does_not_remove_an_intent_a_crash_left_until_a_record_rep
     // A pod without credentials asks before the start settled: its pull fails.
     records.intend("crashed:v1").await.expect("recorded").failed().await.expect("ended");
     assert!(records.pulled_by_cri_imaged("crashed:v1", "sha256:crashed").await.expect("readable"), "still counted");
-    records.clone().settle(&Images(vec![("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
+    records.clone().settle(&images(&[("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
     let converted = records.record("sha256:crashed").await.expect("readable").expect("a record now");
     assert!(converted.credential_mapping.is_empty());
     assert!(files(&root.path().join("image_manager/pulling")).is_empty());
@@ -219,7 +200,7 @@ async fn until_the_intents_found_at_start_are_settled_every_image_counts_as_pull
     let records = open(root.path());
     // The crash's pull may have landed under another name (a digest for the tag).
     assert!(records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").await.expect("readable"));
-    records.clone().settle(&Images(vec![("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
+    records.clone().settle(&images(&[("crashed:v1", "sha256:crashed")]), SystemTime::now()).await;
     assert!(
         records.pulled_by_cri_imaged("crashed@sha256:abc", "sha256:crashed").await.expect("readable"),
         "now by its record"

@@ -21,8 +21,8 @@ use tonic::{
 
 use super::containerd::content::{self, content_client::ContentClient};
 use super::{
-    ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError, StoredImage,
-    passthrough::RawCodec,
+    ContentStore, ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError,
+    StoredImage, passthrough::RawCodec,
 };
 
 /// The containerd namespace the CRI plugin keeps images in.
@@ -208,6 +208,26 @@ impl ImageRuntime for CriClient {
         Ok(())
     }
 
+    async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let request = self.request(message);
+        let call = async move {
+            grpc.ready().await.map_err(|error| tonic::Status::unavailable(error.to_string()))?;
+            grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
+        };
+        let timed_out = || tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string());
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
+            Ok(Err(status)) => Err(super::connection_failure_as_unavailable(status)),
+            Err(_) => Err(timed_out()),
+        }
+    }
+}
+
+impl ContentStore for CriClient {
     async fn list_ingests(&self) -> Result<Vec<(String, u64, u64)>, RuntimeError> {
         let request = self.content_request(content::ListStatusesRequest { filters: Vec::new() });
         let response = self.bounded(self.content().list_statuses(request)).await?;
@@ -274,24 +294,6 @@ impl ImageRuntime for CriClient {
             Ok(_) => Ok(true),
             Err(RuntimeError::Status(status)) if status.code() == tonic::Code::NotFound => Ok(false),
             Err(error) => Err(error),
-        }
-    }
-
-    async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let request = self.request(message);
-        let call = async move {
-            grpc.ready().await.map_err(|error| tonic::Status::unavailable(error.to_string()))?;
-            grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
-        };
-        let timed_out = || tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string());
-        match tokio::time::timeout(self.request_timeout, call).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
-            Ok(Err(status)) => Err(super::connection_failure_as_unavailable(status)),
-            Err(_) => Err(timed_out()),
         }
     }
 }

@@ -1,14 +1,19 @@
-//! The container runtime: what cri-imaged needs of it (a small trait, so the core is testable
-//! with fakes) and how it talks to it.
+//! The container runtime: what cri-imaged needs of it (small traits, its image service and its
+//! content store, so the core is testable with a fake) and how it talks to it.
 //!
 //! - [`client`]: the CRI `runtime.v1.ImageService` client over a unix socket.
+//! - [`content`]: the runtime's content store, which the progress poller reads.
 //! - [`endpoint`]: where the runtime listens.
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`containerd`]: containerd's event and content services, beside its CRI plugin.
+//! - `fake`: one scripted runtime for the unit tests.
 
 mod client;
 pub mod containerd;
+mod content;
 mod endpoint;
+#[cfg(test)]
+pub mod fake;
 pub mod passthrough;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -18,6 +23,7 @@ use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 
 pub use self::{
     client::{CriClient, sandbox_image_from_status},
+    content::ContentStore,
     endpoint::{EndpointError, RuntimeEndpoint},
 };
 use crate::credentials::RegistryAuth;
@@ -193,35 +199,6 @@ pub trait ImageRuntime: Send + Sync + 'static {
     /// one CRI `ImageFsInfo` reports, read with `statvfs`.
     fn image_fs_usage(&self) -> impl Future<Output = Result<ImageFsUsage, RuntimeError>> + Send {
         async { Err(RuntimeError::Unsupported("report its image filesystem")) }
-    }
-
-    /// The blobs being written now (containerd's content ingests): (ref, offset, total).
-    fn list_ingests(&self) -> impl Future<Output = Result<Vec<(String, u64, u64)>, RuntimeError>> + Send {
-        async { Err(RuntimeError::Unsupported("list its content ingests")) }
-    }
-
-    /// The digest of the newest image manifest of `repository` on registry `host` (no port)
-    /// committed at or after `since`, if any (containerd labels each with its source).
-    fn find_manifest(
-        &self,
-        host: &str,
-        repository: &str,
-        since: std::time::SystemTime,
-    ) -> impl Future<Output = Result<Option<String>, RuntimeError>> + Send {
-        let _ = (host, repository, since);
-        async { Err(RuntimeError::Unsupported("look up manifests")) }
-    }
-
-    /// A committed blob's bytes, at most `limit` of them.
-    fn read_blob(&self, digest: &str, limit: usize) -> impl Future<Output = Result<Vec<u8>, RuntimeError>> + Send {
-        let _ = (digest, limit);
-        async { Err(RuntimeError::Unsupported("read blobs")) }
-    }
-
-    /// Whether the content store has the blob committed.
-    fn has_blob(&self, digest: &str) -> impl Future<Output = Result<bool, RuntimeError>> + Send {
-        let _ = digest;
-        async { Err(RuntimeError::Unsupported("look up blobs")) }
     }
 
     /// Removes the image by id (CRI `RemoveImage`).

@@ -1,8 +1,7 @@
 //! A pass against a scripted runtime whose disk fills and empties with its images.
 
-use std::{sync::Mutex, time::Duration};
+use std::time::Duration;
 
-use k8s_cri::v1::ImageSpec;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 
@@ -11,85 +10,10 @@ use crate::gc::GcPolicy;
 use crate::{
     presence::metrics::PresenceMetrics,
     records::{format::PullCredentials, metrics::RecordsMetrics},
-    runtime::{PresentImage, PullSpec},
+    runtime::fake::{FakeRuntime, Hold, State as Disk},
 };
 
 const MIB: u64 = 1 << 20;
-
-#[derive(Default)]
-struct Disk {
-    images: Vec<StoredImage>,
-    /// Image refs and names containers were created from.
-    containers: Vec<String>,
-    sandbox_image: Option<String>,
-    capacity: u64,
-    /// Used by other things than images.
-    other: u64,
-    refuse: HashSet<String>,
-    removed: Vec<String>,
-    /// How many times images were listed: once a pass.
-    listings: usize,
-    /// Each removal waits here.
-    hold: Option<Hold>,
-}
-
-#[derive(Default)]
-struct FakeRuntime(Mutex<Disk>);
-
-impl FakeRuntime {
-    fn disk(&self) -> std::sync::MutexGuard<'_, Disk> {
-        self.0.lock().expect("not poisoned")
-    }
-}
-
-impl ImageRuntime for FakeRuntime {
-    async fn image_status(&self, _: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
-        Ok(None)
-    }
-
-    async fn pull_image(&self, _: PullSpec) -> Result<String, RuntimeError> {
-        Err(RuntimeError::Unsupported("pull"))
-    }
-
-    async fn probe(&self) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    async fn list_images(&self) -> Result<Vec<StoredImage>, RuntimeError> {
-        let mut disk = self.disk();
-        disk.listings += 1;
-        Ok(disk.images.clone())
-    }
-
-    async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
-        Ok(self.disk().containers.clone())
-    }
-
-    async fn sandbox_image(&self) -> Result<Option<String>, RuntimeError> {
-        Ok(self.disk().sandbox_image.clone())
-    }
-
-    async fn image_fs_usage(&self) -> Result<ImageFsUsage, RuntimeError> {
-        let disk = self.disk();
-        let used = disk.other + disk.images.iter().map(|image| image.size).sum::<u64>();
-        Ok(ImageFsUsage { capacity: disk.capacity, available: disk.capacity.saturating_sub(used) })
-    }
-
-    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
-        let hold = self.disk().hold.clone();
-        if let Some(hold) = hold {
-            hold.entered.notify_one();
-            hold.release.notified().await;
-        }
-        let mut disk = self.disk();
-        if disk.refuse.contains(id) {
-            return Err(tonic::Status::failed_precondition(format!("image {id} is busy")).into());
-        }
-        disk.images.retain(|image| image.id != id);
-        disk.removed.push(id.to_owned());
-        Ok(())
-    }
-}
 
 fn image(id: &str, name: &str, size: u64) -> StoredImage {
     StoredImage { id: id.into(), size, pinned: false, names: vec![name.into()] }
@@ -109,7 +33,7 @@ const EAGER: GcPolicy = GcPolicy { min_age: Duration::ZERO, ..GcPolicy::KUBELET 
 
 fn harness(disk: Disk, policy: GcPolicy) -> Harness {
     let root = tempfile::tempdir().expect("tempdir");
-    let runtime = Arc::new(FakeRuntime(Mutex::new(disk)));
+    let runtime = Arc::new(FakeRuntime::from(disk));
     collector_over(runtime, root, policy)
 }
 
@@ -154,7 +78,7 @@ fn crowded() -> Disk {
             image("sha256:c", "c:1", 10 * MIB),
         ],
         capacity: 100 * MIB,
-        other: 60 * MIB,
+        other_usage: 60 * MIB,
         ..Disk::default()
     }
 }
@@ -166,19 +90,19 @@ async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_
     // Detected in one pass, then used in order: c, then a, then b (b the most recent).
     h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("detects");
     for id in ["sha256:c", "sha256:a", "sha256:b"] {
-        h.runtime.disk().containers = vec![id.into()];
+        h.runtime.state().containers = vec![id.into()];
         h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("uses");
     }
-    h.runtime.disk().containers.clear();
+    h.runtime.state().containers.clear();
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
     assert_eq!((report.to_free, report.freed, report.shortfall.as_deref()), (10 * MIB, 10 * MIB, None));
     let (before, after) = (report.usage_before.expect("measured"), report.usage_after.expect("measured"));
     assert_eq!((before.available, after.available), (10 * MIB, 20 * MIB));
-    assert_eq!(h.runtime.disk().removed, ["sha256:c"]);
+    assert_eq!(h.runtime.state().removed, ["sha256:c"]);
     assert!(h.records.record("sha256:a").await.expect("reads").is_some(), "a stays, and its record");
 
-    h.runtime.disk().other = 80 * MIB; // 100 %: 20 MiB to free
+    h.runtime.state().other_usage = 80 * MIB; // 100 %: 20 MiB to free
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(
         ids(&report),
@@ -189,8 +113,12 @@ async fn over_the_high_threshold_images_are_removed_until_the_low_one_and_their_
 
 #[tokio::test]
 async fn each_removal_and_a_shortfall_are_events() {
-    let disk =
-        Disk { images: vec![image("sha256:a", "a:1", MIB)], capacity: 100 * MIB, other: 99 * MIB, ..Disk::default() };
+    let disk = Disk {
+        images: vec![image("sha256:a", "a:1", MIB)],
+        capacity: 100 * MIB,
+        other_usage: 99 * MIB,
+        ..Disk::default()
+    };
     let h = harness(disk, EAGER);
     let mut watching = h.events.subscribe(crate::events::Filter::default());
     h.gc.pass(PassRequest::default()).await.expect("passes");
@@ -208,7 +136,7 @@ async fn each_removal_and_a_shortfall_are_events() {
 #[tokio::test]
 async fn a_removal_the_runtime_refuses_is_reported_and_the_next_image_goes_instead() {
     let mut disk = crowded();
-    disk.refuse.insert("sha256:a".into());
+    disk.refuse_removal.insert("sha256:a".into());
     let h = harness(disk, EAGER);
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(
@@ -231,8 +159,12 @@ async fn a_removal_the_runtime_refuses_is_reported_and_the_next_image_goes_inste
 
 #[tokio::test]
 async fn too_little_to_free_is_the_kubelets_free_disk_space_failure() {
-    let disk =
-        Disk { images: vec![image("sha256:a", "a:1", MIB)], capacity: 100 * MIB, other: 99 * MIB, ..Disk::default() };
+    let disk = Disk {
+        images: vec![image("sha256:a", "a:1", MIB)],
+        capacity: 100 * MIB,
+        other_usage: 99 * MIB,
+        ..Disk::default()
+    };
     let h = harness(disk, EAGER);
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(ids(&report), [("sha256:a", Reason::Space, &Outcome::Removed)]);
@@ -251,11 +183,11 @@ async fn a_dry_run_removes_nothing_and_lists_what_a_real_run_then_removes() {
     let dry = h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("passes");
     assert_eq!(dry.images.len(), 1);
     assert_eq!(dry.images[0].outcome, Outcome::WouldRemove);
-    assert!(h.runtime.disk().removed.is_empty());
+    assert!(h.runtime.state().removed.is_empty());
     assert_eq!(dry.usage_after, None);
     let real = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(real.images[0].id, dry.images[0].id);
-    assert_eq!(h.runtime.disk().removed, [dry.images[0].id.clone()]);
+    assert_eq!(h.runtime.state().removed, [dry.images[0].id.clone()]);
 }
 
 #[tokio::test]
@@ -265,7 +197,7 @@ async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
     disk.images.push(image("sha256:d", "docker.io/library/d:1", MIB));
     disk.containers = vec!["sha256:a".into(), "d:1".into()]; // by id, and by the name as asked
     disk.sandbox_image = Some("registry.k8s.io/pause:3.6".into());
-    disk.other = 100 * MIB; // full: everything eligible goes
+    disk.other_usage = 100 * MIB; // full: everything eligible goes
     let h = harness(disk, EAGER);
     assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
@@ -275,7 +207,7 @@ async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
 #[tokio::test(start_paused = true)]
 async fn an_image_handed_out_stays_in_use_for_the_hand_out_window_only() {
     let mut disk = crowded();
-    disk.other = 100 * MIB; // full: everything eligible goes
+    disk.other_usage = 100 * MIB; // full: everything eligible goes
     let h = harness(disk, EAGER);
     h.gc.set_config(GcConfig { hand_out_window: Duration::from_secs(30), ..h.gc.config() });
     assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
@@ -291,9 +223,9 @@ async fn an_image_handed_out_stays_in_use_for_the_hand_out_window_only() {
 async fn an_image_being_pulled_when_its_turn_comes_is_kept() {
     let h = harness(crowded(), EAGER);
     let reference = crate::reference::ImageReference::parse_normalized("a:1").expect("parses");
-    h.runtime.disk().images[0].names = vec![reference.to_string()];
+    h.runtime.state().images[0].names = vec![reference.to_string()];
     let pulling = h.guard.pulling(&reference);
-    h.runtime.disk().other = 75 * MIB; // 105 %: 25 MiB to free
+    h.runtime.state().other_usage = 75 * MIB; // 105 %: 25 MiB to free
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(
         ids(&report),
@@ -309,7 +241,7 @@ async fn an_image_being_pulled_when_its_turn_comes_is_kept() {
 #[tokio::test]
 async fn deleting_unused_images_ignores_the_thresholds() {
     let mut disk = crowded();
-    disk.other = 0; // 30 % used
+    disk.other_usage = 0; // 30 % used
     disk.containers = vec!["sha256:b".into()];
     let h = harness(disk, EAGER);
     assert!(h.gc.pass(PassRequest::default()).await.expect("passes").images.is_empty());
@@ -328,10 +260,10 @@ async fn deleting_unused_images_ignores_the_thresholds() {
 #[tokio::test]
 async fn ages_survive_a_restart_of_the_collector() {
     let h = harness(crowded(), GcPolicy { high_threshold_percent: 100, ..EAGER });
-    h.runtime.disk().containers = vec!["sha256:b".into()];
+    h.runtime.state().containers = vec!["sha256:b".into()];
     h.gc.pass(PassRequest::default()).await.expect("passes");
     let (runtime, root) = (h.runtime.clone(), h.root);
-    runtime.disk().containers.clear();
+    runtime.state().containers.clear();
     let restarted = collector_over(runtime, root, EAGER);
     let report = restarted.gc.pass(PassRequest { dry_run: true, delete_unused: true }).await.expect("passes");
     let b = report.images.iter().find(|image| image.id == "sha256:b").expect("b is unused now");
@@ -362,22 +294,15 @@ async fn a_disk_reported_with_no_capacity_is_an_error() {
     let h = harness(disk, EAGER);
     let error = h.gc.pass(PassRequest::default()).await.expect_err("no capacity");
     assert_eq!(error.to_string(), "invalid capacity 0 on image filesystem");
-    assert!(h.runtime.disk().removed.is_empty());
-}
-
-/// Lets a removal start, then holds it until released.
-#[derive(Clone, Default)]
-struct Hold {
-    entered: Arc<tokio::sync::Notify>,
-    release: Arc<tokio::sync::Notify>,
+    assert!(h.runtime.state().removed.is_empty());
 }
 
 #[tokio::test]
 async fn a_hand_out_that_overlaps_the_removal_of_its_image_fails_and_one_during_the_pass_keeps_its_image() {
     let mut disk = crowded();
-    disk.other = 80 * MIB; // full: down to 70 % takes all three images
+    disk.other_usage = 80 * MIB; // full: down to 70 % takes all three images
     let hold = Hold::default();
-    disk.hold = Some(hold.clone());
+    disk.removal_hold = Some(hold.clone());
     let h = Arc::new(harness(disk, GcPolicy { low_threshold_percent: 70, ..EAGER }));
     let pass = tokio::spawn({
         let h = h.clone();
@@ -423,7 +348,7 @@ async fn a_new_configuration_applies_from_the_next_pass_one_new_period_after_it_
     let gc = Arc::new(h.gc);
     let (stop, shutdown) = crate::shutdown::channel();
     let running = tokio::spawn(gc.clone().run(shutdown));
-    let passes = || h.runtime.disk().listings;
+    let passes = || h.runtime.state().image_listings;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(passes(), 1, "the first pass at once");
     tokio::time::sleep(Duration::from_secs(300)).await;

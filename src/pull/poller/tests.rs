@@ -1,11 +1,7 @@
-use std::sync::atomic::AtomicUsize;
-
-use k8s_cri::v1::ImageSpec;
-
 use super::*;
 use crate::{
     events::{Filter, Next},
-    runtime::{PresentImage, PullSpec},
+    runtime::fake::FakeRuntime,
 };
 
 const MIB: u64 = 1 << 20;
@@ -14,79 +10,44 @@ fn digest(n: u8) -> String {
     format!("sha256:{}", format!("{n:02x}").repeat(32))
 }
 
-/// A content store whose downloads the test moves: ingests, committed blobs, and manifests by
-/// repository (host without port, path).
-#[derive(Default)]
-struct Content {
-    ingests: Mutex<HashMap<String, (u64, u64)>>,
-    blobs: Mutex<HashMap<String, Vec<u8>>>,
-    manifests: Mutex<HashMap<(String, String), String>>,
-    lists: AtomicUsize,
-    searches: AtomicUsize,
-    /// A runtime without the content service (CRI-O).
-    unsupported: bool,
+/// The downloads these tests move on the fake's content store, by layer and manifest number.
+trait Downloads {
+    /// Stores an image manifest of `layers` (number, size) for `host`/`path`.
+    fn manifest(&self, host: &str, path: &str, manifest: u8, layers: &[(u8, u64)]);
+    fn downloading(&self, layer: u8, offset: u64, total: u64);
+    fn commit(&self, layer: u8);
+    /// How many times the ingests were listed.
+    fn lists(&self) -> usize;
+    /// How many times a manifest was looked for.
+    fn searches(&self) -> usize;
 }
 
-impl Content {
-    /// Stores an image manifest of `layers` (number, size) for `host`/`path`.
+impl Downloads for FakeRuntime {
     fn manifest(&self, host: &str, path: &str, manifest: u8, layers: &[(u8, u64)]) {
         let layers: Vec<String> =
             layers.iter().map(|(n, size)| format!(r#"{{"digest":"{}","size":{size}}}"#, digest(*n))).collect();
         let json = format!(r#"{{"schemaVersion":2,"layers":[{}]}}"#, layers.join(","));
-        self.blobs.lock().unwrap().insert(digest(manifest), json.into_bytes());
-        self.manifests.lock().unwrap().insert((host.into(), path.into()), digest(manifest));
+        let mut state = self.state();
+        state.blobs.insert(digest(manifest), json.into_bytes());
+        state.manifests.insert((host.into(), path.into()), digest(manifest));
     }
 
     fn downloading(&self, layer: u8, offset: u64, total: u64) {
-        self.ingests.lock().unwrap().insert(format!("layer-{}", digest(layer)), (offset, total));
+        self.state().ingests.insert(format!("layer-{}", digest(layer)), (offset, total));
     }
 
     fn commit(&self, layer: u8) {
-        self.ingests.lock().unwrap().remove(&format!("layer-{}", digest(layer)));
-        self.blobs.lock().unwrap().insert(digest(layer), Vec::new());
+        let mut state = self.state();
+        state.ingests.remove(&format!("layer-{}", digest(layer)));
+        state.blobs.insert(digest(layer), Vec::new());
     }
 
     fn lists(&self) -> usize {
-        self.lists.load(Ordering::SeqCst)
-    }
-}
-
-impl ImageRuntime for Content {
-    async fn image_status(&self, _: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
-        Ok(None)
+        self.state().ingest_listings
     }
 
-    async fn pull_image(&self, _: PullSpec) -> Result<String, RuntimeError> {
-        Err(RuntimeError::Unsupported("pull in this test"))
-    }
-
-    async fn probe(&self) -> Result<(), RuntimeError> {
-        Ok(())
-    }
-
-    async fn list_ingests(&self) -> Result<Vec<(String, u64, u64)>, RuntimeError> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        if self.unsupported {
-            return Err(RuntimeError::Status(tonic::Status::unimplemented(
-                "unknown service containerd.services.content.v1.Content",
-            )));
-        }
-        let ingests = self.ingests.lock().unwrap();
-        Ok(ingests.iter().map(|(reference, (offset, total))| (reference.clone(), *offset, *total)).collect())
-    }
-
-    async fn find_manifest(&self, host: &str, path: &str, _: SystemTime) -> Result<Option<String>, RuntimeError> {
-        self.searches.fetch_add(1, Ordering::SeqCst);
-        Ok(self.manifests.lock().unwrap().get(&(host.to_owned(), path.to_owned())).cloned())
-    }
-
-    async fn read_blob(&self, digest: &str, _: usize) -> Result<Vec<u8>, RuntimeError> {
-        let blob = self.blobs.lock().unwrap().get(digest).cloned();
-        blob.ok_or_else(|| RuntimeError::Status(tonic::Status::not_found(digest.to_owned())))
-    }
-
-    async fn has_blob(&self, digest: &str) -> Result<bool, RuntimeError> {
-        Ok(self.blobs.lock().unwrap().contains_key(digest))
+    fn searches(&self) -> usize {
+        self.state().manifest_searches
     }
 }
 
@@ -122,7 +83,7 @@ fn latest(tracker: &Tracker) -> Option<Report> {
 
 #[tokio::test(start_paused = true)]
 async fn a_pull_reports_its_bytes_and_layers_as_they_arrive() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let events = Arc::new(Events::default());
     let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
     // Layer 3 was on the node already.
@@ -152,7 +113,7 @@ async fn a_pull_reports_its_bytes_and_layers_as_they_arrive() {
 
 #[tokio::test(start_paused = true)]
 async fn progress_events_name_the_pods_waiting_and_come_at_most_twice_a_second() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let events = Arc::new(Events::default());
     let mut joined_pod = events.subscribe(Filter { pod_uid: "u2".into(), ..Filter::default() });
     let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
@@ -186,7 +147,7 @@ async fn progress_events_name_the_pods_waiting_and_come_at_most_twice_a_second()
 
 #[tokio::test(start_paused = true)]
 async fn a_completed_pull_says_all_of_it_is_done_and_an_unseen_one_says_nothing() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let events = Arc::new(Events::default());
     let mut watcher = events.subscribe(Filter::default());
     let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
@@ -211,7 +172,7 @@ async fn a_completed_pull_says_all_of_it_is_done_and_an_unseen_one_says_nothing(
 
 #[tokio::test(start_paused = true)]
 async fn a_pull_whose_last_poll_told_all_of_it_ends_without_repeating_it() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let events = Arc::new(Events::default());
     let mut watcher = events.subscribe(Filter::default());
     let poller = ProgressPoller::start(content.clone(), config(300), events.clone());
@@ -235,7 +196,7 @@ async fn a_pull_whose_last_poll_told_all_of_it_ends_without_repeating_it() {
 
 #[tokio::test(start_paused = true)]
 async fn pulls_under_way_share_one_listing_and_each_counts_its_own_layers() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
     content.manifest("registry.local", "a", 8, &[(1, 4 * MIB), (5, MIB)]);
     content.manifest("registry.local", "b", 9, &[(2, 2 * MIB), (5, MIB)]);
@@ -255,7 +216,7 @@ async fn pulls_under_way_share_one_listing_and_each_counts_its_own_layers() {
 
 #[tokio::test(start_paused = true)]
 async fn a_download_that_stops_moving_is_stalled_after_the_timeout() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let poller = ProgressPoller::start(content.clone(), config(5), Arc::new(Events::default()));
     content.manifest("registry.local", "big", 9, &[(1, 8 * MIB)]);
     let mut tracker = poller.track(pull("registry.local/big:v1", &[]));
@@ -270,7 +231,7 @@ async fn a_download_that_stops_moving_is_stalled_after_the_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pull_with_nothing_downloading_never_stalls() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let poller = ProgressPoller::start(content.clone(), config(5), Arc::new(Events::default()));
     content.manifest("registry.local", "slow", 9, &[(1, 8 * MIB)]);
     // Resolving, or waiting on another pull: no ingest of its layers.
@@ -281,7 +242,7 @@ async fn a_pull_with_nothing_downloading_never_stalls() {
 
 #[tokio::test(start_paused = true)]
 async fn the_poller_rests_while_nothing_is_tracked() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(content.lists(), 0, "no pull, no listing");
@@ -297,7 +258,7 @@ async fn the_poller_rests_while_nothing_is_tracked() {
 
 #[tokio::test(start_paused = true)]
 async fn a_runtime_without_the_content_service_turns_progress_off() {
-    let content = Arc::new(Content { unsupported: true, ..Content::default() });
+    let content = Arc::new(FakeRuntime::default().without_content_service());
     let poller = ProgressPoller::start(content.clone(), config(1), Arc::new(Events::default()));
     let mut first = poller.track(pull("registry.local/app:v1", &[]));
     tick().await;
@@ -315,26 +276,26 @@ async fn a_runtime_without_the_content_service_turns_progress_off() {
 
 #[tokio::test(start_paused = true)]
 async fn a_manifest_is_looked_for_only_while_an_unaccounted_download_runs_and_at_most_twice_a_second() {
-    let content = Arc::new(Content::default());
+    let content = Arc::new(FakeRuntime::default());
     let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
     // An image the node had: nothing is downloaded, its manifest is never looked for.
     let stored = poller.track(pull("registry.local/stored:v1", &[]));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(content.searches.load(Ordering::SeqCst), 0);
+    assert_eq!(content.searches(), 0);
     // Someone else's download (say, the kubelet pulling straight from containerd): looked for,
     // but not at every poll.
     content.downloading(7, MIB, 4 * MIB);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let searches = content.searches.load(Ordering::SeqCst);
+    let searches = content.searches();
     assert!((9..=11).contains(&searches), "{searches} looks in 5 s");
     drop(stored);
     // Found once, a pull's own layers no longer count as unaccounted.
     content.manifest("registry.local", "app", 9, &[(7, 4 * MIB)]);
     let _app = poller.track(pull("registry.local/app:v1", &[]));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after_found = content.searches.load(Ordering::SeqCst);
+    let after_found = content.searches();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(content.searches.load(Ordering::SeqCst), after_found, "nothing left to account for");
+    assert_eq!(content.searches(), after_found, "nothing left to account for");
 }
 
 #[test]

@@ -16,7 +16,7 @@ use crate::{
     backoff::BackoffStore,
     config::{ConfigError, NodeCredentialsError, ServeArgs},
     credentials::NodeCredentials,
-    ensure::{ImageManager, ManagerConfig, ManagerParts},
+    ensure::{self, ManagerConfig, ManagerParts},
     events::Events,
     gc::{GcConfig, GcParts, ImageGc, ImageGuard, ages::AgesError, ages::AgesFile},
     kubelet_guard,
@@ -26,8 +26,8 @@ use crate::{
     notify,
     presence::{self, PresenceCache},
     pull::{
+        path::{PathConfig, PullPath},
         ratelimit::{RegistryLimits, TokioClock},
-        recorded::{PathConfig, PullPath},
     },
     records::{PullRecords, RecordsError},
     reload::{self, Reloadable},
@@ -101,7 +101,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             (records.clone(), guard.clone(), events.clone()),
             metrics.pulls.clone(),
         ));
-        let manager = Arc::new(ImageManager::new(ManagerParts {
+        let manager = Arc::new(ensure::Manager::new(ManagerParts {
             runtime: runtime.clone(),
             pulls: pulls.clone(),
             backoff: BackoffStore::new(config.backoff),

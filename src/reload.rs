@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     config::{self, Change, ConfigError, LoadError, NodeCredentialsError, RELOADABLE, Values},
     credentials::NodeCredentials,
-    ensure::ImageManager,
+    ensure,
     gc::ImageGc,
     notify,
     pull::ratelimit::{RegistryLimits, TokioClock},
@@ -43,7 +43,7 @@ pub enum ReloadError {
 /// The parts a reload reconfigures.
 pub struct Reloadable<R> {
     pub limits: Arc<RegistryLimits<TokioClock>>,
-    pub manager: Arc<ImageManager<R>>,
+    pub manager: Arc<ensure::Manager<R>>,
     pub gc: Arc<ImageGc<R>>,
     pub credentials: Arc<NodeCredentials>,
     pub metrics: Arc<ReloadMetrics>,

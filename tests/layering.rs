@@ -143,7 +143,7 @@ fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>
 
 #[test]
 fn the_import_reader_sees_paths_groups_and_doc_links() {
-    let text = "use crate::{\n    api,\n    pull::{Pull, recorded::PullPath},\n    self,\n};\n/// See [`crate::presence`].\nlet x = crate::messages::echo(y);";
+    let text = "use crate::{\n    api,\n    pull::{Pull, path::PullPath},\n    self,\n};\n/// See [`crate::presence`].\nlet x = crate::messages::echo(y);";
     let found: Vec<String> = imported_modules(text).into_iter().collect();
     assert_eq!(found, ["api", "messages", "presence", "pull"]);
 }

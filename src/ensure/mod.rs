@@ -44,7 +44,7 @@ use crate::{
     presence::{Lookup, PresenceCache},
     pull::{
         Peer, Pull, PullError, Pulled,
-        recorded::{PodPull, PullPath},
+        path::{PodPull, PullPath},
         scheduler::InFlight,
     },
     pull_policy::{self, Decision, PullPolicy},
@@ -52,8 +52,8 @@ use crate::{
     runtime::{ImageRuntime, PresentImage, PullSpec},
 };
 
-/// The image manager: decides, backs off, and pulls through the pull path.
-pub struct ImageManager<R> {
+/// The kubelet's image manager: decides, backs off, and pulls through the pull path.
+pub struct Manager<R> {
     runtime: Arc<R>,
     pulls: Arc<PullPath>,
     /// Remembers the failed pull's error itself, shared by every pod that joined the pull.
@@ -71,7 +71,7 @@ pub struct ImageManager<R> {
     metrics: Arc<EnsureMetrics>,
 }
 
-/// What an [`ImageManager`] is built from, each part built by the composition root.
+/// What a [`Manager`] is built from, each part built by the composition root.
 pub struct ManagerParts<R> {
     pub runtime: Arc<R>,
     pub pulls: Arc<PullPath>,
@@ -85,7 +85,7 @@ pub struct ManagerParts<R> {
     pub metrics: Arc<EnsureMetrics>,
 }
 
-impl<R: ImageRuntime> ImageManager<R> {
+impl<R: ImageRuntime> Manager<R> {
     pub fn new(parts: ManagerParts<R>) -> Self {
         let ManagerParts {
             runtime,
@@ -279,7 +279,7 @@ impl<R: ImageRuntime> ImageManager<R> {
     }
 }
 
-impl<R: ImageRuntime> ImageManager<R> {
+impl<R: ImageRuntime> Manager<R> {
     /// The runtime's ImageStatus, answered from the presence cache when it can be.
     async fn image_status(&self, image: &str, spec: &ImageSpec) -> Result<Option<PresentImage>, EnsureError> {
         let asked_at = Instant::now();

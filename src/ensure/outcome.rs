@@ -7,7 +7,7 @@ use crate::{
 };
 
 /// The kubelet's event for a request's outcome, when it records one and the pull's task has not
-/// (see [`crate::pull::recorded`]): `Pulled` for an image already present, `InspectFailed` for a name that does
+/// (see [`crate::pull::path`]): `Pulled` for an image already present, `InspectFailed` for a name that does
 /// not parse or a failed ImageStatus, `ErrImageNeverPull`, and `BackOff` (Normal, as the
 /// kubelet's). Like the kubelet, none for a pull secret that does not parse or an intent that
 /// cannot be recorded: those are only in the answer.

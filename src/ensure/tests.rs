@@ -17,7 +17,7 @@ fn private_for(user: &str) -> FakeRuntime {
 
 /// The manager as the daemon builds it, with the scripted runtime under it in reach.
 struct Built {
-    manager: Arc<ImageManager<FakeRuntime>>,
+    manager: Arc<Manager<FakeRuntime>>,
     runtime: Arc<FakeRuntime>,
     records: Arc<crate::records::PullRecords>,
     pulls: Arc<PullPath>,
@@ -27,7 +27,7 @@ struct Built {
 }
 
 impl std::ops::Deref for Built {
-    type Target = ImageManager<FakeRuntime>;
+    type Target = Manager<FakeRuntime>;
 
     fn deref(&self) -> &Self::Target {
         &self.manager
@@ -64,11 +64,11 @@ fn manager_with(
         crate::pull::ratelimit::TokioClock::default(),
         pull_metrics.clone(),
     ));
-    let path_config = crate::pull::recorded::PathConfig { scheduler: config.scheduler, progress: config.progress };
+    let path_config = crate::pull::path::PathConfig { scheduler: config.scheduler, progress: config.progress };
     let shared = (records.clone(), guard.clone(), events.clone());
     let pulls = Arc::new(PullPath::over(runtime.clone(), limits, path_config, shared, pull_metrics));
     let presence = Arc::new(PresenceCache::new(Arc::default(), config.presence_max_staleness));
-    let manager = Arc::new(ImageManager::new(ManagerParts {
+    let manager = Arc::new(Manager::new(ManagerParts {
         runtime: runtime.clone(),
         pulls: pulls.clone(),
         backoff: BackoffStore::new(config.backoff),

@@ -1,10 +1,10 @@
 //! KEP-2535: whether a pod may use an image already present, from the pull records and the
 //! verification policy.
 
-use super::{EnsureError, EnsureRequest, ImageManager, VerificationConfig};
+use super::{EnsureError, EnsureRequest, Manager, VerificationConfig};
 use crate::{
     credentials::{CredentialSource, secrets},
-    pull::recorded::secret_record,
+    pull::path::secret_record,
     records::{
         RecordsError, check,
         format::SecretRecord,
@@ -14,7 +14,7 @@ use crate::{
     runtime::ImageRuntime,
 };
 
-impl<R: ImageRuntime> ImageManager<R> {
+impl<R: ImageRuntime> Manager<R> {
     /// KEP-2535: whether the pod may use the present image `image_ref` without pulling it with
     /// its own credentials. Records that cannot be read mean no: the pod pulls (fail safe).
     pub(super) async fn may_use_present(

@@ -6,18 +6,18 @@
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
 //! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
-//! - [`recorded`]: the pull path as a request walks it: records, the GC guard, the scheduler and
-//!   the pull's events, in one place ([`recorded::PullPath`]).
+//! - [`path`]: the pull path as a request walks it: records, the GC guard, the scheduler and
+//!   the pull's events, in one place ([`path::PullPath`]).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
 //!   [`PullService`].
 
 mod key;
 pub mod metrics;
+pub mod path;
 pub mod poller;
 pub mod progress;
 pub mod ratelimit;
 pub mod record;
-pub mod recorded;
 pub mod scheduler;
 
 use std::{

@@ -19,7 +19,7 @@ use crate::{
     credentials::RegistryAuth,
     gc::{ImageGuard, guard::HandOut},
     presence::PresenceCache,
-    pull::recorded::PullPath,
+    pull::path::PullPath,
     runtime::passthrough::RawCodec,
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
 };

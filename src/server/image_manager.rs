@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     api::{self, image_manager_server},
-    ensure::{EnsureRequest, ImageManager},
+    ensure::{self, EnsureRequest},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
     pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits, TokioClock},
@@ -19,7 +19,7 @@ use crate::{
 /// GetStatus.
 pub struct ImageManagerService<R> {
     runtime: Arc<R>,
-    manager: Arc<ImageManager<R>>,
+    manager: Arc<ensure::Manager<R>>,
     gc: Arc<ImageGc<R>>,
     presence: Arc<PresenceCache>,
     limits: Arc<RegistryLimits<TokioClock>>,

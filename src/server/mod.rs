@@ -84,13 +84,13 @@ use self::{
 };
 use crate::{
     api::{self, image_manager_server::ImageManagerServer},
-    ensure::ImageManager,
+    ensure,
     events::Events,
     gc::{ImageGc, ImageGuard},
     presence::PresenceCache,
     pull::{
+        path::PullPath,
         ratelimit::{RegistryLimits, TokioClock},
-        recorded::PullPath,
     },
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
     shutdown::Shutdown,
@@ -99,7 +99,7 @@ use crate::{
 /// What the server serves, each part built by the composition root and shared with it.
 pub struct Services<R> {
     pub runtime: Arc<R>,
-    pub manager: Arc<ImageManager<R>>,
+    pub manager: Arc<ensure::Manager<R>>,
     /// Every pull, EnsureImageExists's and CRI PullImage's.
     pub pulls: Arc<PullPath>,
     pub gc: Arc<ImageGc<R>>,

@@ -1,50 +1,55 @@
 //! cri-imaged: the kubelet's image manager as a node daemon in front of the CRI runtime.
 //!
 //! # Layout
-//! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
-//! - [`config`]: the command line and the config file (a field per flag), with every default;
-//!   each part validates its own config type.
-//! - [`duration`]: durations in Go's grammar, and within it the daemon's own form (`30s`, `2m`).
-//! - [`credentials`]: pull credentials the kubelet's way: pod secrets, the node's docker config
-//!   and credential-provider plugins, matched to images by the keyring.
+//! From the composition root down; nothing imports a module above it (`tests/layering.rs`).
 //! - [`daemon`]: the `serve` command, the composition root that builds every part; signals and
 //!   shutdown.
+//! - [`config`]: the command line and the config file (a field per flag), with every default, the
+//!   reloadable flags, and each part's config built from them.
+//! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
+//!   serving (rate limits, backoff, image GC, credential files).
+//! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the `/metrics`
+//!   endpoint.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
 //! - [`kubelet_guard`]: the warning when the kubelet's image service is this socket, served
 //!   without systemd socket activation.
-//! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`),
-//!   WatchEvents (events encoded once into batches every watcher shares), health, reflection,
-//!   caller and drain deadlines, the accept path that serves any `:authority`; `server::status`
-//!   is the one place errors become gRPC statuses.
-//! - [`ensure`]: EnsureImageExists step by step: default tag, presence, decide (and verify a
-//!   present image), back off, find credentials, pull, record.
-//! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
-//! - [`files`]: state and config files read as hostile input: regular files only, no links, never
-//!   blocking on open, bounded; a bad one set aside.
+//! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`) over
+//!   the [`server::Services`] the root builds; WatchEvents (events encoded once into batches every
+//!   watcher shares), health, reflection, caller and drain deadlines, the accept path that serves
+//!   any `:authority`; `server::status` is the one place errors become gRPC statuses.
+//! - [`ensure`]: EnsureImageExists as the kubelet's steps: default tag, presence, decide (and
+//!   verify a present image), back off, find credentials, pull through the pull path.
 //! - [`gc`]: image garbage collection, the kubelet's way: the pure plan, the collector and its
 //!   loop, the guard against removing an image being handed out, ages kept across restarts.
-//! - [`presence`]: the presence cache, trusted only while proven current.
+//! - [`pull`]: the pull path ([`pull::path::PullPath`]: records, GC guard, scheduler and events
+//!   for every pull), one upstream pull as a tower service, its key, the registry rate limits,
+//!   the scheduler (fair parallel cap, single-flight, stall cancel), and pull progress read from
+//!   containerd's content service.
+//! - [`presence`]: the presence cache, trusted only while proven current, and the watcher of
+//!   containerd's image events that keeps it so.
 //! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely
 //!   in the kubelet's files, so that a present private image goes only to pods that could pull it.
+//! - [`credentials`]: pull credentials the kubelet's way: pod secrets, the node's docker config
+//!   and credential-provider plugins, matched to images by the keyring.
+//! - [`runtime`]: the image service and content store traits, the CRI client (with containerd's
+//!   content and event services), its endpoint, the pass-through codec; a shared fake for tests.
+//! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
-//! - [`pull`]: one upstream pull as a tower service, its key, the registry rate limits, the
-//!   scheduler (fair parallel cap, single-flight, stall cancel), and pull progress read from
-//!   containerd's content service.
-//! - [`runtime`]: the runtime trait, the CRI client (with containerd's content service), its
-//!   endpoint, the pass-through codec and containerd's image events.
-//! - `memory`: gives memory freed after a burst back to the system (glibc's `malloc_trim`).
-//! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the `/metrics`
-//!   endpoint.
-//! - [`metric_labels`]: a series' labels (static strings only), for each concern's metrics.
-//! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`]: the image reference grammar and the default tag (pure).
-//! - [`messages`]: the kubelet's human messages and reason strings, word for word.
-//! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
-//!   serving (rate limits, backoff, image GC, credential files).
+//! - [`messages`]: the kubelet's human messages and a failed image's waiting reasons, word for
+//!   word.
+//! - [`files`]: state and config files read as hostile input (regular files only, no links,
+//!   never blocking on open, bounded; a bad one set aside), and state directories written
+//!   crash-safely.
+//! - [`duration`]: the one duration grammar (Go's, and the flags' whole-unit subset).
+//! - [`metric_labels`]: a series' labels (static strings only), for each concern's metrics.
 //! - [`retry`]: the doubling waits of the daemon's retry loops.
 //! - [`shutdown`]: the one stop signal every loop and server observes.
+//! - `memory`: gives memory freed after a burst back to the system (glibc's `malloc_trim`).
+//! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`telemetry`]: logging set-up.
+//! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
 
 pub mod api;
 pub mod backoff;

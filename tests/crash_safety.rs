@@ -14,10 +14,8 @@ use std::{
 
 use cri_imaged::{
     api::{PullPolicy, image_manager_client::ImageManagerClient},
-    records::{
-        format::{Intent, PulledRecord},
-        fs::RecordDir,
-    },
+    files::StateDir,
+    records::format::{Intent, PulledRecord},
 };
 use support::{
     call, ensure,
@@ -53,7 +51,7 @@ impl Root {
         let root = socket.parent().expect("the socket is in a directory").join("root");
         let ages_dir = root.join("image_gc");
         Self {
-            ages: ages_dir.join(RecordDir::file_name("image-ages")),
+            ages: ages_dir.join(StateDir::file_name("image-ages")),
             ages_dir,
             pulled: root.join("image_manager/pulled"),
             pulling: root.join("image_manager/pulling"),
@@ -231,13 +229,13 @@ async fn torn_files_written_before_a_start_are_each_reported_once_and_the_daemon
     for created in [&root.ages_dir, &root.pulled, &root.pulling] {
         std::fs::create_dir_all(created).expect("created");
     }
-    let record = root.pulled.join(RecordDir::file_name("sha256:kept"));
-    let intent = root.pulling.join(RecordDir::file_name("gc/left:v1"));
+    let record = root.pulled.join(StateDir::file_name("sha256:kept"));
+    let intent = root.pulling.join(StateDir::file_name("gc/left:v1"));
     std::fs::write(&root.ages, br#"{"images":{"sha256:kept":{"firstDetectedMs":17"#).expect("a torn ages file");
     std::fs::write(&record, br#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.con"#).expect("a torn record");
     std::fs::write(&intent, b"").expect("an empty intent");
     // Its writer (the pid in its name, above any pid Linux gives) is gone.
-    let temporary = root.ages_dir.join(format!("{}.4194305.0.tmp", RecordDir::file_name("image-ages")));
+    let temporary = root.ages_dir.join(format!("{}.4194305.0.tmp", StateDir::file_name("image-ages")));
     std::fs::write(&temporary, br#"{"images":{"#).expect("a temporary file");
 
     let daemon = DaemonProcess::start(&socket, &runtime_socket, &GC_FLAGS).await;

@@ -9,7 +9,7 @@ use std::{path::Path, process::Command, time::Duration};
 
 use cri_imaged::{
     api::{GarbageCollectRequest, PullPolicy, image_manager_client::ImageManagerClient},
-    records::fs::RecordDir,
+    files::StateDir,
 };
 use support::{
     call, ensure, eventually,
@@ -38,7 +38,7 @@ async fn pull_records_that_are_a_fifo_or_a_link_to_dev_zero_are_set_aside_and_th
     // answer then reads the image's file, on the request path.
     let pulled = dir.path().join("root/image_manager/pulled");
     std::fs::create_dir_all(&pulled).expect("records dir");
-    std::fs::write(pulled.join(RecordDir::file_name("sha256:torn")), b"{\"kind\":\"ImagePulledRec").expect("torn");
+    std::fs::write(pulled.join(StateDir::file_name("sha256:torn")), b"{\"kind\":\"ImagePulledRec").expect("torn");
     let (port, listen) = metrics_listen();
     let daemon =
         DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &["--metrics-listen", &listen])
@@ -47,8 +47,8 @@ async fn pull_records_that_are_a_fifo_or_a_link_to_dev_zero_are_set_aside_and_th
         daemon.log_text().contains("pull record unreadable or corrupt")
     })
     .await;
-    mkfifo(&pulled.join(RecordDir::file_name("sha256:fifo")));
-    std::os::unix::fs::symlink("/dev/zero", pulled.join(RecordDir::file_name("sha256:zero"))).expect("link");
+    mkfifo(&pulled.join(StateDir::file_name("sha256:fifo")));
+    std::os::unix::fs::symlink("/dev/zero", pulled.join(StateDir::file_name("sha256:zero"))).expect("link");
 
     let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
     for image in ["registry.local/fifo:v1", "registry.local/zero:v1"] {
@@ -81,7 +81,7 @@ async fn an_ages_file_that_is_a_fifo_is_set_aside_and_image_gc_answers() {
     let runtime = FakeRuntime::start_for_gc(&dir.path().join("runtime.sock"), service);
     let ages_dir = dir.path().join("root/image_gc");
     std::fs::create_dir_all(&ages_dir).expect("ages dir");
-    mkfifo(&ages_dir.join(RecordDir::file_name("image-ages")));
+    mkfifo(&ages_dir.join(StateDir::file_name("image-ages")));
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
 
     let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));

@@ -5,7 +5,7 @@
 
 use std::{os::unix::fs::PermissionsExt, path::Path};
 
-use cri_imaged::records::fs::RecordDir;
+use cri_imaged::files::StateDir;
 
 use crate::{
     Bench, Daemon, Findings,
@@ -32,10 +32,10 @@ fn slow_plugin(dir: &Path) -> (String, String) {
 fn hostile_records(dir: &Path) {
     let pulled = dir.join("root/image_manager/pulled");
     std::fs::create_dir_all(&pulled).expect("records dir");
-    let fifo = pulled.join(RecordDir::file_name("sha256:fifo"));
+    let fifo = pulled.join(StateDir::file_name("sha256:fifo"));
     let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
     assert!(made.success(), "mkfifo");
-    std::os::unix::fs::symlink("/dev/zero", pulled.join(RecordDir::file_name("sha256:zero"))).expect("link");
+    std::os::unix::fs::symlink("/dev/zero", pulled.join(StateDir::file_name("sha256:zero"))).expect("link");
 }
 
 /// HTTP/2 connections to `socket` that have shaken hands and then ask for nothing.

@@ -7,11 +7,13 @@ use std::{
     time::{Duration, Instant, UNIX_EPOCH},
 };
 
-use cri_imaged::records::{
-    PullRecords,
-    format::{PullCredentials, PulledRecord, SecretRecord},
-    fs::RecordDir,
-    metrics::RecordsMetrics,
+use cri_imaged::{
+    files::StateDir,
+    records::{
+        PullRecords,
+        format::{PullCredentials, PulledRecord, SecretRecord},
+        metrics::RecordsMetrics,
+    },
 };
 
 /// Records on disk.
@@ -36,7 +38,7 @@ pub fn fill(root: &Path, count: usize) {
         };
         let credentials = PullCredentials { kubernetes_secrets: vec![secret], ..Default::default() };
         record.credential_mapping.insert(format!("registry.example.com/team-{}/app-{index}", index % 100), credentials);
-        std::fs::write(dir.join(RecordDir::file_name(&image_ref)), record.encode()).expect("record written");
+        std::fs::write(dir.join(StateDir::file_name(&image_ref)), record.encode()).expect("record written");
     }
 }
 

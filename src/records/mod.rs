@@ -38,12 +38,6 @@ use self::{
 pub use self::{intents::PullIntent, merge::RecordTo};
 use crate::files::StateDir;
 
-/// The records' directories, now [`crate::files::StateDir`], under the name the tests and benches
-/// use.
-pub mod fs {
-    pub use crate::files::StateDir as RecordDir;
-}
-
 /// The most records kept in memory; more stay on disk, read when asked for.
 pub const RECORDS_IN_MEMORY: usize = 10_000;
 /// The most intents kept in memory.

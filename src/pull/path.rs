@@ -3,14 +3,18 @@
 //! marked, the outcome recorded, and the pull's events. The walk runs in a task of its own, so
 //! that a caller who leaves mid-pull (its deadline passed) never leaves a pulled image without
 //! its record or a `Pulling` event without its outcome.
+//!
+//! A successful pull is recorded at two named steps, on purpose: inside the shared pull, before
+//! its result reaches any caller ([`super::record`]), so that a pod with the same credential
+//! asking the moment after finds the record; and as each caller's intent ends, which adds the
+//! secret a joiner of the shared pull came with (a record that did not change is not rewritten).
 
 use std::sync::Arc;
 
 use k8s_cri::v1::PodSandboxConfig;
 use tokio::{sync::oneshot, time::Instant};
-use tracing::Instrument;
-
 use tower::{Layer, util::BoxCloneSyncService};
+use tracing::Instrument;
 
 use super::{
     Peer, Pull, PullError, Pulled, RuntimePull,

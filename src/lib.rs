@@ -40,6 +40,8 @@
 //! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
 //!   serving (rate limits, backoff, image GC, credential files).
 //! - [`retry`]: the doubling waits of the daemon's retry loops.
+//! - [`root_lock`]: one daemon per `--root-dir` (a lock file); one taking the socket over waits
+//!   for it.
 //! - [`shutdown`]: the one stop signal every loop and server observes.
 //! - [`telemetry`]: logging set-up.
 
@@ -65,6 +67,7 @@ pub mod records;
 pub mod reference;
 pub mod reload;
 pub mod retry;
+pub mod root_lock;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;

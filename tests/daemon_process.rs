@@ -473,8 +473,8 @@ async fn a_daemon_taking_the_socket_over_refuses_no_caller_while_the_old_one_dra
         let socket = socket.clone();
         tokio::spawn(async move {
             let (mut answered, mut failed) = (0, Vec::new());
-            let until = std::time::Instant::now() + Duration::from_secs(4);
-            while std::time::Instant::now() < until {
+            let until = tokio::time::Instant::now() + Duration::from_secs(4);
+            while tokio::time::Instant::now() < until {
                 // A new connection each time, as an agent started anew dials.
                 let mut health = HealthClient::new(support::unix_channel(&socket));
                 match health.check(HealthCheckRequest { service: String::new() }).await {

@@ -16,6 +16,8 @@
 //! fan-out (a herd with and without WatchEvents subscribers), pull progress polling
 //! (containerd's CPU over a throttled pull with `--pull-progress` off and on), and hostile input
 //! (idle connections, hostile records and a slow credential plugin at once).
+// Wall time of real processes, in a program that never pauses tokio's clock.
+#![allow(clippy::disallowed_types)]
 
 /// A progress line on stderr, in a full run or when the tables are asked for; a smoke run in
 /// `make test` stays quiet.

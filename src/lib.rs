@@ -33,9 +33,9 @@
 //!   endpoint, the pass-through codec and containerd's image events.
 //! - `memory`: gives memory freed after a burst back to the system (glibc's `malloc_trim`).
 //! - [`metrics`]: Prometheus metrics and the `/metrics` endpoint.
-//! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
+//! - `notify`: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`policy`]: pull-policy defaulting and the pull decision (pure).
-//! - [`reference`]: the image reference grammar and the default tag (pure).
+//! - [`reference`](mod@reference): the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and reason strings, word for word.
 //! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
 //!   serving (rate limits, backoff, image GC, credential files).

@@ -3,7 +3,7 @@
 //! (`image_manager/pulling/` intents, `image_manager/pulled/` records), written crash-safely, with
 //! a bounded cache in front that answers alone while every record fits in it.
 //!
-//! - [`format`]: the files' JSON, the kubelet's.
+//! - [`format`](mod@format): the files' JSON, the kubelet's.
 //! - [`fs`]: durable writes.
 //! - [`policy`]: which present images are verified (pure).
 //! - [`check`]: may a pod use an image its records name; merging a pull into a record (pure).

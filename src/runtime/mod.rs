@@ -1,8 +1,8 @@
 //! The container runtime: what cri-imaged needs of it (a small trait, so the core is testable
 //! with fakes) and how it talks to it.
 //!
-//! - [`client`]: the CRI `runtime.v1.ImageService` client over a unix socket.
-//! - [`endpoint`]: where the runtime listens.
+//! - `client`: the CRI `runtime.v1.ImageService` client over a unix socket.
+//! - `endpoint`: where the runtime listens.
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`events`]: containerd's image events, which keep the presence cache honest.
 

@@ -96,7 +96,7 @@ impl RootLock {
         tracing::info!(
             path = %lock.path.display(),
             %holder,
-            "--root-dir is held by the daemon this one takes over from; its lock is taken once that one drains"
+            "--root-dir is held by the daemon this one takes over from; its lock is taken once that one starts draining"
         );
         Ok(lock)
     }

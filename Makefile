@@ -34,9 +34,13 @@ bench: deps
 soak: deps
 	cargo test --release --test soak -- --nocapture
 
-lint:
+# Formatting, clippy (clippy.toml), the docs' links, and cargo-deny's licenses, duplicate versions
+# and sources (deny.toml; its advisories need the RustSec database, which CI cannot fetch).
+lint: deps
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+	cargo deny check licenses bans sources
 
 # A pull and then an "already present" answer, on a real local containerd and registry (root). It
 # runs the binary cargo reports building, so CARGO_TARGET_DIR is honoured.

@@ -7,8 +7,8 @@
 # with @grpc/proto-loader: nodejs and npm from Debian, then npm ci of tests/clients/package-lock.json),
 # systemd's tools (the unit's checks), buildah and a static busybox (the container image,
 # scripts/build-image.sh), dpkg-dev and binutils (the Debian package), kubernetes-validate (PyPI: the
-# DaemonSet's check) and cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys
-# crate) for make fuzz.
+# DaemonSet's check), cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys
+# crate) for make fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
 
 missing=()
@@ -99,4 +99,12 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "install-deps: installing cargo-fuzz (cargo install)" >&2
     cargo install --quiet --locked cargo-fuzz --version '^0.13'
+fi
+
+# make lint's dependency checks (deny.toml), at the version pinned here: built from source, about 4
+# minutes on 2 cores, so only when it is missing or another version.
+cargo_deny_version=0.20.2
+if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $cargo_deny_version" ]; then
+    echo "install-deps: installing cargo-deny $cargo_deny_version (cargo install)" >&2
+    cargo install --quiet --locked cargo-deny --version "$cargo_deny_version"
 fi

@@ -1,12 +1,12 @@
 //! Command line and config file: every flag with its meaning, unit and default; the file
-//! ([`file`]) has a field for each, and a flag given on the command line wins over it.
+//! ([`file`](mod@file)) has a field for each, and a flag given on the command line wins over it.
 //!
 //! - [`cli`]: the command, the defaults, and clap's errors in the daemon's style.
 //! - [`serve`]: `serve`'s flags, and the ones a reload applies ([`RELOADABLE`]).
 //! - [`value`]: the flags' value parsers, each saying what its flag accepts.
 //! - [`build`]: each part's config built from the flags, and [`ConfigError`] for flags that do
 //!   not go together.
-//! - [`file`]: the config file, a field per flag.
+//! - [`file`](mod@file): the config file, a field per flag.
 //! - `load`: the command line read with its file, and what changed between two reads.
 
 pub mod build;

@@ -31,6 +31,7 @@ use crate::{
     },
     records::{PullRecords, RecordsError},
     reload::{self, Reloadable},
+    root_lock::{RootLock, RootLockError},
     runtime::{ContentStore, CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
     server::{self, ServeError, ServeOptions, Services},
     shutdown::{self, Shutdown},
@@ -43,6 +44,8 @@ pub enum DaemonError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     NodeCredentials(#[from] NodeCredentialsError),
+    #[error(transparent)]
+    RootLock(#[from] RootLockError),
     #[error(transparent)]
     Listen(#[from] ListenError),
     #[error(transparent)]
@@ -258,6 +261,8 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
     let node_credentials = Arc::new(args.node_credentials()?);
+    // One daemon per root dir, before the socket is touched; one taking the socket over waits.
+    let root_lock = RootLock::take(&args.root_dir, args.take_over_socket)?;
     // Socket activation: systemd's socket (its unit sets the path, mode and group), else our own.
     let (listener, socket_file) = match listener::passed_by_systemd()? {
         Some(listener) => (listener, None),
@@ -296,6 +301,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         "cri-imaged serving"
     );
     let (trigger, shutdown) = shutdown::channel();
+    root_lock.release_on(shutdown.clone());
     tokio::spawn(async move {
         tokio::select! {
             _ = terminate.recv() => tracing::info!("received SIGTERM"),

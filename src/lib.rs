@@ -36,7 +36,7 @@
 //! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
-//! - [`reference`]: the image reference grammar and the default tag (pure).
+//! - [`reference`](mod@reference): the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and a failed image's waiting reasons, word for
 //!   word.
 //! - [`files`]: state and config files read as hostile input (regular files only, no links,
@@ -45,9 +45,11 @@
 //! - [`duration`]: the one duration grammar (Go's, and the flags' whole-unit subset).
 //! - [`metric_labels`]: a series' labels (static strings only), for each concern's metrics.
 //! - [`retry`]: the doubling waits of the daemon's retry loops.
+//! - [`root_lock`]: one daemon per `--root-dir` (a lock file); one taking the socket over waits
+//!   for it.
 //! - [`shutdown`]: the one stop signal every loop and server observes.
 //! - `memory`: gives memory freed after a burst back to the system (glibc's `malloc_trim`).
-//! - [`notify`]: readiness and stopping notices to systemd (`Type=notify`).
+//! - `notify`: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`telemetry`]: logging set-up.
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
 
@@ -75,6 +77,7 @@ pub mod records;
 pub mod reference;
 pub mod reload;
 pub mod retry;
+pub mod root_lock;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;

@@ -7,7 +7,7 @@ mod support;
 use std::{
     os::unix::net::UnixStream,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
@@ -17,6 +17,7 @@ use support::{
     process::{DaemonProcess, open_fds, require_tool, rss_mib},
     unix_channel,
 };
+use tokio::time::Instant;
 
 /// User and system CPU time of `pid` so far (`/proc/PID/stat`, in 10 ms ticks).
 fn cpu_time(pid: u32) -> Duration {

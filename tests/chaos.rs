@@ -13,7 +13,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use cri_imaged::api::{GetStatusRequest, PullPolicy, image_manager_client::ImageManagerClient};
@@ -26,6 +26,7 @@ use support::{
     throttle::ThrottleProxy,
     unix_channel, wait_for_health,
 };
+use tokio::time::Instant;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_types::StatusExt;

@@ -128,7 +128,7 @@ async fn a_reload_of_a_fifo_a_device_or_a_deeply_nested_file_is_refused_at_once_
     for (refusals, (says, make)) in hostile.iter().enumerate() {
         std::fs::remove_file(&config).expect("removed");
         make(&config);
-        let began = std::time::Instant::now();
+        let began = tokio::time::Instant::now();
         daemon.signal("-HUP");
         let log = logged(&daemon, "configuration reload refused", refusals + 1).await;
         assert!(began.elapsed() < Duration::from_secs(5), "{says}: refused after {:?}", began.elapsed());
@@ -148,7 +148,7 @@ async fn a_reload_of_a_fifo_a_device_or_a_deeply_nested_file_is_refused_at_once_
     daemon.signal("-HUP");
     logged(&daemon, "configuration reloaded; credential files read again", 1).await;
     assert_eq!(buckets(&socket).await.1[0], (String::new(), 3.0, 10), "the next reload applies");
-    let began = std::time::Instant::now();
+    let began = tokio::time::Instant::now();
     let (status, log) = daemon.terminate().await;
     assert!(status.success() && began.elapsed() < Duration::from_secs(5), "a prompt, clean stop:\n{log}");
 }

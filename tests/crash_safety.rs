@@ -9,7 +9,7 @@ use std::{
     collections::HashMap,
     os::unix::process::ExitStatusExt,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use cri_imaged::{
@@ -23,6 +23,7 @@ use support::{
     process::DaemonProcess,
     unix_channel,
 };
+use tokio::time::Instant;
 
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
 const KILLS: usize = 30;

@@ -153,7 +153,9 @@ async fn a_second_daemon_refuses_a_socket_that_is_in_use() {
     let runtime = dir.path().join("no-runtime.sock");
     let _first = DaemonProcess::start(&socket, &runtime, &[]).await;
 
-    let mut second = DaemonProcess::spawn(&socket, &runtime, &[]);
+    // Its own --root-dir: on the first's, the root dir's lock would refuse it before the socket.
+    let other_root = dir.path().join("second-root");
+    let mut second = DaemonProcess::spawn(&socket, &runtime, &["--root-dir", other_root.to_str().expect("utf-8")]);
     let status = second.wait_for_exit(Duration::from_secs(10)).await;
     assert!(!status.success());
     let log = second.log_text();
@@ -448,7 +450,10 @@ async fn serving_the_kubelets_image_service_socket_without_socket_activation_is_
     assert_eq!(gauge, 1.0);
 
     // Another socket than the kubelet's: nothing to warn of.
-    let other = DaemonProcess::start(&dir.path().join("agents.sock"), &runtime.socket, &flags[..2]).await;
+    // Its own --root-dir: the first daemon, still serving, holds theirs.
+    let other_root = dir.path().join("other-root");
+    let other_flags = [flags[0], flags[1], "--root-dir", other_root.to_str().expect("utf-8")];
+    let other = DaemonProcess::start(&dir.path().join("agents.sock"), &runtime.socket, &other_flags).await;
     let mut client = daemon_client(&other);
     let status = client.get_status(cri_imaged::api::GetStatusRequest::default()).await.expect("status").into_inner();
     assert_eq!(status.kubelet_image_service_warning, "", "{}", other.log_text());
@@ -468,8 +473,8 @@ async fn a_daemon_taking_the_socket_over_refuses_no_caller_while_the_old_one_dra
         let socket = socket.clone();
         tokio::spawn(async move {
             let (mut answered, mut failed) = (0, Vec::new());
-            let until = std::time::Instant::now() + Duration::from_secs(4);
-            while std::time::Instant::now() < until {
+            let until = tokio::time::Instant::now() + Duration::from_secs(4);
+            while tokio::time::Instant::now() < until {
                 // A new connection each time, as an agent started anew dials.
                 let mut health = HealthClient::new(support::unix_channel(&socket));
                 match health.check(HealthCheckRequest { service: String::new() }).await {

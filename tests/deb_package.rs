@@ -49,7 +49,7 @@ fn build_tools_present() -> bool {
 /// Builds the package from the test build's binary into `out`; returns its path.
 fn build_deb(out: &Path) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-deb.sh");
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let output = Command::new(&script)
         .args(["--binary", env!("CARGO_BIN_EXE_cri-imaged"), "--out"])
         .arg(out)

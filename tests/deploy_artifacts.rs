@@ -270,7 +270,7 @@ impl BuiltImage {
         build.args(["--binary", env!("CARGO_BIN_EXE_cri-imaged"), "--tag", tag, "--storage"]).arg(store.path());
         // Its stdout and stderr in one file, in the order they were written.
         let log = store.path().join("build.log");
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let mut build = Background::spawn(build, &log);
         let status = build.wait(BUILD_LIMIT).unwrap_or_else(|| panic!("the image build took over {BUILD_LIMIT:?}"));
         assert!(status.success(), "the image build failed ({status}):\n{}", build.log());
@@ -385,12 +385,12 @@ impl Background {
 
     /// Waits for the process to exit, at most `limit`; `None` if it is still running.
     fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = std::time::Instant::now() + limit;
+        let deadline = tokio::time::Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return Some(status);
             }
-            if std::time::Instant::now() >= deadline {
+            if tokio::time::Instant::now() >= deadline {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -442,10 +442,10 @@ impl Probe {
         success: bool,
         limit: Duration,
     ) -> Output {
-        let deadline = std::time::Instant::now() + limit;
+        let deadline = tokio::time::Instant::now() + limit;
         loop {
             let output = self.run(image, container, mounts);
-            if output.status.success() == success || std::time::Instant::now() >= deadline {
+            if output.status.success() == success || tokio::time::Instant::now() >= deadline {
                 return output;
             }
             std::thread::sleep(Duration::from_millis(200));

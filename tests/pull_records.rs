@@ -13,7 +13,7 @@ use std::{
     collections::BTreeMap,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use cri_imaged::api::{EnsureImageExistsResponse, PullPolicy, image_manager_client::ImageManagerClient};
@@ -29,6 +29,7 @@ use support::{
     process::{DaemonProcess, metric, metric_with_label, metrics_listen},
     reason, unix_channel,
 };
+use tokio::time::Instant;
 use tonic::{Code, Status, transport::Channel};
 
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;

@@ -13,7 +13,7 @@ use std::{
     io::{BufRead, BufReader, Write},
     path::Path,
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::json;
@@ -22,6 +22,7 @@ use support::{
     fake_runtime::{FakeImageService, FakeRuntime},
     process::require_tool,
 };
+use tokio::time::Instant;
 
 /// systemd's part once `systemd-socket-activate` has passed the socket as fd 3: starts the daemon
 /// whose command line follows at once (says `started`), then on `restart` and `stop` lines

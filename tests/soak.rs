@@ -12,7 +12,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use cri_imaged::api::{PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient};
@@ -23,6 +23,7 @@ use support::{
     stack::LocalStack,
     unix_channel,
 };
+use tokio::time::Instant;
 
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);

@@ -16,6 +16,8 @@
 //! fan-out (a herd with and without WatchEvents subscribers), pull progress polling
 //! (containerd's CPU over a throttled pull with `--pull-progress` off and on), and hostile input
 //! (idle connections, hostile records and a slow credential plugin at once).
+// Wall time of real processes, in a program that never pauses tokio's clock.
+#![allow(clippy::disallowed_types)]
 
 /// A progress line on stderr, in a full run or when the tables are asked for; a smoke run in
 /// `make test` stays quiet.
@@ -385,9 +387,16 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// Starts cri-imaged on `WORK/name.sock` with `extra` and the bench's own daemon flags.
+    /// Starts cri-imaged on `WORK/name.sock` (its root dir `WORK/name-root`) with `extra` and the
+    /// bench's own daemon flags.
     async fn start(bench: &Bench, name: &str, extra: &[&str]) -> Self {
-        Self::start_at(bench, &bench.work.path().join(format!("{name}.sock")), extra).await
+        // A root dir of its own unless given one: several serve at once, and a root dir takes one.
+        let root = bench.work.path().join(format!("{name}-root"));
+        let mut extra = extra.to_vec();
+        if !extra.contains(&"--root-dir") {
+            extra.extend(["--root-dir", root.to_str().expect("utf-8 path")]);
+        }
+        Self::start_at(bench, &bench.work.path().join(format!("{name}.sock")), &extra).await
     }
 
     /// As [`Daemon::start`], on `socket` (its root dir, `root`, beside it).

@@ -40,8 +40,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub shutdown_timeout: Duration,
 
-    /// Serve Prometheus metrics on http://ADDR/metrics; off when unset. IP:PORT (127.0.0.1:9757,
-    /// [::1]:9757) or HOST:PORT (localhost:9757): a host name is resolved once, at start, to its
+    /// Serve Prometheus metrics on http://ADDR/metrics; off when unset. IP:PORT (`127.0.0.1:9757`,
+    /// `[::1]:9757`) or HOST:PORT (localhost:9757): a host name is resolved once, at start, to its
     /// first IPv4 address (else its first IPv6 one).
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     pub metrics_listen: Option<SocketAddr>,

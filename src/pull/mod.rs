@@ -1,7 +1,7 @@
 //! The pull path: one upstream pull as a tower service (the runtime's PullImage, then the image's
 //! size), wrapped in layers and run by the scheduler.
 //!
-//! - [`key`]: what makes two pulls the same pull.
+//! - `key`: what makes two pulls the same pull.
 //! - [`progress`]: a pull's progress and stall from containerd's ingests (pure).
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
 //! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].

@@ -4,7 +4,7 @@
 //! ([`crate::files::StateDir`]), with a bounded cache in front that answers alone while every
 //! record fits in it.
 //!
-//! - [`format`]: the files' JSON, the kubelet's.
+//! - [`format`](mod@format): the files' JSON, the kubelet's.
 //! - [`verification`]: which present images are verified (pure).
 //! - [`check`]: may a pod use an image its records name; merging a pull into a record (pure).
 //! - [`cache`]: the bounded cache.

@@ -1,9 +1,9 @@
 //! The container runtime: what cri-imaged needs of it (small traits, its image service and its
 //! content store, so the core is testable with a fake) and how it talks to it.
 //!
-//! - [`client`]: the CRI `runtime.v1.ImageService` client over a unix socket.
-//! - [`content`]: the runtime's content store, which the progress poller reads.
-//! - [`endpoint`]: where the runtime listens.
+//! - `client`: the CRI `runtime.v1.ImageService` client over a unix socket.
+//! - `content`: the runtime's content store, which the progress poller reads.
+//! - `endpoint`: where the runtime listens.
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`containerd`]: containerd's event and content services, beside its CRI plugin.
 //! - `fake`: one scripted runtime for the unit tests.

@@ -81,7 +81,7 @@ impl ConnectionLimits {
     }
 
     /// These limits within `open_files` (the soft `RLIMIT_NOFILE`): each connection takes a file,
-    /// and [`FILES_BESIDE_CONNECTIONS`] stay for the rest. The cap lowered to fit, if it had to be.
+    /// and `FILES_BESIDE_CONNECTIONS` stay for the rest. The cap lowered to fit, if it had to be.
     pub fn fitted_to(self, open_files: u64) -> (Self, Option<usize>) {
         let room = usize::try_from(open_files.saturating_sub(FILES_BESIDE_CONNECTIONS)).unwrap_or(usize::MAX).max(1);
         if self.max_connections <= room {

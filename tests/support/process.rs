@@ -148,13 +148,13 @@ impl DaemonProcess {
 
     /// Waits, at most 10 s, until the daemon's log satisfies `condition`; returns the log.
     pub async fn wait_for_log(&self, what: &str, mut condition: impl FnMut(&str) -> bool) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let log = self.log_text();
             if condition(&log) {
                 return log;
             }
-            assert!(std::time::Instant::now() < deadline, "{what}: not within 10 s; log:\n{log}");
+            assert!(tokio::time::Instant::now() < deadline, "{what}: not within 10 s; log:\n{log}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

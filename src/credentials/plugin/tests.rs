@@ -196,7 +196,7 @@ async fn a_plugin_that_writes_past_the_cap_is_killed_and_gives_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     // 100 MiB of output, read whole it would be held in memory.
     let config = scripted(dir.path(), "flood", "cat >/dev/null; head -c 104857600 /dev/zero");
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let error = exec::run(&config, "test.registry.io/foo").await.err().expect("refused");
     assert_eq!(error.to_string(), "wrote more than 1048576 bytes to stdout; killed");
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
@@ -208,7 +208,7 @@ async fn a_plugin_that_leaves_a_child_holding_its_stdout_answers_at_once_and_the
     let child_pid = dir.path().join("child.pid");
     let body = format!("cat >/dev/null\nsleep 60 &\necho $! > {}\nprintf '%s' '{ANSWER_JSON}'", child_pid.display());
     let config = scripted(dir.path(), "leaves-a-child", &body);
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let answer = exec::run(&config, "test.registry.io/foo").await.map_err(|error| error.to_string());
     assert!(answer.is_ok(), "{:?}", answer.err());
     assert!(started.elapsed() < Duration::from_secs(10), "not at the 60 s timeout: {:?}", started.elapsed());

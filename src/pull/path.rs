@@ -93,7 +93,7 @@ impl PullPath {
     }
 
     /// A pod's pull: its intent recorded first (a pull whose intent cannot be recorded is not
-    /// made), then [`pull_with_each`], then the record of who pulled the image.
+    /// made), then `pull_with_each`, then the record of who pulled the image.
     pub async fn pull_for_pod(&self, order: PodPull) -> Result<Scheduled, RecordsError> {
         let PodPull { image, repository, pull, credentials, about, started } = order;
         let (scheduler, records, guard) = (self.scheduler.clone(), self.records.clone(), self.guard.clone());

@@ -1,12 +1,18 @@
 //! Request translation of CRI `runtime.v1.ImageService/PullImage` on our socket: any protobuf
 //! bytes decoded as tonic decodes them, then translated as `server::cri_image_service` does (the
-//! credential taken into a `RegistryAuth`, the image parsed once into a `PullSpec`), and the
+//! credential taken into a `RegistryAuth`, the image parsed once into a `Pull`), and the
 //! single-flight key the scheduler merges identical pulls by.
 #![no_main]
 
 use std::sync::Arc;
 
-use cri_imaged::{credentials::RegistryAuth, messages, pull::PullKey, reference, runtime::PullSpec};
+use cri_imaged::{
+    credentials::RegistryAuth,
+    messages,
+    pull::{Pull, PullKey},
+    reference,
+    runtime::PullSpec,
+};
 use k8s_cri::v1::PullImageRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -21,19 +27,19 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(auth.as_ref().map(|auth| auth.to_cri()), sent_auth);
 
     let image = image.unwrap_or_default();
-    let spec = PullSpec { auth, sandbox_config, ..PullSpec::for_image(image.clone()) };
-    assert_eq!(spec.image, image, "the image spec reaches the runtime untouched");
+    let pull = Pull::of(PullSpec { image: image.clone(), auth, sandbox_config });
+    assert_eq!(pull.spec.image, image, "the image spec reaches the runtime untouched");
     let parsed = reference::parse_with_default_tag(&image.image).ok();
-    assert_eq!(spec.reference.as_deref(), parsed.as_ref().map(|(reference, _)| reference));
+    assert_eq!(pull.reference.as_deref(), parsed.as_ref().map(|(reference, _)| reference));
     let _ = messages::echo(&image.image);
 
-    let key = PullKey::of(&spec);
-    assert_eq!(key, PullKey::of(&spec.clone()), "the same pull, the same key");
+    let key = PullKey::of(&pull);
+    assert_eq!(key, PullKey::of(&pull.clone()), "the same pull, the same key");
     assert_eq!(key.runtime_handler, image.runtime_handler);
-    let expected_image = spec.reference.as_ref().map_or_else(|| image.image.clone(), ToString::to_string);
+    let expected_image = pull.reference.as_ref().map_or_else(|| image.image.clone(), ToString::to_string);
     assert_eq!(key.image, expected_image);
-    if spec.auth.is_some() {
-        let anonymous = PullSpec { auth: None, ..spec.clone() };
+    if pull.spec.auth.is_some() {
+        let anonymous = Pull { spec: PullSpec { auth: None, ..pull.spec.clone() }, ..pull.clone() };
         assert_ne!(key, PullKey::of(&anonymous), "a pull with credentials never merges with one without");
     }
 });

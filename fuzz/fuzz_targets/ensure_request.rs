@@ -9,7 +9,7 @@ use cri_imaged::{
     credentials::{CredentialSource, hash::kubelet_hash, secrets},
     ensure::EnsureRequest,
     messages::{self, ECHO_LIMIT},
-    policy::PullPolicy,
+    pull_policy::PullPolicy,
     reference,
 };
 use libfuzzer_sys::fuzz_target;

@@ -8,9 +8,9 @@
 
 use std::{sync::Arc, time::Duration};
 
-use cri_imaged::credentials::{
-    Credential, CredentialSource, Keyring, RegistryAuth,
-    plugin::{duration, exec},
+use cri_imaged::{
+    credentials::{Credential, CredentialSource, Keyring, RegistryAuth, plugin::exec},
+    duration,
 };
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -46,9 +46,9 @@ fuzz_target!(|data: &[u8]| {
         // Go's durations are i64 nanoseconds.
         assert!(cache_duration <= Duration::from_nanos(i64::MAX as u64));
         let written = document["cacheDuration"].as_str().expect("a duration read from a string");
-        match duration::parse(written) {
+        match duration::parse_go(written) {
             Ok(parsed) => assert_eq!(parsed, cache_duration),
-            Err(duration::GoDurationError::Negative(_)) => assert_eq!(cache_duration, Duration::ZERO),
+            Err(duration::DurationError::Negative(_)) => assert_eq!(cache_duration, Duration::ZERO),
             Err(error) => panic!("decoded {written:?} that does not parse: {error}"),
         }
     }

@@ -40,7 +40,8 @@ lint: deps
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
-	cargo deny check licenses bans sources
+	scripts/advisory-db.sh
+	cargo deny --offline check
 
 # A pull and then an "already present" answer, on a real local containerd and registry (root). It
 # runs the binary cargo reports building, so CARGO_TARGET_DIR is honoured.

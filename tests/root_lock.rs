@@ -36,7 +36,7 @@ async fn a_daemon_taking_the_socket_over_is_not_refused_and_holds_the_root_dir_o
     let socket = dir.path().join("agents.sock");
     let take_over = ["--take-over-socket", "true"];
     let mut old = DaemonProcess::start(&socket, &runtime, &take_over).await;
-    // Serving means not refused. (Both log to one file, named for the socket: read the lock file.)
+    // Serving means not refused.
     let new = DaemonProcess::start(&socket, &runtime, &take_over).await;
     let lock_file = dir.path().join("root").join(cri_imaged::root_lock::FILE_NAME);
     let holder = || std::fs::read_to_string(&lock_file).unwrap_or_default().trim().to_owned();

@@ -81,7 +81,12 @@ impl DaemonProcess {
     fn spawn_with(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str, home: Option<&Path>) -> Self {
         // Beside the socket's nearest existing ancestor: the daemon creates the socket's directory.
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
-        let log = log_dir.join(format!("{}.log", socket.file_name().expect("socket name").to_string_lossy()));
+        // A file of its own: a daemon taking a socket over from another must not overwrite its log.
+        let name = socket.file_name().expect("socket name").to_string_lossy().into_owned();
+        let log = (1..)
+            .map(|n| log_dir.join(if n == 1 { format!("{name}.log") } else { format!("{name}.{n}.log") }))
+            .find(|log| !log.exists())
+            .expect("a free log name");
         let stderr = std::fs::File::create(&log).expect("daemon log file");
         // Quick probes and a short drain, pull records beside the socket (never in the machine's
         // /var/lib/cri-imaged), and no periodic image GC (the test's disk is the machine's),

@@ -34,8 +34,8 @@ bench: deps
 soak: deps
 	cargo test --release --test soak -- --nocapture
 
-# Formatting, clippy (clippy.toml), the docs' links, and cargo-deny's licenses, duplicate versions
-# and sources (deny.toml; its advisories need the RustSec database, which CI cannot fetch).
+# Formatting, clippy (clippy.toml), the docs' links, and cargo-deny's licenses, duplicate versions,
+# sources and advisories (deny.toml; the RustSec database vendored in deny/advisory-db, offline).
 lint: deps
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings

@@ -27,7 +27,7 @@ use crate::{
     presence::{self, PresenceCache},
     pull::{
         path::{PathConfig, PullPath},
-        ratelimit::{RegistryLimits, TokioClock},
+        ratelimit::RegistryLimits,
     },
     records::{PullRecords, RecordsError},
     reload::{self, Reloadable},
@@ -96,7 +96,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
         let guard = Arc::new(ImageGuard::default());
         let events = Arc::new(Events::default());
         let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
-        let limits = Arc::new(RegistryLimits::new(&config.rate_limits, TokioClock::default(), metrics.pulls.clone()));
+        let limits = Arc::new(RegistryLimits::new(&config.rate_limits, metrics.pulls.clone(), events.clone()));
         let pulls = Arc::new(PullPath::over(
             runtime.clone(),
             limits.clone(),

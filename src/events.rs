@@ -16,7 +16,7 @@ use tokio::sync::broadcast;
 /// How many events a subscriber may fall behind before it loses the oldest.
 pub const SUBSCRIBER_BUFFER: usize = 4096;
 
-/// The kubelet's event reasons for images, and cri-imaged's for garbage collection.
+/// The kubelet's event reasons for images, and cri-imaged's for garbage collection and registries.
 pub mod reason {
     pub const PULLING: &str = "Pulling";
     pub const PULLED: &str = "Pulled";
@@ -30,6 +30,12 @@ pub mod reason {
     pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
     /// Not the kubelet's: how far a pull under way is.
     pub const PULL_PROGRESS: &str = "PullProgress";
+    /// Not the kubelet's: a registry's breaker opened (its pulls fail at once for a while).
+    pub const REGISTRY_UNAVAILABLE: &str = "RegistryUnavailable";
+    /// Not the kubelet's: a registry whose breaker was open answered again.
+    pub const REGISTRY_AVAILABLE: &str = "RegistryAvailable";
+    /// Not the kubelet's: a registry answered 429, and its pull rate was lowered.
+    pub const REGISTRY_THROTTLED: &str = "RegistryThrottled";
     /// Not the kubelet's: this subscriber read too slowly and lost events.
     pub const LAGGED: &str = "Lagged";
 }

@@ -14,7 +14,7 @@ use crate::{
     ensure,
     gc::ImageGc,
     notify,
-    pull::ratelimit::{RegistryLimits, TokioClock},
+    pull::ratelimit::RegistryLimits,
     reload::metrics::{ReloadMetrics, ReloadResult},
     runtime::ImageRuntime,
     shutdown::Shutdown,
@@ -42,7 +42,7 @@ pub enum ReloadError {
 
 /// The parts a reload reconfigures.
 pub struct Reloadable<R> {
-    pub limits: Arc<RegistryLimits<TokioClock>>,
+    pub limits: Arc<RegistryLimits>,
     pub manager: Arc<ensure::Manager<R>>,
     pub gc: Arc<ImageGc<R>>,
     pub credentials: Arc<NodeCredentials>,

@@ -107,8 +107,10 @@ async fn a_caller_deadline_ends_its_wait_with_deadline_exceeded_while_the_pull_g
 #[tokio::test]
 async fn a_cap_of_two_parallel_pulls_holds_over_the_wire() {
     let max_parallel = NonZeroUsize::new(2);
-    let config =
-        ManagerConfig { scheduler: SchedulerConfig { max_parallel, pull_timeout: None }, ..Default::default() };
+    let config = ManagerConfig {
+        scheduler: SchedulerConfig { max_parallel, pull_timeout: None, ..Default::default() },
+        ..Default::default()
+    };
     let stack = stack(config).await;
     stack.runtime.service.script.lock().unwrap().pull_delay = Duration::from_millis(100);
     let calls: Vec<_> = (0..6)
@@ -127,8 +129,11 @@ async fn a_cap_of_two_parallel_pulls_holds_over_the_wire() {
 
 #[tokio::test]
 async fn a_pull_timeout_is_deadline_exceeded_with_err_image_pull() {
-    let scheduler =
-        SchedulerConfig { max_parallel: NonZeroUsize::new(1), pull_timeout: Some(Duration::from_millis(200)) };
+    let scheduler = SchedulerConfig {
+        max_parallel: NonZeroUsize::new(1),
+        pull_timeout: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
     let stack = stack(ManagerConfig { scheduler, ..Default::default() }).await;
     let _gate = gate(&stack); // never opened: the pull hangs
     let status = call(&mut stack.daemon.client(), pod_request("hangs:v1", 1)).await.expect_err("timed out");

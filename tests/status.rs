@@ -106,6 +106,7 @@ async fn each_registry_bucket_shows_its_limit_and_tokens_left() {
         global: Some(limit(5.0, 10)),
         per_host: vec![("registry.local:5000".into(), limit(0.01, 3))],
         mode: RateLimitMode::Wait,
+        ..Default::default()
     };
     let stack = FakeStack::start(ManagerConfig { rate_limits, ..ManagerConfig::default() }).await;
     let mut client = stack.daemon.client();

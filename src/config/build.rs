@@ -1,7 +1,11 @@
 //! Each part's config built from the `serve` flags, and why flags that parse one by one do not
 //! go together ([`ConfigError`]).
 
-use std::{num::NonZeroUsize, path::Path, time::Duration};
+use std::{
+    num::{NonZeroU32, NonZeroUsize},
+    path::Path,
+    time::Duration,
+};
 
 use super::{DEFAULT_MAX_CONNECTIONS, ServeArgs};
 use crate::{
@@ -15,7 +19,7 @@ use crate::{
     gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
     pull::poller::ProgressConfig,
     pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitError},
-    pull::scheduler::SchedulerConfig,
+    pull::{breaker::state::BreakerConfig, ratelimit::AdaptiveConfig, scheduler::SchedulerConfig},
     records::verification::{Allowlist, PolicyError},
     server::{ConnectionLimits, ServeLimits},
 };
@@ -127,8 +131,19 @@ impl ServeArgs {
             global,
             per_host: self.registry_qps_per_host.clone(),
             mode: self.registry_rate_limit_mode.into(),
+            adaptive: AdaptiveConfig { floor: self.registry_qps_floor, recovery: self.registry_qps_recovery },
         };
-        let scheduler = SchedulerConfig { max_parallel, pull_timeout: self.image_pull_timeout };
+        let scheduler = SchedulerConfig {
+            max_parallel,
+            pull_timeout: self.image_pull_timeout,
+            answer_grace: self.registry_answer_grace,
+            resolve_timeout: Some(self.registry_resolve_timeout).filter(|timeout| !timeout.is_zero()),
+            breaker: BreakerConfig {
+                failures: NonZeroU32::new(self.registry_breaker_failures),
+                window: self.registry_breaker_window,
+                cooldown: self.registry_breaker_cooldown,
+            },
+        };
         let policy = self.image_pull_credentials_verification_policy;
         let allowlist = Allowlist::new(policy, &self.preloaded_images_verification_allowlist)?;
         Ok(ManagerConfig {

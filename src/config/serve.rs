@@ -7,7 +7,7 @@ use clap::{ArgAction, Args};
 use super::{
     DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, parse_at_least_one, parse_burst,
     parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit,
-    parse_listen_address, parse_percent, parse_qps, parse_runtime_endpoint, parse_stream_count,
+    parse_listen_address, parse_percent, parse_positive_qps, parse_qps, parse_runtime_endpoint, parse_stream_count,
 };
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
@@ -178,6 +178,42 @@ pub struct ServeArgs {
     #[arg(long, value_name = "HOST=QPS:BURST", value_parser = parse_host_limit, allow_hyphen_values = true)]
     pub registry_qps_per_host: Vec<(String, RateLimit)>,
 
+    /// A pull whose registry has not answered this long (no manifest, no byte) gives its pull
+    /// slot back to pulls that move bytes, and the registry's next pulls wait for it rather
+    /// than take a slot. Needs --pull-progress (containerd).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub registry_answer_grace: Duration,
+
+    /// A pull whose registry has not answered this long fails with `RegistryUnavailable:`, and
+    /// the registry's pulls waiting for it with it. 0s waits as long as the pull takes (the
+    /// kubelet's way). Needs --pull-progress (containerd).
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
+    pub registry_resolve_timeout: Duration,
+
+    /// Pulls failing to reach a registry in a row (refused, DNS, TLS, timeouts, 5xx) that open
+    /// its breaker: its pulls then fail at once with `RegistryUnavailable:` for the cool-down,
+    /// then one pull tests it. 0 turns the breaker off.
+    #[arg(long, value_name = "N", default_value = "5", allow_hyphen_values = true)]
+    pub registry_breaker_failures: u32,
+
+    /// A failure further than this from the one before starts the breaker's count again.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub registry_breaker_window: Duration,
+
+    /// How long an open breaker fails a registry's pulls at once before one pull tests it.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub registry_breaker_cooldown: Duration,
+
+    /// The lowest pull rate (pulls a second) of a registry answering 429: each 429 halves its
+    /// rate down to this.
+    #[arg(long, value_name = "QPS", default_value = "0.1", value_parser = parse_positive_qps, allow_hyphen_values = true)]
+    pub registry_qps_floor: f64,
+
+    /// After this long without a 429, a lowered registry rate goes up by a tenth of its
+    /// configured rate; as long again, another tenth, until it is back.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub registry_qps_recovery: Duration,
+
     /// cri-imaged's state directory, as the kubelet's --root-dir: the first place the node's
     /// docker config (config.json, then .dockercfg) is looked for.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_ROOT_DIR)]
@@ -286,6 +322,8 @@ pub const RELOADABLE: &[&str] = &[
     "registry-burst",
     "registry-rate-limit-mode",
     "registry-qps-per-host",
+    "registry-qps-floor",
+    "registry-qps-recovery",
     "image-pull-backoff-initial",
     "image-pull-backoff-max",
     "image-pull-backoff-max-entries",

@@ -28,6 +28,8 @@ pub enum ValueError {
     NotAPercent,
     #[error("expected a number of pulls a second, 0 or more (0 turns the limit off), e.g. 5 or 0.5")]
     NotAQps,
+    #[error("expected a number of pulls a second above 0, e.g. 0.1")]
+    NotAPositiveQps,
     #[error("expected HOST=QPS:BURST, e.g. docker.io=2:5 or registry.local:5000=20:40")]
     NotAHostLimit,
     #[error("the HOST before '=' is empty; expected HOST=QPS:BURST, e.g. docker.io=2:5")]
@@ -87,6 +89,11 @@ pub fn parse_burst(text: &str) -> Result<u32, ValueError> {
 /// `--registry-qps`: a finite number, 0 or more.
 pub fn parse_qps(text: &str) -> Result<f64, ValueError> {
     text.parse::<f64>().ok().filter(|qps| qps.is_finite() && *qps >= 0.0).ok_or(ValueError::NotAQps)
+}
+
+/// A pull rate that must be above 0 (`--registry-qps-floor`).
+pub fn parse_positive_qps(text: &str) -> Result<f64, ValueError> {
+    text.parse::<f64>().ok().filter(|qps| qps.is_finite() && *qps > 0.0).ok_or(ValueError::NotAPositiveQps)
 }
 
 /// An image GC threshold: any whole number, so that the kubelet's own check (0 to 100, in its

@@ -32,11 +32,11 @@ pub struct VerificationConfig {
 
 impl Default for ManagerConfig {
     /// Serial pulls, no pull timeout, 10s-to-300s backoff, 5 pulls a second in bursts of 10;
-    /// and, not the kubelet's, pull progress watched with a 5m stall timeout.
+    /// and, not the kubelet's, pull progress watched with a 5m stall timeout, and registries
+    /// that do not answer given up on (see [`SchedulerConfig::default`]).
     fn default() -> Self {
-        let serial = std::num::NonZeroUsize::MIN;
         Self {
-            scheduler: SchedulerConfig { max_parallel: Some(serial), pull_timeout: None },
+            scheduler: SchedulerConfig::default(),
             backoff: BackoffConfig::KUBELET,
             rate_limits: RateLimitConfig::kubelet(),
             presence_max_staleness: crate::presence::DEFAULT_MAX_STALENESS,

@@ -61,8 +61,8 @@ fn manager_with(
     let pull_metrics = Arc::new(crate::pull::metrics::PullMetrics::default());
     let limits = Arc::new(crate::pull::ratelimit::RegistryLimits::new(
         &config.rate_limits,
-        crate::pull::ratelimit::TokioClock::default(),
         pull_metrics.clone(),
+        events.clone(),
     ));
     let path_config = crate::pull::path::PathConfig { scheduler: config.scheduler, progress: config.progress };
     let shared = (records.clone(), guard.clone(), events.clone());

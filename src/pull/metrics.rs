@@ -1,6 +1,8 @@
-//! The pull path's metrics: upstream pulls by result, in flight, queued, joined, throttled.
+//! The pull path's metrics: upstream pulls by result, in flight, queued, joined, throttled; and
+//! the registries in trouble (an open breaker, a lowered rate), one series each, for as long as
+//! they are: the daemon follows a bounded number of registries, so the series stay few.
 
-use std::time::Duration;
+use std::{sync::atomic::AtomicU64, time::Duration};
 
 use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
@@ -23,6 +25,8 @@ pub enum PullResult {
     Stalled,
     /// Cancelled because every caller went away.
     Cancelled,
+    /// Its registry did not answer, or its breaker was open.
+    RegistryUnavailable,
 }
 
 impl PullResult {
@@ -34,6 +38,7 @@ impl PullResult {
             Self::TimedOut => "timed_out",
             Self::Stalled => "stalled",
             Self::Cancelled => "cancelled",
+            Self::RegistryUnavailable => "registry_unavailable",
         }
     }
 }
@@ -47,6 +52,17 @@ pub struct PullMetrics {
     queue_wait: Histogram,
     joins: Counter,
     throttled: Counter,
+    breaker_open: Family<RegistryLabel, Gauge>,
+    breaker_openings: Counter,
+    lowered_rate: Family<RegistryLabel, Gauge<f64, AtomicU64>>,
+    too_many_requests: Counter,
+}
+
+/// A registry's series: its host.
+type RegistryLabel = Vec<(&'static str, String)>;
+
+fn registry(host: &str) -> RegistryLabel {
+    vec![("registry", host.to_owned())]
 }
 
 impl PullMetrics {
@@ -59,6 +75,10 @@ impl PullMetrics {
             queue_wait: Histogram::new(QUEUE_WAIT_BUCKETS),
             joins: Counter::default(),
             throttled: Counter::default(),
+            breaker_open: Family::default(),
+            breaker_openings: Counter::default(),
+            lowered_rate: Family::default(),
+            too_many_requests: Counter::default(),
         };
         registry.register("pulls", "Upstream PullImage calls, by result", metrics.pulls.clone());
         registry.register("pulls_in_flight", "Upstream pulls running now", metrics.in_flight.clone());
@@ -74,7 +94,62 @@ impl PullMetrics {
             "Pulls refused or delayed by a registry rate limit",
             metrics.throttled.clone(),
         );
+        registry.register(
+            "registry_breaker_open",
+            "1 for each registry whose breaker is open or half-open (its pulls fail at once)",
+            metrics.breaker_open.clone(),
+        );
+        registry.register(
+            "registry_breaker_openings",
+            "Times a registry's breaker opened",
+            metrics.breaker_openings.clone(),
+        );
+        registry.register(
+            "registry_pull_rate_qps",
+            "The pull rate of each registry whose rate was lowered after it answered 429",
+            metrics.lowered_rate.clone(),
+        );
+        registry.register(
+            "registry_too_many_requests",
+            "Pulls a registry answered with 429 Too Many Requests",
+            metrics.too_many_requests.clone(),
+        );
         metrics
+    }
+
+    pub fn breaker_opened(&self, host: &str) {
+        self.breaker_openings.inc();
+        self.breaker_open.get_or_create(&registry(host)).set(1);
+    }
+
+    pub fn breaker_closed(&self, host: &str) {
+        self.breaker_open.remove(&registry(host));
+    }
+
+    /// `host`'s rate was lowered to `qps`, or (`None`) is back where it was configured.
+    pub fn registry_rate(&self, host: &str, qps: Option<f64>) {
+        match qps {
+            Some(qps) => {
+                self.lowered_rate.get_or_create(&registry(host)).set(qps);
+            }
+            None => {
+                self.lowered_rate.remove(&registry(host));
+            }
+        }
+    }
+
+    pub fn too_many_requests(&self) {
+        self.too_many_requests.inc();
+    }
+
+    /// Registries whose breaker opened, so far.
+    pub fn breaker_openings_total(&self) -> u64 {
+        self.breaker_openings.get()
+    }
+
+    /// Counts a pull that ended before it reached the runtime (no slot was taken).
+    pub fn refused(&self, result: PullResult) {
+        self.pulls.get_or_create(&vec![("result", result.label())]).inc();
     }
 
     pub fn queued(&self) {

@@ -4,13 +4,16 @@
 //! - `key`: what makes two pulls the same pull.
 //! - [`progress`]: a pull's progress and stall from containerd's ingests (pure).
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
-//! - [`ratelimit`]: registry rate limits, a governor-backed tower layer around [`RuntimePull`].
+//! - [`breaker`]: each registry's circuit breaker, and the wait behind a registry gone quiet.
+//! - [`ratelimit`]: registry rate limits (lowered while a registry answers 429), a tower layer
+//!   around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
 //! - [`path`]: the pull path as a request walks it: records, the GC guard, the scheduler and
 //!   the pull's events, in one place ([`path::PullPath`]).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
 //!   [`PullService`].
 
+pub mod breaker;
 mod key;
 pub mod metrics;
 pub mod path;
@@ -135,6 +138,11 @@ pub enum PullError {
         crate::messages::binary_size(*.bytes_total)
     )]
     Stalled { timeout: Duration, bytes_done: u64, bytes_total: u64 },
+    /// The registry could not be reached: it did not answer within the resolve timeout, or its
+    /// breaker is open. The message starts as the CRI's errors name it, so that kubelets (1.30
+    /// and later) give the pod their own reason for it.
+    #[error("RegistryUnavailable: {0}")]
+    RegistryUnavailable(String),
     /// The task running the pull ended without a result.
     #[error("the pull ended without a result")]
     Abandoned,
@@ -148,6 +156,9 @@ pub enum PullError {
 }
 
 impl PullError {
+    /// How a [`PullError::RegistryUnavailable`] message starts.
+    pub const REGISTRY_UNAVAILABLE_PREFIX: &str = "RegistryUnavailable:";
+
     /// The kubelet's aggregate of `failures`: a repeated message counts once, and a single
     /// distinct one stands alone, as it is.
     pub fn every_credential_failed(failures: Vec<Arc<PullError>>) -> Arc<PullError> {

@@ -20,7 +20,7 @@ use super::{
     Peer, Pull, PullError, Pulled, RuntimePull,
     metrics::PullMetrics,
     poller::{ProgressConfig, ProgressPoller, TrackPulls},
-    ratelimit::{RateLimitLayer, RegistryLimits, TokioClock},
+    ratelimit::{RateLimitLayer, RegistryLimits},
     record::RecordPulls,
     scheduler::{PullScheduler, Scheduled, SchedulerConfig},
 };
@@ -74,7 +74,7 @@ impl PullPath {
     /// the config says so). Records, guard and events are shared with the rest of the daemon.
     pub fn over<R: ImageRuntime + ContentStore>(
         runtime: Arc<R>,
-        limits: Arc<RegistryLimits<TokioClock>>,
+        limits: Arc<RegistryLimits>,
         config: PathConfig,
         (records, guard, events): (Arc<PullRecords>, Arc<ImageGuard>, Arc<Events>),
         metrics: Arc<PullMetrics>,
@@ -83,7 +83,8 @@ impl PullPath {
         let progress = config
             .progress
             .map(|progress| ProgressPoller::start(runtime, progress, events.clone()) as Arc<dyn TrackPulls>);
-        let scheduler = PullScheduler::tracked(BoxCloneSyncService::new(pulls), config.scheduler, metrics, progress);
+        let service = BoxCloneSyncService::new(pulls);
+        let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, progress, events.clone());
         Self { scheduler, records, guard, events }
     }
 

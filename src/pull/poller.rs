@@ -109,20 +109,73 @@ pub trait TrackPulls: Send + Sync {
 /// One tracked pull's reports; dropping it stops the tracking.
 pub struct Tracker {
     reports: watch::Receiver<Option<Report>>,
+    /// When a download no tracked pull accounts for last moved, while this one had no answer.
+    activity: watch::Receiver<Option<Instant>>,
+    since: Instant,
     _registration: Option<Registration>,
 }
 
 impl Tracker {
     /// A tracker that never reports: the runtime has no progress to give.
     pub fn untracked() -> Self {
-        Self { reports: watch::channel(None).1, _registration: None }
+        Self::unregistered(watch::channel(None).1, watch::channel(None).1)
     }
 
-    /// A tracker whose reports the test sends.
+    fn unregistered(reports: watch::Receiver<Option<Report>>, activity: watch::Receiver<Option<Instant>>) -> Self {
+        Self { reports, activity, since: Instant::now(), _registration: None }
+    }
+
+    /// A tracker whose reports and unaccounted downloads the test sends; it counts as watched.
     #[cfg(test)]
-    pub(crate) fn scripted() -> (watch::Sender<Option<Report>>, Self) {
+    pub(crate) fn scripted() -> (watch::Sender<Option<Report>>, watch::Sender<Option<Instant>>, Self) {
         let (reports, receiver) = watch::channel(None);
-        (reports, Self { reports: receiver, _registration: None })
+        let (activity, moved) = watch::channel(None);
+        let mut tracker = Self::unregistered(receiver, moved);
+        tracker._registration = Some(Registration::detached());
+        (reports, activity, tracker)
+    }
+
+    /// Whether the pull's downloads are watched: only then can it be found unanswered.
+    pub fn watched(&self) -> bool {
+        self._registration.is_some()
+    }
+
+    /// Resolves once the registry has answered the pull (its manifest was found).
+    pub async fn answered(&self) {
+        let mut reports = self.reports.clone();
+        if reports.wait_for(Option::is_some).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Resolves once the pull has gone `quiet` without an answer: no manifest found and no
+    /// download moving that no tracked pull accounts for (it may be this pull's, under a manifest
+    /// the poller cannot tell apart). Never, once it is answered or for a pull not watched.
+    pub async fn unanswered_for(&self, quiet: Duration) {
+        if !self.watched() {
+            std::future::pending::<()>().await;
+        }
+        let mut activity = self.activity.clone();
+        loop {
+            let last = (*activity.borrow_and_update()).map_or(self.since, |moved| moved.max(self.since));
+            tokio::select! {
+                () = tokio::time::sleep_until(last + quiet) => {
+                    if self.reports.borrow().is_none() && !activity.has_changed().unwrap_or(false) {
+                        return;
+                    }
+                }
+                changed = activity.changed() => {
+                    if changed.is_err() {
+                        // The poller went: nothing more will say the pull is alive.
+                        tokio::time::sleep_until(last + quiet).await;
+                        return;
+                    }
+                }
+            }
+            if self.reports.borrow().is_some() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// The reports as they come, for whoever asks how the pull is going.
@@ -146,14 +199,15 @@ impl Tracker {
     }
 
     /// Resolves with the report that found the pull stalled; never, for a pull that is not.
-    pub async fn stalled(&mut self) -> Report {
+    pub async fn stalled(&self) -> Report {
+        let mut reports = self.reports.clone();
         loop {
-            if let Some(report) = *self.reports.borrow_and_update()
+            if let Some(report) = *reports.borrow_and_update()
                 && report.stalled.is_some()
             {
                 return report;
             }
-            if self.reports.changed().await.is_err() {
+            if reports.changed().await.is_err() {
                 std::future::pending::<()>().await;
             }
         }
@@ -164,6 +218,24 @@ struct Registration {
     id: u64,
     registry: Weak<Registry>,
     pull: Arc<Registered>,
+}
+
+impl Registration {
+    /// A registration no poller serves (tests).
+    #[cfg(test)]
+    fn detached() -> Self {
+        let pull = Registered {
+            image: String::new(),
+            reference: Arc::new(ImageReference::parse("example.test/detached").expect("a valid reference")),
+            started_at: SystemTime::now(),
+            waiting: WaitingPods::default(),
+            reports: watch::channel(None).0,
+            activity: watch::channel(None).0,
+            events: Arc::new(Events::default()),
+            told_all: AtomicBool::new(false),
+        };
+        Self { id: 0, registry: Weak::new(), pull: Arc::new(pull) }
+    }
 }
 
 impl Drop for Registration {
@@ -180,6 +252,8 @@ struct Registered {
     started_at: SystemTime,
     waiting: WaitingPods,
     reports: watch::Sender<Option<Report>>,
+    /// When an unaccounted download last moved while this pull had no answer.
+    activity: watch::Sender<Option<Instant>>,
     events: Arc<Events>,
     /// A progress event has said all of it is done: the pull's end need not say it again.
     told_all: AtomicBool,
@@ -211,7 +285,7 @@ impl ProgressPoller {
     /// Starts the polling task (it ends when the poller is dropped).
     pub fn start<R: ContentStore>(runtime: Arc<R>, config: ProgressConfig, events: Arc<Events>) -> Arc<Self> {
         let registry = Arc::new(Registry::default());
-        let task = Poll { runtime, config, pulls: HashMap::new() };
+        let task = Poll { runtime, config, pulls: HashMap::new(), unaccounted: HashMap::new() };
         tokio::spawn(task.run(Arc::downgrade(&registry), registry.wake.clone()));
         Arc::new(Self { registry, events })
     }
@@ -230,14 +304,17 @@ impl TrackPulls for ProgressPoller {
         }
         let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
         let (reports, receiver) = watch::channel(None);
+        let (activity, moved) = watch::channel(None);
         let TrackedPull { image, reference, started_at, waiting } = pull;
         let events = self.events.clone();
         let told_all = AtomicBool::new(false);
-        let pull = Arc::new(Registered { image, reference, started_at, waiting, reports, events, told_all });
+        let pull = Arc::new(Registered { image, reference, started_at, waiting, reports, activity, events, told_all });
         self.registry.pulls().insert(id, pull.clone());
         self.registry.wake.notify_one();
         let registration = Registration { id, registry: Arc::downgrade(&self.registry), pull };
-        Tracker { reports: receiver, _registration: Some(registration) }
+        let mut tracker = Tracker::unregistered(receiver, moved);
+        tracker._registration = Some(registration);
+        tracker
     }
 }
 
@@ -246,6 +323,8 @@ struct Poll<R> {
     runtime: Arc<R>,
     config: ProgressConfig,
     pulls: HashMap<u64, Watched>,
+    /// Offsets of the downloads no tracked pull accounted for, at the last poll.
+    unaccounted: HashMap<String, u64>,
 }
 
 /// A tracked pull as the task follows it.
@@ -311,13 +390,27 @@ impl<R: ContentStore> Poll<R> {
             .filter_map(|watched| watched.progress.as_ref())
             .flat_map(PullProgress::digests)
             .collect();
-        let unaccounted = ingests.keys().any(|digest| !accounted.contains(digest.as_str()));
+        let unaccounted: HashMap<String, u64> = ingests
+            .iter()
+            .filter(|(digest, _)| !accounted.contains(digest.as_str()))
+            .map(|(digest, ingest)| (digest.clone(), ingest.offset))
+            .collect();
+        // A pull through us is accounted for within a poll of its first download; one unaccounted
+        // for two polls running belongs to a pull the poller cannot place (a manifest stored
+        // before, a client of containerd other than us): its bytes may be an unanswered pull's.
+        let moved =
+            unaccounted.iter().any(|(digest, offset)| self.unaccounted.get(digest).is_some_and(|was| offset > was));
+        let searching = !unaccounted.is_empty();
+        self.unaccounted = unaccounted;
         for (id, pull) in tracked {
             let mut watched = self.pulls.remove(id).unwrap_or_default();
             let now = Instant::now();
-            if watched.progress.is_none() && unaccounted && watched.next_search.is_none_or(|next| now >= next) {
+            if watched.progress.is_none() && searching && watched.next_search.is_none_or(|next| now >= next) {
                 watched.next_search = Some(now + SEARCH_INTERVAL);
                 watched.progress = self.find_layers(pull, &ingests).await;
+            }
+            if watched.progress.is_none() && moved {
+                pull.activity.send_replace(Some(now));
             }
             if let Some(progress) = &mut watched.progress {
                 let mut committed = HashSet::new();

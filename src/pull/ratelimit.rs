@@ -1,27 +1,36 @@
-//! Registry rate limits on upstream pulls, as a tower layer over governor.
+//! Registry rate limits on upstream pulls, as a tower layer.
 //!
 //! Like the kubelet's `throttledImageService`, only PullImage is limited, never presence checks.
 //! By default a pull over the limit fails at once with `pull QPS exceeded`; in wait mode it
-//! queues until a token frees up. A registry host may have a bucket of its own.
+//! queues until a token frees up. A registry host may have a bucket of its own, and gets one
+//! while it answers 429 ([`adaptive`]): the node stops spending its pull quota.
+
+mod adaptive;
+mod bucket;
 
 use std::{
     collections::HashMap,
     num::NonZeroU32,
-    sync::{Arc, Mutex, PoisonError, RwLock},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock},
     task::{Context, Poll},
     time::Duration,
 };
 
-use governor::{
-    Quota, RateLimiter,
-    clock::{Clock, Reference},
-    middleware::StateInformationMiddleware,
-    state::{InMemoryState, NotKeyed},
-};
+use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
+pub use self::adaptive::AdaptiveConfig;
+use self::{
+    adaptive::{Lowered, UNLIMITED_START},
+    bucket::TokenBucket,
+};
 use crate::{
-    pull::{Pull, PullError, PullFuture, Pulled, metrics::PullMetrics},
+    events::{Event, EventType, Events, reason},
+    pull::{
+        Pull, PullError, PullFuture, Pulled,
+        breaker::failure::{Failure, classify},
+        metrics::PullMetrics,
+    },
     reference::ImageReference,
 };
 
@@ -63,11 +72,6 @@ impl RateLimit {
         let burst = NonZeroU32::new(burst).ok_or(RateLimitError::ZeroBurst)?;
         Ok(Some(Self { qps, burst }))
     }
-
-    fn quota(&self) -> Quota {
-        let period = Duration::from_secs_f64(1.0 / self.qps).max(Duration::from_nanos(1));
-        Quota::with_period(period).unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX)).allow_burst(self.burst)
-    }
 }
 
 /// Every registry limit the daemon applies.
@@ -78,46 +82,24 @@ pub struct RateLimitConfig {
     /// Registry hosts (as in the image reference, port included) with a bucket of their own.
     pub per_host: Vec<(String, RateLimit)>,
     pub mode: RateLimitMode,
+    /// How a registry's rate drops while it answers 429, and comes back.
+    pub adaptive: AdaptiveConfig,
 }
 
 impl RateLimitConfig {
     /// The kubelet's defaults: 5 pulls a second, bursts of 10, failing when over.
     pub fn kubelet() -> Self {
         let global = RateLimit { qps: 5.0, burst: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN) };
-        Self { global: Some(global), per_host: Vec::new(), mode: RateLimitMode::Fail }
+        Self {
+            global: Some(global),
+            per_host: Vec::new(),
+            mode: RateLimitMode::Fail,
+            adaptive: AdaptiveConfig::default(),
+        }
     }
 }
 
-/// tokio's clock for governor, so rate limits follow tokio's (pausable) time.
-#[derive(Debug, Clone)]
-pub struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self { start: tokio::time::Instant::now() }
-    }
-}
-
-impl Clock for TokioClock {
-    type Instant = Duration;
-
-    fn now(&self) -> Duration {
-        self.start.elapsed()
-    }
-}
-
-type Limiter<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
-
-/// One token bucket, and what it had left after the last pull it admitted.
-struct Bucket<C: Clock> {
-    limiter: Limiter<C>,
-    limit: RateLimit,
-    /// governor cannot be asked without taking a token: the tokens left at the last admission,
-    /// and when, tell how many there are now.
-    last_admitted: Mutex<Option<(C::Instant, u32)>>,
-}
+type Bucket = Mutex<TokenBucket>;
 
 /// A bucket as GetStatus shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,81 +109,147 @@ pub struct BucketStatus {
     pub limit: RateLimit,
     /// Pulls it would admit now, with the fraction of the next one refilled.
     pub tokens: f64,
+    /// While the registry's rate is lowered after a 429: the limit it had.
+    pub lowered_from: Option<RateLimit>,
 }
 
 /// The buckets, shared by every clone of the layer's service.
-pub struct RegistryLimits<C: Clock> {
+pub struct RegistryLimits {
     /// Replaced whole on a reload; a bucket whose limit did not change is carried over, tokens
     /// and all.
-    buckets: RwLock<Arc<Buckets<C>>>,
-    clock: C,
+    buckets: RwLock<Arc<Buckets>>,
+    /// Registries whose rate is lowered after a 429, each with a bucket of its own meanwhile.
+    lowered: Mutex<HashMap<String, Lowered>>,
     metrics: Arc<PullMetrics>,
+    events: Arc<Events>,
 }
 
-struct Buckets<C: Clock> {
-    global: Option<Arc<Bucket<C>>>,
-    per_host: HashMap<String, Arc<Bucket<C>>>,
+struct Buckets {
+    global: Option<Arc<Bucket>>,
+    per_host: HashMap<String, Arc<Bucket>>,
     mode: RateLimitMode,
+    adaptive: AdaptiveConfig,
 }
 
-impl<C: Clock + Clone> RegistryLimits<C> {
-    pub fn new(config: &RateLimitConfig, clock: C, metrics: Arc<PullMetrics>) -> Self {
-        let empty = Buckets { global: None, per_host: HashMap::new(), mode: config.mode };
-        let buckets = RwLock::new(Arc::new(empty.reconfigured(config, &clock)));
-        Self { buckets, clock, metrics }
+/// The most registries with a lowered rate; past it, a new one keeps its configured bucket.
+const MAX_LOWERED: usize = 256;
+
+impl RegistryLimits {
+    pub fn new(config: &RateLimitConfig, metrics: Arc<PullMetrics>, events: Arc<Events>) -> Self {
+        let empty = Buckets { global: None, per_host: HashMap::new(), mode: config.mode, adaptive: config.adaptive };
+        let buckets = RwLock::new(Arc::new(empty.reconfigured(config, Instant::now())));
+        Self { buckets, lowered: Mutex::default(), metrics, events }
     }
 
     /// Applies `config` to the pulls admitted from now on (a reload). A bucket keeps its tokens
     /// while its limit stays the same; a new or changed one starts full.
     pub fn reconfigure(&self, config: &RateLimitConfig) {
         let mut buckets = self.buckets.write().unwrap_or_else(PoisonError::into_inner);
-        *buckets = Arc::new(buckets.reconfigured(config, &self.clock));
+        *buckets = Arc::new(buckets.reconfigured(config, Instant::now()));
     }
 
-    fn current(&self) -> Arc<Buckets<C>> {
+    fn current(&self) -> Arc<Buckets> {
         self.buckets.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn lowered(&self) -> MutexGuard<'_, HashMap<String, Lowered>> {
+        self.lowered.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn mode(&self) -> RateLimitMode {
         self.current().mode
     }
 
-    /// Every bucket and its tokens now: the default one first, then by host.
+    /// Every bucket and its tokens now: the default one first, then by host (a lowered registry
+    /// shows its lowered bucket).
     pub fn buckets(&self) -> Vec<BucketStatus> {
-        let now = self.clock.now();
-        let status = |host: Option<&String>, bucket: &Bucket<C>| {
-            let burst = f64::from(bucket.limit.burst.get());
-            let last = *bucket.last_admitted.lock().unwrap_or_else(PoisonError::into_inner);
-            let tokens = match last {
-                None => burst,
-                Some((at, left)) => {
-                    let refilled = Duration::from(now.duration_since(at)).as_secs_f64() * bucket.limit.qps;
-                    (f64::from(left) + refilled).min(burst)
-                }
-            };
-            BucketStatus { host: host.cloned(), limit: bucket.limit, tokens }
-        };
+        let now = Instant::now();
         let buckets = self.current();
-        let mut hosts: Vec<(&String, &Arc<Bucket<C>>)> = buckets.per_host.iter().collect();
-        hosts.sort_by_key(|(host, _)| *host);
+        let lowered = self.recovered(now, &buckets.adaptive);
+        let status = |host: Option<&String>, bucket: &Bucket| {
+            let bucket = bucket.lock().unwrap_or_else(PoisonError::into_inner);
+            BucketStatus { host: host.cloned(), limit: bucket.limit(), tokens: bucket.tokens(now), lowered_from: None }
+        };
+        let mut hosts: Vec<BucketStatus> = buckets
+            .per_host
+            .iter()
+            .filter(|(host, _)| !lowered.contains_key(*host))
+            .map(|(host, bucket)| status(Some(host), bucket))
+            .chain(lowered.iter().map(|(host, lowered)| BucketStatus {
+                host: Some(host.clone()),
+                limit: lowered.bucket.limit(),
+                tokens: lowered.bucket.tokens(now),
+                lowered_from: Some(lowered.configured()),
+            }))
+            .collect();
+        hosts.sort_by(|a, b| a.host.cmp(&b.host));
         let global = buckets.global.as_ref().map(|bucket| status(None, bucket));
-        global.into_iter().chain(hosts.into_iter().map(|(host, bucket)| status(Some(host), bucket))).collect()
+        global.into_iter().chain(hosts).collect()
+    }
+
+    /// The lowered registries, those whose rate recovered at `now` forgotten.
+    fn recovered(&self, now: Instant, config: &AdaptiveConfig) -> MutexGuard<'_, HashMap<String, Lowered>> {
+        let mut lowered = self.lowered();
+        lowered.retain(|host, registry| {
+            let back = registry.recover(now, config);
+            self.metrics.registry_rate(host, (!back).then(|| registry.qps()));
+            if back {
+                tracing::info!(registry = %host, qps = registry.configured().qps, "no 429 for a while: the registry's pull rate is back");
+            }
+            !back
+        });
+        lowered
     }
 
     /// Takes a token for `host`; `Err(wait)` says when one frees up.
     fn take(&self, host: Option<&str>) -> Result<(), Duration> {
+        let now = Instant::now();
         let buckets = self.current();
+        if let Some(host) = host {
+            let mut lowered = self.recovered(now, &buckets.adaptive);
+            if let Some(lowered) = lowered.get_mut(host) {
+                return lowered.bucket.take(now);
+            }
+        }
         let Some(bucket) = host.and_then(|host| buckets.per_host.get(host)).or(buckets.global.as_ref()) else {
             return Ok(());
         };
-        match bucket.limiter.check() {
-            Ok(snapshot) => {
-                let left = snapshot.remaining_burst_capacity();
-                *bucket.last_admitted.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), left));
-                Ok(())
+        bucket.lock().unwrap_or_else(PoisonError::into_inner).take(now)
+    }
+
+    /// `host` answered 429: its rate is lowered (halved; at most once a moment).
+    fn too_many_requests(&self, host: &str) {
+        self.metrics.too_many_requests();
+        let now = Instant::now();
+        let buckets = self.current();
+        let mut lowered = self.recovered(now, &buckets.adaptive);
+        let before = lowered.get(host).map(Lowered::qps);
+        if let Some(registry) = lowered.get_mut(host) {
+            if !registry.lower(now, &buckets.adaptive) {
+                return;
             }
-            Err(not_until) => Err(not_until.wait_time_from(self.clock.now())),
+        } else {
+            if lowered.len() >= MAX_LOWERED {
+                return;
+            }
+            let configured = buckets
+                .per_host
+                .get(host)
+                .or(buckets.global.as_ref())
+                .map_or(UNLIMITED_START, |bucket| bucket.lock().unwrap_or_else(PoisonError::into_inner).limit());
+            lowered.insert(host.to_owned(), Lowered::new(configured, now, &buckets.adaptive));
         }
+        let Some(registry) = lowered.get(host) else { return };
+        let (qps, configured) = (registry.qps(), registry.configured());
+        self.metrics.registry_rate(host, Some(qps));
+        let message = format!(
+            "registry {host:?} answered 429 Too Many Requests: its pulls are limited to {qps:.2} a second (was {:.2}), \
+             rising again after {} without another",
+            before.unwrap_or(configured.qps),
+            crate::messages::go_duration_millis(buckets.adaptive.recovery)
+        );
+        tracing::warn!(registry = %host, qps, "{message}");
+        self.events.publish(Event::new(EventType::Warning, reason::REGISTRY_THROTTLED, message));
     }
 
     /// Admits a pull to `host`, failing or waiting as the mode (or `always_wait`) says.
@@ -217,22 +265,18 @@ impl<C: Clock + Clone> RegistryLimits<C> {
             if !wait {
                 return Err(PullError::RateLimited);
             }
-            // A zero wait would spin; governor's clock may round below tokio's tick.
+            // A zero wait would spin.
             tokio::time::sleep(until_free.max(Duration::from_millis(1))).await;
         }
     }
 }
 
-impl<C: Clock + Clone> Buckets<C> {
+impl Buckets {
     /// The buckets `config` asks for, reusing each of these whose limit is unchanged.
-    fn reconfigured(&self, config: &RateLimitConfig, clock: &C) -> Self {
-        let bucket = |limit: &RateLimit, old: Option<&Arc<Bucket<C>>>| match old {
-            Some(old) if old.limit == *limit => old.clone(),
-            _ => Arc::new(Bucket {
-                limiter: RateLimiter::direct_with_clock(limit.quota(), clock.clone()).with_middleware(),
-                limit: *limit,
-                last_admitted: Mutex::new(None),
-            }),
+    fn reconfigured(&self, config: &RateLimitConfig, now: Instant) -> Self {
+        let bucket = |limit: &RateLimit, old: Option<&Arc<Bucket>>| match old {
+            Some(old) if old.lock().unwrap_or_else(PoisonError::into_inner).limit() == *limit => old.clone(),
+            _ => Arc::new(Mutex::new(TokenBucket::full(*limit, now))),
         };
         Self {
             global: config.global.as_ref().map(|limit| bucket(limit, self.global.as_ref())),
@@ -242,23 +286,24 @@ impl<C: Clock + Clone> Buckets<C> {
                 .map(|(host, limit)| (host.clone(), bucket(limit, self.per_host.get(host))))
                 .collect(),
             mode: config.mode,
+            adaptive: config.adaptive,
         }
     }
 }
 
 /// The layer: limits the pulls of the service it wraps.
-pub struct RateLimitLayer<C: Clock> {
-    limits: Arc<RegistryLimits<C>>,
+pub struct RateLimitLayer {
+    limits: Arc<RegistryLimits>,
 }
 
-impl<C: Clock> RateLimitLayer<C> {
-    pub fn new(limits: Arc<RegistryLimits<C>>) -> Self {
+impl RateLimitLayer {
+    pub fn new(limits: Arc<RegistryLimits>) -> Self {
         Self { limits }
     }
 }
 
-impl<S, C: Clock> Layer<S> for RateLimitLayer<C> {
-    type Service = RateLimited<S, C>;
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimited<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimited { inner, limits: self.limits.clone() }
@@ -266,23 +311,21 @@ impl<S, C: Clock> Layer<S> for RateLimitLayer<C> {
 }
 
 /// A pull service behind the registry limits.
-pub struct RateLimited<S, C: Clock> {
+pub struct RateLimited<S> {
     inner: S,
-    limits: Arc<RegistryLimits<C>>,
+    limits: Arc<RegistryLimits>,
 }
 
-impl<S: Clone, C: Clock> Clone for RateLimited<S, C> {
+impl<S: Clone> Clone for RateLimited<S> {
     fn clone(&self) -> Self {
         Self { inner: self.inner.clone(), limits: self.limits.clone() }
     }
 }
 
-impl<S, C> Service<Pull> for RateLimited<S, C>
+impl<S> Service<Pull> for RateLimited<S>
 where
     S: Service<Pull, Response = Pulled, Error = PullError> + Clone + Send + 'static,
     S::Future: Send,
-    C: Clock + Clone + Send + Sync + 'static,
-    <C as Clock>::Instant: Reference + Send + Sync,
 {
     type Response = Pulled;
     type Error = PullError;
@@ -297,9 +340,16 @@ where
         let limits = self.limits.clone();
         let inner = self.inner.clone();
         Box::pin(async move {
-            let host = pull.reference.as_deref().map(ImageReference::domain);
+            let reference = pull.reference.clone();
+            let host = reference.as_deref().map(ImageReference::domain);
             limits.admit(host, pull.wait_for_rate_limit).await?;
-            inner.oneshot(pull).await
+            let result = inner.oneshot(pull).await;
+            if let (Err(error), Some(host)) = (&result, host)
+                && classify(error) == Failure::TooManyRequests
+            {
+                limits.too_many_requests(host);
+            }
+            result
         })
     }
 }

@@ -7,6 +7,12 @@
 //! leaves: still queued, it is dropped, so the queue moves on; running, its upstream call is
 //! dropped, which cancels the runtime's pull and leaves no image behind.
 //!
+//! Slots are for pulls that move bytes: a pull whose registry has not answered for the answer
+//! grace gives its slot back (and the registry's next pulls wait for it, see [`super::breaker`]);
+//! one still unanswered at the resolve timeout fails with `RegistryUnavailable`. So a registry
+//! that hangs never holds the node's pulls, and serial pulls still mean one download at a time,
+//! but for a pull that waited without a slot and whose registry answered at last.
+//!
 //! Callers differ in what a registry rate limit does to them: EnsureImageExists (the kubelet's
 //! way) fails at once, a CRI PullImage waits for a token. A shared pull waits if any caller that
 //! joined it before it was admitted would wait: the pull runs anyway for that caller, so sharing
@@ -30,12 +36,15 @@ use tokio::{
 use tower::ServiceExt;
 
 use crate::{
-    events::Pod,
+    events::{Events, Pod},
+    messages,
     pull::{
         Pull, PullError, PullKey, PullService, Pulled,
+        breaker::{Breakers, Pass, state::BreakerConfig, state::Stage},
         metrics::{PullMetrics, PullResult},
         poller::{MAX_WAITING_PODS, Report, TrackPulls, TrackedPull, Tracker, WaitingPods},
     },
+    reference::ImageReference,
 };
 
 /// How pulls are scheduled.
@@ -45,6 +54,27 @@ pub struct SchedulerConfig {
     pub max_parallel: Option<NonZeroUsize>,
     /// Bounds one upstream pull; `None` (the kubelet's default) waits as long as it takes.
     pub pull_timeout: Option<Duration>,
+    /// A watched pull whose registry has not answered for this long gives its slot back, and
+    /// the registry's next pulls wait for it.
+    pub answer_grace: Duration,
+    /// A watched pull whose registry has not answered for this long (since it started) fails
+    /// with `RegistryUnavailable`; `None` waits as long as the pull takes.
+    pub resolve_timeout: Option<Duration>,
+    pub breaker: BreakerConfig,
+}
+
+impl Default for SchedulerConfig {
+    /// Serial pulls without a pull timeout, as the kubelet; not the kubelet's: a registry that
+    /// has not answered for 1 s gives its slot back, and fails its pull at 20 s.
+    fn default() -> Self {
+        Self {
+            max_parallel: Some(NonZeroUsize::MIN),
+            pull_timeout: None,
+            answer_grace: Duration::from_secs(1),
+            resolve_timeout: Some(Duration::from_secs(20)),
+            breaker: BreakerConfig::default(),
+        }
+    }
 }
 
 /// A pull's result, shared by everyone who waited for it.
@@ -102,7 +132,8 @@ const RECENT: Duration = Duration::from_secs(10);
 struct Shared {
     service: PullService,
     slots: Option<Arc<Semaphore>>,
-    pull_timeout: Option<Duration>,
+    config: SchedulerConfig,
+    breakers: Arc<Breakers>,
     in_flight: Mutex<HashMap<PullKey, Slot>>,
     /// Successful pulls of the last [`RECENT`], with when each ended: a caller that saw the image
     /// absent before one ended, and reaches the scheduler after, gets its result. Changed only
@@ -121,21 +152,29 @@ pub struct PullScheduler {
 
 impl PullScheduler {
     pub fn new(service: PullService, config: SchedulerConfig, metrics: Arc<PullMetrics>) -> Self {
-        Self::tracked(service, config, metrics, None)
+        Self::tracked(service, config, metrics, None, Arc::default())
     }
 
-    /// A scheduler whose pulls `progress` watches: their progress is reported, and a stalled one
-    /// is cancelled.
+    /// A scheduler whose pulls `progress` watches: their progress is reported, a stalled one is
+    /// cancelled, and one whose registry does not answer gives its slot back. Registry
+    /// breakers open and close with an event on `events`.
     pub fn tracked(
         service: PullService,
         config: SchedulerConfig,
         metrics: Arc<PullMetrics>,
         progress: Option<Arc<dyn TrackPulls>>,
+        events: Arc<Events>,
     ) -> Self {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
         let (in_flight, recent) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
-        let pull_timeout = config.pull_timeout;
-        Self { shared: Arc::new(Shared { service, slots, pull_timeout, in_flight, recent, metrics, progress }) }
+        let breakers = Arc::new(Breakers::new(config.breaker, metrics.clone(), events));
+        let shared = Shared { service, slots, config, breakers, in_flight, recent, metrics, progress };
+        Self { shared: Arc::new(shared) }
+    }
+
+    /// Each registry's breaker and wait.
+    pub fn breakers(&self) -> &Breakers {
+        &self.shared.breakers
     }
 
     /// Pulls `pull`, or joins an identical pull under way, and waits for the result.
@@ -248,14 +287,40 @@ impl Shared {
     }
 
     /// One upstream pull, bounded by the pull timeout and cut short when `tracker` finds it
-    /// stalled; dropping the call cancels the runtime's pull.
-    async fn call(&self, pull: Pull, tracker: &mut Tracker) -> Result<Pulled, PullError> {
+    /// stalled or its registry silent; dropping the call cancels the runtime's pull. Silent for
+    /// the answer grace, it gives its `permit` back.
+    async fn call(
+        &self,
+        pull: Pull,
+        tracker: &Tracker,
+        pass: &Pass,
+        permit: &mut Option<OwnedSemaphorePermit>,
+    ) -> Result<Pulled, PullError> {
+        let host = pull.reference.as_deref().map(ImageReference::domain).unwrap_or_default().to_owned();
         let call = self.service.clone().oneshot(pull);
         let bounded = async {
-            match self.pull_timeout {
+            match self.config.pull_timeout {
                 Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
                 None => call.await,
             }
+        };
+        let unanswered = async {
+            tracker.unanswered_for(self.config.answer_grace).await;
+            if permit.take().is_some() {
+                tracing::info!(registry = %host, "no answer from the registry yet: the pull gives its slot back");
+            }
+            pass.unanswered();
+            let Some(timeout) = self.config.resolve_timeout else { return std::future::pending().await };
+            tracker.unanswered_for(timeout).await;
+            PullError::RegistryUnavailable(format!(
+                "registry {host:?} did not answer within {} (--registry-resolve-timeout); the pull was cancelled",
+                messages::go_duration_millis(timeout)
+            ))
+        };
+        let answered = async {
+            tracker.answered().await;
+            pass.answered();
+            std::future::pending::<()>().await;
         };
         tokio::select! {
             result = bounded => result,
@@ -264,6 +329,8 @@ impl Shared {
                 bytes_done: report.progress.bytes_done,
                 bytes_total: report.progress.bytes_total,
             }),
+            error = unanswered => Err(error),
+            () = answered => unreachable!("never resolves"),
         }
     }
 
@@ -297,19 +364,32 @@ impl Shared {
 }
 
 async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
-    let Some(permit) = shared.acquire(&key, &slot).await else {
+    let mut pass = shared.breakers.pass(pull.reference.as_deref().map(ImageReference::domain));
+    let admitted = tokio::select! {
+        admitted = admit(&mut pass) => admitted,
+        () = shared.unwanted(&key, &slot) => return,
+    };
+    if let Err(not_admitted) = admitted {
+        return shared.refuse(&key, &slot, pass, not_admitted);
+    }
+    let Some(mut permit) = shared.acquire(&key, &slot).await else {
         tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
         return;
     };
+    // The breaker may have opened while the pull was queued.
+    if let Err(refused) = pass.admit(Stage::Start) {
+        drop(permit);
+        return shared.refuse(&key, &slot, pass, NotAdmitted::Refused(refused));
+    }
     shared.metrics.started();
     *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(SystemTime::now());
-    let mut tracker = shared.track(&pull, &slot);
+    let tracker = shared.track(&pull, &slot);
     let result = loop {
         pull.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
         let result = tokio::select! {
             // A pull that ended as its last caller left still publishes: its image exists.
             biased;
-            result = shared.call(pull.clone(), &mut tracker) => result,
+            result = shared.call(pull.clone(), &tracker, &pass, &mut permit) => result,
             () = shared.unwanted(&key, &slot) => {
                 tracing::info!(image = %key.image, "every caller went away; the pull was cancelled");
                 shared.metrics.finished(PullResult::Cancelled);
@@ -340,14 +420,47 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
         Err(PullError::RateLimited) => PullResult::RateLimited,
         Err(PullError::TimedOut(_)) => PullResult::TimedOut,
         Err(PullError::Stalled { .. }) => PullResult::Stalled,
+        Err(PullError::RegistryUnavailable(_)) => PullResult::RegistryUnavailable,
         Err(_) => PullResult::Failure,
     });
+    pass.ended(result.as_ref().err());
     drop(permit);
     match &result {
         Ok(_) => tracker.completed(),
         Err(_) => drop(tracker),
     }
     slot.result.send_replace(Some(result.map_err(Arc::new)));
+}
+
+/// Why a pull never reached the runtime.
+enum NotAdmitted {
+    /// Its registry's breaker refused it: that says nothing new about the registry.
+    Refused(PullError),
+    /// The unanswered pull of its registry it waited for failed: it fails too, and counts.
+    Failed(PullError),
+}
+
+/// A pull's way past its registry's breaker and its wait behind an unanswered pull.
+async fn admit(pass: &mut Pass) -> Result<(), NotAdmitted> {
+    pass.admit(Stage::Queue).map_err(NotAdmitted::Refused)?;
+    pass.wait_while_unanswered().await.map_err(NotAdmitted::Failed)
+}
+
+impl Shared {
+    /// Ends a pull that never reached the runtime: its callers get the error.
+    fn refuse(&self, key: &PullKey, slot: &Slot, pass: Pass, not_admitted: NotAdmitted) {
+        let error = match not_admitted {
+            NotAdmitted::Refused(error) => error,
+            NotAdmitted::Failed(error) => {
+                pass.ended(Some(&error));
+                error
+            }
+        };
+        tracing::info!(image = %key.image, %error, "the pull did not start");
+        self.in_flight().remove(key);
+        self.metrics.refused(PullResult::RegistryUnavailable);
+        slot.result.send_replace(Some(Err(Arc::new(error))));
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::{
     ensure::{self, EnsureRequest},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
-    pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits, TokioClock},
+    pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits},
     runtime::{ImageFsUsage, ImageRuntime, probe_within},
 };
 
@@ -22,7 +22,7 @@ pub struct ImageManagerService<R> {
     manager: Arc<ensure::Manager<R>>,
     gc: Arc<ImageGc<R>>,
     presence: Arc<PresenceCache>,
-    limits: Arc<RegistryLimits<TokioClock>>,
+    limits: Arc<RegistryLimits>,
     kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 

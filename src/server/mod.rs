@@ -88,10 +88,7 @@ use crate::{
     events::Events,
     gc::{ImageGc, ImageGuard},
     presence::PresenceCache,
-    pull::{
-        path::PullPath,
-        ratelimit::{RegistryLimits, TokioClock},
-    },
+    pull::{path::PullPath, ratelimit::RegistryLimits},
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
     shutdown::Shutdown,
 };
@@ -109,7 +106,7 @@ pub struct Services<R> {
     /// Every image event, for WatchEvents.
     pub events: Arc<Events>,
     /// The registry rate limits the pull path applies, for GetStatus.
-    pub limits: Arc<RegistryLimits<TokioClock>>,
+    pub limits: Arc<RegistryLimits>,
     /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
     pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
     pub connections: Arc<ConnectionMetrics>,

@@ -94,6 +94,7 @@ impl From<CriPullError> for Status {
             }
             PullError::Runtime(RuntimeError::Unsupported(_)) => Status::unimplemented(error.to_string()),
             PullError::RateLimited => Status::resource_exhausted(error.to_string()),
+            PullError::RegistryUnavailable(_) => Status::unavailable(error.to_string()),
             PullError::Abandoned => Status::internal(error.to_string()),
             PullError::Cancelled => Status::cancelled(error.to_string()),
             PullError::EveryCredentialFailed(_) => Status::new(pull_error_code(&error), error.to_string()),
@@ -174,6 +175,7 @@ fn pull_error_code(error: &PullError) -> Code {
             _ => Code::Unknown,
         },
         PullError::RateLimited => Code::ResourceExhausted,
+        PullError::RegistryUnavailable(_) => Code::Unavailable,
         PullError::TimedOut(_) | PullError::Stalled { .. } => Code::DeadlineExceeded,
         PullError::Abandoned => Code::Internal,
         PullError::Cancelled => Code::Cancelled,

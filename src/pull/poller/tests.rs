@@ -219,7 +219,7 @@ async fn a_download_that_stops_moving_is_stalled_after_the_timeout() {
     let content = Arc::new(FakeRuntime::default());
     let poller = ProgressPoller::start(content.clone(), config(5), Arc::new(Events::default()));
     content.manifest("registry.local", "big", 9, &[(1, 8 * MIB)]);
-    let mut tracker = poller.track(pull("registry.local/big:v1", &[]));
+    let tracker = poller.track(pull("registry.local/big:v1", &[]));
     content.downloading(1, 3 * MIB, 8 * MIB);
     let started = tokio::time::Instant::now();
     let report = tokio::time::timeout(Duration::from_secs(60), tracker.stalled()).await.expect("stalled");
@@ -235,7 +235,7 @@ async fn a_pull_with_nothing_downloading_never_stalls() {
     let poller = ProgressPoller::start(content.clone(), config(5), Arc::new(Events::default()));
     content.manifest("registry.local", "slow", 9, &[(1, 8 * MIB)]);
     // Resolving, or waiting on another pull: no ingest of its layers.
-    let mut tracker = poller.track(pull("registry.local/slow:v1", &[]));
+    let tracker = poller.track(pull("registry.local/slow:v1", &[]));
     let stalled = tokio::time::timeout(Duration::from_secs(60), tracker.stalled()).await;
     assert!(stalled.is_err(), "stalled with nothing downloading");
 }

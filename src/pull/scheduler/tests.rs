@@ -76,7 +76,11 @@ fn spec(image: &str, handler: &str) -> Pull {
 
 fn scheduler(upstream: &Arc<Upstream>, max_parallel: Option<usize>) -> PullScheduler {
     let max_parallel = max_parallel.and_then(NonZeroUsize::new);
-    PullScheduler::new(upstream.service(), SchedulerConfig { max_parallel, pull_timeout: None }, Default::default())
+    PullScheduler::new(
+        upstream.service(),
+        SchedulerConfig { max_parallel, pull_timeout: None, ..Default::default() },
+        Default::default(),
+    )
 }
 
 /// Lets spawned tasks run until they all wait.
@@ -272,7 +276,8 @@ async fn a_queued_pull_whose_callers_gave_up_is_dropped_and_the_queue_moves_on()
 #[tokio::test(start_paused = true)]
 async fn an_expired_pull_timeout_cancels_the_upstream_call() {
     let upstream = Upstream::slow(Duration::from_secs(60));
-    let config = SchedulerConfig { max_parallel: None, pull_timeout: Some(Duration::from_secs(5)) };
+    let config =
+        SchedulerConfig { max_parallel: None, pull_timeout: Some(Duration::from_secs(5)), ..Default::default() };
     let scheduler = PullScheduler::new(upstream.service(), config, Default::default());
     let (a, b) = tokio::join!(scheduler.pull(spec("slow:v1", "")), scheduler.pull(spec("slow:v1", "")));
     for scheduled in [a, b] {
@@ -381,21 +386,24 @@ async fn a_caller_that_saw_the_image_absent_before_the_same_pull_ended_gets_its_
 #[derive(Default)]
 struct ScriptedTracking {
     reports: std::sync::Mutex<Vec<watch::Sender<Option<Report>>>>,
+    /// Each tracked pull's unaccounted downloads, as the poller would see them move.
+    activity: std::sync::Mutex<Vec<watch::Sender<Option<Instant>>>>,
     pulls: std::sync::Mutex<Vec<(String, WaitingPods)>>,
 }
 
 impl TrackPulls for ScriptedTracking {
     fn track(&self, pull: TrackedPull) -> Tracker {
-        let (reports, tracker) = Tracker::scripted();
+        let (reports, activity, tracker) = Tracker::scripted();
         self.reports.lock().unwrap().push(reports);
+        self.activity.lock().unwrap().push(activity);
         self.pulls.lock().unwrap().push((pull.image, pull.waiting));
         tracker
     }
 }
 
 fn tracked_scheduler(upstream: &Arc<Upstream>, tracking: &Arc<ScriptedTracking>) -> PullScheduler {
-    let config = SchedulerConfig { max_parallel: None, pull_timeout: None };
-    PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()))
+    let config = SchedulerConfig { max_parallel: None, resolve_timeout: None, ..Default::default() };
+    PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()), Arc::default())
 }
 
 fn for_pod(image: &str, uid: &str) -> Pull {

@@ -59,6 +59,11 @@ impl EnsureError {
 /// The kubelet tests the prefix of the whole Go error (`rpc error: code = … desc = …`), which a
 /// remote runtime's error never matches; we test the runtime's own message, as was intended.
 pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
+    // Ours (a registry that did not answer, or whose breaker is open) reads as the runtime's.
+    if let PullError::RegistryUnavailable(detail) = &*error {
+        let message = messages::registry_unavailable(image, &format!(": {detail}"));
+        return EnsureError::RegistryUnavailable { message, source: error };
+    }
     if let PullError::Runtime(runtime) = &*error {
         let runtime_message = runtime.runtime_message();
         if let Some(detail) = runtime_message.strip_prefix(waiting_reason::REGISTRY_UNAVAILABLE) {

@@ -199,6 +199,12 @@ impl Pass {
         }
     }
 
+    /// Whether a pull of this registry has gone unanswered past the grace.
+    pub fn registry_unanswered(&self) -> bool {
+        let Some(host) = &self.host else { return false };
+        self.breakers.registries().get(host).is_some_and(|registry| registry.unanswered.is_some())
+    }
+
     /// This pull has had no answer for the grace: later pulls from its registry wait for it.
     pub fn unanswered(&self) {
         let Some(host) = &self.host else { return };

@@ -365,16 +365,22 @@ impl Shared {
 
 async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
     let mut pass = shared.breakers.pass(pull.reference.as_deref().map(ImageReference::domain));
-    let admitted = tokio::select! {
-        admitted = admit(&mut pass) => admitted,
-        () = shared.unwanted(&key, &slot) => return,
-    };
-    if let Err(not_admitted) = admitted {
-        return shared.refuse(&key, &slot, pass, not_admitted);
-    }
-    let Some(mut permit) = shared.acquire(&key, &slot).await else {
-        tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
-        return;
+    let mut permit = loop {
+        let admitted = tokio::select! {
+            admitted = admit(&mut pass) => admitted,
+            () = shared.unwanted(&key, &slot) => return,
+        };
+        if let Err(not_admitted) = admitted {
+            return shared.refuse(&key, &slot, pass, not_admitted);
+        }
+        let Some(permit) = shared.acquire(&key, &slot).await else {
+            tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
+            return;
+        };
+        // The registry went quiet while this pull was queued: wait for it holding no slot.
+        if !pass.registry_unanswered() {
+            break permit;
+        }
     };
     // The breaker may have opened while the pull was queued.
     if let Err(refused) = pass.admit(Stage::Start) {

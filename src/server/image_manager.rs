@@ -11,7 +11,11 @@ use crate::{
     ensure::{self, EnsureRequest},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     presence::PresenceCache,
-    pull::ratelimit::{BucketStatus, RateLimitMode, RegistryLimits},
+    pull::{
+        breaker::RegistryStatus,
+        path::PullPath,
+        ratelimit::{BucketStatus, RateLimitMode, RegistryLimits},
+    },
     runtime::{ImageFsUsage, ImageRuntime, probe_within},
 };
 
@@ -23,6 +27,7 @@ pub struct ImageManagerService<R> {
     gc: Arc<ImageGc<R>>,
     presence: Arc<PresenceCache>,
     limits: Arc<RegistryLimits>,
+    pulls: Arc<PullPath>,
     kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 
@@ -34,6 +39,7 @@ impl<R> ImageManagerService<R> {
             gc: services.gc.clone(),
             presence: services.presence.clone(),
             limits: services.limits.clone(),
+            pulls: services.pulls.clone(),
             kubelet_warning: services.kubelet_warning.clone(),
         }
     }
@@ -125,6 +131,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             .to_owned(),
             rate_limits: self.limits.buckets().into_iter().map(rate_limit_bucket).collect(),
             kubelet_image_service_warning: self.kubelet_warning.get().cloned().unwrap_or_default(),
+            registries: self.pulls.scheduler().breakers().status().into_iter().map(registry_health).collect(),
         }))
     }
 
@@ -175,6 +182,18 @@ fn rate_limit_bucket(bucket: BucketStatus) -> api::RateLimitBucket {
         qps: bucket.limit.qps,
         burst: bucket.limit.burst.get(),
         tokens: bucket.tokens,
+        lowered_from_qps: bucket.lowered_from.map_or(0.0, |limit| limit.qps),
+    }
+}
+
+fn registry_health(registry: RegistryStatus) -> api::RegistryHealth {
+    api::RegistryHealth {
+        host: registry.host,
+        breaker: registry.breaker.to_owned(),
+        failures: registry.failures,
+        last_failure: registry.last_failure.unwrap_or_default(),
+        open_until: registry.open_until.map(prost_types::Timestamp::from),
+        unanswered: registry.unanswered,
     }
 }
 

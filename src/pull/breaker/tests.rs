@@ -135,6 +135,8 @@ async fn a_hung_registry_gives_the_serial_slot_back_after_the_grace_and_its_pull
     node.registries.set("hung.test", Behaviour::Hangs);
     let first = node.pull("hung.test/a:1");
     sleep(Duration::from_millis(10)).await;
+    // Queued for the slot before the registry went quiet.
+    let queued = node.pull("hung.test/e:1");
     let healthy_early = node.pull("good.test/b:1");
     sleep(Duration::from_secs(2)).await;
     // The registry has gone quiet: its next pulls wait for the first, holding no slot.
@@ -144,7 +146,7 @@ async fn a_hung_registry_gives_the_serial_slot_back_after_the_grace_and_its_pull
 
     let (early, waited_early) = healthy_early.await.expect("joined");
     early.expect("pulled");
-    assert!(waited_early <= Duration::from_millis(1200), "behind the hung pull for the grace only: {waited_early:?}");
+    assert_eq!(waited_early, Duration::from_millis(1090), "behind the hung pull for the grace only");
     let (late, waited_late) = healthy_late.await.expect("joined");
     late.expect("pulled");
     assert_eq!(waited_late, Duration::from_millis(100), "no slot is held for the quiet registry");
@@ -160,6 +162,9 @@ async fn a_hung_registry_gives_the_serial_slot_back_after_the_grace_and_its_pull
     let second = second.expect_err("failed with the first");
     assert_eq!(second.to_string(), first.to_string(), "told the same");
     assert_eq!(waited_second, Duration::from_millis(17_990), "answered the moment the first failed");
+    let (queued, waited_queued) = queued.await.expect("joined");
+    assert_eq!(queued.expect_err("failed with the first").to_string(), first.to_string());
+    assert_eq!(waited_queued, Duration::from_millis(19_990), "it gave its slot back as it got it");
     assert_eq!(node.registries.calls("hung.test"), 1, "the waiting pull never reached the registry");
 }
 

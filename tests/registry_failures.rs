@@ -1,0 +1,211 @@
+//! Registries that hang or go away, on the real stack with the daemon's default flags: a
+//! registry that accepts connections and never answers does not hold the pods of a healthy one,
+//! its own pods get `RegistryUnavailable` at the resolve timeout, and its breaker opens, lets one
+//! pull test it once cooled down, and closes when the registry is back.
+
+mod support;
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use cri_imaged::api::{GetStatusRequest, PodRef, PullPolicy, image_manager_client::ImageManagerClient};
+use support::{call, ensure, process::DaemonProcess, reason, stack::LocalStack, unix_channel};
+use tokio::{
+    io::copy_bidirectional,
+    net::{TcpListener, TcpStream},
+    task::JoinHandle,
+    time::Instant,
+};
+use tonic::Code;
+
+/// A registry that accepts connections and never answers a byte (a wedged registry, a firewall
+/// that drops): the connections are held open until it is dropped.
+struct HungRegistry {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl HungRegistry {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the hung registry");
+        let addr = listener.local_addr().expect("its address");
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        Self { addr, task }
+    }
+}
+
+impl Drop for HungRegistry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A registry that can be stopped (its port refuses connections) and started again at the same
+/// port: a relay to the stack's registry.
+struct SwitchedRegistry {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    relay: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SwitchedRegistry {
+    async fn start(upstream: SocketAddr) -> Arc<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the relay");
+        let addr = listener.local_addr().expect("its address");
+        let registry = Arc::new(Self { addr, upstream, relay: Mutex::new(None) });
+        registry.serve(listener);
+        registry
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        let upstream = self.upstream;
+        let relay = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((mut client, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(upstream).await {
+                        let _ = copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        *self.relay.lock().unwrap() = Some(relay);
+    }
+
+    /// Stops listening and drops every connection: the registry's port refuses from now on.
+    fn stop(&self) {
+        if let Some(relay) = self.relay.lock().unwrap().take() {
+            relay.abort();
+        }
+    }
+
+    async fn start_again(&self) {
+        let listener = TcpListener::bind(self.addr).await.expect("bind the relay's port again");
+        self.serve(listener);
+    }
+}
+
+fn pod(uid: &str) -> PodRef {
+    PodRef { namespace: "default".into(), name: format!("pod-{uid}"), uid: uid.into(), ..Default::default() }
+}
+
+/// EnsureImageExists of `image` for pod `uid` in a task: its answer and how long it took.
+fn ask(
+    socket: &std::path::Path,
+    image: &str,
+    uid: &str,
+) -> JoinHandle<(Result<cri_imaged::api::EnsureImageExistsResponse, tonic::Status>, Duration)> {
+    let mut client = ImageManagerClient::new(unix_channel(socket));
+    let mut request = ensure(image, PullPolicy::IfNotPresent as i32);
+    request.pod = Some(pod(uid));
+    let asked = Instant::now();
+    tokio::spawn(async move {
+        let answer = tokio::time::timeout(Duration::from_secs(150), call(&mut client, request)).await;
+        (answer.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer in 150 s"))), asked.elapsed())
+    })
+}
+
+async fn registries(socket: &std::path::Path) -> Vec<cri_imaged::api::RegistryHealth> {
+    let mut client = ImageManagerClient::new(unix_channel(socket));
+    let status = client.get_status(GetStatusRequest::default()).await.expect("GetStatus answers");
+    status.into_inner().registries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past_the_resolve_timeout() {
+    let Some(stack) = LocalStack::start() else { return };
+    let healthy: Vec<String> = (0..3).map(|i| format!("{}:1", stack.image(&format!("healthy-{i}")))).collect();
+    for (i, image) in healthy.iter().enumerate() {
+        stack.seed(&format!("healthy-{i}:1"), &format!("healthy {i}"));
+        assert!(image.ends_with(":1"));
+    }
+    let hung = HungRegistry::start().await;
+    stack.route_through(hung.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+
+    // Ten pods on five images of the hung registry, serial pulls (the default).
+    let started = Instant::now();
+    let stuck: Vec<_> = (0..10)
+        .map(|i| ask(&daemon.socket, &format!("{}/hung-{}:1", hung.addr, i % 5), &format!("stuck-{i}")))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fine: Vec<_> =
+        healthy.iter().enumerate().map(|(i, image)| ask(&daemon.socket, image, &format!("fine-{i}"))).collect();
+    for pod in fine {
+        let (answer, took) = pod.await.expect("joined");
+        answer.expect("a healthy registry's pod is pulled");
+        assert!(took < Duration::from_secs(5), "a healthy registry's pod waited {took:?} behind the hung one");
+    }
+    let unanswered = registries(&daemon.socket).await;
+    let host = hung.addr.to_string();
+    assert!(unanswered.iter().any(|registry| registry.host == host && registry.unanswered), "{unanswered:?}");
+
+    for pod in stuck {
+        let (answer, _) = pod.await.expect("joined");
+        let status = answer.expect_err("the hung registry never answers");
+        assert_eq!((status.code(), reason(&status)), (Code::Unavailable, "RegistryUnavailable".to_owned()));
+        assert!(
+            status.message().contains(&format!(
+                r#"because the registry is unavailable: registry "{host}" did not answer within 20s"#
+            )),
+            "{}",
+            status.message()
+        );
+    }
+    let all_answered = started.elapsed();
+    assert!(all_answered < Duration::from_secs(30), "every pod of the hung registry answered by {all_answered:?}");
+
+    // Five images failed to reach it: its breaker is open, a new pod fails at once.
+    let open = registries(&daemon.socket).await;
+    let entry = open.iter().find(|registry| registry.host == host).expect("the hung registry is reported");
+    assert_eq!((entry.breaker.as_str(), entry.failures), ("open", 5), "{entry:?}");
+    let (answer, took) = ask(&daemon.socket, &format!("{host}/hung-9:1"), "late").await.expect("joined");
+    let status = answer.expect_err("the breaker is open");
+    assert!(took < Duration::from_secs(2), "refused at once, not after {took:?}");
+    assert!(status.message().contains("is unavailable after 5 failed pulls in a row"), "{}", status.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_registry_opens_its_breaker_and_one_pull_closes_it_once_the_registry_is_back() {
+    let Some(stack) = LocalStack::start() else { return };
+    stack.seed("back:1", "back again");
+    let upstream: SocketAddr = stack.registry.parse().expect("the registry's address");
+    let registry = SwitchedRegistry::start(upstream).await;
+    stack.route_through(registry.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flags = ["--registry-breaker-failures", "2", "--registry-breaker-cooldown", "3s"];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let image = format!("{}/back:1", registry.addr);
+    let host = registry.addr.to_string();
+
+    registry.stop();
+    for uid in ["a", "b"] {
+        let (answer, _) = ask(&daemon.socket, &image, uid).await.expect("joined");
+        let status = answer.expect_err("nothing listens");
+        assert!(status.message().contains("connection refused"), "{}", status.message());
+    }
+    let open = registries(&daemon.socket).await;
+    assert_eq!(open.iter().find(|r| r.host == host).map(|r| r.breaker.as_str()), Some("open"), "{open:?}");
+    let (answer, took) = ask(&daemon.socket, &image, "c").await.expect("joined");
+    let status = answer.expect_err("open: refused without trying");
+    assert_eq!(reason(&status), "RegistryUnavailable");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+
+    // Back, and cooled down: half-open, the next pull tests it and closes the breaker.
+    registry.start_again().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let half_open = registries(&daemon.socket).await;
+    assert_eq!(half_open.iter().find(|r| r.host == host).map(|r| r.breaker.as_str()), Some("half-open"));
+    let (answer, _) = ask(&daemon.socket, &image, "d").await.expect("joined");
+    answer.expect("the probe pulls from the registry that is back");
+    assert!(registries(&daemon.socket).await.iter().all(|r| r.host != host), "closed: nothing to report");
+}

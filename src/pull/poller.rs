@@ -106,146 +106,6 @@ pub trait TrackPulls: Send + Sync {
     fn track(&self, pull: TrackedPull) -> Tracker;
 }
 
-/// One tracked pull's reports; dropping it stops the tracking.
-pub struct Tracker {
-    reports: watch::Receiver<Option<Report>>,
-    /// When a download no tracked pull accounts for last moved, while this one had no answer.
-    activity: watch::Receiver<Option<Instant>>,
-    since: Instant,
-    _registration: Option<Registration>,
-}
-
-impl Tracker {
-    /// A tracker that never reports: the runtime has no progress to give.
-    pub fn untracked() -> Self {
-        Self::unregistered(watch::channel(None).1, watch::channel(None).1)
-    }
-
-    fn unregistered(reports: watch::Receiver<Option<Report>>, activity: watch::Receiver<Option<Instant>>) -> Self {
-        Self { reports, activity, since: Instant::now(), _registration: None }
-    }
-
-    /// A tracker whose reports and unaccounted downloads the test sends; it counts as watched.
-    #[cfg(test)]
-    pub(crate) fn scripted() -> (watch::Sender<Option<Report>>, watch::Sender<Option<Instant>>, Self) {
-        let (reports, receiver) = watch::channel(None);
-        let (activity, moved) = watch::channel(None);
-        let mut tracker = Self::unregistered(receiver, moved);
-        tracker._registration = Some(Registration::detached());
-        (reports, activity, tracker)
-    }
-
-    /// Whether the pull's downloads are watched: only then can it be found unanswered.
-    pub fn watched(&self) -> bool {
-        self._registration.is_some()
-    }
-
-    /// Resolves once the registry has answered the pull (its manifest was found).
-    pub async fn answered(&self) {
-        let mut reports = self.reports.clone();
-        if reports.wait_for(Option::is_some).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-
-    /// Resolves once the pull has gone `quiet` without an answer: no manifest found and no
-    /// download moving that no tracked pull accounts for (it may be this pull's, under a manifest
-    /// the poller cannot tell apart). Never, once it is answered or for a pull not watched.
-    pub async fn unanswered_for(&self, quiet: Duration) {
-        if !self.watched() {
-            std::future::pending::<()>().await;
-        }
-        let mut activity = self.activity.clone();
-        loop {
-            let last = (*activity.borrow_and_update()).map_or(self.since, |moved| moved.max(self.since));
-            tokio::select! {
-                () = tokio::time::sleep_until(last + quiet) => {
-                    if self.reports.borrow().is_none() && !activity.has_changed().unwrap_or(false) {
-                        return;
-                    }
-                }
-                changed = activity.changed() => {
-                    if changed.is_err() {
-                        // The poller went: nothing more will say the pull is alive.
-                        tokio::time::sleep_until(last + quiet).await;
-                        return;
-                    }
-                }
-            }
-            if self.reports.borrow().is_some() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-
-    /// The reports as they come, for whoever asks how the pull is going.
-    pub fn reports(&self) -> watch::Receiver<Option<Report>> {
-        self.reports.clone()
-    }
-
-    /// The pull succeeded: where its progress was seen, a last event says all of it is done (the
-    /// polls see it only up to the last quarter second).
-    pub fn completed(self) {
-        let (Some(registration), Some(last)) = (&self._registration, *self.reports.borrow()) else { return };
-        if registration.pull.told_all.load(Ordering::Relaxed) {
-            return;
-        }
-        let progress = last.progress;
-        let all = Progress { bytes_done: progress.bytes_total, layers_done: progress.layers_total, ..progress };
-        let pull = &registration.pull;
-        if pull.events.watched() {
-            pull.events.publish(progress_event(pull, &Report { progress: all, ..last }.facts()));
-        }
-    }
-
-    /// Resolves with the report that found the pull stalled; never, for a pull that is not.
-    pub async fn stalled(&self) -> Report {
-        let mut reports = self.reports.clone();
-        loop {
-            if let Some(report) = *reports.borrow_and_update()
-                && report.stalled.is_some()
-            {
-                return report;
-            }
-            if reports.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
-struct Registration {
-    id: u64,
-    registry: Weak<Registry>,
-    pull: Arc<Registered>,
-}
-
-impl Registration {
-    /// A registration no poller serves (tests).
-    #[cfg(test)]
-    fn detached() -> Self {
-        let pull = Registered {
-            image: String::new(),
-            reference: Arc::new(ImageReference::parse("example.test/detached").expect("a valid reference")),
-            started_at: SystemTime::now(),
-            waiting: WaitingPods::default(),
-            reports: watch::channel(None).0,
-            activity: watch::channel(None).0,
-            events: Arc::new(Events::default()),
-            told_all: AtomicBool::new(false),
-        };
-        Self { id: 0, registry: Weak::new(), pull: Arc::new(pull) }
-    }
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if let Some(registry) = self.registry.upgrade() {
-            registry.pulls().remove(&self.id);
-        }
-    }
-}
-
 struct Registered {
     image: String,
     reference: Arc<ImageReference>,
@@ -312,9 +172,7 @@ impl TrackPulls for ProgressPoller {
         self.registry.pulls().insert(id, pull.clone());
         self.registry.wake.notify_one();
         let registration = Registration { id, registry: Arc::downgrade(&self.registry), pull };
-        let mut tracker = Tracker::unregistered(receiver, moved);
-        tracker._registration = Some(registration);
-        tracker
+        Tracker::registered(receiver, moved, registration)
     }
 }
 
@@ -500,6 +358,11 @@ fn host_without_port(domain: &str) -> &str {
         _ => domain,
     }
 }
+
+mod tracker;
+
+use self::tracker::Registration;
+pub use self::tracker::Tracker;
 
 #[cfg(test)]
 mod tests;

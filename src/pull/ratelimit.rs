@@ -3,7 +3,7 @@
 //! Like the kubelet's `throttledImageService`, only PullImage is limited, never presence checks.
 //! By default a pull over the limit fails at once with `pull QPS exceeded`; in wait mode it
 //! queues until a token frees up. A registry host may have a bucket of its own, and gets one
-//! while it answers 429 ([`adaptive`]): the node stops spending its pull quota.
+//! while it answers 429 (`adaptive`): the node stops spending its pull quota.
 
 mod adaptive;
 mod bucket;

@@ -438,36 +438,9 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
     slot.result.send_replace(Some(result.map_err(Arc::new)));
 }
 
-/// Why a pull never reached the runtime.
-enum NotAdmitted {
-    /// Its registry's breaker refused it: that says nothing new about the registry.
-    Refused(PullError),
-    /// The unanswered pull of its registry it waited for failed: it fails too, and counts.
-    Failed(PullError),
-}
+mod admission;
 
-/// A pull's way past its registry's breaker and its wait behind an unanswered pull.
-async fn admit(pass: &mut Pass) -> Result<(), NotAdmitted> {
-    pass.admit(Stage::Queue).map_err(NotAdmitted::Refused)?;
-    pass.wait_while_unanswered().await.map_err(NotAdmitted::Failed)
-}
-
-impl Shared {
-    /// Ends a pull that never reached the runtime: its callers get the error.
-    fn refuse(&self, key: &PullKey, slot: &Slot, pass: Pass, not_admitted: NotAdmitted) {
-        let error = match not_admitted {
-            NotAdmitted::Refused(error) => error,
-            NotAdmitted::Failed(error) => {
-                pass.ended(Some(&error));
-                error
-            }
-        };
-        tracing::info!(image = %key.image, %error, "the pull did not start");
-        self.in_flight().remove(key);
-        self.metrics.refused(PullResult::RegistryUnavailable);
-        slot.result.send_replace(Some(Err(Arc::new(error))));
-    }
-}
+use self::admission::{NotAdmitted, admit};
 
 #[cfg(test)]
 mod tests;

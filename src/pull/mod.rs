@@ -32,7 +32,7 @@ use std::{
 };
 
 use k8s_cri::v1::ImageSpec;
-use tokio::time::Instant;
+use tokio::{sync::watch, time::Instant};
 use tower::{Service, util::BoxCloneSyncService};
 
 pub use self::key::PullKey;
@@ -64,6 +64,10 @@ pub struct Pull {
     pub absent_since: Option<Instant>,
     /// The pod asking, for the events of a pull it waits for; never sent to the runtime.
     pub caller: Option<Pod>,
+    /// When the pull got past the registry's rate limit (`None` while it waits for a token), as
+    /// the rate limit tells the scheduler: time spent waiting for a token is not the registry's
+    /// silence.
+    pub cleared: Option<Arc<watch::Sender<Option<Instant>>>>,
 }
 
 impl Pull {

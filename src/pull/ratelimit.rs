@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::watch, time::Instant};
 use tower::{Layer, Service, ServiceExt};
 
 pub use self::adaptive::AdaptiveConfig;
@@ -253,17 +253,30 @@ impl RegistryLimits {
     }
 
     /// Admits a pull to `host`, failing or waiting as the mode (or `always_wait`) says.
-    async fn admit(&self, host: Option<&str>, always_wait: bool) -> Result<(), PullError> {
+    async fn admit(
+        &self,
+        host: Option<&str>,
+        always_wait: bool,
+        cleared: Option<&watch::Sender<Option<Instant>>>,
+    ) -> Result<(), PullError> {
         let wait = always_wait || self.mode() == RateLimitMode::Wait;
         let mut counted = false;
         loop {
-            let Err(until_free) = self.take(host) else { return Ok(()) };
+            let Err(until_free) = self.take(host) else {
+                if counted && let Some(cleared) = cleared {
+                    cleared.send_replace(Some(Instant::now()));
+                }
+                return Ok(());
+            };
             if !counted {
                 self.metrics.throttled();
                 counted = true;
             }
             if !wait {
                 return Err(PullError::RateLimited);
+            }
+            if let Some(cleared) = cleared {
+                cleared.send_replace(None);
             }
             // A zero wait would spin.
             tokio::time::sleep(until_free.max(Duration::from_millis(1))).await;
@@ -342,7 +355,7 @@ where
         Box::pin(async move {
             let reference = pull.reference.clone();
             let host = reference.as_deref().map(ImageReference::domain);
-            limits.admit(host, pull.wait_for_rate_limit).await?;
+            limits.admit(host, pull.wait_for_rate_limit, pull.cleared.as_deref()).await?;
             let result = inner.oneshot(pull).await;
             if let (Err(error), Some(host)) = (&result, host)
                 && classify(error) == Failure::TooManyRequests

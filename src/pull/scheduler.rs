@@ -35,6 +35,10 @@ use tokio::{
 };
 use tower::ServiceExt;
 
+mod admission;
+
+use self::admission::{NotAdmitted, admit};
+
 use crate::{
     events::{Events, Pod},
     messages,
@@ -297,6 +301,9 @@ impl Shared {
         permit: &mut Option<OwnedSemaphorePermit>,
     ) -> Result<Pulled, PullError> {
         let host = pull.reference.as_deref().map(ImageReference::domain).unwrap_or_default().to_owned();
+        let mut pull = pull;
+        let cleared = Arc::new(watch::Sender::new(Some(Instant::now())));
+        pull.cleared = Some(cleared.clone());
         let call = self.service.clone().oneshot(pull);
         let bounded = async {
             match self.config.pull_timeout {
@@ -304,14 +311,30 @@ impl Shared {
                 None => call.await,
             }
         };
+        // Counted from when the pull got past the rate limit: a wait for a token is ours.
+        let unanswered_for = |quiet: Duration| {
+            let mut cleared = cleared.subscribe();
+            async move {
+                loop {
+                    let Ok(since) = cleared.wait_for(Option::is_some).await.map(|since| *since) else {
+                        return std::future::pending().await;
+                    };
+                    let since = since.unwrap_or_else(Instant::now);
+                    tokio::select! {
+                        () = tracker.unanswered_for(quiet, since) => return,
+                        _ = cleared.changed() => {}
+                    }
+                }
+            }
+        };
         let unanswered = async {
-            tracker.unanswered_for(self.config.answer_grace).await;
+            unanswered_for(self.config.answer_grace).await;
             if permit.take().is_some() {
                 tracing::info!(registry = %host, "no answer from the registry yet: the pull gives its slot back");
             }
             pass.unanswered();
             let Some(timeout) = self.config.resolve_timeout else { return std::future::pending().await };
-            tracker.unanswered_for(timeout).await;
+            unanswered_for(timeout).await;
             PullError::RegistryUnavailable(format!(
                 "registry {host:?} did not answer within {} (--registry-resolve-timeout); the pull was cancelled",
                 messages::go_duration_millis(timeout)
@@ -320,7 +343,7 @@ impl Shared {
         let answered = async {
             tracker.answered().await;
             pass.answered();
-            std::future::pending::<()>().await;
+            std::future::pending::<std::convert::Infallible>().await
         };
         tokio::select! {
             result = bounded => result,
@@ -330,7 +353,7 @@ impl Shared {
                 bytes_total: report.progress.bytes_total,
             }),
             error = unanswered => Err(error),
-            () = answered => unreachable!("never resolves"),
+            never = answered => match never {},
         }
     }
 
@@ -437,10 +460,6 @@ async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
     }
     slot.result.send_replace(Some(result.map_err(Arc::new)));
 }
-
-mod admission;
-
-use self::admission::{NotAdmitted, admit};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use std::{collections::HashMap, num::NonZeroUsize, sync::Mutex as StdMutex};
 
 use k8s_cri::v1::ImageSpec;
 use tokio::time::{Instant, sleep};
-use tower::util::BoxCloneSyncService;
+use tower::{Layer, util::BoxCloneSyncService};
 
 use super::*;
 use crate::{
@@ -13,6 +13,7 @@ use crate::{
         Pull, PullService, Pulled,
         poller::{Report, TrackPulls, TrackedPull, Tracker},
         progress::Progress,
+        ratelimit::{RateLimit, RateLimitConfig, RateLimitLayer, RateLimitMode, RegistryLimits},
         scheduler::{PullScheduler, SchedulerConfig},
     },
     runtime::{PullSpec, RuntimeError},
@@ -110,13 +111,21 @@ impl Node {
     /// Serial pulls, the default answer grace (1 s) and resolve timeout (20 s), and a breaker
     /// that opens after `failures`.
     fn new(failures: u32) -> Self {
+        Self::behind(failures, None)
+    }
+
+    /// As [`Node::new`], its pulls behind a registry rate limit of `limits`.
+    fn behind(failures: u32, limits: Option<Arc<RegistryLimits>>) -> Self {
         let registries = Arc::new(Registries::default());
         let watching = Arc::new(Watching::default());
         let breaker = BreakerConfig { failures: std::num::NonZeroU32::new(failures), ..BreakerConfig::default() };
         let config = SchedulerConfig { max_parallel: NonZeroUsize::new(1), breaker, ..SchedulerConfig::default() };
         let progress = Some(watching.clone() as Arc<dyn TrackPulls>);
-        let scheduler =
-            PullScheduler::tracked(registries.service(), config, Default::default(), progress, Arc::default());
+        let service = match limits {
+            Some(limits) => BoxCloneSyncService::new(RateLimitLayer::new(limits).layer(registries.service())),
+            None => registries.service(),
+        };
+        let scheduler = PullScheduler::tracked(service, config, Default::default(), progress, Arc::default());
         Self { scheduler, registries, watching }
     }
 
@@ -249,4 +258,18 @@ async fn a_hung_registry_opens_its_breaker_once_enough_of_its_pulls_failed_waiti
     assert_eq!(waited, Duration::ZERO, "a retry fails at once while the breaker is open");
     assert!(retry.expect_err("open").to_string().contains("after 4 failed pulls in a row"));
     assert_eq!(node.registries.calls("hung.test"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_for_a_rate_limit_token_is_not_the_registrys_silence() {
+    let limit = RateLimit::try_new(0.02, 1).expect("valid").expect("limited");
+    let config = RateLimitConfig { global: Some(limit), mode: RateLimitMode::Wait, ..Default::default() };
+    let limits = Arc::new(RegistryLimits::new(&config, Default::default(), Arc::default()));
+    let node = Node::behind(0, Some(limits));
+    node.pull("slow.test/a:1").await.expect("joined").0.expect("the burst");
+    // The next token is 50 s away, beyond the resolve timeout; then the pull takes 100 ms.
+    let (second, waited) = node.pull("slow.test/b:1").await.expect("joined");
+    second.expect("waited for its token, then pulled");
+    assert!(waited >= Duration::from_secs(49), "{waited:?}");
+    assert_eq!(node.scheduler.breakers().status(), [], "nothing was held against the registry");
 }

@@ -67,13 +67,14 @@ impl Tracker {
     /// Resolves once the pull has gone `quiet` without an answer: no manifest found and no
     /// download moving that no tracked pull accounts for (it may be this pull's, under a manifest
     /// the poller cannot tell apart). Never, once it is answered or for a pull not watched.
-    pub async fn unanswered_for(&self, quiet: Duration) {
+    pub async fn unanswered_for(&self, quiet: Duration, since: Instant) {
         if !self.watched() {
             std::future::pending::<()>().await;
         }
         let mut activity = self.activity.clone();
         loop {
-            let last = (*activity.borrow_and_update()).map_or(self.since, |moved| moved.max(self.since));
+            let since = since.max(self.since);
+            let last = (*activity.borrow_and_update()).map_or(since, |moved| moved.max(since));
             tokio::select! {
                 () = tokio::time::sleep_until(last + quiet) => {
                     if self.reports.borrow().is_none() && !activity.has_changed().unwrap_or(false) {

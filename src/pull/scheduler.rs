@@ -37,11 +37,10 @@ use tower::ServiceExt;
 
 mod admission;
 
-use self::admission::{NotAdmitted, admit};
+use self::admission::{NotAdmitted, admit, silent_registry};
 
 use crate::{
     events::{Events, Pod},
-    messages,
     pull::{
         Pull, PullError, PullKey, PullService, Pulled,
         breaker::{Breakers, Pass, state::BreakerConfig, state::Stage},
@@ -311,35 +310,7 @@ impl Shared {
                 None => call.await,
             }
         };
-        // Counted from when the pull got past the rate limit: a wait for a token is ours.
-        let unanswered_for = |quiet: Duration| {
-            let mut cleared = cleared.subscribe();
-            async move {
-                loop {
-                    let Ok(since) = cleared.wait_for(Option::is_some).await.map(|since| *since) else {
-                        return std::future::pending().await;
-                    };
-                    let since = since.unwrap_or_else(Instant::now);
-                    tokio::select! {
-                        () = tracker.unanswered_for(quiet, since) => return,
-                        _ = cleared.changed() => {}
-                    }
-                }
-            }
-        };
-        let unanswered = async {
-            unanswered_for(self.config.answer_grace).await;
-            if permit.take().is_some() {
-                tracing::info!(registry = %host, "no answer from the registry yet: the pull gives its slot back");
-            }
-            pass.unanswered();
-            let Some(timeout) = self.config.resolve_timeout else { return std::future::pending().await };
-            unanswered_for(timeout).await;
-            PullError::RegistryUnavailable(format!(
-                "registry {host:?} did not answer within {} (--registry-resolve-timeout); the pull was cancelled",
-                messages::go_duration_millis(timeout)
-            ))
-        };
+        let unanswered = silent_registry(&self.config, &host, tracker, pass, &cleared, permit);
         let answered = async {
             tracker.answered().await;
             pass.answered();

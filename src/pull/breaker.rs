@@ -35,9 +35,6 @@ use crate::{
 /// The most registries followed at once; past it, one that has nothing to say is forgotten.
 const MAX_REGISTRIES: usize = 256;
 
-/// The most of a registry's failure message repeated in a refusal.
-const LAST_FAILURE_LIMIT: usize = 300;
-
 /// Every registry's breaker and wait, shared by the scheduler's pulls.
 pub struct Breakers {
     config: BreakerConfig,
@@ -231,7 +228,7 @@ impl Pass {
         let outcome = match failure {
             None => Outcome::Answered,
             Some(error) => match classify(error) {
-                Failure::Unreachable => Outcome::Unreachable(Arc::from(bounded(&error.to_string()))),
+                Failure::Unreachable => Outcome::Unreachable(Arc::from(last_words(&error.to_string()))),
                 Failure::Answered | Failure::TooManyRequests => Outcome::Answered,
                 Failure::Unknown => Outcome::NoVerdict,
             },
@@ -295,18 +292,20 @@ fn forget_idle(registries: &mut HashMap<String, Registry>, host: &str) {
 fn registry_unavailable_detail(error: &PullError) -> String {
     let message = error.to_string();
     let detail = message.strip_prefix(PullError::REGISTRY_UNAVAILABLE_PREFIX).unwrap_or(&message).trim_start();
-    bounded(detail).into_owned()
+    last_words(detail).into_owned()
 }
 
-fn bounded(message: &str) -> std::borrow::Cow<'_, str> {
-    if message.len() <= LAST_FAILURE_LIMIT {
+/// The end of a failure's message, where Go's wrapped errors put the cause (`connection
+/// refused`), at most [`messages::ECHO_LIMIT`] bytes of it.
+fn last_words(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= messages::ECHO_LIMIT {
         return message.into();
     }
-    let mut end = LAST_FAILURE_LIMIT;
-    while !message.is_char_boundary(end) {
-        end -= 1;
+    let mut start = message.len() - messages::ECHO_LIMIT;
+    while !message.is_char_boundary(start) {
+        start += 1;
     }
-    format!("{}…", &message[..end]).into()
+    format!("…{}", &message[start..]).into()
 }
 
 fn refused(host: &str, refusal: &Refusal, now: Instant) -> PullError {

@@ -142,11 +142,6 @@ impl PullMetrics {
         self.too_many_requests.inc();
     }
 
-    /// Registries whose breaker opened, so far.
-    pub fn breaker_openings_total(&self) -> u64 {
-        self.breaker_openings.get()
-    }
-
     /// Counts a pull that ended before it reached the runtime (no slot was taken).
     pub fn refused(&self, result: PullResult) {
         self.pulls.get_or_create(&vec![("result", result.label())]).inc();

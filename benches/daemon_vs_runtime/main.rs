@@ -14,8 +14,10 @@
 //! staleness (how long after an image is removed behind cri-imaged's back it may still be
 //! called present), image GC (planning at scale in process, a dry-run pass on the stack), event
 //! fan-out (a herd with and without WatchEvents subscribers), pull progress polling
-//! (containerd's CPU over a throttled pull with `--pull-progress` off and on), and hostile input
-//! (idle connections, hostile records and a slow credential plugin at once).
+//! (containerd's CPU over a throttled pull with `--pull-progress` off and on), hostile input
+//! (idle connections, hostile records and a slow credential plugin at once), and registries over
+//! a shaped link (a registry in a network namespace behind 100 Mbit, 50 ms and 0.1 % loss: pull
+//! times, small pulls behind a big one, a hung registry, a 429 limit, a herd's bytes).
 // Wall time of real processes, in a program that never pauses tokio's clock.
 #![allow(clippy::disallowed_types)]
 
@@ -40,6 +42,7 @@ mod load;
 mod memory;
 mod progress;
 mod records;
+mod registries;
 mod report;
 
 use std::{
@@ -117,6 +120,7 @@ enum Section {
     Events,
     Progress,
     Hostile,
+    Registries,
 }
 
 /// How much of everything to do.
@@ -175,6 +179,7 @@ fn main() -> ExitCode {
             Section::Events,
             Section::Progress,
             Section::Hostile,
+            Section::Registries,
         ]
     } else {
         args.only.clone()
@@ -305,6 +310,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::Hostile) {
         progress!("hostile input: {} idle connections, hostile records, a slow plugin", sizes.idle_connections);
         hostile::run(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::Registries) {
+        registries::run(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

@@ -3,10 +3,15 @@
 
 pub mod clients;
 pub mod containers;
+pub mod delay_line;
 pub mod fake_events;
 pub mod fake_runtime;
+pub mod netrig;
+pub mod oci_image;
 pub mod private;
 pub mod process;
+pub mod registry_faults;
+pub mod registry_push;
 pub mod stack;
 pub mod throttle;
 

@@ -228,11 +228,16 @@ impl LocalStack {
     /// what containerd 1.6 needs to parse a file of `server` alone (without it: "failed to decode
     /// hosts.toml" and its defaults, which for a loopback port also mean plain HTTP).
     pub fn route_through(&self, proxy_port: u16) {
-        let host = format!("127.0.0.1:{proxy_port}");
-        let dir = self.dir.path().join("certs.d").join(&host);
-        std::fs::create_dir_all(&dir).expect("create the proxy's certs.d directory");
+        self.route_host(&format!("127.0.0.1:{proxy_port}"));
+    }
+
+    /// As [`LocalStack::route_through`], for any `host:port` (a registry on another address, such
+    /// as a `support::netrig::NetRig`'s).
+    pub fn route_host(&self, host: &str) {
+        let dir = self.dir.path().join("certs.d").join(host);
+        std::fs::create_dir_all(&dir).expect("create the host's certs.d directory");
         let hosts = format!("server = \"http://{host}\"\n\n[host]\n");
-        std::fs::write(dir.join("hosts.toml"), hosts).expect("write the proxy's hosts.toml");
+        std::fs::write(dir.join("hosts.toml"), hosts).expect("write the host's hosts.toml");
     }
 
     /// `REGISTRY/name`.

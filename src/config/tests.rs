@@ -296,3 +296,14 @@ fn a_bad_runtime_endpoint_is_a_usage_error_that_names_it() {
         .expect_err("tcp is not supported");
     assert!(error.to_string().contains("tcp://10.0.0.1:1"), "{error}");
 }
+
+#[test]
+fn big_pulls_yield_above_256_mib_unless_set_to_0() {
+    let yield_above = |flags: &[&str]| manager_config(flags).expect("valid").scheduler.yield_above;
+    assert_eq!(yield_above(&[]), Some(256 << 20));
+    assert_eq!(yield_above(&["--yield-pulls-above-mib", "1024"]), Some(1 << 30));
+    assert_eq!(yield_above(&["--yield-pulls-above-mib", "0"]), None);
+    let refused = Cli::try_parse_from(["cri-imaged", "serve", "--yield-pulls-above-mib", "-1"]).err();
+    let refused = refused.expect("a negative size is refused").to_string();
+    assert!(refused.contains("invalid value '-1' for '--yield-pulls-above-mib <MIB>'"), "{refused}");
+}

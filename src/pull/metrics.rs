@@ -27,6 +27,8 @@ pub enum PullResult {
     Cancelled,
     /// Its registry did not answer, or its breaker was open.
     RegistryUnavailable,
+    /// A big pull gave its slot to the pulls queued behind it, and was queued again.
+    Yielded,
 }
 
 impl PullResult {
@@ -39,6 +41,7 @@ impl PullResult {
             Self::Stalled => "stalled",
             Self::Cancelled => "cancelled",
             Self::RegistryUnavailable => "registry_unavailable",
+            Self::Yielded => "yielded",
         }
     }
 }

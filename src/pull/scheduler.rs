@@ -33,21 +33,21 @@ use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore, watch},
     time::Instant,
 };
-use tower::ServiceExt;
 
 mod admission;
+mod task;
+pub mod yielding;
 
-use self::admission::{NotAdmitted, admit, silent_registry};
+use self::{task::run, yielding::Queued};
 
 use crate::{
     events::{Events, Pod},
     pull::{
         Pull, PullError, PullKey, PullService, Pulled,
-        breaker::{Breakers, Pass, state::BreakerConfig, state::Stage},
-        metrics::{PullMetrics, PullResult},
-        poller::{MAX_WAITING_PODS, Report, TrackPulls, TrackedPull, Tracker, WaitingPods},
+        breaker::{Breakers, state::BreakerConfig},
+        metrics::PullMetrics,
+        poller::{MAX_WAITING_PODS, Report, TrackPulls, WaitingPods},
     },
-    reference::ImageReference,
 };
 
 /// How pulls are scheduled.
@@ -63,18 +63,23 @@ pub struct SchedulerConfig {
     /// A watched pull whose registry has not answered for this long (since it started) fails
     /// with `RegistryUnavailable`; `None` waits as long as the pull takes.
     pub resolve_timeout: Option<Duration>,
+    /// A pull of at least this many bytes to fetch gives its slot, once, to the pulls queued
+    /// behind it while it has barely begun (see [`yielding`]); `None` never.
+    pub yield_above: Option<u64>,
     pub breaker: BreakerConfig,
 }
 
 impl Default for SchedulerConfig {
     /// Serial pulls without a pull timeout, as the kubelet; not the kubelet's: a registry that
-    /// has not answered for 1 s gives its slot back, and fails its pull at 20 s.
+    /// has not answered for 1 s gives its slot back, and fails its pull at 20 s; a pull of
+    /// 256 MiB or more lets those queued behind it go first.
     fn default() -> Self {
         Self {
             max_parallel: Some(NonZeroUsize::MIN),
             pull_timeout: None,
             answer_grace: Duration::from_secs(1),
             resolve_timeout: Some(Duration::from_secs(20)),
+            yield_above: Some(256 << 20),
             breaker: BreakerConfig::default(),
         }
     }
@@ -145,6 +150,8 @@ struct Shared {
     metrics: Arc<PullMetrics>,
     /// Watches each pull's downloads, and finds it stalled.
     progress: Option<Arc<dyn TrackPulls>>,
+    /// Pulls waiting for a slot.
+    queued: watch::Sender<usize>,
 }
 
 /// The scheduler; cheap to clone.
@@ -171,7 +178,8 @@ impl PullScheduler {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
         let (in_flight, recent) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
         let breakers = Arc::new(Breakers::new(config.breaker, metrics.clone(), events));
-        let shared = Shared { service, slots, config, breakers, in_flight, recent, metrics, progress };
+        let queued = watch::Sender::new(0);
+        let shared = Shared { service, slots, config, breakers, in_flight, recent, metrics, progress, queued };
         Self { shared: Arc::new(shared) }
     }
 
@@ -280,6 +288,7 @@ impl Shared {
     async fn acquire(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
         let Some(slots) = &self.slots else { return Some(None) };
         let queued_at = Instant::now();
+        let _queued = Queued::new(&self.queued);
         self.metrics.queued();
         let acquired = tokio::select! {
             permit = slots.clone().acquire_owned() => permit.ok().map(Some),
@@ -287,60 +296,6 @@ impl Shared {
         };
         self.metrics.dequeued(queued_at.elapsed());
         acquired
-    }
-
-    /// One upstream pull, bounded by the pull timeout and cut short when `tracker` finds it
-    /// stalled or its registry silent; dropping the call cancels the runtime's pull. Silent for
-    /// the answer grace, it gives its `permit` back.
-    async fn call(
-        &self,
-        pull: Pull,
-        tracker: &Tracker,
-        pass: &Pass,
-        permit: &mut Option<OwnedSemaphorePermit>,
-    ) -> Result<Pulled, PullError> {
-        let host = pull.reference.as_deref().map(ImageReference::domain).unwrap_or_default().to_owned();
-        let mut pull = pull;
-        let cleared = Arc::new(watch::Sender::new(Some(Instant::now())));
-        pull.cleared = Some(cleared.clone());
-        let call = self.service.clone().oneshot(pull);
-        let bounded = async {
-            match self.config.pull_timeout {
-                Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or(Err(PullError::TimedOut(limit))),
-                None => call.await,
-            }
-        };
-        let unanswered = silent_registry(&self.config, &host, tracker, pass, &cleared, permit);
-        let answered = async {
-            tracker.answered().await;
-            pass.answered();
-            std::future::pending::<std::convert::Infallible>().await
-        };
-        tokio::select! {
-            result = bounded => result,
-            report = tracker.stalled() => Err(PullError::Stalled {
-                timeout: report.stalled.unwrap_or_default(),
-                bytes_done: report.progress.bytes_done,
-                bytes_total: report.progress.bytes_total,
-            }),
-            error = unanswered => Err(error),
-            never = answered => match never {},
-        }
-    }
-
-    /// Starts watching the pull of `slot`, when it can be watched.
-    fn track(&self, pull: &Pull, slot: &Slot) -> Tracker {
-        let (Some(progress), Some(reference)) = (&self.progress, &pull.reference) else {
-            return Tracker::untracked();
-        };
-        let tracker = progress.track(TrackedPull {
-            image: slot.image.clone(),
-            reference: reference.clone(),
-            started_at: SystemTime::now(),
-            waiting: slot.waiting.clone(),
-        });
-        *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(tracker.reports());
-        tracker
     }
 
     /// Resolves once nobody waits for `key` any more, having removed it from the in-flight map.
@@ -355,81 +310,6 @@ impl Shared {
             }
         }
     }
-}
-
-async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
-    let mut pass = shared.breakers.pass(pull.reference.as_deref().map(ImageReference::domain));
-    let mut permit = loop {
-        let admitted = tokio::select! {
-            admitted = admit(&mut pass) => admitted,
-            () = shared.unwanted(&key, &slot) => return,
-        };
-        if let Err(not_admitted) = admitted {
-            return shared.refuse(&key, &slot, pass, not_admitted);
-        }
-        let Some(permit) = shared.acquire(&key, &slot).await else {
-            tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
-            return;
-        };
-        // The registry went quiet while this pull was queued: wait for it holding no slot.
-        if !pass.registry_unanswered() {
-            break permit;
-        }
-    };
-    // The breaker may have opened while the pull was queued.
-    if let Err(refused) = pass.admit(Stage::Start) {
-        drop(permit);
-        return shared.refuse(&key, &slot, pass, NotAdmitted::Refused(refused));
-    }
-    shared.metrics.started();
-    *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(SystemTime::now());
-    let tracker = shared.track(&pull, &slot);
-    let result = loop {
-        pull.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
-        let result = tokio::select! {
-            // A pull that ended as its last caller left still publishes: its image exists.
-            biased;
-            result = shared.call(pull.clone(), &tracker, &pass, &mut permit) => result,
-            () = shared.unwanted(&key, &slot) => {
-                tracing::info!(image = %key.image, "every caller went away; the pull was cancelled");
-                shared.metrics.finished(PullResult::Cancelled);
-                return;
-            }
-        };
-        let mut in_flight = shared.in_flight();
-        // Refused at once, but a caller who would wait has joined meanwhile: wait for it.
-        if matches!(result, Err(PullError::RateLimited))
-            && !pull.wait_for_rate_limit
-            && slot.waits_for_rate_limit.load(Ordering::Relaxed)
-        {
-            continue;
-        }
-        // Forget the key before publishing, so a request arriving later starts a fresh pull,
-        // unless it decided to pull before this one ended (see `recent`).
-        in_flight.remove(&key);
-        if let Ok(pulled) = &result {
-            let now = Instant::now();
-            let mut recent = shared.recent();
-            recent.retain(|_, (ended, _)| now.saturating_duration_since(*ended) < RECENT);
-            recent.insert(key.clone(), (now, pulled.clone()));
-        }
-        break result;
-    };
-    shared.metrics.finished(match &result {
-        Ok(_) => PullResult::Success,
-        Err(PullError::RateLimited) => PullResult::RateLimited,
-        Err(PullError::TimedOut(_)) => PullResult::TimedOut,
-        Err(PullError::Stalled { .. }) => PullResult::Stalled,
-        Err(PullError::RegistryUnavailable(_)) => PullResult::RegistryUnavailable,
-        Err(_) => PullResult::Failure,
-    });
-    pass.ended(result.as_ref().err());
-    drop(permit);
-    match &result {
-        Ok(_) => tracker.completed(),
-        Err(_) => drop(tracker),
-    }
-    slot.result.send_replace(Some(result.map_err(Arc::new)));
 }
 
 #[cfg(test)]

@@ -5,7 +5,13 @@ use tokio::sync::Notify;
 use tower::util::BoxCloneSyncService;
 
 use super::*;
-use crate::runtime::PullSpec;
+use crate::{
+    pull::{
+        metrics::PullResult,
+        poller::{TrackedPull, Tracker},
+    },
+    runtime::PullSpec,
+};
 
 /// A pull service that takes `duration` (paused clock) or waits for `gate`, and counts calls.
 #[derive(Default)]
@@ -472,4 +478,83 @@ async fn a_pull_in_flight_shows_its_progress_and_the_pods_waiting_for_it() {
         caller.await.expect("caller").result.expect("pulled");
     }
     assert_eq!(upstream.calls.load(SeqCst), 1);
+}
+
+fn sized(bytes_done: u64, bytes_total: u64) -> Report {
+    let progress = crate::pull::progress::Progress { bytes_done, bytes_total, layers_done: 0, layers_total: 4 };
+    Report { progress, bytes_per_second: 0, stalled: None }
+}
+
+/// Serial pulls, each taking a minute, watched by `tracking`.
+fn serial_tracked(upstream: &Arc<Upstream>, tracking: &Arc<ScriptedTracking>) -> PullScheduler {
+    let config = SchedulerConfig { max_parallel: NonZeroUsize::new(1), resolve_timeout: None, ..Default::default() };
+    PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()), Arc::default())
+}
+
+/// Pulls `image` in a task that says when it ended.
+fn pull_in_task(
+    scheduler: &PullScheduler,
+    image: &'static str,
+    ended: &Arc<std::sync::Mutex<Vec<&'static str>>>,
+) -> tokio::task::JoinHandle<Scheduled> {
+    let (scheduler, ended) = (scheduler.clone(), ended.clone());
+    tokio::spawn(async move {
+        let scheduled = scheduler.pull(spec(image, "")).await;
+        ended.lock().unwrap().push(image);
+        scheduled
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_pull_that_has_barely_begun_lets_the_pulls_queued_behind_it_go_first_once() {
+    let upstream = Upstream::slow(Duration::from_secs(60));
+    let tracking = Arc::new(ScriptedTracking::default());
+    let scheduler = serial_tracked(&upstream, &tracking);
+    let ended = Arc::default();
+    let big = pull_in_task(&scheduler, "big:v1", &ended);
+    settle().await;
+    // Its manifest says 1 GiB to fetch, 1 MiB has come; nothing waits: it goes on.
+    tracking.reports.lock().unwrap()[0].send_replace(Some(sized(1 << 20, 1 << 30)));
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 0);
+
+    // A pull queues behind it: the big one gives it the slot and queues again.
+    let small = pull_in_task(&scheduler, "small:v1", &ended);
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 1, "the big pull's runtime call was dropped");
+    assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::Yielded), 1);
+    let queued: Vec<_> =
+        scheduler.in_flight().into_iter().map(|pull| (pull.image, pull.started_at.is_some())).collect();
+    assert_eq!(queued, [("big:v1".to_owned(), false), ("small:v1".to_owned(), true)]);
+    small.await.expect("small").result.expect("pulled");
+
+    // Running again, it never yields a second time: a later pull waits for it.
+    settle().await;
+    tracking.reports.lock().unwrap()[2].send_replace(Some(sized(0, 1 << 30)));
+    let later = pull_in_task(&scheduler, "later:v1", &ended);
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 1);
+    big.await.expect("big").result.expect("pulled once the small one was");
+    later.await.expect("later").result.expect("pulled");
+    assert_eq!(*ended.lock().unwrap(), ["small:v1", "big:v1", "later:v1"]);
+    assert_eq!(*upstream.order.lock().unwrap(), ["big:v1", "small:v1", "big:v1", "later:v1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_under_the_size_or_past_its_first_32_mib_keeps_its_slot() {
+    for (done, total) in [(0, (256 << 20) - 1), (yielding::YIELD_WITHIN, 1 << 30)] {
+        let upstream = Upstream::slow(Duration::from_secs(60));
+        let tracking = Arc::new(ScriptedTracking::default());
+        let scheduler = serial_tracked(&upstream, &tracking);
+        let ended = Arc::default();
+        let first = pull_in_task(&scheduler, "first:v1", &ended);
+        settle().await;
+        tracking.reports.lock().unwrap()[0].send_replace(Some(sized(done, total)));
+        let second = pull_in_task(&scheduler, "second:v1", &ended);
+        settle().await;
+        assert_eq!(upstream.cancelled.load(SeqCst), 0, "{done} of {total}");
+        first.await.expect("first").result.expect("pulled");
+        second.await.expect("second").result.expect("pulled");
+        assert_eq!(*ended.lock().unwrap(), ["first:v1", "second:v1"]);
+    }
 }

@@ -1,0 +1,54 @@
+//! Small pulls do not wait behind big ones: a pull whose image turns out big (its layers to fetch
+//! come to `SchedulerConfig::yield_above` or more) gives its slot to the pulls queued behind it,
+//! once, if it has fetched less than [`YIELD_WITHIN`] when they are there. It is cancelled and
+//! queued again behind them; what it fetched is fetched again (containerd 1.6 drops a cancelled
+//! pull's partial downloads), so that is bounded and small next to the image.
+
+use tokio::sync::watch;
+
+use crate::pull::poller::Tracker;
+
+/// A pull that has fetched this much no longer gives its slot away.
+pub const YIELD_WITHIN: u64 = 32 << 20;
+
+/// Resolves once the pull tracked by `tracker` should give its slot to the pulls waiting for one
+/// (`queued` counts them): its image is at least `above` bytes to fetch and it has fetched less
+/// than [`YIELD_WITHIN`]. Never, with `above` unset, for a pull not watched, or once it is past
+/// that.
+pub(super) async fn big_pull_yields(above: Option<u64>, tracker: &Tracker, queued: &watch::Sender<usize>) {
+    let Some(above) = above else { return std::future::pending().await };
+    let (mut reports, mut queue) = (tracker.reports(), queued.subscribe());
+    loop {
+        let report = *reports.borrow_and_update();
+        if let Some(report) = report {
+            let progress = report.progress;
+            if progress.bytes_done >= YIELD_WITHIN || progress.bytes_total < above {
+                // The total is known once the manifest is: it does not grow.
+                return std::future::pending().await;
+            }
+            if *queue.borrow_and_update() > 0 {
+                return;
+            }
+        }
+        tokio::select! {
+            changed = reports.changed() => if changed.is_err() { return std::future::pending().await },
+            _ = queue.changed() => {}
+        }
+    }
+}
+
+/// Counts a pull waiting for a slot while it lives.
+pub(super) struct Queued<'a>(&'a watch::Sender<usize>);
+
+impl<'a> Queued<'a> {
+    pub(super) fn new(queued: &'a watch::Sender<usize>) -> Self {
+        queued.send_modify(|count| *count += 1);
+        Self(queued)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count = count.saturating_sub(1));
+    }
+}

@@ -23,8 +23,8 @@
 //!   loop, the guard against removing an image being handed out, ages kept across restarts.
 //! - [`pull`]: the pull path ([`pull::path::PullPath`]: records, GC guard, scheduler and events
 //!   for every pull), one upstream pull as a tower service, its key, the registry rate limits,
-//!   the scheduler (fair parallel cap, single-flight, stall cancel), and pull progress read from
-//!   containerd's content service.
+//!   the scheduler (fair parallel cap, single-flight, stall cancel, big pulls yielding to small
+//!   ones, per-registry breakers), and pull progress read from containerd's content service.
 //! - [`presence`]: the presence cache, trusted only while proven current, and the watcher of
 //!   containerd's image events that keeps it so.
 //! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely

@@ -11,7 +11,7 @@
 //! - [`path`]: the pull path as a request walks it: records, the GC guard, the scheduler and
 //!   the pull's events, in one place ([`path::PullPath`]).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
-//!   [`PullService`].
+//!   [`PullService`]; a big pull that has barely begun lets the pulls queued behind it go first.
 
 pub mod breaker;
 mod key;

@@ -13,6 +13,9 @@
 //! that hangs never holds the node's pulls, and serial pulls still mean one download at a time,
 //! but for a pull that waited without a slot and whose registry answered at last.
 //!
+//! Small pulls do not wait behind big ones: a pull that turns out big and has barely begun gives
+//! its slot, once, to the pulls queued behind it ([`yielding`]).
+//!
 //! Callers differ in what a registry rate limit does to them: EnsureImageExists (the kubelet's
 //! way) fails at once, a CRI PullImage waits for a token. A shared pull waits if any caller that
 //! joined it before it was admitted would wait: the pull runs anyway for that caller, so sharing

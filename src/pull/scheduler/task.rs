@@ -78,6 +78,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
                 tracing::info!(image = %key.image, "a big pull gave its slot to the pulls queued behind it");
                 shared.metrics.finished(PullResult::Yielded);
                 *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 drop(tracker);
                 may_yield = false;
                 // Its next call is the same pull: the rate limit that let the first pass waits.

@@ -523,9 +523,13 @@ async fn a_big_pull_that_has_barely_begun_lets_the_pulls_queued_behind_it_go_fir
     settle().await;
     assert_eq!(upstream.cancelled.load(SeqCst), 1, "the big pull's runtime call was dropped");
     assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::Yielded), 1);
-    let queued: Vec<_> =
-        scheduler.in_flight().into_iter().map(|pull| (pull.image, pull.started_at.is_some())).collect();
-    assert_eq!(queued, [("big:v1".to_owned(), false), ("small:v1".to_owned(), true)]);
+    let queued: Vec<_> = scheduler
+        .in_flight()
+        .into_iter()
+        .map(|pull| (pull.image, pull.started_at.is_some(), pull.progress.is_some()))
+        .collect();
+    // Queued again with its progress gone (it starts over), the small one running.
+    assert_eq!(queued, [("big:v1".to_owned(), false, false), ("small:v1".to_owned(), true, false)]);
     small.await.expect("small").result.expect("pulled");
 
     // Running again, it never yields a second time: a later pull waits for it.
@@ -557,4 +561,23 @@ async fn a_pull_under_the_size_or_past_its_first_32_mib_keeps_its_slot() {
         second.await.expect("second").result.expect("pulled");
         assert_eq!(*ended.lock().unwrap(), ["first:v1", "second:v1"]);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_pull_yields_when_its_size_is_known_after_the_others_queued() {
+    let upstream = Upstream::slow(Duration::from_secs(60));
+    let tracking = Arc::new(ScriptedTracking::default());
+    let scheduler = serial_tracked(&upstream, &tracking);
+    let ended = Arc::default();
+    let big = pull_in_task(&scheduler, "big:v1", &ended);
+    settle().await;
+    let small = pull_in_task(&scheduler, "small:v1", &ended);
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 0, "its size is not known yet");
+    tracking.reports.lock().unwrap()[0].send_replace(Some(sized(0, 1 << 30)));
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 1);
+    small.await.expect("small").result.expect("pulled");
+    big.await.expect("big").result.expect("pulled");
+    assert_eq!(*ended.lock().unwrap(), ["small:v1", "big:v1"]);
 }

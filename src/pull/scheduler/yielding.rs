@@ -19,14 +19,15 @@ pub(super) async fn big_pull_yields(above: Option<u64>, tracker: &Tracker, queue
     let Some(above) = above else { return std::future::pending().await };
     let (mut reports, mut queue) = (tracker.reports(), queued.subscribe());
     loop {
-        let report = *reports.borrow_and_update();
+        // Both marked seen each time round, so that neither wakes the loop again for nothing.
+        let (report, waiting) = (*reports.borrow_and_update(), *queue.borrow_and_update() > 0);
         if let Some(report) = report {
             let progress = report.progress;
             if progress.bytes_done >= YIELD_WITHIN || progress.bytes_total < above {
                 // The total is known once the manifest is: it does not grow.
                 return std::future::pending().await;
             }
-            if *queue.borrow_and_update() > 0 {
+            if waiting {
                 return;
             }
         }

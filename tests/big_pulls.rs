@@ -44,10 +44,18 @@ async fn a_small_image_queued_behind_a_big_one_is_pulled_first_and_the_big_one_s
     let (answer, took) = small.await.expect("joined");
     answer.expect("the small image is pulled");
     assert!(took < Duration::from_secs(5), "the small pull waited {took:?} behind the big one");
-    let mut status = client.clone();
-    let pulls = status.get_status(GetStatusRequest::default()).await.expect("GetStatus").into_inner().pulls;
-    assert_eq!(pulls.len(), 1, "only the big pull is left: {pulls:?}");
-    assert!(pulls[0].image.ends_with("big:1") && pulls[0].started.is_some(), "{pulls:?}");
+    // The big one has the slot again (once its task has run).
+    let (mut status, asked) = (client.clone(), Instant::now());
+    loop {
+        let pulls = status.get_status(GetStatusRequest::default()).await.expect("GetStatus").into_inner().pulls;
+        assert_eq!(pulls.len(), 1, "only the big pull is left: {pulls:?}");
+        assert!(pulls[0].image.ends_with("big:1"), "{pulls:?}");
+        if pulls[0].started.is_some() {
+            break;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(2), "the big pull did not start again: {pulls:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let (answer, took) = big.await.expect("joined");
     answer.expect("the big image arrives after all");

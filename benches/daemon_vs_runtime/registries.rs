@@ -268,7 +268,7 @@ async fn small_behind_big(side: &Side<'_>, shape: &Shape, table: &mut Table, fin
             .expect("the metrics read");
     drop(daemon);
     side.remove(&[huge, smalls].concat()).await;
-    progress!("    through cri-imaged: the big pull took {}, yielding {yields} times", report::duration(big_took));
+    progress!("    through cri-imaged: the big pull took {}, its yields: {yields}", report::duration(big_took));
 
     let huge = side.push("huge-serial", 1, shape.huge);
     let smalls = side.push("small-serial", shape.smalls, shape.small);
@@ -311,7 +311,7 @@ async fn small_behind_big(side: &Side<'_>, shape: &Shape, table: &mut Table, fin
     ] {
         let ratio = through.as_secs_f64() / baseline.as_secs_f64();
         table.row(vec![
-            format!("{what} (--max-parallel-image-pulls 4; the big pull yielded {yields} times)"),
+            format!("{what} (--max-parallel-image-pulls 4; the big pull's yields: {yields})"),
             report::duration(through),
             format!("{} ({name})", report::duration(baseline)),
             format!("{ratio:.2}"),

@@ -142,8 +142,8 @@ pub struct ServeArgs {
     pub pull_progress: bool,
 
     /// A pull with this many MiB or more to fetch, which has fetched less than 32 MiB when pulls
-    /// are queued behind it, gives them its slot once and is queued again (small pulls do not wait
-    /// behind big ones). 0 never. Needs --pull-progress (containerd).
+    /// are queued behind it, gives them its slot once and lets every pull go first for up to 60 s
+    /// (small pulls do not wait behind big ones). 0 never. Needs --pull-progress (containerd).
     #[arg(long, value_name = "MIB", default_value = "256", allow_hyphen_values = true)]
     pub yield_pulls_above_mib: u64,
 

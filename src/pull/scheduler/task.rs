@@ -16,7 +16,7 @@ use tower::ServiceExt;
 use super::{
     RECENT, Shared, Slot,
     admission::{NotAdmitted, admit, silent_registry},
-    yielding::big_pull_yields,
+    yielding::{big_pull_yields, last_in_line},
 };
 use crate::{
     pull::{
@@ -84,7 +84,17 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
                 // Its next call is the same pull: the rate limit that let the first pass waits.
                 pull.wait_for_rate_limit = true;
                 drop(permit.take());
-                let Some(next) = shared.acquire(&key, &slot).await else { return };
+                let last = tokio::select! {
+                    last = last_in_line(shared.slots.as_ref(), &shared.queued) => last,
+                    () = shared.unwanted(&key, &slot) => return,
+                };
+                let next = match last {
+                    Some(last) => Some(last),
+                    None => match shared.acquire(&key, &slot).await {
+                        Some(next) => next,
+                        None => return,
+                    },
+                };
                 (permit, tracker) = (next, shared.start(&pull, &slot));
                 continue;
             }

@@ -485,9 +485,15 @@ fn sized(bytes_done: u64, bytes_total: u64) -> Report {
     Report { progress, bytes_per_second: 0, stalled: None }
 }
 
-/// Serial pulls, each taking a minute, watched by `tracking`.
+/// Serial pulls watched by `tracking`, whose registry is never taken for a silent one (the
+/// tests send no report for the small pulls).
 fn serial_tracked(upstream: &Arc<Upstream>, tracking: &Arc<ScriptedTracking>) -> PullScheduler {
-    let config = SchedulerConfig { max_parallel: NonZeroUsize::new(1), resolve_timeout: None, ..Default::default() };
+    let config = SchedulerConfig {
+        max_parallel: NonZeroUsize::new(1),
+        answer_grace: Duration::from_secs(3600),
+        resolve_timeout: None,
+        ..Default::default()
+    };
     PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()), Arc::default())
 }
 
@@ -530,18 +536,48 @@ async fn a_big_pull_that_has_barely_begun_lets_the_pulls_queued_behind_it_go_fir
         .collect();
     // Queued again with its progress gone (it starts over), the small one running.
     assert_eq!(queued, [("big:v1".to_owned(), false, false), ("small:v1".to_owned(), true, false)]);
+    // One that comes while it waits goes first too.
+    let meanwhile = pull_in_task(&scheduler, "meanwhile:v1", &ended);
     small.await.expect("small").result.expect("pulled");
+    meanwhile.await.expect("meanwhile").result.expect("pulled");
 
     // Running again, it never yields a second time: a later pull waits for it.
     settle().await;
-    tracking.reports.lock().unwrap()[2].send_replace(Some(sized(0, 1 << 30)));
+    tracking.reports.lock().unwrap()[3].send_replace(Some(sized(0, 1 << 30)));
     let later = pull_in_task(&scheduler, "later:v1", &ended);
     settle().await;
     assert_eq!(upstream.cancelled.load(SeqCst), 1);
-    big.await.expect("big").result.expect("pulled once the small one was");
+    big.await.expect("big").result.expect("pulled once the small ones were");
     later.await.expect("later").result.expect("pulled");
-    assert_eq!(*ended.lock().unwrap(), ["small:v1", "big:v1", "later:v1"]);
-    assert_eq!(*upstream.order.lock().unwrap(), ["big:v1", "small:v1", "big:v1", "later:v1"]);
+    assert_eq!(*ended.lock().unwrap(), ["small:v1", "meanwhile:v1", "big:v1", "later:v1"]);
+    assert_eq!(*upstream.order.lock().unwrap(), ["big:v1", "small:v1", "meanwhile:v1", "big:v1", "later:v1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_yielded_lets_later_ones_go_first_for_a_minute_at_most() {
+    let upstream = Upstream::slow(Duration::from_secs(50));
+    let tracking = Arc::new(ScriptedTracking::default());
+    let scheduler = serial_tracked(&upstream, &tracking);
+    let ended = Arc::default();
+    let big = pull_in_task(&scheduler, "big:v1", &ended);
+    settle().await;
+    tracking.reports.lock().unwrap()[0].send_replace(Some(sized(0, 1 << 30)));
+    // A stream of pulls each taking 50 s: at 0 s, then at 5 s and every 10 s after.
+    let names = ["s0:v1", "s1:v1", "s2:v1", "s3:v1", "s4:v1", "s5:v1", "s6:v1", "s7:v1", "s8:v1"];
+    let mut stream = Vec::new();
+    for (index, name) in names.into_iter().enumerate() {
+        stream.push(pull_in_task(&scheduler, name, &ended));
+        tokio::time::sleep(Duration::from_secs(if index == 0 { 5 } else { 10 })).await;
+    }
+    big.await.expect("big").result.expect("pulled");
+    let order = upstream.order.lock().unwrap().clone();
+    let again = order.iter().rposition(|image| image == "big:v1").expect("the big pull ran again");
+    // It yielded at 0 s and queued again at 60 s: after the pulls queued by then (s0 … s6), before
+    // those that came after.
+    assert_eq!(order[..again], ["big:v1", "s0:v1", "s1:v1", "s2:v1", "s3:v1", "s4:v1", "s5:v1", "s6:v1"]);
+    for pull in stream {
+        pull.await.expect("a pull of the stream").result.expect("pulled");
+    }
 }
 
 #[tokio::test(start_paused = true)]

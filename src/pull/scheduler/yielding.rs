@@ -1,15 +1,24 @@
 //! Small pulls do not wait behind big ones: a pull whose image turns out big (its layers to fetch
 //! come to `SchedulerConfig::yield_above` or more) gives its slot to the pulls queued behind it,
 //! once, if it has fetched less than [`YIELD_WITHIN`] when they are there. It is cancelled and
-//! queued again behind them; what it fetched is fetched again (containerd 1.6 drops a cancelled
-//! pull's partial downloads), so that is bounded and small next to the image.
+//! takes a slot again only while no other pull waits for one, for up to [`YIELD_FOR_AT_MOST`]
+//! (then it queues as any pull does); what it fetched is fetched again (containerd 1.6 drops a
+//! cancelled pull's partial downloads), so that is bounded and small next to the image.
 
-use tokio::sync::watch;
+use std::{sync::Arc, time::Duration};
+
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    time::Instant,
+};
 
 use crate::pull::poller::Tracker;
 
 /// A pull that has fetched this much no longer gives its slot away.
 pub const YIELD_WITHIN: u64 = 32 << 20;
+
+/// The longest a pull that gave its slot away lets the pulls that come after it go first.
+pub const YIELD_FOR_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Resolves once the pull tracked by `tracker` should give its slot to the pulls waiting for one
 /// (`queued` counts them): its image is at least `above` bytes to fetch and it has fetched less
@@ -34,6 +43,27 @@ pub(super) async fn big_pull_yields(above: Option<u64>, tracker: &Tracker, queue
         tokio::select! {
             changed = reports.changed() => if changed.is_err() { return std::future::pending().await },
             _ = queue.changed() => {}
+        }
+    }
+}
+
+/// A slot taken only while no other pull waits for one, for up to [`YIELD_FOR_AT_MOST`]: a pull
+/// that gave its slot away lets every pull that queues meanwhile go first. `None` once that time
+/// is up (it then queues as any pull does), or without a cap on slots.
+pub(super) async fn last_in_line(
+    slots: Option<&Arc<Semaphore>>,
+    queued: &watch::Sender<usize>,
+) -> Option<OwnedSemaphorePermit> {
+    let slots = slots?;
+    let (mut queue, until) = (queued.subscribe(), Instant::now() + YIELD_FOR_AT_MOST);
+    loop {
+        let nobody_waits = queue.wait_for(|&waiting| waiting == 0);
+        tokio::time::timeout_at(until, nobody_waits).await.ok()?.ok()?;
+        tokio::select! {
+            permit = slots.clone().acquire_owned() => return permit.ok(),
+            // Another pull queued first: it goes before this one, which leaves its place.
+            _ = queue.wait_for(|&waiting| waiting > 0) => {}
+            () = tokio::time::sleep_until(until) => return None,
         }
     }
 }

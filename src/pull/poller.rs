@@ -260,6 +260,10 @@ impl<R: ContentStore> Poll<R> {
             unaccounted.iter().any(|(digest, offset)| self.unaccounted.get(digest).is_some_and(|was| offset > was));
         let searching = !unaccounted.is_empty();
         self.unaccounted = unaccounted;
+        // Registries with a download of ours moving: they answer, however long their next
+        // manifest takes over a link that download fills.
+        let mut moving: HashSet<&str> = HashSet::new();
+        let mut unanswered = Vec::new();
         for (id, pull) in tracked {
             let mut watched = self.pulls.remove(id).unwrap_or_default();
             let now = Instant::now();
@@ -267,8 +271,8 @@ impl<R: ContentStore> Poll<R> {
                 watched.next_search = Some(now + SEARCH_INTERVAL);
                 watched.progress = self.find_layers(pull, &ingests).await;
             }
-            if watched.progress.is_none() && moved {
-                pull.activity.send_replace(Some(now));
+            if watched.progress.is_none() {
+                unanswered.push(pull);
             }
             if let Some(progress) = &mut watched.progress {
                 let mut committed = HashSet::new();
@@ -282,10 +286,19 @@ impl<R: ContentStore> Poll<R> {
                 let stalled = self.config.stall_timeout.filter(|timeout| progress.stalled(now, *timeout));
                 let report =
                     Report { progress: done, bytes_per_second: watched.rate.sample(now, done.bytes_done), stalled };
-                pull.reports.send_replace(Some(report));
+                let before = pull.reports.send_replace(Some(report)).map_or(0, |was| was.progress.bytes_done);
+                if done.bytes_done > before {
+                    moving.insert(pull.reference.domain());
+                }
                 self.publish(pull, &mut watched, report, now);
             }
             self.pulls.insert(*id, watched);
+        }
+        let now = Instant::now();
+        for pull in unanswered {
+            if moved || moving.contains(pull.reference.domain()) {
+                pull.activity.send_replace(Some(now));
+            }
         }
         Ok(())
     }

@@ -305,3 +305,26 @@ fn a_registry_host_loses_its_port_as_in_containerds_labels() {
     assert_eq!(host_without_port("docker.io"), "docker.io");
     assert_eq!(host_without_port("[::1]:5000"), "::1");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_waiting_for_its_manifest_is_not_unanswered_while_its_registry_sends_another_pull_bytes() {
+    let content = Arc::new(FakeRuntime::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    content.manifest("registry.local", "big", 8, &[(1, 100 * MIB)]);
+    let _big = poller.track(pull("registry.local/big:v1", &[]));
+    // Over a link the big download fills, the next manifest of the same registry is slow.
+    let quiet_after = |tracker: Tracker| {
+        let since = Instant::now();
+        tokio::spawn(async move { tracker.unanswered_for(Duration::from_secs(1), since).await })
+    };
+    let next = quiet_after(poller.track(pull("registry.local/next:v1", &[])));
+    let elsewhere = quiet_after(poller.track(pull("other.test/app:v1", &[])));
+    for mib in 1..=12 {
+        content.downloading(1, mib * MIB, 100 * MIB);
+        tick().await;
+    }
+    assert!(elsewhere.is_finished(), "another registry's bytes say nothing of this one");
+    assert!(!next.is_finished(), "its registry is answering: bytes of its other pull keep coming");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(next.is_finished(), "once they stop, the quiet counts");
+}

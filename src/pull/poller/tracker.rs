@@ -64,9 +64,11 @@ impl Tracker {
         }
     }
 
-    /// Resolves once the pull has gone `quiet` without an answer: no manifest found and no
-    /// download moving that no tracked pull accounts for (it may be this pull's, under a manifest
-    /// the poller cannot tell apart). Never, once it is answered or for a pull not watched.
+    /// Resolves once the pull has gone `quiet` without an answer: no manifest found, no download
+    /// moving that no tracked pull accounts for (it may be this pull's, under a manifest the
+    /// poller cannot tell apart), and none of another pull from its registry (the registry
+    /// answers; its manifest is slow over a link full of it). Never, once it is answered or for a
+    /// pull not watched.
     pub async fn unanswered_for(&self, quiet: Duration, since: Instant) {
         if !self.watched() {
             std::future::pending::<()>().await;

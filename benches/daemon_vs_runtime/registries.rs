@@ -314,10 +314,10 @@ async fn small_behind_big(side: &Side<'_>, shape: &Shape, table: &mut Table, fin
             format!("{what} (--max-parallel-image-pulls 4; the big pull's yields: {yields})"),
             report::duration(through),
             format!("{} ({name})", report::duration(baseline)),
-            format!("{ratio:.2}"),
+            format!("{ratio:.3}"),
             target.into(),
         ]);
-        verdict(findings, &format!("{what}, cri-imaged / {name}"), target, format!("{ratio:.2}"), ratio <= limit);
+        verdict(findings, &format!("{what}, cri-imaged / {name}"), target, format!("{ratio:.3}"), ratio <= limit);
     }
 }
 

@@ -480,56 +480,74 @@ async fn a_pull_in_flight_shows_its_progress_and_the_pods_waiting_for_it() {
     assert_eq!(upstream.calls.load(SeqCst), 1);
 }
 
-fn sized(bytes_done: u64, bytes_total: u64) -> Report {
-    let progress = crate::pull::progress::Progress { bytes_done, bytes_total, layers_done: 0, layers_total: 4 };
-    Report { progress, bytes_per_second: 0, stalled: None }
+/// Serial pulls, each taking the same time, watched by scripted trackers; the registry is never
+/// taken for a silent one (most pulls get no report). Each pull runs in a task that says when it
+/// ended.
+struct Serial {
+    upstream: Arc<Upstream>,
+    tracking: Arc<ScriptedTracking>,
+    scheduler: PullScheduler,
+    ended: Arc<std::sync::Mutex<Vec<&'static str>>>,
 }
 
-/// Serial pulls watched by `tracking`, whose registry is never taken for a silent one (the
-/// tests send no report for the small pulls).
-fn serial_tracked(upstream: &Arc<Upstream>, tracking: &Arc<ScriptedTracking>) -> PullScheduler {
-    let config = SchedulerConfig {
-        max_parallel: NonZeroUsize::new(1),
-        answer_grace: Duration::from_secs(3600),
-        resolve_timeout: None,
-        ..Default::default()
-    };
-    PullScheduler::tracked(upstream.service(), config, Default::default(), Some(tracking.clone()), Arc::default())
-}
+impl Serial {
+    fn new(each_takes: Duration) -> Self {
+        let (upstream, tracking) = (Upstream::slow(each_takes), Arc::new(ScriptedTracking::default()));
+        let config = SchedulerConfig {
+            max_parallel: NonZeroUsize::new(1),
+            answer_grace: Duration::from_secs(3600),
+            resolve_timeout: None,
+            ..Default::default()
+        };
+        let progress: Option<Arc<dyn TrackPulls>> = Some(tracking.clone());
+        let scheduler =
+            PullScheduler::tracked(upstream.service(), config, Default::default(), progress, Arc::default());
+        Self { upstream, tracking, scheduler, ended: Arc::default() }
+    }
 
-/// Pulls `image` in a task that says when it ended.
-fn pull_in_task(
-    scheduler: &PullScheduler,
-    image: &'static str,
-    ended: &Arc<std::sync::Mutex<Vec<&'static str>>>,
-) -> tokio::task::JoinHandle<Scheduled> {
-    let (scheduler, ended) = (scheduler.clone(), ended.clone());
-    tokio::spawn(async move {
-        let scheduled = scheduler.pull(spec(image, "")).await;
-        ended.lock().unwrap().push(image);
-        scheduled
-    })
+    /// Pulls `image` in a task, and lets it reach the scheduler.
+    async fn pull(&self, image: &'static str) -> tokio::task::JoinHandle<Scheduled> {
+        let (scheduler, ended) = (self.scheduler.clone(), self.ended.clone());
+        let task = tokio::spawn(async move {
+            let scheduled = scheduler.pull(spec(image, "")).await;
+            ended.lock().unwrap().push(image);
+            scheduled
+        });
+        settle().await;
+        task
+    }
+
+    /// The `nth` tracker handed out reports `bytes_done` of `bytes_total`.
+    async fn report(&self, nth: usize, bytes_done: u64, bytes_total: u64) {
+        let progress = crate::pull::progress::Progress { bytes_done, bytes_total, layers_done: 0, layers_total: 4 };
+        let report = Report { progress, bytes_per_second: 0, stalled: None };
+        self.tracking.reports.lock().unwrap()[nth].send_replace(Some(report));
+        settle().await;
+    }
+
+    fn cancelled(&self) -> usize {
+        self.upstream.cancelled.load(SeqCst)
+    }
+
+    fn ended(&self) -> Vec<&'static str> {
+        self.ended.lock().unwrap().clone()
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_big_pull_that_has_barely_begun_lets_the_pulls_queued_behind_it_go_first_once() {
-    let upstream = Upstream::slow(Duration::from_secs(60));
-    let tracking = Arc::new(ScriptedTracking::default());
-    let scheduler = serial_tracked(&upstream, &tracking);
-    let ended = Arc::default();
-    let big = pull_in_task(&scheduler, "big:v1", &ended);
-    settle().await;
+    let serial = Serial::new(Duration::from_secs(60));
+    let big = serial.pull("big:v1").await;
     // Its manifest says 1 GiB to fetch, 1 MiB has come; nothing waits: it goes on.
-    tracking.reports.lock().unwrap()[0].send_replace(Some(sized(1 << 20, 1 << 30)));
-    settle().await;
-    assert_eq!(upstream.cancelled.load(SeqCst), 0);
+    serial.report(0, 1 << 20, 1 << 30).await;
+    assert_eq!(serial.cancelled(), 0);
 
     // A pull queues behind it: the big one gives it the slot and queues again.
-    let small = pull_in_task(&scheduler, "small:v1", &ended);
-    settle().await;
-    assert_eq!(upstream.cancelled.load(SeqCst), 1, "the big pull's runtime call was dropped");
-    assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::Yielded), 1);
-    let queued: Vec<_> = scheduler
+    let small = serial.pull("small:v1").await;
+    assert_eq!(serial.cancelled(), 1, "the big pull's runtime call was dropped");
+    assert_eq!(serial.scheduler.shared.metrics.pulls_total(PullResult::Yielded), 1);
+    let queued: Vec<_> = serial
+        .scheduler
         .in_flight()
         .into_iter()
         .map(|pull| (pull.image, pull.started_at.is_some(), pull.progress.is_some()))
@@ -537,40 +555,35 @@ async fn a_big_pull_that_has_barely_begun_lets_the_pulls_queued_behind_it_go_fir
     // Queued again with its progress gone (it starts over), the small one running.
     assert_eq!(queued, [("big:v1".to_owned(), false, false), ("small:v1".to_owned(), true, false)]);
     // One that comes while it waits goes first too.
-    let meanwhile = pull_in_task(&scheduler, "meanwhile:v1", &ended);
+    let meanwhile = serial.pull("meanwhile:v1").await;
     small.await.expect("small").result.expect("pulled");
     meanwhile.await.expect("meanwhile").result.expect("pulled");
 
     // Running again, it never yields a second time: a later pull waits for it.
     settle().await;
-    tracking.reports.lock().unwrap()[3].send_replace(Some(sized(0, 1 << 30)));
-    let later = pull_in_task(&scheduler, "later:v1", &ended);
-    settle().await;
-    assert_eq!(upstream.cancelled.load(SeqCst), 1);
+    serial.report(3, 0, 1 << 30).await;
+    let later = serial.pull("later:v1").await;
+    assert_eq!(serial.cancelled(), 1);
     big.await.expect("big").result.expect("pulled once the small ones were");
     later.await.expect("later").result.expect("pulled");
-    assert_eq!(*ended.lock().unwrap(), ["small:v1", "meanwhile:v1", "big:v1", "later:v1"]);
-    assert_eq!(*upstream.order.lock().unwrap(), ["big:v1", "small:v1", "meanwhile:v1", "big:v1", "later:v1"]);
+    assert_eq!(serial.ended(), ["small:v1", "meanwhile:v1", "big:v1", "later:v1"]);
+    assert_eq!(*serial.upstream.order.lock().unwrap(), ["big:v1", "small:v1", "meanwhile:v1", "big:v1", "later:v1"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_pull_that_yielded_lets_later_ones_go_first_for_a_minute_at_most() {
-    let upstream = Upstream::slow(Duration::from_secs(50));
-    let tracking = Arc::new(ScriptedTracking::default());
-    let scheduler = serial_tracked(&upstream, &tracking);
-    let ended = Arc::default();
-    let big = pull_in_task(&scheduler, "big:v1", &ended);
-    settle().await;
-    tracking.reports.lock().unwrap()[0].send_replace(Some(sized(0, 1 << 30)));
+    let serial = Serial::new(Duration::from_secs(50));
+    let big = serial.pull("big:v1").await;
+    serial.report(0, 0, 1 << 30).await;
     // A stream of pulls each taking 50 s: at 0 s, then at 5 s and every 10 s after.
     let names = ["s0:v1", "s1:v1", "s2:v1", "s3:v1", "s4:v1", "s5:v1", "s6:v1", "s7:v1", "s8:v1"];
     let mut stream = Vec::new();
     for (index, name) in names.into_iter().enumerate() {
-        stream.push(pull_in_task(&scheduler, name, &ended));
+        stream.push(serial.pull(name).await);
         tokio::time::sleep(Duration::from_secs(if index == 0 { 5 } else { 10 })).await;
     }
     big.await.expect("big").result.expect("pulled");
-    let order = upstream.order.lock().unwrap().clone();
+    let order = serial.upstream.order.lock().unwrap().clone();
     let again = order.iter().rposition(|image| image == "big:v1").expect("the big pull ran again");
     // It yielded at 0 s and queued again at 60 s: after the pulls queued by then (s0 … s6), before
     // those that came after.
@@ -583,37 +596,26 @@ async fn a_pull_that_yielded_lets_later_ones_go_first_for_a_minute_at_most() {
 #[tokio::test(start_paused = true)]
 async fn a_pull_under_the_size_or_past_its_first_32_mib_keeps_its_slot() {
     for (done, total) in [(0, (256 << 20) - 1), (yielding::YIELD_WITHIN, 1 << 30)] {
-        let upstream = Upstream::slow(Duration::from_secs(60));
-        let tracking = Arc::new(ScriptedTracking::default());
-        let scheduler = serial_tracked(&upstream, &tracking);
-        let ended = Arc::default();
-        let first = pull_in_task(&scheduler, "first:v1", &ended);
-        settle().await;
-        tracking.reports.lock().unwrap()[0].send_replace(Some(sized(done, total)));
-        let second = pull_in_task(&scheduler, "second:v1", &ended);
-        settle().await;
-        assert_eq!(upstream.cancelled.load(SeqCst), 0, "{done} of {total}");
+        let serial = Serial::new(Duration::from_secs(60));
+        let first = serial.pull("first:v1").await;
+        serial.report(0, done, total).await;
+        let second = serial.pull("second:v1").await;
+        assert_eq!(serial.cancelled(), 0, "{done} of {total}");
         first.await.expect("first").result.expect("pulled");
         second.await.expect("second").result.expect("pulled");
-        assert_eq!(*ended.lock().unwrap(), ["first:v1", "second:v1"]);
+        assert_eq!(serial.ended(), ["first:v1", "second:v1"]);
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_big_pull_yields_when_its_size_is_known_after_the_others_queued() {
-    let upstream = Upstream::slow(Duration::from_secs(60));
-    let tracking = Arc::new(ScriptedTracking::default());
-    let scheduler = serial_tracked(&upstream, &tracking);
-    let ended = Arc::default();
-    let big = pull_in_task(&scheduler, "big:v1", &ended);
-    settle().await;
-    let small = pull_in_task(&scheduler, "small:v1", &ended);
-    settle().await;
-    assert_eq!(upstream.cancelled.load(SeqCst), 0, "its size is not known yet");
-    tracking.reports.lock().unwrap()[0].send_replace(Some(sized(0, 1 << 30)));
-    settle().await;
-    assert_eq!(upstream.cancelled.load(SeqCst), 1);
+    let serial = Serial::new(Duration::from_secs(60));
+    let big = serial.pull("big:v1").await;
+    let small = serial.pull("small:v1").await;
+    assert_eq!(serial.cancelled(), 0, "its size is not known yet");
+    serial.report(0, 0, 1 << 30).await;
+    assert_eq!(serial.cancelled(), 1);
     small.await.expect("small").result.expect("pulled");
     big.await.expect("big").result.expect("pulled");
-    assert_eq!(*ended.lock().unwrap(), ["small:v1", "big:v1"]);
+    assert_eq!(serial.ended(), ["small:v1", "big:v1"]);
 }

@@ -93,7 +93,7 @@ pub fn parse_qps(text: &str) -> Result<f64, ValueError> {
 
 /// A pull rate that must be above 0 (`--registry-qps-floor`).
 pub fn parse_positive_qps(text: &str) -> Result<f64, ValueError> {
-    text.parse::<f64>().ok().filter(|qps| qps.is_finite() && *qps > 0.0).ok_or(ValueError::NotAPositiveQps)
+    parse_qps(text).ok().filter(|qps| *qps > 0.0).ok_or(ValueError::NotAPositiveQps)
 }
 
 /// An image GC threshold: any whole number, so that the kubelet's own check (0 to 100, in its

@@ -124,12 +124,7 @@ impl Breakers {
     fn changed(&self, host: &str, change: Change, now: Instant) {
         match change {
             Change::Opened { failures, last, until } => {
-                let cooldown = until.saturating_duration_since(now);
-                let message = format!(
-                    "registry {host:?} is unavailable after {failures} failed pulls in a row (the last: {last}); \
-                     its pulls fail at once for {}, then one pull tests it",
-                    messages::go_duration_millis(cooldown)
-                );
+                let message = unavailable(host, failures, &last, Some(until.saturating_duration_since(now)), "");
                 tracing::warn!(registry = %host, failures, "{message}");
                 self.metrics.breaker_opened(host);
                 self.events.publish(Event::new(EventType::Warning, reason::REGISTRY_UNAVAILABLE, message));
@@ -309,17 +304,20 @@ fn last_words(message: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn refused(host: &str, refusal: &Refusal, now: Instant) -> PullError {
-    let when = match refusal.until {
-        Some(until) => format!(
-            "its pulls fail at once for {} more, then one pull tests it",
-            messages::go_duration_millis(until.saturating_duration_since(now).max(Duration::from_millis(1)))
-        ),
+    let left = refusal.until.map(|until| until.saturating_duration_since(now).max(Duration::from_millis(1)));
+    PullError::RegistryUnavailable(unavailable(host, refusal.failures, &refusal.last, left, " more"))
+}
+
+/// An open breaker, as its event and its refusals say it: open for `left` (`more` after it),
+/// or half-open with its probe under way.
+fn unavailable(host: &str, failures: u32, last: &str, left: Option<Duration>, more: &str) -> String {
+    let when = match left {
+        Some(left) => {
+            format!("its pulls fail at once for {}{more}, then one pull tests it", messages::go_duration_millis(left))
+        }
         None => "one pull is testing it now".to_owned(),
     };
-    PullError::RegistryUnavailable(format!(
-        "registry {host:?} is unavailable after {} failed pulls in a row (the last: {}); {when}",
-        refusal.failures, refusal.last
-    ))
+    format!("registry {host:?} is unavailable after {failures} failed pulls in a row (the last: {last}); {when}")
 }
 
 #[cfg(test)]

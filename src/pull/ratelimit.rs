@@ -211,9 +211,7 @@ impl RegistryLimits {
                 return lowered.bucket.take(now);
             }
         }
-        let Some(bucket) = host.and_then(|host| buckets.per_host.get(host)).or(buckets.global.as_ref()) else {
-            return Ok(());
-        };
+        let Some(bucket) = buckets.of(host) else { return Ok(()) };
         bucket.lock().unwrap_or_else(PoisonError::into_inner).take(now)
     }
 
@@ -233,9 +231,7 @@ impl RegistryLimits {
                 return;
             }
             let configured = buckets
-                .per_host
-                .get(host)
-                .or(buckets.global.as_ref())
+                .of(Some(host))
                 .map_or(UNLIMITED_START, |bucket| bucket.lock().unwrap_or_else(PoisonError::into_inner).limit());
             lowered.insert(host.to_owned(), Lowered::new(configured, now, &buckets.adaptive));
         }
@@ -285,6 +281,11 @@ impl RegistryLimits {
 }
 
 impl Buckets {
+    /// The bucket a pull to `host` takes its token from: the host's own, else the global one.
+    fn of(&self, host: Option<&str>) -> Option<&Arc<Bucket>> {
+        host.and_then(|host| self.per_host.get(host)).or(self.global.as_ref())
+    }
+
     /// The buckets `config` asks for, reusing each of these whose limit is unchanged.
     fn reconfigured(&self, config: &RateLimitConfig, now: Instant) -> Self {
         let bucket = |limit: &RateLimit, old: Option<&Arc<Bucket>>| match old {

@@ -26,7 +26,7 @@ use crate::{
     notify,
     presence::{self, PresenceCache},
     pull::{
-        path::{PathConfig, PullPath},
+        path::{PathConfig, PullPath, Shared},
         ratelimit::RegistryLimits,
     },
     records::{PullRecords, RecordsError},
@@ -95,13 +95,21 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
         let records = Arc::new(PullRecords::open(root_dir, metrics.records.clone())?);
         let guard = Arc::new(ImageGuard::default());
         let events = Arc::new(Events::default());
-        let presence = Arc::new(PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness));
+        let presence = Arc::new(
+            PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness)
+                .with_fs_info_max_age(config.image_fs_info_max_age),
+        );
         let limits = Arc::new(RegistryLimits::new(&config.rate_limits, metrics.pulls.clone(), events.clone()));
         let pulls = Arc::new(PullPath::over(
             runtime.clone(),
             limits.clone(),
             PathConfig { scheduler: config.scheduler, progress: config.progress },
-            (records.clone(), guard.clone(), events.clone()),
+            Shared {
+                records: records.clone(),
+                guard: guard.clone(),
+                events: events.clone(),
+                presence: presence.clone(),
+            },
             metrics.pulls.clone(),
         ));
         let manager = Arc::new(ensure::Manager::new(ManagerParts {

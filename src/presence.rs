@@ -15,6 +15,9 @@
 //! its own image store (what ImageStatus reads) on its own schedule, so the watcher forgets
 //! everything once more [`SETTLE`] after the last event: an answer the plugin gave before it had
 //! caught up is not kept longer than that.
+//!
+//! The same rules keep the CRI answers the pass-through remembers ([`answers`]): ImageStatus and
+//! ListImages by their request bytes, and the image filesystem's snapshot.
 
 use std::{
     collections::HashMap,
@@ -28,10 +31,14 @@ use tokio::{
     time::Instant,
 };
 
+pub mod answers;
 pub mod image_events;
 pub mod metrics;
 
-use self::metrics::PresenceMetrics;
+use self::{
+    answers::Remembered,
+    metrics::{Answered, PresenceMetrics},
+};
 use crate::runtime::PresentImage;
 
 /// The most images remembered; past it the cache starts over. Nodes hold far fewer.
@@ -48,11 +55,11 @@ pub const PROOF_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket(u64);
 
-/// What the cache can say about an image.
+/// What the cache can say about an image (or a remembered answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Lookup {
+pub enum Lookup<T = PresentImage> {
     /// Present, and the cache is proven current within the allowed staleness.
-    Fresh(PresentImage),
+    Fresh(T),
     /// Remembered, but not proven current recently enough: prove it, or ask the runtime.
     Unproven,
     /// Not remembered: ask the runtime.
@@ -64,6 +71,8 @@ pub struct PresenceCache {
     state: Mutex<State>,
     metrics: Arc<PresenceMetrics>,
     max_staleness: Duration,
+    /// How long an image filesystem snapshot is served (see [`answers`]).
+    fs_info_max_age: Duration,
     /// Asks the watcher for a barrier; many asks before it starts one make one barrier.
     barrier_wanted: Notify,
     /// Moves on whenever `current_as_of` or `watching` changes, to wake those waiting for proof.
@@ -83,6 +92,8 @@ struct State {
     /// By runtime handler, then image (as sent to the runtime); annotations do not change
     /// presence. Nested so that a lookup on the hot path allocates nothing.
     images: HashMap<String, HashMap<String, PresentImage>>,
+    /// CRI answers by call and request bytes, and the image filesystem's snapshot.
+    answers: Remembered,
 }
 
 impl State {
@@ -93,6 +104,7 @@ impl State {
     fn forget(&mut self) {
         self.generation += 1;
         self.images.clear();
+        self.answers.clear();
     }
 }
 
@@ -103,9 +115,15 @@ impl PresenceCache {
             state: Mutex::new(State::default()),
             metrics,
             max_staleness,
+            fs_info_max_age: answers::DEFAULT_FS_INFO_MAX_AGE,
             barrier_wanted: Notify::new(),
             proofs: watch::Sender::new(()),
         }
+    }
+
+    /// The same cache, serving an image filesystem snapshot for at most `max_age` (zero: never).
+    pub fn with_fs_info_max_age(self, max_age: Duration) -> Self {
+        Self { fs_info_max_age: max_age, ..self }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -116,7 +134,14 @@ impl PresenceCache {
     /// proven current within the allowed staleness as of `now`.
     pub fn lookup(&self, spec: &ImageSpec, now: Instant) -> Lookup {
         let state = self.state();
-        let Some(found) = state.images.get(&spec.runtime_handler).and_then(|images| images.get(&spec.image)) else {
+        let found = state.images.get(&spec.runtime_handler).and_then(|images| images.get(&spec.image));
+        self.judge(&state, found, now, Answered::Presence)
+    }
+
+    /// `found` (remembered under `state`) as fresh only while the cache is proven current
+    /// within the allowed staleness as of `now`; a hit counted as `answered`.
+    fn judge<T: Clone>(&self, state: &State, found: Option<&T>, now: Instant, answered: Answered) -> Lookup<T> {
+        let Some(found) = found else {
             return Lookup::Miss;
         };
         let Some(age) = state.current_as_of.map(|as_of| now.saturating_duration_since(as_of)) else {
@@ -129,8 +154,27 @@ impl PresenceCache {
         if age * 2 > self.max_staleness {
             self.barrier_wanted.notify_one();
         }
-        self.metrics.hit();
+        self.metrics.hit(answered);
         Lookup::Fresh(found.clone())
+    }
+
+    /// What `lookup` finds, waiting for a proof when the cache has not been proven current
+    /// recently enough; `None`: ask the runtime.
+    async fn recall<T: Clone>(&self, asked_at: Instant, lookup: impl Fn(&Self) -> Lookup<T>) -> Option<T> {
+        match lookup(self) {
+            Lookup::Fresh(found) => Some(found),
+            Lookup::Unproven if self.prove_current_since(asked_at).await => match lookup(self) {
+                Lookup::Fresh(found) => Some(found),
+                Lookup::Unproven | Lookup::Miss => None,
+            },
+            Lookup::Unproven | Lookup::Miss => None,
+        }
+    }
+
+    /// The image as [`Self::lookup`] finds it asked at `asked_at`, proven current first when it
+    /// must be; `None`: ask the runtime.
+    pub async fn recall_image(&self, spec: &ImageSpec, asked_at: Instant) -> Option<PresentImage> {
+        self.recall(asked_at, |cache| cache.lookup(spec, asked_at)).await
     }
 
     /// Waits until a barrier started at or after `since` has come back, asking the watcher for

@@ -23,7 +23,7 @@ use std::{path::Path, time::Duration};
 use serde_json::{Value, json};
 use support::{
     clients::{Answer, Call, Client},
-    process::{DaemonProcess, grpcurl, require_tool},
+    process::{DaemonProcess, grpcurl, metric, metric_with_label, metrics_listen, require_tool},
     stack::LocalStack,
     throttle::ThrottleProxy,
 };
@@ -239,31 +239,48 @@ async fn run_blocking(client: Client, socket: &Path, calls: Vec<Call>) -> Vec<An
     tokio::task::spawn_blocking(move || client.run(&socket, &calls)).await.expect("client task")
 }
 
-#[tokio::test]
-async fn every_image_call_answers_through_cri_imaged_as_containerd_answers_it_with_grpcio_and_grpc_js() {
-    let Some(stack) = LocalStack::start() else { return };
+/// The cases' calls, each ImageStatus and ListImages asked twice in a row (through cri-imaged,
+/// the second may be remembered), with their labels.
+fn suite(images: &Images) -> (Vec<String>, Vec<Call>) {
+    let (mut labels, mut calls) = (Vec::new(), Vec::new());
+    for case in images.cases() {
+        for (step, call) in case.calls.iter().enumerate() {
+            let label = format!("{} (step {}: {} {})", case.name, step + 1, call.method, call.request);
+            let read = call.method.ends_with("/ImageStatus") || call.method.ends_with("/ListImages");
+            calls.push(call.clone());
+            if read {
+                labels.push(format!("{label}, asked first"));
+                calls.push(call.clone());
+            }
+            labels.push(label);
+        }
+    }
+    (labels, calls)
+}
+
+/// The suite by grpcio and grpc-js, straight to containerd and through a cri-imaged started with
+/// `flags`; returns the CRI answers cri-imaged gave from memory.
+async fn differential(flags: &[&str]) -> Option<f64> {
+    let stack = LocalStack::start()?;
     let clients = Client::available();
     let images = Images::seed(&stack);
     let dir = tempfile::tempdir().expect("tempdir");
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let (port, listen) = metrics_listen();
+    let mut all = vec!["--metrics-listen", listen.as_str()];
+    all.extend_from_slice(flags);
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &all).await;
+    let watching = || metric(port, "cri_imaged_presence_cache_watching") == 1.0;
+    support::eventually("cri-imaged watches containerd's image events", Duration::from_secs(10), watching).await;
 
-    let cases = images.cases();
-    let mut labels = Vec::new();
-    let mut calls = Vec::new();
-    for case in &cases {
-        for (step, call) in case.calls.iter().enumerate() {
-            labels.push(format!("{} (step {}: {} {})", case.name, step + 1, call.method, call.request));
-            calls.push(call.clone());
-        }
-    }
-    assert!(calls.len() >= 50, "the suite makes {} calls", calls.len());
+    let (labels, calls) = suite(&images);
+    assert!(calls.len() >= 70, "the suite makes {} calls", calls.len());
     for &client in &clients {
         let direct = run_blocking(client, &stack.containerd_socket, calls.clone()).await;
         let through = run_blocking(client, &daemon.socket, calls.clone()).await;
         let found = differences(&labels, &calls, &direct, &through);
         assert!(
             found.is_empty(),
-            "{client:?}: {} differences:\n{}\n{}",
+            "{client:?} {flags:?}: {} differences:\n{}\n{}",
             found.len(),
             found.join("\n"),
             daemon.log_text()
@@ -283,9 +300,28 @@ async fn every_image_call_answers_through_cri_imaged_as_containerd_answers_it_wi
         }
         let tags = answer_of(&labels, &direct, "many tags on one image (step 4");
         assert_eq!(tags["image"]["repo_tags"].as_array().map(Vec::len), Some(3), "{tags}");
-        println!("{client:?}: {} calls, the same answers straight to containerd and through cri-imaged", calls.len());
+        println!(
+            "{client:?} {flags:?}: {} calls, the same answers straight to containerd and through cri-imaged",
+            calls.len()
+        );
     }
     assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
+    let from_memory = ["ImageStatus", "ListImages"]
+        .map(|call| metric_with_label(port, "cri_imaged_presence_cache_hits_total", &format!(r#"call="{call}""#)));
+    Some(from_memory.iter().sum())
+}
+
+#[tokio::test]
+async fn every_image_call_answers_through_cri_imaged_as_containerd_answers_it_with_grpcio_and_grpc_js() {
+    let Some(remembered) = differential(&[]).await else { return };
+    println!("{remembered} ImageStatus and ListImages answers from memory");
+    assert!(remembered >= 20.0, "the second of each pair was mostly answered from memory: {remembered} answers");
+}
+
+#[tokio::test]
+async fn in_strict_mode_every_image_call_answers_as_containerd_answers_it_and_none_from_memory() {
+    let Some(remembered) = differential(&["--presence-cache-max-staleness", "0s"]).await else { return };
+    assert_eq!(remembered, 0.0, "strict: every ImageStatus and ListImages asked containerd");
 }
 
 /// The response of the call whose label starts with the case name and step given.

@@ -1,10 +1,27 @@
 //! The presence cache against real containerd, in loops that race a removal against the next
-//! question: once a removal has returned, no answer may call the image present.
+//! question: once a removal has returned, no answer may call the image present. And the CRI
+//! answers it remembers (ImageStatus, ListImages), hammered while the image is pulled and removed
+//! behind cri-imaged's back: no answer asked longer than the documented window after a change
+//! returned misses it.
 
 mod support;
 
-use cri_imaged::api::{PullPolicy, image_manager_client::ImageManagerClient};
-use k8s_cri::v1::{ImageSpec, PullImageRequest, RemoveImageRequest, image_service_client::ImageServiceClient};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use cri_imaged::{
+    api::{PullPolicy, image_manager_client::ImageManagerClient},
+    presence::DEFAULT_MAX_STALENESS,
+};
+use k8s_cri::v1::{
+    ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest, RemoveImageRequest,
+    image_service_client::ImageServiceClient,
+};
 use support::{
     call, ensure,
     process::{DaemonProcess, metric, metrics_listen},
@@ -17,6 +34,8 @@ use tonic::{Code, transport::Channel};
 const IF_NOT_PRESENT: i32 = PullPolicy::IfNotPresent as i32;
 const NEVER: i32 = PullPolicy::Never as i32;
 const ITERATIONS: usize = 1000;
+/// Pulls and removes behind cri-imaged's back, each, while its CRI answers are hammered.
+const CHANGES: usize = 200;
 
 /// Who removes the image in each iteration.
 #[derive(Clone, Copy)]
@@ -48,7 +67,7 @@ async fn race(flags: &[&str]) -> Option<Race> {
         if race.metric("cri_imaged_presence_cache_watching").await == 1 {
             return Some(race);
         }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the cache never started watching:\n{}", race.daemon.log_text());
 }
@@ -96,6 +115,74 @@ impl Race {
     }
 }
 
+/// What the CRI answers through cri-imaged said after the changes behind its back.
+#[derive(Debug)]
+struct Seen {
+    /// Answers (ImageStatus or ListImages) that missed a change that had returned.
+    stale: usize,
+    /// The longest time from a change's return to the asking of an answer that missed it.
+    window: Duration,
+}
+
+impl Race {
+    /// Pulls and removes the image on containerd directly, `CHANGES` times each, while two
+    /// callers hammer ImageStatus and ListImages through cri-imaged; after each change returns,
+    /// asks both until they show it.
+    async fn cri_reads_behind_changes(&self) -> Seen {
+        let image = self.stack.image("race/app:v1");
+        let spec = || Some(ImageSpec { image: image.clone(), ..Default::default() });
+        let mut containerd = ImageServiceClient::new(unix_channel(&self.stack.containerd_socket));
+        let through_us = ImageServiceClient::new(unix_channel(&self.daemon.socket));
+        let stop = Arc::new(AtomicBool::new(false));
+        let hammers: Vec<_> = (0..2)
+            .map(|_| {
+                let (mut client, stop) = (through_us.clone(), stop.clone());
+                let status = ImageStatusRequest { image: spec(), verbose: false };
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        client.image_status(status.clone()).await.expect("ImageStatus");
+                        client.list_images(ListImagesRequest::default()).await.expect("ListImages");
+                    }
+                })
+            })
+            .collect();
+        let mut client = through_us.clone();
+        let mut seen = Seen { stale: 0, window: Duration::ZERO };
+        for change in 0..CHANGES * 2 {
+            let present = change % 2 == 0;
+            if present {
+                containerd.pull_image(PullImageRequest { image: spec(), ..Default::default() }).await.expect("pull");
+            } else {
+                containerd.remove_image(RemoveImageRequest { image: spec() }).await.expect("remove");
+            }
+            let returned = tokio::time::Instant::now();
+            loop {
+                let asked = returned.elapsed();
+                let status = client.image_status(ImageStatusRequest { image: spec(), verbose: false }).await;
+                let listed = client.list_images(ListImagesRequest::default()).await;
+                let status_present = status.expect("ImageStatus").into_inner().image.is_some();
+                let listed_present = listed
+                    .expect("ListImages")
+                    .into_inner()
+                    .images
+                    .iter()
+                    .any(|listed| listed.repo_tags.contains(&image));
+                if status_present == present && listed_present == present {
+                    break;
+                }
+                seen.stale += 1;
+                seen.window = seen.window.max(asked);
+                assert!(asked < Duration::from_secs(5), "change {change}: still not seen after {asked:?}");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for hammer in hammers {
+            hammer.await.expect("hammer");
+        }
+        seen
+    }
+}
+
 async fn remove(client: &mut ImageServiceClient<Channel>, request: RemoveImageRequest) -> Result<(), tonic::Status> {
     client.remove_image(request).await.map(drop)
 }
@@ -119,4 +206,25 @@ async fn in_strict_mode_no_answer_after_a_removal_behind_its_back_calls_the_imag
     println!("{ITERATIONS} removals on containerd: {stale} stale answers, {hits} cache hits, {barriers} barriers");
     assert!(hits >= ITERATIONS as u64 / 2, "the cache answered in most iterations ({hits} hits), or nothing was raced");
     assert_eq!(stale, 0);
+}
+
+#[tokio::test]
+async fn cri_answers_from_memory_never_miss_a_change_behind_its_back_for_longer_than_the_staleness_bound() {
+    let Some(race) = race(&[]).await else { return };
+    let seen = race.cri_reads_behind_changes().await;
+    let hits = race.metric("cri_imaged_presence_cache_hits_total").await;
+    println!("{CHANGES} pulls and {CHANGES} removals on containerd: {seen:?}, {hits} answers from memory");
+    assert!(
+        hits >= CHANGES as u64 * 4,
+        "most of the hammering was answered from memory ({hits}), or nothing was raced"
+    );
+    assert!(seen.window <= DEFAULT_MAX_STALENESS, "{seen:?}");
+}
+
+#[tokio::test]
+async fn in_strict_mode_no_cri_answer_misses_a_change_behind_its_back() {
+    let Some(race) = race(&["--presence-cache-max-staleness", "0s"]).await else { return };
+    let seen = race.cri_reads_behind_changes().await;
+    println!("{CHANGES} pulls and {CHANGES} removals on containerd, strict: {seen:?}");
+    assert_eq!(seen.stale, 0, "{seen:?}");
 }

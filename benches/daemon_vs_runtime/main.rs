@@ -35,6 +35,7 @@ macro_rules! progress {
 mod support;
 
 mod credentials;
+mod cri;
 mod events;
 mod gc;
 mod hostile;
@@ -120,6 +121,7 @@ enum Section {
     Events,
     Progress,
     Hostile,
+    Cri,
     Registries,
 }
 
@@ -179,6 +181,7 @@ fn main() -> ExitCode {
             Section::Events,
             Section::Progress,
             Section::Hostile,
+            Section::Cri,
             Section::Registries,
         ]
     } else {
@@ -311,6 +314,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
         progress!("hostile input: {} idle connections, hostile records, a slow plugin", sizes.idle_connections);
         hostile::run(&bench, &mut findings).await;
     }
+    if sections.contains(&Section::Cri) {
+        cri::run(&bench, &mut findings).await;
+    }
     if sections.contains(&Section::Registries) {
         registries::run(&bench, &mut findings).await;
     }
@@ -420,6 +426,10 @@ impl Daemon {
 
     fn pid(&self) -> u32 {
         self.process.pid()
+    }
+
+    fn socket(&self) -> &Path {
+        &self.process.socket
     }
 
     /// The sum of every series of the metric `name` on `/metrics`.

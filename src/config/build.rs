@@ -152,6 +152,7 @@ impl ServeArgs {
             backoff,
             rate_limits,
             presence_max_staleness: self.presence_cache_max_staleness,
+            image_fs_info_max_age: self.image_fs_info_max_age,
             verification: VerificationConfig { policy, allowlist },
             progress: self.pull_progress.then(|| ProgressConfig {
                 stall_timeout: Some(self.image_pull_progress_timeout).filter(|timeout| !timeout.is_zero()),

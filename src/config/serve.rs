@@ -59,6 +59,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub presence_cache_max_staleness: Duration,
 
+    /// CRI ImageFsInfo is answered from the runtime's last answer while it is younger than this
+    /// and no image was pulled or removed since (through cri-imaged, or as an image event says);
+    /// 0s asks the runtime every time. containerd measures its own snapshot every 10 s.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
+    pub image_fs_info_max_age: Duration,
+
     /// The most client connections served at once. At the cap a new connection takes the place of
     /// the oldest one that has not yet begun HTTP/2, else it is closed at once. Unset: 1024,
     /// lowered at start to fit the open-file limit (RLIMIT_NOFILE).

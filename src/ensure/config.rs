@@ -17,6 +17,8 @@ pub struct ManagerConfig {
     /// How long ago the presence cache may last have been proven current for a hit to be
     /// trusted; zero proves every hit (see [`crate::presence`]).
     pub presence_max_staleness: Duration,
+    /// How long the runtime's ImageFsInfo answer is served again (see [`crate::presence::answers`]).
+    pub image_fs_info_max_age: Duration,
     /// Which present images a pod must have the credentials for (KEP-2535).
     pub verification: VerificationConfig,
     /// How pulls under way are watched; `None` reports only their start and end.
@@ -40,6 +42,7 @@ impl Default for ManagerConfig {
             backoff: BackoffConfig::KUBELET,
             rate_limits: RateLimitConfig::kubelet(),
             presence_max_staleness: crate::presence::DEFAULT_MAX_STALENESS,
+            image_fs_info_max_age: crate::presence::answers::DEFAULT_FS_INFO_MAX_AGE,
             verification: VerificationConfig::default(),
             progress: Some(ProgressConfig::default()),
         }

@@ -41,7 +41,7 @@ use crate::{
     events::{Events, Subject},
     gc::ImageGuard,
     messages,
-    presence::{Lookup, PresenceCache},
+    presence::PresenceCache,
     pull::{
         Peer, Pull, PullError, Pulled,
         path::{PodPull, PullPath},
@@ -282,17 +282,8 @@ impl<R: ImageRuntime> Manager<R> {
 impl<R: ImageRuntime> Manager<R> {
     /// The runtime's ImageStatus, answered from the presence cache when it can be.
     async fn image_status(&self, image: &str, spec: &ImageSpec) -> Result<Option<PresentImage>, EnsureError> {
-        let asked_at = Instant::now();
-        match self.presence.lookup(spec, asked_at) {
-            Lookup::Fresh(found) => return Ok(Some(found)),
-            Lookup::Unproven => {
-                if self.presence.prove_current_since(asked_at).await
-                    && let Lookup::Fresh(found) = self.presence.lookup(spec, asked_at)
-                {
-                    return Ok(Some(found));
-                }
-            }
-            Lookup::Miss => {}
+        if let Some(found) = self.presence.recall_image(spec, Instant::now()).await {
+            return Ok(Some(found));
         }
         let ticket = self.presence.ticket();
         let present = self.runtime.image_status(spec.clone()).await.map_err(|source| {

@@ -6,6 +6,7 @@ use super::*;
 use crate::{
     credentials::{NodeCredentials, RegistryAuth, secrets::PullSecret},
     gc::ImageGuard,
+    pull::path::Shared,
     records::verification::{Allowlist, VerificationPolicy},
     runtime::fake::{FakeRuntime, Hold},
 };
@@ -65,9 +66,10 @@ fn manager_with(
         events.clone(),
     ));
     let path_config = crate::pull::path::PathConfig { scheduler: config.scheduler, progress: config.progress };
-    let shared = (records.clone(), guard.clone(), events.clone());
-    let pulls = Arc::new(PullPath::over(runtime.clone(), limits, path_config, shared, pull_metrics));
     let presence = Arc::new(PresenceCache::new(Arc::default(), config.presence_max_staleness));
+    let shared =
+        Shared { records: records.clone(), guard: guard.clone(), events: events.clone(), presence: presence.clone() };
+    let pulls = Arc::new(PullPath::over(runtime.clone(), limits, path_config, shared, pull_metrics));
     let manager = Arc::new(Manager::new(ManagerParts {
         runtime: runtime.clone(),
         pulls: pulls.clone(),

@@ -1,14 +1,41 @@
 //! The presence cache's metrics.
 
 use prometheus_client::{
-    metrics::{counter::Counter, gauge::Gauge},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
+
+use crate::metric_labels::Labels;
+
+/// What a hit answered: the label `call` of the hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// A presence check (EnsureImageExists).
+    Presence,
+    ImageStatus,
+    ListImages,
+    ImageFsInfo,
+}
+
+impl Answered {
+    const ALL: [Self; 4] = [Self::Presence, Self::ImageStatus, Self::ListImages, Self::ImageFsInfo];
+
+    fn labels(self) -> Labels {
+        let call = match self {
+            Self::Presence => "presence",
+            Self::ImageStatus => "ImageStatus",
+            Self::ListImages => "ListImages",
+            Self::ImageFsInfo => "ImageFsInfo",
+        };
+        vec![("call", call)]
+    }
+}
 
 /// What the presence cache and its watcher count.
 #[derive(Debug, Clone)]
 pub struct PresenceMetrics {
-    hits: Counter,
+    /// By [`Answered`], in its order: made once, so a hit allocates nothing.
+    hits: [Counter; 4],
     invalidations: Counter,
     watching: Gauge,
     barriers: Counter,
@@ -17,20 +44,21 @@ pub struct PresenceMetrics {
 impl PresenceMetrics {
     /// The metrics, registered in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
+        let hits = Family::<Labels, Counter>::default();
         let metrics = Self {
-            hits: Counter::default(),
+            hits: Answered::ALL.map(|answered| hits.get_or_create(&answered.labels()).clone()),
             invalidations: Counter::default(),
             watching: Gauge::default(),
             barriers: Counter::default(),
         };
         registry.register(
             "presence_cache_hits",
-            "Presence checks answered from memory, without a runtime call",
-            metrics.hits.clone(),
+            "Presence checks (call=\"presence\") and CRI calls answered from memory, without a runtime call",
+            hits,
         );
         registry.register(
             "presence_cache_invalidations",
-            "Times the presence cache was emptied: image events, removals through cri-imaged, and once more after an event settles",
+            "Times the presence cache was emptied: image events, pulls and removals through cri-imaged, and once more after an event settles",
             metrics.invalidations.clone(),
         );
         registry.register(
@@ -46,8 +74,8 @@ impl PresenceMetrics {
         metrics
     }
 
-    pub fn hit(&self) {
-        self.hits.inc();
+    pub fn hit(&self, answered: Answered) {
+        self.hits[answered as usize].inc();
     }
 
     pub fn invalidated(&self) {

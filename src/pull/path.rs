@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use k8s_cri::v1::PodSandboxConfig;
 use tokio::{sync::oneshot, time::Instant};
-use tower::{Layer, util::BoxCloneSyncService};
+use tower::{Layer, ServiceExt, util::BoxCloneSyncService};
 use tracing::Instrument;
 
 use super::{
@@ -29,6 +29,7 @@ use crate::{
     events::{Event, EventType, Events, Pod, PullFacts, Subject, reason as event_reason},
     gc::ImageGuard,
     messages,
+    presence::PresenceCache,
     records::{
         PullIntent, PullRecords, RecordTo, RecordsError,
         format::{PullCredentials, SecretRecord},
@@ -60,6 +61,15 @@ pub struct PodPull {
     pub started: Instant,
 }
 
+/// What the pull path shares with the rest of the daemon.
+pub struct Shared {
+    pub records: Arc<PullRecords>,
+    pub guard: Arc<ImageGuard>,
+    pub events: Arc<Events>,
+    /// Emptied as each upstream pull ends, before its result reaches any caller.
+    pub presence: Arc<PresenceCache>,
+}
+
 /// How the pull path's scheduler runs pulls.
 #[derive(Debug, Clone)]
 pub struct PathConfig {
@@ -71,15 +81,21 @@ pub struct PathConfig {
 impl PullPath {
     /// The pull path over `runtime`: the runtime's pull, inside the registry `limits`, its record
     /// written before the result is shared, run by the scheduler (pulls under way watched when
-    /// the config says so). Records, guard and events are shared with the rest of the daemon.
+    /// the config says so), the presence cache emptied as it ends: a pull may add an image or
+    /// move a tag, and the runtime's event comes later.
     pub fn over<R: ImageRuntime + ContentStore>(
         runtime: Arc<R>,
         limits: Arc<RegistryLimits>,
         config: PathConfig,
-        (records, guard, events): (Arc<PullRecords>, Arc<ImageGuard>, Arc<Events>),
+        Shared { records, guard, events, presence }: Shared,
         metrics: Arc<PullMetrics>,
     ) -> Self {
-        let pulls = RecordPulls::new(RateLimitLayer::new(limits).layer(RuntimePull::new(runtime.clone())));
+        let pulls = RecordPulls::new(RateLimitLayer::new(limits).layer(RuntimePull::new(runtime.clone()))).map_result(
+            move |pulled| {
+                presence.image_changed();
+                pulled
+            },
+        );
         let progress = config
             .progress
             .map(|progress| ProgressPoller::start(runtime, progress, events.clone()) as Arc<dyn TrackPulls>);

@@ -1,14 +1,19 @@
 //! `runtime.v1.ImageService` on our socket, so a kubelet (`--image-service-endpoint`) or crictl
 //! (`--image-endpoint`) pulls through cri-imaged without knowing it.
 //!
-//! ListImages, ImageStatus, RemoveImage and ImageFsInfo are forwarded with their bytes untouched;
-//! PullImage goes through the scheduler and the registry limits. A RemoveImage empties the
-//! presence cache before its answer is sent, so no answer after it can call the image present.
+//! ListImages, ImageStatus, RemoveImage and ImageFsInfo are the runtime's answers with their
+//! bytes untouched: ImageStatus (not verbose) and ListImages remembered by the presence cache
+//! while it is proven current, ImageFsInfo from a snapshot of a bounded age (see
+//! [`crate::presence::answers`]); PullImage goes through the scheduler and the registry limits.
+//! A RemoveImage (like every pull) empties the presence cache before its answer is sent, so no
+//! answer after it is one remembered from before.
 //! An ImageStatus that finds the image hands it out, as EnsureImageExists does: image GC keeps it
 //! for the hand-out window, and one whose removal by image GC overlapped the call is answered
 //! absent (see [`crate::gc::guard`]).
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
+
+use futures_util::FutureExt;
 
 use bytes::Bytes;
 use k8s_cri::v1::{PullImageRequest, PullImageResponse};
@@ -18,7 +23,7 @@ use super::status::CriPullError;
 use crate::{
     credentials::RegistryAuth,
     gc::{ImageGuard, guard::HandOut},
-    presence::PresenceCache,
+    presence::{PresenceCache, answers::CriCall},
     pull::path::PullPath,
     runtime::passthrough::RawCodec,
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
@@ -27,9 +32,10 @@ use crate::{
 /// The service's gRPC name.
 pub const CRI_IMAGE_SERVICE: &str = "runtime.v1.ImageService";
 
-/// The calls forwarded to the runtime unchanged.
-const FORWARDED: [&str; 4] =
-    ["/runtime.v1.ImageService/ListImages", IMAGE_STATUS, REMOVE_IMAGE, "/runtime.v1.ImageService/ImageFsInfo"];
+/// The calls answered with the runtime's bytes.
+const FORWARDED: [&str; 4] = [LIST_IMAGES, IMAGE_STATUS, REMOVE_IMAGE, IMAGE_FS_INFO];
+const LIST_IMAGES: &str = "/runtime.v1.ImageService/ListImages";
+const IMAGE_FS_INFO: &str = "/runtime.v1.ImageService/ImageFsInfo";
 const REMOVE_IMAGE: &str = "/runtime.v1.ImageService/RemoveImage";
 const IMAGE_STATUS: &str = "/runtime.v1.ImageService/ImageStatus";
 const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
@@ -90,6 +96,19 @@ struct ImageId {
     id: String,
 }
 
+/// Just `verbose` of an ImageStatusRequest; prost skips the image.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusVerbose {
+    #[prost(bool, tag = "2")]
+    verbose: bool,
+}
+
+/// Whether an ImageStatusRequest's answer may be remembered: not verbose (its info is the
+/// runtime's to give), and readable.
+fn rememberable_status(request: &Bytes) -> bool {
+    matches!(<StatusVerbose as prost::Message>::decode(request.clone()), Ok(StatusVerbose { verbose: false }))
+}
+
 /// The runtime's ImageStatus answer `raw`, unchanged, once its image is marked handed out; the
 /// answer for an absent image (an empty message) when image GC's removal of it overlapped.
 fn handed_out(hand_out: &HandOut, raw: Bytes) -> Bytes {
@@ -105,6 +124,55 @@ fn handed_out(hand_out: &HandOut, raw: Bytes) -> Bytes {
     Bytes::new()
 }
 
+impl<R: ImageRuntime> CriImageService<R> {
+    /// The runtime's answer to `method` with `request`, as bytes: remembered when it can be.
+    async fn answer(self, method: &'static str, request: Bytes) -> Result<Bytes, Status> {
+        match method {
+            IMAGE_STATUS => {
+                let hand_out = self.guard.handing_out();
+                let answer = if rememberable_status(&request) {
+                    self.remembered(CriCall::ImageStatus, method, request).await?
+                } else {
+                    self.runtime.forward_raw(method, request).await?
+                };
+                Ok(handed_out(&hand_out, answer))
+            }
+            LIST_IMAGES => self.remembered(CriCall::ListImages, method, request).await,
+            // The request has no fields (yet): one that has some is the runtime's to read.
+            IMAGE_FS_INFO if request.is_empty() => {
+                let asked_at = tokio::time::Instant::now();
+                if let Some(answer) = self.presence.fs_info(asked_at) {
+                    return Ok(answer);
+                }
+                let ticket = self.presence.fs_info_ticket();
+                let answer = self.runtime.forward_raw(method, request).await?;
+                self.presence.remember_fs_info(ticket, &answer, asked_at);
+                Ok(answer)
+            }
+            _ => {
+                // Whether a removal succeeds, fails or is cancelled half way, it may have changed
+                // what is present: forget before answering, or when given up on.
+                let _forget = (method == REMOVE_IMAGE).then(|| ForgetOnDrop(self.presence.clone()));
+                self.runtime.forward_raw(method, request).await
+            }
+        }
+    }
+
+    /// The runtime's answer to `call`, from the presence cache when it is remembered and proven
+    /// current; else asked, and remembered if nothing changed meanwhile.
+    async fn remembered(&self, call: CriCall, method: &'static str, request: Bytes) -> Result<Bytes, Status> {
+        if let Some(answer) = self.presence.recall_answer(call, &request, tokio::time::Instant::now()).await {
+            return Ok(answer);
+        }
+        let ticket = self.presence.answer_ticket();
+        let answer = self.runtime.forward_raw(method, request.clone()).await?;
+        if let Some(ticket) = ticket {
+            self.presence.remember_answer(ticket, call, &request, &answer);
+        }
+        Ok(answer)
+    }
+}
+
 impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R> {
     type Response = HttpResponse;
     type Error = Infallible;
@@ -118,22 +186,9 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         let pulls = self.pulls.clone();
         let path = request.uri().path().to_owned();
         if let Some(method) = FORWARDED.into_iter().find(|method| *method == path) {
-            let presence = (method == REMOVE_IMAGE).then(|| self.presence.clone());
-            let guard = (method == IMAGE_STATUS).then(|| self.guard.clone());
-            let runtime = self.runtime.clone();
+            let service = self.clone();
             let forward = tower::service_fn(move |call: Request<Bytes>| {
-                let (runtime, presence, guard) = (runtime.clone(), presence.clone(), guard.clone());
-                async move {
-                    // Whether the removal succeeds, fails or is cancelled half way, it may have
-                    // changed what is present: forget before answering, or when given up on.
-                    let _forget = presence.map(ForgetOnDrop);
-                    let hand_out = guard.as_ref().map(|guard| guard.handing_out());
-                    let answer = runtime.forward_raw(method, call.into_inner()).await?;
-                    match hand_out {
-                        Some(hand_out) => Ok(Response::new(handed_out(&hand_out, answer))),
-                        None => Ok(Response::new(answer)),
-                    }
-                }
+                service.clone().answer(method, call.into_inner()).map(|answer| answer.map(Response::new))
             });
             let mut grpc = tonic::server::Grpc::new(RawCodec)
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));

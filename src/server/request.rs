@@ -60,10 +60,17 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
     }
 }
 
-/// A wire pull secret, its content moved into a secret string and the wire copy wiped.
+/// A wire pull secret, its content moved into a secret string (wiped when dropped). Moved, not
+/// copied, when the string holds no spare capacity (as decoded, it does not): a copy would be
+/// wiped too, and wiping costs as much as copying again.
 fn pull_secret(mut wire: api::PullSecret) -> PullSecret {
-    let content = SecretString::from(wire.docker_config_json.as_str());
-    wire.docker_config_json.zeroize();
+    let content = if wire.docker_config_json.capacity() == wire.docker_config_json.len() {
+        SecretString::from(std::mem::take(&mut wire.docker_config_json))
+    } else {
+        let copied = SecretString::from(wire.docker_config_json.as_str());
+        wire.docker_config_json.zeroize();
+        copied
+    };
     PullSecret {
         coordinates: SecretCoordinates { uid: wire.uid, namespace: wire.namespace, name: wire.name },
         kind: wire.r#type,

@@ -3,6 +3,7 @@
 use std::{
     collections::HashMap,
     path::PathBuf,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -14,15 +15,13 @@ use k8s_cri::v1::{
     runtime_service_client::RuntimeServiceClient,
 };
 use tokio::net::UnixStream;
-use tonic::{
-    codegen::http::uri::PathAndQuery,
-    transport::{Channel, Endpoint, Uri},
-};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::containerd::content::{self, content_client::ContentClient};
+use super::forward::Forwarder;
 use super::{
     ContentStore, ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError,
-    StoredImage, passthrough::RawCodec,
+    StoredImage,
 };
 
 /// The containerd namespace the CRI plugin keeps images in.
@@ -62,6 +61,8 @@ pub struct CriClient {
     client: ImageServiceClient<Channel>,
     /// The runtime half of the CRI on the same socket: containers in use, the sandbox image.
     runtime_client: RuntimeServiceClient<Channel>,
+    /// The pass-through's calls, on a connection of their own.
+    forwarder: Arc<Forwarder>,
     request_timeout: Duration,
 }
 
@@ -81,7 +82,8 @@ impl CriClient {
         let runtime_client = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(LIST_CONTAINERS_MAX_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Self { channel, client, runtime_client, request_timeout }
+        let forwarder = Arc::new(Forwarder::new(endpoint.path().to_owned(), MAX_MESSAGE_BYTES));
+        Self { channel, client, runtime_client, forwarder, request_timeout }
     }
 
     /// The connection to the runtime, for other services on its socket (containerd's events).
@@ -209,20 +211,10 @@ impl ImageRuntime for CriClient {
     }
 
     async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let request = self.request(message);
-        let call = async move {
-            grpc.ready().await.map_err(|error| tonic::Status::unavailable(error.to_string()))?;
-            grpc.unary(request, PathAndQuery::from_static(path), RawCodec).await
-        };
-        let timed_out = || tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string());
+        let call = self.forwarder.unary(path, message, self.request_timeout);
         match tokio::time::timeout(self.request_timeout, call).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
-            Ok(Err(status)) => Err(super::connection_failure_as_unavailable(status)),
-            Err(_) => Err(timed_out()),
+            Ok(answer) => answer,
+            Err(_) => Err(tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string())),
         }
     }
 }

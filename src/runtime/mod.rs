@@ -4,6 +4,8 @@
 //! - `client`: the CRI `runtime.v1.ImageService` client over a unix socket.
 //! - `content`: the runtime's content store, which the progress poller reads.
 //! - `endpoint`: where the runtime listens.
+//! - `forward`: one unary call's bytes to the runtime and back, over `h2` directly (the
+//!   pass-through's hot path).
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`containerd`]: containerd's event and content services, beside its CRI plugin.
 //! - `fake`: one scripted runtime for the unit tests.
@@ -14,6 +16,7 @@ mod content;
 mod endpoint;
 #[cfg(test)]
 pub mod fake;
+mod forward;
 pub mod passthrough;
 
 use std::{future::Future, sync::Arc, time::Duration};

@@ -1,15 +1,23 @@
 //! Pull credentials at scale: a pod with 100 pull secrets of 50 registries each. On the presence
-//! path they are carried but never read; on the pull path they are read and matched, once per
-//! pull. Both are compared with the same calls without secrets.
+//! path they are carried but never read, unless the present image must be verified (KEP-2535,
+//! AlwaysVerify): then they are read and matched against its record; on the pull path they are
+//! read and matched, once per pull. Each is compared with the same calls without secrets, or
+//! (verification) with the same request not read.
 
 use std::time::{Duration, Instant};
 
 use cri_imaged::{
-    api,
+    api::{self, EnsureImageExistsRequest},
     credentials::{self, NodeCredentials, SecretCoordinates, secrets},
 };
 
-use crate::memory::CountingAllocator;
+use crate::{
+    Bench, Daemon, Findings, calling, ensure_request,
+    load::Run,
+    memory::CountingAllocator,
+    report::{self, Table, Verdict},
+    take_turns,
+};
 
 /// Secrets per pod.
 pub const SECRETS: usize = 100;
@@ -44,7 +52,110 @@ pub fn pull_secrets(registry: &str) -> Vec<api::PullSecret> {
         .collect()
 }
 
-/// What reading the secrets and finding the credentials for one image costs, per pull.
+/// `measured`'s p50 against `baseline`'s: at most 1.10.
+pub fn ratio_verdict(what: String, measured: &Run, baseline: &Run) -> Verdict {
+    let (p50, base) = (measured.quantile_us(0.5), baseline.quantile_us(0.5));
+    let ratio = f64::from(p50) / f64::from(base);
+    Verdict {
+        what,
+        target: "≤ 1.10".into(),
+        measured: format!("{ratio:.2} ({} vs {})", report::micros(p50), report::micros(base)),
+        met: ratio <= 1.1,
+    }
+}
+
+/// The presence path when the pod's secrets must be read: an image pulled with one of the secrets
+/// under AlwaysVerify, so that every later pod's right to it is checked against its record with
+/// the pod's own secrets; against the same requests to a daemon that does not verify (the secrets
+/// carried, never read).
+pub async fn verified_presence(bench: &Bench, wire: &[api::PullSecret], findings: &mut Findings) {
+    bench.stack.seed("bench/verified:v1", "verified with a pull secret");
+    let image = bench.stack.image("bench/verified:v1");
+    let always =
+        Daemon::start(bench, "verified", &["--image-pull-credentials-verification-policy", "AlwaysVerify"]).await;
+    let never =
+        Daemon::start(bench, "not-verified", &["--image-pull-credentials-verification-policy", "NeverVerify"]).await;
+    let request = EnsureImageExistsRequest { pull_secrets: wire.to_vec(), ..ensure_request(&image, "verified") };
+    let mut first = always.client.clone();
+    let pulled = first.ensure_image_exists(request.clone()).await.expect("pulled with the secrets").into_inner();
+    assert!(pulled.pulled, "the image was absent: pulled with the pod's secrets, and recorded");
+    let sides = [
+        ("AlwaysVerify: read and matched against the record", calling(&always.client, request.clone(), false)),
+        ("NeverVerify: carried, not read", calling(&never.client, request, false)),
+    ];
+    let mut table = Table::new(
+        format!(
+            "Presence with {SECRETS} secrets × {ENTRIES} registries verified (each secret read once, then only compared) against the same requests not verified"
+        ),
+        &["concurrency", "path", "p50", "p99", "req/s", "p50 / not verified"],
+    );
+    for &concurrency in bench.sizes.concurrencies {
+        let runs = take_turns(&sides, concurrency, bench.sizes).await;
+        for ((path, _), run) in sides.iter().zip(&runs) {
+            table.row(vec![
+                concurrency.to_string(),
+                (*path).to_owned(),
+                report::micros(run.quantile_us(0.5)),
+                report::micros(run.quantile_us(0.99)),
+                format!("{:.0}", run.requests_per_second()),
+                report::ratio(run.quantile_us(0.5).into(), runs[1].quantile_us(0.5).into()),
+            ]);
+        }
+        if concurrency == 1 || concurrency == 64 {
+            let what = format!(
+                "presence p50 with {SECRETS} secrets × {ENTRIES} registries, verified / not verified, concurrency {concurrency}"
+            );
+            findings.verdicts.push(ratio_verdict(what, &runs[0], &runs[1]));
+        }
+    }
+    let checked = always.metric("cri_imaged_imagemanager_image_mustpull_checks_total");
+    assert!(checked > 0.0, "the AlwaysVerify answers were checked against the record");
+    findings.tables.push(table);
+}
+
+/// The lookup in process, for one pull: the secrets read afresh (the first time a node sees
+/// them), and read before (every time after).
+pub async fn lookup(bench: &Bench, allocator: &CountingAllocator, wire: &[api::PullSecret], findings: &mut Findings) {
+    let image_name = format!("{}/bench/present", bench.stack.registry);
+    let rounds = if bench.sizes.pairs > 1 { 200 } else { 5 };
+    let secrets_label = format!("{SECRETS} secrets × {ENTRIES} registries");
+    let mut table = Table::new(
+        format!("Credential lookup in process: {secrets_label} matched for one pull"),
+        &["secrets", "time per lookup", "allocations per lookup", "allocations per registry entry"],
+    );
+    for (label, prepared) in [("read afresh", false), ("read before (as the daemon keeps them)", true)] {
+        let cost = lookup_cost(allocator, wire, &image_name, rounds, prepared).await;
+        assert_eq!(cost.found, 1, "exactly the one entry for the bench's registry matches");
+        table.row(vec![
+            label.into(),
+            report::duration(cost.per_lookup),
+            format!("{:.0}", cost.allocations_per_lookup),
+            format!("{:.2}", cost.allocations_per_lookup / (SECRETS * ENTRIES) as f64),
+        ]);
+        let (what, target, limit) = if prepared {
+            (
+                format!("credential lookup for one pull with {secrets_label} read before"),
+                "≤ 100 µs",
+                Duration::from_micros(100),
+            )
+        } else {
+            (
+                format!("credential lookup for one pull with {secrets_label} read afresh"),
+                "≤ 10 ms",
+                Duration::from_millis(10),
+            )
+        };
+        findings.verdicts.push(Verdict {
+            what,
+            target: target.into(),
+            measured: report::duration(cost.per_lookup),
+            met: cost.per_lookup <= limit,
+        });
+    }
+    findings.tables.push(table);
+}
+
+/// What finding the credentials for one image costs, per pull.
 pub struct LookupCost {
     pub per_lookup: Duration,
     pub allocations_per_lookup: f64,
@@ -53,12 +164,13 @@ pub struct LookupCost {
 }
 
 /// Builds the pod's keyring and looks `image_name` up in it and in the node's (empty) keyring,
-/// `rounds` times, as a pull does.
+/// `rounds` times, as a pull does: each time read afresh, or (`prepared`) read once, before.
 pub async fn lookup_cost(
     allocator: &CountingAllocator,
     wire: &[api::PullSecret],
     image_name: &str,
     rounds: usize,
+    prepared: bool,
 ) -> LookupCost {
     let pull_secrets: Vec<secrets::PullSecret> = wire
         .iter()
@@ -73,11 +185,20 @@ pub async fn lookup_cost(
         })
         .collect();
     let node = NodeCredentials::none();
+    let kept = secrets::PreparedSecrets::default();
+    if prepared {
+        kept.keyring_for(image_name, &pull_secrets).expect("the bench's secrets parse");
+    }
     let allocations_before = allocator.allocations_made();
     let started = Instant::now();
     let mut found = 0;
     for _ in 0..rounds {
-        let keyring = secrets::keyring_for(image_name, &pull_secrets).expect("the bench's secrets parse");
+        let keyring = if prepared {
+            kept.keyring_for(image_name, &pull_secrets)
+        } else {
+            secrets::keyring_for(image_name, &pull_secrets)
+        };
+        let keyring = keyring.expect("the bench's secrets parse");
         found = credentials::for_pull(image_name, &keyring, &node).await.len();
     }
     let elapsed = started.elapsed();

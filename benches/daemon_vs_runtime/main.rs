@@ -620,8 +620,8 @@ fn calling(client: &ImageManagerClient<Channel>, request: EnsureImageExistsReque
 }
 
 /// A pod's 100 pull secrets of 50 registries each, against none: on the presence path (carried,
-/// never read), on the pull path (Always: read and matched, then a real pull), and the lookup
-/// alone, in process.
+/// never read), on the pull path (Always: read and matched, then a real pull); then the presence
+/// path reading them (see [`credentials::verified_presence`]) and the lookup alone, in process.
 async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
     let (image, sizes) = (bench.images.present.as_str(), bench.sizes);
     // No registry limit: every Always call must reach containerd.
@@ -665,31 +665,20 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
                     report::ratio(run.quantile_us(0.5).into(), baseline.into()),
                 ]);
             }
+            if !pulled && (concurrency == 1 || concurrency == 64) {
+                findings.verdicts.push(credentials::ratio_verdict(
+                    format!(
+                        "presence p50 with {secrets_label} / without (carried, not read), concurrency {concurrency}"
+                    ),
+                    &runs[1],
+                    &runs[0],
+                ));
+            }
         }
     }
     findings.tables.push(table);
-
-    let image_name = format!("{}/bench/present", bench.stack.registry);
-    let rounds = if sizes.pairs > 1 { 200 } else { 5 };
-    let cost = credentials::lookup_cost(&ALLOCATOR, &secrets, &image_name, rounds).await;
-    assert_eq!(cost.found, 1, "exactly the one entry for the bench's registry matches");
-    let mut lookup = Table::new(
-        format!("Credential lookup in process: {secrets_label} read into a keyring and matched, per pull"),
-        &["measure", "value"],
-    );
-    lookup.row(vec!["time per lookup".into(), report::duration(cost.per_lookup)]);
-    lookup.row(vec!["allocations per lookup".into(), format!("{:.0}", cost.allocations_per_lookup)]);
-    lookup.row(vec![
-        "allocations per registry entry".into(),
-        format!("{:.1}", cost.allocations_per_lookup / (credentials::SECRETS * credentials::ENTRIES) as f64),
-    ]);
-    findings.tables.push(lookup);
-    findings.verdicts.push(Verdict {
-        what: format!("credential lookup for one pull with {secrets_label}"),
-        target: "≤ 10 ms".into(),
-        measured: report::duration(cost.per_lookup),
-        met: cost.per_lookup <= Duration::from_millis(10),
-    });
+    credentials::verified_presence(bench, &secrets, findings).await;
+    credentials::lookup(bench, &ALLOCATOR, &secrets, findings).await;
 }
 
 /// CRI ImageStatus for a present image, straight to containerd.

@@ -1,12 +1,15 @@
 //! A pod's pull secrets as a keyring, read as the kubelet reads them.
 
-use std::{fmt, sync::Arc};
+use std::fmt;
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 
+mod prepared;
+
+pub use self::prepared::PreparedSecrets;
 use super::{
-    Credential, CredentialSource, Keyring, SecretCoordinates,
-    dockercfg::{self, DockerConfigError, Shape},
+    Keyring, SecretCoordinates,
+    dockercfg::{DockerConfigError, Shape},
 };
 
 /// The secret type whose content is `{"auths": {...}}`.
@@ -47,44 +50,35 @@ pub struct SecretError {
 /// The pod's keyring for `image`: every entry of every secret of a docker config type that can
 /// apply to it, each under its key, in secret order. Secrets of other types, and empty ones, are
 /// skipped as the kubelet skips them (a pod may name any secret); one that does not parse fails
-/// the whole keyring, whether or not its entries apply.
+/// the whole keyring, whether or not its entries apply. Each secret is read afresh; the daemon
+/// keeps what it read in [`PreparedSecrets`].
 pub fn keyring_for(image: &str, secrets: &[PullSecret]) -> Result<Keyring, SecretError> {
-    let mut keyring = Keyring::for_image(image);
-    for secret in secrets {
-        let (shape, data_key) = match secret.kind.as_str() {
-            "" | DOCKER_CONFIG_JSON => (Shape::ConfigJson, ".dockerconfigjson"),
-            DOCKERCFG => (Shape::Dockercfg, ".dockercfg"),
-            other => {
-                let coordinates = &secret.coordinates;
-                let secret = format_args!("{}/{}", coordinates.namespace, coordinates.name);
-                tracing::debug!(%secret, kind = other, "not a docker config secret; skipped");
-                continue;
-            }
-        };
-        let content = secret.content.expose_secret();
-        if content.is_empty() {
-            continue;
-        }
-        let entries = dockercfg::parse(content.as_bytes(), shape).map_err(|error| SecretError {
-            namespace: secret.coordinates.namespace.clone(),
-            name: secret.coordinates.name.clone(),
-            data_key,
-            error,
-        })?;
-        let coordinates = Arc::new(secret.coordinates.clone());
-        for entry in entries {
-            let source = CredentialSource::Secret(coordinates.clone());
-            keyring.add(&entry.key, Arc::new(Credential { auth: Arc::new(entry.auth), source }));
+    PreparedSecrets::default().keyring_for(image, secrets)
+}
+
+/// How a secret's content is read, and the data key it is under; `None` for a type that holds
+/// no docker config.
+fn shape_of(secret: &PullSecret) -> Option<(Shape, &'static str)> {
+    match secret.kind.as_str() {
+        "" | DOCKER_CONFIG_JSON => Some((Shape::ConfigJson, ".dockerconfigjson")),
+        DOCKERCFG => Some((Shape::Dockercfg, ".dockercfg")),
+        other => {
+            let coordinates = &secret.coordinates;
+            let secret = format_args!("{}/{}", coordinates.namespace, coordinates.name);
+            tracing::debug!(%secret, kind = other, "not a docker config secret; skipped");
+            None
         }
     }
-    Ok(keyring)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use secrecy::ExposeSecret;
 
     use super::*;
+    use crate::credentials::{CredentialSource, dockercfg};
 
     const AUTH: &str = "dXNlcjpwYXNzd29yZA=="; // user:password
 
@@ -172,5 +166,101 @@ mod tests {
         let message = error.to_string();
         assert!(message.starts_with("pull secret ns1/bad: its .dockercfg has an entry for \"r.io\" that cannot be used: auth field is not base64"), "{message}");
         assert!(!message.contains("hunter2"), "{message}");
+    }
+
+    /// Keys of every kind a lookup treats apart: hosts with and without ports and paths, globs,
+    /// schemes, `/v1/` paths, Docker Hub's fallback and keys that are not URLs.
+    const KEYS: [&str; 12] = [
+        "registry.local",
+        "registry.local:5000",
+        "registry.local/team",
+        "https://registry.local/v1/",
+        "*.local",
+        "registry.*",
+        "[::1]:5000",
+        "index.docker.io",
+        "https://index.docker.io/v1/",
+        "docker.io/library",
+        "other.example.com",
+        "bad key with spaces",
+    ];
+    const IMAGES: [&str; 8] = [
+        "registry.local/team/app",
+        "registry.local:5000/app",
+        "registry.local/app",
+        "mirror.local/app",
+        "registry.example/app",
+        "[::1]:5000/app",
+        "busybox",
+        "docker.io/library/nginx",
+    ];
+
+    fn secret_of(name: &str, keys: &[&str], password: &str) -> PullSecret {
+        let auths: Vec<String> =
+            keys.iter().map(|key| format!(r#""{key}": {{"username": "{name}", "password": "{password}"}}"#)).collect();
+        secret(name, DOCKER_CONFIG_JSON, &format!(r#"{{"auths": {{{}}}}}"#, auths.join(", ")))
+    }
+
+    /// The keyring as read without the index: every entry of every secret added.
+    fn every_entry_added(image: &str, secrets: &[PullSecret]) -> Keyring {
+        let mut keyring = Keyring::for_image(image);
+        for secret in secrets {
+            let content = secret.content.expose_secret();
+            let entries = dockercfg::parse(content.as_bytes(), dockercfg::Shape::ConfigJson).expect("parses");
+            let source = CredentialSource::Secret(Arc::new(secret.coordinates.clone()));
+            for entry in entries {
+                keyring.add(
+                    &entry.key,
+                    Arc::new(crate::credentials::Credential { auth: Arc::new(entry.auth), source: source.clone() }),
+                );
+            }
+        }
+        keyring
+    }
+
+    fn users(keyring: &Keyring, image: &str) -> Vec<(String, String)> {
+        let found = keyring.lookup(image);
+        found
+            .iter()
+            .map(|credential| (credential.source.to_string(), credential.auth.username.expose_secret().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_prepared_keyring_finds_what_every_entry_added_finds_for_any_image() {
+        let secrets = [
+            secret_of("first", &KEYS, "p1"),
+            secret_of("second", &KEYS[3..], "p2"),
+            secret_of("third", &KEYS[..2], "p3"),
+        ];
+        let prepared = PreparedSecrets::default();
+        for _ in 0..2 {
+            for image in IMAGES {
+                let expected = users(&every_entry_added(image, &secrets), image);
+                let found = users(&prepared.keyring_for(image, &secrets).expect("reads"), image);
+                assert_eq!(found, expected, "{image}");
+            }
+        }
+        let matched: usize = IMAGES.iter().map(|image| users(&every_entry_added(image, &secrets), image).len()).sum();
+        assert!(matched >= 10, "the images match keys of several kinds: {matched}");
+        assert_eq!(prepared.len(), 3, "each secret read once, whatever the images");
+    }
+
+    #[test]
+    fn a_secret_whose_content_changed_is_read_again() {
+        let prepared = PreparedSecrets::default();
+        let password = |secrets: &[PullSecret]| {
+            let keyring = prepared.keyring_for("registry.local/app", secrets).expect("reads");
+            let found = keyring.lookup("registry.local/app");
+            found.iter().map(|credential| credential.auth.password.expose_secret().to_owned()).collect::<Vec<_>>()
+        };
+        assert_eq!(password(&[secret_of("rotated", &["registry.local"], "old")]), ["old"]);
+        assert_eq!(password(&[secret_of("rotated", &["registry.local"], "new")]), ["new"]);
+        let broken = secret("rotated", DOCKER_CONFIG_JSON, "{");
+        assert!(
+            prepared.keyring_for("registry.local/app", &[broken]).is_err(),
+            "a content that no longer parses fails"
+        );
+        assert_eq!(prepared.len(), 1, "kept by its coordinates: the new content replaced the old");
     }
 }

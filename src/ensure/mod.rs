@@ -37,7 +37,7 @@ use self::{
 };
 use crate::{
     backoff::{BackoffConfig, BackoffKey, BackoffStore},
-    credentials::{self, NodeCredentials, secrets},
+    credentials::{self, NodeCredentials, secrets::PreparedSecrets},
     events::{Events, Subject},
     gc::ImageGuard,
     messages,
@@ -61,6 +61,8 @@ pub struct Manager<R> {
     presence: Arc<PresenceCache>,
     /// The node's docker config and credential plugins, used after the pod's secrets.
     node_credentials: Arc<NodeCredentials>,
+    /// Pods' pull secrets as read before: each read once while its content is the same.
+    prepared_secrets: PreparedSecrets,
     /// Read to verify a pod's right to a present image; the pull path writes them.
     records: Arc<PullRecords>,
     /// Keeps each image handed out, so that the collector keeps it.
@@ -100,7 +102,19 @@ impl<R: ImageRuntime> Manager<R> {
             metrics,
         } = parts;
         let backoff = Mutex::new(backoff);
-        Self { runtime, pulls, backoff, presence, node_credentials, records, guard, events, verification, metrics }
+        Self {
+            runtime,
+            pulls,
+            backoff,
+            presence,
+            node_credentials,
+            prepared_secrets: PreparedSecrets::default(),
+            records,
+            guard,
+            events,
+            verification,
+            metrics,
+        }
     }
 
     fn backoff(&self) -> MutexGuard<'_, BackoffStore<Arc<PullError>>> {
@@ -172,7 +186,7 @@ impl<R: ImageRuntime> Manager<R> {
         }
         drop(hand_out);
         let backoff_key = self.check_backoff(&request.pod.uid, image)?;
-        let pod_keyring = secrets::keyring_for(&repository, &request.pull_secrets).map_err(|source| {
+        let pod_keyring = self.prepared_secrets.keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
         })?;

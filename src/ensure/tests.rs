@@ -282,7 +282,7 @@ fn secret(name: &str, registry: &str, user: &str) -> PullSecret {
             namespace: "default".into(),
             name: name.into(),
         },
-        kind: secrets::DOCKER_CONFIG_JSON.into(),
+        kind: crate::credentials::secrets::DOCKER_CONFIG_JSON.into(),
         content: document.to_string().into(),
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{EnsureError, EnsureRequest, Manager, VerificationConfig};
 use crate::{
-    credentials::{CredentialSource, secrets},
+    credentials::CredentialSource,
     pull::path::secret_record,
     records::{
         RecordsError, check,
@@ -71,7 +71,7 @@ impl<R: ImageRuntime> Manager<R> {
 
     /// The pod's secrets that apply to `repository`, each with the kubelet's credential hash.
     fn pod_secret_records(&self, request: &EnsureRequest, repository: &str) -> Result<Vec<SecretRecord>, EnsureError> {
-        let keyring = secrets::keyring_for(repository, &request.pull_secrets).map_err(|source| {
+        let keyring = self.prepared_secrets.keyring_for(repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
         })?;

@@ -2,7 +2,8 @@
 
 Usage: python3 cri_load.py SOCKET PROTO_DIR CALL
 
-CALL is one call as cri_calls.py takes it ({"method": ..., "request": {...}}). Dials
+CALL is one call as cri_calls.py takes it ({"method": ..., "request": {...}}), or @FILE holding
+it (a request too big for the command line). Dials
 unix://SOCKET with grpcio's default options, as a node agent would, and makes the call once (a
 failure exits 2). Then, for each line on stdin holding a number of seconds, makes the call back
 to back for that long and prints one JSON line: {"latencies_us": [...], "errors": N,
@@ -26,6 +27,9 @@ def main():
         cri_calls.fail("usage: cri_load.py SOCKET PROTO_DIR CALL")
     socket, proto_dir, call = sys.argv[1:]
     try:
+        if call.startswith("@"):
+            with open(call[1:], encoding="utf-8") as file:
+                call = file.read()
         call = json.loads(call)
     except json.JSONDecodeError as error:
         cri_calls.fail(f"CALL is not JSON: {error}")

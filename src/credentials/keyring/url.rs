@@ -59,6 +59,13 @@ impl SchemelessUrl {
         &self.host[self.port.clone()]
     }
 
+    /// The host's name (without brackets) and its port, when no label is a glob: then it matches
+    /// only targets with the same two.
+    pub fn literal_name_and_port(&self) -> Option<(&str, &str)> {
+        let name = &self.host[self.name.clone()];
+        (!name.contains(['*', '?', '[', '\\'])).then(|| (name, self.port()))
+    }
+
     /// The host with its port.
     pub fn host(&self) -> &str {
         &self.host

@@ -119,26 +119,20 @@ pub fn normalise_key(location: &str) -> Option<String> {
     Some(if path.is_empty() || path == "/" { parsed.host().to_owned() } else { format!("{}{path}", parsed.host()) })
 }
 
-/// A host's name and port.
-pub type HostKey = (String, String);
-
-/// The one host a docker config key can match, when it names one: a key without a glob, which
-/// matches only images on the same host name and port. `None` for a glob, a key that is not a URL
-/// and Docker Hub's fallback key: any image may need those.
-pub fn literal_host(location: &str) -> Option<HostKey> {
+/// The one host a docker config key can match, when it names one (a key without a glob matches
+/// only images on the same host name and port), as `hash` of its name and port. `None` for a
+/// glob, a key that is not a URL and Docker Hub's fallback key: any image may need those.
+pub fn literal_host(location: &str, hash: impl Fn((&str, &str)) -> u64) -> Option<u64> {
     let key = normalise_key(location)?;
     if key == DEFAULT_REGISTRY_KEY {
         return None;
     }
-    let parsed = SchemelessUrl::parse(&key)?;
-    parsed.literal_name_and_port().map(|(name, port)| (name.to_owned(), port.to_owned()))
+    SchemelessUrl::parse(&key)?.literal_name_and_port().map(hash)
 }
 
-/// The host name and port of `image`, as a lookup of it matches keys against them.
-pub fn image_host(image: &str) -> Option<HostKey> {
-    let parsed = SchemelessUrl::parse(image)?;
-    let (name, port) = parsed.literal_name_and_port().unwrap_or_default();
-    Some((name.to_owned(), port.to_owned()))
+/// `hash` of the host name and port of `image`, as a lookup of it matches keys against them.
+pub fn image_host(image: &str, hash: impl Fn((&str, &str)) -> u64) -> Option<u64> {
+    SchemelessUrl::parse(image).map(|parsed| hash(parsed.literal_name_and_port().unwrap_or_default()))
 }
 
 /// Whether `image` is pulled from Docker Hub, judging by its name as docker does: a single

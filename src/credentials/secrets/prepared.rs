@@ -16,7 +16,7 @@ use super::{PullSecret, SecretError};
 use crate::credentials::{
     Credential, CredentialSource, SecretCoordinates,
     dockercfg::{self, DockerConfigError, Shape},
-    keyring::{self, HostKey, Keyring},
+    keyring::{self, Keyring},
 };
 
 /// The most secrets kept; past it, they start over. A node's pods name far fewer.
@@ -51,35 +51,47 @@ struct Prepared {
 struct Entries {
     /// Every entry, in the order read: its key as written and its credential.
     all: Vec<(String, Arc<Credential>)>,
-    /// Entries whose key names one host, by that host's name and port.
-    by_host: HashMap<HostKey, Vec<usize>>,
+    /// Entries whose key names one host: a hash of that host's name and port and the entry, in
+    /// that order (two hosts of one hash only make more candidates: the keyring matches each).
+    by_host: Vec<(u64, usize)>,
     /// The rest: keys with a glob, keys that are not URLs (the keyring warns of them), Docker
     /// Hub's fallback.
     others: Vec<usize>,
 }
 
 impl Entries {
-    fn index(entries: Vec<dockercfg::Entry>, coordinates: &SecretCoordinates) -> Self {
+    fn index(entries: Vec<dockercfg::Entry>, coordinates: &SecretCoordinates, hasher: &RandomState) -> Self {
         let source = CredentialSource::Secret(Arc::new(coordinates.clone()));
-        let mut indexed = Self { all: Vec::with_capacity(entries.len()), by_host: HashMap::new(), others: Vec::new() };
+        let mut indexed = Self { all: Vec::with_capacity(entries.len()), by_host: Vec::new(), others: Vec::new() };
         for entry in entries {
             let at = indexed.all.len();
-            match keyring::literal_host(&entry.key) {
-                Some(host) => indexed.by_host.entry(host).or_default().push(at),
+            match keyring::literal_host(&entry.key, |host| hasher.hash_one(host)) {
+                Some(host) => indexed.by_host.push((host, at)),
                 None => indexed.others.push(at),
             }
             let credential = Credential { auth: Arc::new(entry.auth), source: source.clone() };
             indexed.all.push((entry.key, Arc::new(credential)));
         }
+        indexed.by_host.sort_unstable();
         indexed
     }
 
     /// The entries that may match an image on `host`, in the order read.
-    fn candidates(&self, host: Option<&HostKey>) -> Vec<usize> {
-        let same_host = host.and_then(|host| self.by_host.get(host)).map_or(&[][..], Vec::as_slice);
-        let mut candidates: Vec<usize> = same_host.iter().chain(&self.others).copied().collect();
-        candidates.sort_unstable();
-        candidates
+    fn candidates(&self, host: Option<u64>) -> impl Iterator<Item = &(String, Arc<Credential>)> {
+        let same_host = host.map_or(&[][..], |host| {
+            let start = self.by_host.partition_point(|&(hash, _)| hash < host);
+            let end = start + self.by_host[start..].partition_point(|&(hash, _)| hash == host);
+            &self.by_host[start..end]
+        });
+        let same_host = same_host.iter().map(|(_, at)| at);
+        let (mut same_host, mut others) = (same_host.peekable(), self.others.iter().peekable());
+        // Both lists are in the order read: merged, so is the result.
+        std::iter::from_fn(move || match (same_host.peek(), others.peek()) {
+            (Some(a), Some(b)) if a < b => same_host.next(),
+            (Some(_), None) => same_host.next(),
+            _ => others.next(),
+        })
+        .map(|&at| &self.all[at])
     }
 }
 
@@ -88,7 +100,7 @@ impl PreparedSecrets {
     /// only if it was not read before with the same content.
     pub fn keyring_for(&self, image: &str, secrets: &[PullSecret]) -> Result<Keyring, SecretError> {
         let mut keyring = Keyring::for_image(image);
-        let host = keyring::image_host(image);
+        let host = keyring::image_host(image, |host| self.hasher.hash_one(host));
         for secret in secrets {
             let Some((shape, data_key)) = super::shape_of(secret) else { continue };
             if secret.content.expose_secret().is_empty() {
@@ -101,8 +113,7 @@ impl PreparedSecrets {
                 data_key,
                 error: error.clone(),
             })?;
-            for at in entries.candidates(host.as_ref()) {
-                let (key, credential) = &entries.all[at];
+            for (key, credential) in entries.candidates(host) {
                 keyring.add(key, credential.clone());
             }
         }
@@ -122,7 +133,8 @@ impl PreparedSecrets {
         {
             return prepared;
         }
-        let read = dockercfg::parse(content.as_bytes(), shape).map(|entries| Entries::index(entries, coordinates));
+        let read = dockercfg::parse(content.as_bytes(), shape)
+            .map(|entries| Entries::index(entries, coordinates, &self.hasher));
         let prepared = Arc::new(Prepared {
             coordinates: coordinates.clone(),
             kind: secret.kind.clone(),

@@ -13,9 +13,8 @@
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
-use futures_util::FutureExt;
-
 use bytes::Bytes;
+use futures_util::FutureExt;
 use k8s_cri::v1::{PullImageRequest, PullImageResponse};
 use tonic::{Request, Response, Status, body::Body, server::NamedService};
 

@@ -92,14 +92,7 @@ pub async fn verified_presence(bench: &Bench, wire: &[api::PullSecret], findings
     for &concurrency in bench.sizes.concurrencies {
         let runs = take_turns(&sides, concurrency, bench.sizes).await;
         for ((path, _), run) in sides.iter().zip(&runs) {
-            table.row(vec![
-                concurrency.to_string(),
-                (*path).to_owned(),
-                report::micros(run.quantile_us(0.5)),
-                report::micros(run.quantile_us(0.99)),
-                format!("{:.0}", run.requests_per_second()),
-                report::ratio(run.quantile_us(0.5).into(), runs[1].quantile_us(0.5).into()),
-            ]);
+            table.row(report::side_row(concurrency, path, run, &[&runs[1]]));
         }
         if concurrency == 1 || concurrency == 64 {
             let what = format!(

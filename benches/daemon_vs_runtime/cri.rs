@@ -288,15 +288,16 @@ fn tabulate(measured: Vec<Vec<Measured>>, findings: &mut Findings) {
     for row in measured.iter().flatten() {
         let direct = &row.runs[0];
         for (path, run) in PATHS.iter().zip(&row.runs) {
+            let [p50, p99, per_second] = report::latency_cells(run);
             table.row(vec![
                 row.call.to_owned(),
                 row.images.to_string(),
                 row.caller.to_owned(),
                 row.concurrency.to_string(),
                 (*path).to_owned(),
-                report::micros(run.quantile_us(0.5)),
-                report::micros(run.quantile_us(0.99)),
-                format!("{:.0}", run.requests_per_second()),
+                p50,
+                p99,
+                per_second,
                 report::ratio(run.quantile_us(0.5).into(), direct.quantile_us(0.5).into()),
                 report::ratio(run.requests_per_second(), direct.requests_per_second()),
             ]);

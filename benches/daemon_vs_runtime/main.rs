@@ -544,17 +544,9 @@ async fn pull_records(bench: &Bench, findings: &mut Findings) {
     );
     for &concurrency in sizes.concurrencies {
         let runs = take_turns(&sides, concurrency, sizes).await;
-        let (direct, off) = (runs[0].quantile_us(0.5), runs[1].quantile_us(0.5));
+        let off = runs[1].quantile_us(0.5);
         for ((path, _), run) in sides.iter().zip(&runs) {
-            table.row(vec![
-                concurrency.to_string(),
-                (*path).to_owned(),
-                report::micros(run.quantile_us(0.5)),
-                report::micros(run.quantile_us(0.99)),
-                format!("{:.0}", run.requests_per_second()),
-                report::ratio(run.quantile_us(0.5).into(), direct.into()),
-                report::ratio(run.quantile_us(0.5).into(), off.into()),
-            ]);
+            table.row(report::side_row(concurrency, path, run, &[&runs[0], &runs[1]]));
         }
         if concurrency == 1 {
             let ratio = f64::from(runs[2].quantile_us(0.5)) / f64::from(off);
@@ -655,13 +647,14 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
             let runs = take_turns(&sides, concurrency, sizes).await;
             let baseline = runs[0].quantile_us(0.5);
             for ((label, _), run) in sides.iter().zip(&runs) {
+                let [p50, p99, per_second] = report::latency_cells(run);
                 table.row(vec![
                     path.to_owned(),
                     concurrency.to_string(),
                     (*label).to_owned(),
-                    report::micros(run.quantile_us(0.5)),
-                    report::micros(run.quantile_us(0.99)),
-                    format!("{:.0}", run.requests_per_second()),
+                    p50,
+                    p99,
+                    per_second,
                     report::ratio(run.quantile_us(0.5).into(), baseline.into()),
                 ]);
             }
@@ -719,12 +712,13 @@ async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
         let runs = take_turns(&sides, concurrency, sizes).await;
         let direct = (runs[0].quantile_us(0.5), runs[0].requests_per_second());
         for ((path, _), run) in sides.iter().zip(&runs) {
+            let [p50, p99, per_second] = report::latency_cells(run);
             table.row(vec![
                 concurrency.to_string(),
                 (*path).to_owned(),
-                report::micros(run.quantile_us(0.5)),
-                report::micros(run.quantile_us(0.99)),
-                format!("{:.0}", run.requests_per_second()),
+                p50,
+                p99,
+                per_second,
                 report::ratio(run.quantile_us(0.5).into(), direct.0.into()),
                 report::ratio(run.requests_per_second(), direct.1),
             ]);

@@ -76,6 +76,24 @@ pub fn render(machine: &[(&str, String)], tables: &[Table], verdicts: &[Verdict]
 }
 
 /// A latency in the unit that keeps three digits.
+/// A run's p50, p99 and requests a second, as table cells.
+pub fn latency_cells(run: &crate::load::Run) -> [String; 3] {
+    [micros(run.quantile_us(0.5)), micros(run.quantile_us(0.99)), format!("{:.0}", run.requests_per_second())]
+}
+
+/// A side's row at `concurrency`: its path, [`latency_cells`], and its p50 over each baseline's.
+pub fn side_row(
+    concurrency: usize,
+    path: &str,
+    run: &crate::load::Run,
+    baselines: &[&crate::load::Run],
+) -> Vec<String> {
+    let mut row = vec![concurrency.to_string(), path.to_owned()];
+    row.extend(latency_cells(run));
+    row.extend(baselines.iter().map(|base| ratio(run.quantile_us(0.5).into(), base.quantile_us(0.5).into())));
+    row
+}
+
 pub fn micros(us: u32) -> String {
     if us < 10_000 { format!("{us} µs") } else { format!("{:.1} ms", f64::from(us) / 1000.0) }
 }

@@ -8,10 +8,10 @@ fn present(id: &str) -> PresentImage {
     PresentImage { id: id.into(), size: 1 }
 }
 
-const STALENESS: Duration = Duration::from_millis(100);
+pub(super) const STALENESS: Duration = Duration::from_millis(100);
 
 /// Watching, proven current now.
-fn proven_cache(max_staleness: Duration) -> PresenceCache {
+pub(super) fn proven_cache(max_staleness: Duration) -> PresenceCache {
     let cache = PresenceCache::new(Arc::default(), max_staleness);
     cache.set_watching(true);
     cache.proven_current_as_of(Instant::now());

@@ -1,16 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
-
-const STALENESS: Duration = Duration::from_millis(100);
-
-/// Watching, proven current now.
-fn proven_cache(max_staleness: Duration) -> PresenceCache {
-    let cache = PresenceCache::new(Arc::default(), max_staleness);
-    cache.set_watching(true);
-    cache.proven_current_as_of(Instant::now());
-    cache
-}
+use crate::presence::tests::{STALENESS, proven_cache};
 
 fn remember(cache: &PresenceCache, call: CriCall, request: &str, answer: &str) {
     let ticket = cache.answer_ticket().expect("watching, not strict");

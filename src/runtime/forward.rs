@@ -33,17 +33,11 @@ impl Forwarder {
         Self { socket, sender: Mutex::new(None), connecting: tokio::sync::Mutex::new(()), max_message_bytes }
     }
 
-    /// The runtime's answer to `path` with `message`, with `timeout` told to it (`grpc-timeout`);
+    /// The runtime's answer to `path` with `message` (bounded by the caller's server), with
+    /// `timeout` told to it (`grpc-timeout`);
     /// its gRPC error as it sent it, or UNAVAILABLE when the connection failed. The caller bounds
     /// the wait.
     pub async fn unary(&self, path: &str, message: Bytes, timeout: Duration) -> Result<Bytes, tonic::Status> {
-        if message.len() > self.max_message_bytes {
-            return Err(tonic::Status::resource_exhausted(format!(
-                "the message of {} bytes is larger than the {} the runtime is sent",
-                message.len(),
-                self.max_message_bytes
-            )));
-        }
         let request = http::Request::post(format!("http://localhost{path}"))
             .header(http::header::CONTENT_TYPE, "application/grpc")
             .header(http::header::TE, "trailers")

@@ -1,9 +1,14 @@
 //! Go's `filepath.Match` for one host label: `*` any run of characters, `?` any one, `[...]` a
 //! class (`[^...]` negated, `a-z` ranges), `\` escapes. A malformed pattern matches nothing.
 
+/// Whether `pattern` has nothing special: it matches only itself.
+pub fn is_literal(pattern: &str) -> bool {
+    !pattern.contains(['*', '?', '[', '\\'])
+}
+
 /// Whether `label` matches the glob `pattern`.
 pub fn matches(pattern: &str, label: &str) -> bool {
-    if !pattern.contains(['*', '?', '[', '\\']) {
+    if is_literal(pattern) {
         return pattern == label;
     }
     let pattern: Vec<char> = pattern.chars().collect();

@@ -63,7 +63,7 @@ impl SchemelessUrl {
     /// only targets with the same two.
     pub fn literal_name_and_port(&self) -> Option<(&str, &str)> {
         let name = &self.host[self.name.clone()];
-        (!name.contains(['*', '?', '[', '\\'])).then(|| (name, self.port()))
+        super::glob::is_literal(name).then(|| (name, self.port()))
     }
 
     /// The host with its port.

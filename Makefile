@@ -14,7 +14,8 @@ deps:
 # The bench runs last with tiny sizes (a debug build), so that `make bench` keeps working; its
 # figures mean nothing, so it prints one line with where its report is (in cargo's target dir).
 # Then the runtime sets, on the containerds install-deps puts beside Debian's 1.6: every integration
-# test again on 2.x, and a smoke set on 1.7 (pull, presence by events, progress, GC, conformance).
+# test again on 2.x, and a smoke set on 1.7 (pull, presence by events, progress, GC, conformance,
+# pinned images).
 test: deps
 	@status=0; \
 	if cargo nextest --version >/dev/null 2>&1; then \
@@ -36,7 +37,7 @@ CONTAINERD_2 := /opt/cri-imaged-test/containerd-sid/usr/bin/containerd
 NOT_ON_CONTAINERD_2 := image_fs_info_names_a_directory_on_the_small_tmpfs_of_the_size_asked
 ON_CONTAINERD_2 := kind(test) - test(=$(NOT_ON_CONTAINERD_2))
 SMOKE_TESTS := --test e2e_containerd --test presence_cache --test pull_progress --test cri_conformance \
-	--test gc_stack --test image_gc
+	--test gc_stack --test image_gc --test pinned_images
 
 # cri-imaged against containerd directly, on a release build, a real containerd and a loopback
 # registry (root). Prints the tables and writes bench/daemon_vs_runtime.md in cargo's target dir

@@ -24,6 +24,7 @@ use crate::{
     memory,
     metrics::{self, Metrics, MetricsServerError},
     notify,
+    pinned::PinnedImages,
     presence::{self, PresenceCache},
     pull::{
         path::{PathConfig, PullPath, Shared},
@@ -124,11 +125,13 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             verification: config.verification,
             metrics: metrics.ensure.clone(),
         }));
+        let pinned = Arc::new(PinnedImages::default());
         let gc_parts = GcParts {
             runtime: runtime.clone(),
             config: gc_config,
             guard: guard.clone(),
             presence: presence.clone(),
+            pinned: pinned.clone(),
             records: records.clone(),
             ages: AgesFile::open(root_dir)?.counting_quarantined(metrics.records.quarantined("ages")),
             events: events.clone(),
@@ -141,6 +144,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             pulls,
             gc,
             presence,
+            pinned,
             guard,
             events,
             limits,

@@ -33,6 +33,8 @@
 //!   and credential-provider plugins, matched to images by the keyring.
 //! - [`runtime`]: the image service and content store traits, the CRI client (with containerd's
 //!   content and event services), its endpoint, the pass-through codec; a shared fake for tests.
+//! - [`pinned`]: the images we pin (the sandbox image, `--pinned-image`): never collected, and
+//!   reported `pinned` in CRI answers, marked without re-encoding them.
 //! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
 //! - [`backoff`]: the per-(pod, image) backoff store (pure).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
@@ -70,6 +72,7 @@ pub mod messages;
 pub mod metric_labels;
 pub mod metrics;
 mod notify;
+pub mod pinned;
 pub mod presence;
 pub mod pull;
 pub mod pull_policy;

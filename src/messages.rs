@@ -54,7 +54,7 @@ pub fn never_pull(image: &str) -> String {
     format!("Container image {image:?} is not present with pull policy of Never")
 }
 
-/// The kubelet's `Back-off pulling image "X"`, with the error that caused it.
+/// The kubelet's `Back-off pulling image "X"`, with the failure that caused it (`reason: message`).
 pub fn back_off(image: &str, last_error: impl std::fmt::Display) -> String {
     format!("Back-off pulling image {image:?}: {last_error}")
 }

@@ -121,7 +121,7 @@ mod tests {
         metrics.presence.watching(true);
         let text = metrics.render();
         for line in [
-            r#"cri_imaged_ensure_image_requests_total{pull_policy="IfNotPresent",present_locally="false",pull_required="true"} 1"#,
+            r#"cri_imaged_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="false",pull_required="true"} 1"#,
             r#"cri_imaged_pulls_total{result="success"} 1"#,
             r#"cri_imaged_image_pull_duration_seconds_bucket{le="5.0",image_size_in_bytes="0-10MB"} 1"#,
             r#"cri_imaged_image_pull_duration_seconds_bucket{le="1.0",image_size_in_bytes="0-10MB"} 0"#,

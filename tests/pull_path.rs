@@ -153,7 +153,11 @@ async fn a_failed_pull_is_backed_off_with_retry_info_and_no_upstream_call() {
     let refused = call(&mut client, pod_request("missing:v1", 7)).await.expect_err("backing off");
     assert_eq!(refused.code(), Code::Unavailable);
     assert_eq!(reason(&refused), "ImagePullBackOff");
-    assert!(refused.message().starts_with(r#"Back-off pulling image "missing:v1": rpc error: code = NotFound"#));
+    assert!(
+        refused
+            .message()
+            .starts_with(r#"Back-off pulling image "missing:v1": ErrImagePull: rpc error: code = NotFound"#)
+    );
     let retry = refused.get_error_details().retry_info().and_then(|info| info.retry_delay).expect("RetryInfo");
     assert!(retry > Duration::from_secs(9) && retry <= Duration::from_secs(10), "{retry:?}");
     assert_eq!(stack.runtime.service.pulls().len(), 1, "the refusal never reached the runtime");

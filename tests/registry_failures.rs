@@ -12,8 +12,11 @@ use std::time::Duration;
 use cri_imaged::api::{
     GetStatusRequest, PodRef, PullPolicy, RateLimitBucket, WatchEventsRequest, image_manager_client::ImageManagerClient,
 };
+use serde_json::json;
 use support::{
-    call, ensure,
+    call,
+    clients::{Answer, Client},
+    ensure,
     netrig::{LinkShape, NetRig},
     process::{DaemonProcess, grpcurl, require_tool},
     reason,
@@ -147,6 +150,17 @@ async fn a_stopped_registry_opens_its_breaker_and_one_pull_closes_it_once_the_re
     let status = answer.expect_err("open: refused without trying");
     assert_eq!(reason(&status), "RegistryUnavailable");
     assert!(took < Duration::from_secs(1), "{took:?}");
+    // A kubelet pulling through CRI: UNKNOWN with the prefix, the only form whose message its CRI
+    // client hands to its prefix test, so the pod gets the kubelet's own RegistryUnavailable.
+    let pull = json!({ "image": { "image": image } });
+    let socket = daemon.socket.clone();
+    let answer =
+        tokio::task::spawn_blocking(move || Client::Grpcio.call(&socket, "runtime.v1.ImageService/PullImage", pull))
+            .await
+            .expect("grpcio ran");
+    let Answer::Error { code, message } = answer else { panic!("refused: {answer:?}") };
+    assert_eq!(code, "UNKNOWN", "{message}");
+    assert!(message.starts_with("RegistryUnavailable: "), "{message}");
 
     // Back, and cooled down: half-open, the next pull tests it and closes the breaker.
     tokio::task::block_in_place(|| rig.start_registry());

@@ -231,6 +231,7 @@ impl ServeArgs {
             period: self.image_gc_period,
             hand_out_window: self.image_gc_hand_out_window,
             sandbox_image: self.pod_infra_container_image.clone(),
+            pinned_images: self.pinned_image.clone(),
         })
     }
 }

@@ -307,6 +307,11 @@ pub struct ServeArgs {
     /// (containerd's CRI config), and anything the runtime pins.
     #[arg(long, value_name = "IMAGE")]
     pub pod_infra_container_image: Option<String>,
+
+    /// An image never collected and reported pinned through us, as the sandbox image is
+    /// (repeatable): a name as pods write it, or an image id.
+    #[arg(long, value_name = "IMAGE")]
+    pub pinned_image: Vec<String>,
 }
 
 /// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
@@ -346,6 +351,7 @@ pub const RELOADABLE: &[&str] = &[
     "image-gc-period",
     "image-gc-hand-out-window",
     "pod-infra-container-image",
+    "pinned-image",
     "node-docker-config",
     "image-credential-provider-config",
     "image-credential-provider-bin-dir",

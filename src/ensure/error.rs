@@ -56,8 +56,10 @@ impl EnsureError {
 /// The kubelet's `evalCRIPullErr`: a runtime message that starts with a CRI error name selects
 /// that reason.
 ///
-/// The kubelet tests the prefix of the whole Go error (`rpc error: code = … desc = …`), which a
-/// remote runtime's error never matches; we test the runtime's own message, as was intended.
+/// The kubelet's CRI client (since 1.28) hands the prefix test the bare message of an UNKNOWN
+/// status only, and the whole Go error (`rpc error: code = … desc = …`) of any other; we test the
+/// runtime's own message whatever its code, so that a runtime answering with another code still
+/// gets the reason.
 pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
     // Ours (a registry that did not answer, or whose breaker is open) reads as the runtime's.
     if let PullError::RegistryUnavailable(detail) = &*error {

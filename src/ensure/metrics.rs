@@ -82,7 +82,7 @@ impl EnsureMetrics {
 
     pub fn decided(&self, policy: PullPolicy, present: bool, pull_required: bool) {
         let labels = vec![
-            ("pull_policy", policy.as_str()),
+            ("pull_policy", policy_label(policy)),
             ("present_locally", flag(present)),
             ("pull_required", flag(pull_required)),
         ];
@@ -93,7 +93,7 @@ impl EnsureMetrics {
     #[cfg(test)]
     pub fn decisions(&self, policy: PullPolicy, present: bool, pull_required: bool) -> u64 {
         let labels = vec![
-            ("pull_policy", policy.as_str()),
+            ("pull_policy", policy_label(policy)),
             ("present_locally", flag(present)),
             ("pull_required", flag(pull_required)),
         ];
@@ -116,4 +116,13 @@ impl EnsureMetrics {
 
 fn flag(value: bool) -> &'static str {
     if value { "true" } else { "false" }
+}
+
+/// The pull policy as the kubelet's `ensure_image_requests_total` labels it: lower case.
+fn policy_label(policy: PullPolicy) -> &'static str {
+    match policy {
+        PullPolicy::Always => "always",
+        PullPolicy::IfNotPresent => "ifnotpresent",
+        PullPolicy::Never => "never",
+    }
 }

@@ -263,7 +263,9 @@ impl<R: ImageRuntime> Manager<R> {
         let key = backoff.key(pod_uid, image);
         let Some(backing_off) = backoff.check(key, Instant::now()) else { return Ok(Some(key)) };
         drop(backoff);
-        let message = messages::back_off(image, &backing_off.last_error);
+        // As kubelets from 1.32 say it: the last failure's reason and message.
+        let last = classify_pull_error(image, backing_off.last_error.clone());
+        let message = messages::back_off(image, format_args!("{}: {last}", last.reason()));
         tracing::info!(retry_after = ?backing_off.remaining, "{message}");
         self.metrics.backoff_refused();
         Err(EnsureError::BackOff { message, retry_after: backing_off.remaining })

@@ -225,9 +225,13 @@ async fn pull_failures_are_classified_by_the_runtime_message_prefix() {
     for (runtime_message, reason, message) in cases {
         let runtime = FakeRuntime::default().pulling_to(Err(tonic::Status::unknown(runtime_message)));
         let manager = manager(runtime);
-        let error = manager.ensure_image_exists(request("busybox", None)).await.expect_err(runtime_message);
+        let error = manager.ensure_image_exists(request_for_pod("busybox", "pod-a")).await.expect_err(runtime_message);
         assert_eq!(error.reason(), reason, "{runtime_message}");
         assert_eq!(error.to_string(), message);
+        // The pod backing off is told why, as kubelets from 1.32 tell it.
+        let refused = manager.ensure_image_exists(request_for_pod("busybox", "pod-a")).await.expect_err("backing off");
+        assert_eq!(refused.reason(), "ImagePullBackOff");
+        assert_eq!(refused.to_string(), format!(r#"Back-off pulling image "busybox": {reason}: {message}"#));
     }
 }
 
@@ -249,7 +253,7 @@ async fn a_failed_pull_backs_off_that_pod_and_image_without_asking_the_runtime()
     assert_eq!(refused.reason(), "ImagePullBackOff");
     assert_eq!(
         refused.to_string(),
-        r#"Back-off pulling image "app:v1": rpc error: code = NotFound desc = manifest unknown"#
+        r#"Back-off pulling image "app:v1": ErrImagePull: rpc error: code = NotFound desc = manifest unknown"#
     );
     assert!(matches!(refused, EnsureError::BackOff { retry_after, .. } if retry_after == Duration::from_secs(7)));
     assert_eq!(manager.runtime().state().pulls.len(), 1, "the refusal did not reach the runtime");

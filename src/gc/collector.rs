@@ -26,6 +26,7 @@ use super::{
 };
 use crate::{
     events::{Event, EventType, Events, reason as event_reason},
+    pinned::PinnedImages,
     presence::PresenceCache,
     records::PullRecords,
     runtime::{ImageFsUsage, ImageRuntime, RuntimeError, StoredImage},
@@ -64,6 +65,8 @@ pub struct GcParts<R> {
     pub config: GcConfig,
     pub guard: Arc<ImageGuard>,
     pub presence: Arc<PresenceCache>,
+    /// The images we pin: kept, and reported pinned in CRI answers.
+    pub pinned: Arc<PinnedImages>,
     pub records: Arc<PullRecords>,
     pub ages: AgesFile,
     /// ImageGarbageCollected, FreeDiskSpaceFailed, InvalidDiskCapacity, ImageGCFailed.
@@ -86,6 +89,7 @@ pub struct ImageGc<R> {
 
 impl<R: ImageRuntime> ImageGc<R> {
     pub fn new(parts: GcParts<R>, collecting_since: Instant) -> Self {
+        parts.pinned.configure(parts.config.sandbox_image.as_deref(), &parts.config.pinned_images);
         let config = tokio::sync::watch::Sender::new(parts.config.clone());
         let (last_pass, state) = (std::sync::Mutex::default(), tokio::sync::Mutex::default());
         Self { parts, config, last_pass, state, collecting_since }
@@ -99,6 +103,7 @@ impl<R: ImageRuntime> ImageGc<R> {
     /// Collects by `config` from the next pass on, the first one new period from now (a reload);
     /// the same configuration again changes nothing, so reloads never put a pass off.
     pub fn set_config(&self, config: GcConfig) {
+        self.pin(|pinned| pinned.configure(config.sandbox_image.as_deref(), &config.pinned_images));
         self.config.send_if_modified(|current| {
             let changed = *current != config;
             *current = config;
@@ -218,18 +223,32 @@ impl<R: ImageRuntime> ImageGc<R> {
         let runtime = &self.parts.runtime;
         let containers =
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
-        let sandbox_image = match &config.sandbox_image {
-            Some(image) => Some(image.clone()),
-            None => runtime.sandbox_image().await.unwrap_or_else(|error| {
-                tracing::debug!(%error, "the runtime does not say which sandbox image it uses");
-                None
-            }),
-        };
-        let used = containers.iter().map(String::as_str).chain(sandbox_image.as_deref());
+        self.learn_sandbox_image().await;
+        let pinned = self.parts.pinned.images();
+        let used = containers.iter().chain(&pinned).map(String::as_str);
         let mut in_use = plan::in_use(listed, used);
         let now = Instant::now();
         in_use.extend(self.parts.guard.handed_out_since(now.checked_sub(config.hand_out_window).unwrap_or(now)));
         Ok(in_use)
+    }
+
+    /// Asks the runtime which sandbox image it uses, unless one is configured.
+    pub async fn learn_sandbox_image(&self) {
+        if !self.parts.pinned.learns_sandbox_image() {
+            return;
+        }
+        match self.parts.runtime.sandbox_image().await {
+            Ok(image) => self.pin(|pinned| pinned.learned_sandbox_image(image)),
+            Err(error) => tracing::debug!(%error, "the runtime does not say which sandbox image it uses"),
+        }
+    }
+
+    /// Changes the pinned images with `change`; answers remembered before a change are forgotten,
+    /// as they say pinned what no longer is, or not what now is.
+    fn pin(&self, change: impl FnOnce(&PinnedImages) -> bool) {
+        if change(&self.parts.pinned) {
+            self.parts.presence.image_changed();
+        }
     }
 
     async fn load_ages(&self) -> HashMap<String, ImageRecord> {

@@ -32,6 +32,8 @@ pub struct GcConfig {
     /// The sandbox image, when the runtime does not say (kept, as the kubelet's
     /// `--pod-infra-container-image` was).
     pub sandbox_image: Option<String>,
+    /// Images kept whatever their age or the disk (`--pinned-image`).
+    pub pinned_images: Vec<String>,
 }
 
 impl GcConfig {
@@ -48,6 +50,7 @@ impl Default for GcConfig {
             period: Duration::from_secs(300),
             hand_out_window: GcPolicy::KUBELET.min_age,
             sandbox_image: None,
+            pinned_images: Vec::new(),
         }
     }
 }

@@ -2,7 +2,8 @@
 //! (`--image-endpoint`) pulls through cri-imaged without knowing it.
 //!
 //! ListImages, ImageStatus, RemoveImage and ImageFsInfo are the runtime's answers with their
-//! bytes untouched: ImageStatus (not verbose) and ListImages remembered by the presence cache
+//! bytes untouched, but for the images we pin marked `pinned` (see [`crate::pinned`]):
+//! ImageStatus (not verbose) and ListImages remembered by the presence cache
 //! while it is proven current, ImageFsInfo from a snapshot of a bounded age (see
 //! [`crate::presence::answers`]); PullImage goes through the scheduler and the registry limits.
 //! A RemoveImage (like every pull) empties the presence cache before its answer is sent, so no
@@ -18,10 +19,11 @@ use futures_util::FutureExt;
 use k8s_cri::v1::{PullImageRequest, PullImageResponse};
 use tonic::{Request, Response, Status, body::Body, server::NamedService};
 
-use super::status::CriPullError;
+use super::{Services, status::CriPullError};
 use crate::{
     credentials::RegistryAuth,
     gc::{ImageGuard, guard::HandOut},
+    pinned::PinnedImages,
     presence::{PresenceCache, answers::CriCall},
     pull::path::PullPath,
     runtime::passthrough::RawCodec,
@@ -46,13 +48,21 @@ pub struct CriImageService<R> {
     /// Everything else is forwarded to the runtime.
     runtime: Arc<R>,
     presence: Arc<PresenceCache>,
+    /// Marked pinned in ImageStatus and ListImages answers.
+    pinned: Arc<PinnedImages>,
     /// Marks what ImageStatus hands out, for image GC.
     guard: Arc<ImageGuard>,
 }
 
 impl<R> CriImageService<R> {
-    pub fn new(pulls: Arc<PullPath>, runtime: Arc<R>, presence: Arc<PresenceCache>, guard: Arc<ImageGuard>) -> Self {
-        Self { pulls, runtime, presence, guard }
+    pub fn new(services: &Services<R>) -> Self {
+        Self {
+            pulls: services.pulls.clone(),
+            runtime: services.runtime.clone(),
+            presence: services.presence.clone(),
+            pinned: services.pinned.clone(),
+            guard: services.guard.clone(),
+        }
     }
 }
 
@@ -62,6 +72,7 @@ impl<R> Clone for CriImageService<R> {
             pulls: self.pulls.clone(),
             runtime: self.runtime.clone(),
             presence: self.presence.clone(),
+            pinned: self.pinned.clone(),
             guard: self.guard.clone(),
         }
     }
@@ -132,7 +143,7 @@ impl<R: ImageRuntime> CriImageService<R> {
                 let answer = if rememberable_status(&request) {
                     self.remembered(CriCall::ImageStatus, method, request).await?
                 } else {
-                    self.runtime.forward_raw(method, request).await?
+                    self.pinned.mark(self.runtime.forward_raw(method, request).await?)
                 };
                 Ok(handed_out(&hand_out, answer))
             }
@@ -164,7 +175,7 @@ impl<R: ImageRuntime> CriImageService<R> {
             return Ok(answer);
         }
         let ticket = self.presence.answer_ticket();
-        let answer = self.runtime.forward_raw(method, request.clone()).await?;
+        let answer = self.pinned.mark(self.runtime.forward_raw(method, request.clone()).await?);
         if let Some(ticket) = ticket {
             self.presence.remember_answer(ticket, call, &request, &answer);
         }

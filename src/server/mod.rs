@@ -87,6 +87,7 @@ use crate::{
     ensure,
     events::Events,
     gc::{ImageGc, ImageGuard},
+    pinned::PinnedImages,
     presence::PresenceCache,
     pull::{path::PullPath, ratelimit::RegistryLimits},
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
@@ -101,6 +102,8 @@ pub struct Services<R> {
     pub pulls: Arc<PullPath>,
     pub gc: Arc<ImageGc<R>>,
     pub presence: Arc<PresenceCache>,
+    /// The images we pin, reported pinned in CRI answers.
+    pub pinned: Arc<PinnedImages>,
     /// Marks what CRI ImageStatus hands out, for image GC.
     pub guard: Arc<ImageGuard>,
     /// Every image event, for WatchEvents.
@@ -226,12 +229,7 @@ pub async fn serve<R: ImageRuntime>(
         shutdown.clone(),
     ));
 
-    let cri_image_service = CriImageService::new(
-        services.pulls.clone(),
-        services.runtime.clone(),
-        services.presence.clone(),
-        services.guard.clone(),
-    );
+    let cri_image_service = CriImageService::new(services);
     let image_manager = ImageManagerServer::new(ImageManagerService::new(services))
         .max_decoding_message_size(API_MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -94,7 +94,9 @@ impl From<CriPullError> for Status {
             }
             PullError::Runtime(RuntimeError::Unsupported(_)) => Status::unimplemented(error.to_string()),
             PullError::RateLimited => Status::resource_exhausted(error.to_string()),
-            PullError::RegistryUnavailable(_) => Status::unavailable(error.to_string()),
+            // UNKNOWN, as a runtime's plain error: the kubelet's CRI client hands only such a
+            // status's message to its prefix test, which then gives the pod `RegistryUnavailable`.
+            PullError::RegistryUnavailable(_) => Status::unknown(error.to_string()),
             PullError::Abandoned => Status::internal(error.to_string()),
             PullError::Cancelled => Status::cancelled(error.to_string()),
             PullError::EveryCredentialFailed(_) => Status::new(pull_error_code(&error), error.to_string()),

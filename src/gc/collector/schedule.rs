@@ -20,10 +20,13 @@ enum Wake {
 }
 
 impl<R: ImageRuntime> ImageGc<R> {
-    /// Makes a pass every period until `shutdown`, the first at once, as the kubelet does. A new
-    /// configuration applies from the next pass, one new period after it came; a pass under way
-    /// is never cut short, by a reload or by the shutdown.
+    /// Learns the runtime's sandbox image, then makes a pass every period until `shutdown`, the
+    /// first at once, as the kubelet does. A new configuration applies from the next pass, one
+    /// new period after it came; a pass under way is never cut short, by a reload or by the
+    /// shutdown.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+        // The sandbox image is reported pinned from the start, image GC on or off.
+        self.learn_sandbox_image().await;
         let mut changes = self.config.subscribe();
         let stopping = shutdown.requested();
         tokio::pin!(stopping);

@@ -48,6 +48,7 @@ fn collector_over(runtime: Arc<FakeRuntime>, root: tempfile::TempDir, policy: Gc
         config: GcConfig { policy, ..GcConfig::default() },
         guard: guard.clone(),
         presence: Arc::new(PresenceCache::new(Arc::new(PresenceMetrics::default()), Duration::ZERO)),
+        pinned: Arc::default(),
         records: records.clone(),
         ages: AgesFile::open(root.path()).expect("ages"),
         events: events.clone(),
@@ -202,6 +203,23 @@ async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
     assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
+}
+
+#[tokio::test]
+async fn pinned_images_are_kept_whatever_the_disk_and_a_reload_changes_them() {
+    let mut disk = crowded();
+    disk.other_usage = 100 * MIB; // full: everything eligible goes
+    let h = harness(disk, EAGER);
+    let everything = PassRequest { dry_run: true, delete_unused: true };
+    h.gc.set_config(GcConfig { pinned_images: vec!["c:1".into(), "sha256:a".into()], ..h.gc.config() });
+    let report = h.gc.pass(everything).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:b", Reason::Unused, &Outcome::WouldRemove)], "by name and by id");
+
+    h.gc.set_config(GcConfig { pinned_images: vec!["b:1".into()], ..h.gc.config() });
+    assert_eq!(h.gc.parts.pinned.images(), ["b:1"], "what CRI answers mark pinned too");
+    let report = h.gc.pass(everything).await.expect("passes");
+    let collected: Vec<&str> = report.images.iter().map(|image| image.id.as_str()).collect();
+    assert_eq!(collected, ["sha256:a", "sha256:c"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -259,3 +259,39 @@ async fn with_a_maximum_age_an_idle_image_goes_and_one_in_use_stays() {
     assert!(stack.list_images().iter().any(|image| image.repo_tags.contains(&sandbox)), "the sandbox image stays");
     assert!(daemon.log_text().contains("Removing image not used for longer than the maximum age"));
 }
+
+#[tokio::test]
+async fn an_image_a_container_mounts_as_a_volume_is_in_use() {
+    let Some(stack) = LocalStack::start() else { return };
+    let version = stack.runtime_version();
+    if version < (2, 1) {
+        // Image volumes (KEP-4639) came in containerd 2.1; `make test` runs this again on 2.x.
+        eprintln!("SKIPPED: containerd {version:?} has no image volumes");
+        return;
+    }
+    // The container's image runs a program; the others are data.
+    stack.seed_sized("gc/app:1", 1024);
+    let [app, volume, idle] = ["gc/app:1", "gc/volume:1", "gc/idle:1"].map(|name| {
+        if name != "gc/app:1" {
+            stack.seed(name, name);
+        }
+        stack.image(name)
+    });
+    let [_, volume_id, idle_id] = [&app, &volume, &idle].map(|image| stack.pull(image));
+    let container = stack.create_container_mounting(&app, &[&volume_id]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let flags = ["--minimum-image-ttl-duration", "0s", "--image-gc-hand-out-window", "0s"];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
+
+    let every_unused = collect(&mut client, true, true).await;
+    assert!(chosen(&every_unused).contains(&idle_id.as_str()), "not vacuous: unused images are chosen");
+    assert!(!chosen(&every_unused).contains(&volume_id.as_str()), "mounted by a container: {every_unused:?}");
+    collect(&mut client, false, true).await;
+    let present: Vec<String> = stack.list_images().into_iter().map(|image| image.id).collect();
+    assert!(present.contains(&volume_id) && !present.contains(&idle_id), "{present:?}");
+
+    // Once its container is gone, the volume's image is unused like any other.
+    stack.remove_container(container);
+    assert!(chosen(&collect(&mut client, true, true).await).contains(&volume_id.as_str()));
+}

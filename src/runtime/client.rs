@@ -3,15 +3,15 @@
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, SystemTime},
 };
 
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::{
-    ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListContainersRequest, ListImagesRequest, PullImageRequest,
-    RemoveImageRequest, StatusRequest, image_service_client::ImageServiceClient,
+    ContainerStatusRequest, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
+    ListImagesRequest, PullImageRequest, RemoveImageRequest, StatusRequest, image_service_client::ImageServiceClient,
     runtime_service_client::RuntimeServiceClient,
 };
 use tokio::net::UnixStream;
@@ -44,6 +44,9 @@ fn regex_escape(text: &str) -> String {
 /// 50,000 containers of about 1 KiB each, past the 16 MiB that is enough for anything else.
 const LIST_CONTAINERS_MAX_BYTES: usize = 128 * 1024 * 1024;
 
+/// ContainerStatus calls in flight at once while image GC learns new containers' mounts.
+const STATUS_CALLS_AT_ONCE: usize = 8;
+
 /// Whether `status` is tonic enforcing the `grpc-timeout` we sent (our client's timer, or a
 /// runtime's server built on tonic): CANCELLED "Timeout expired", beside our own timer and often
 /// first. That is our request deadline passing, not a cancellation.
@@ -64,6 +67,9 @@ pub struct CriClient {
     /// The pass-through's calls, on a connection of their own.
     forwarder: Arc<Forwarder>,
     request_timeout: Duration,
+    /// The images each container mounts as volumes, by container id: a container's mounts are
+    /// fixed when it is created, so each is asked once. Only listed containers are kept.
+    mounted: Arc<Mutex<HashMap<String, Vec<String>>>>,
 }
 
 impl CriClient {
@@ -83,7 +89,44 @@ impl CriClient {
             .max_decoding_message_size(LIST_CONTAINERS_MAX_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let forwarder = Arc::new(Forwarder::new(endpoint.path().to_owned(), MAX_MESSAGE_BYTES));
-        Self { channel, client, runtime_client, forwarder, request_timeout }
+        Self { channel, client, runtime_client, forwarder, request_timeout, mounted: Arc::default() }
+    }
+
+    /// The images the containers `ids` mount as volumes (KEP-4639: CRI ContainerStatus
+    /// `mounts[].image`, which ListContainers does not carry), asking only about containers not
+    /// asked about before. A container gone meanwhile mounts nothing; any other failure fails the
+    /// whole answer, so that image GC keeps everything when unsure.
+    async fn mounted_images(&self, ids: Vec<String>) -> Result<Vec<String>, RuntimeError> {
+        use futures_util::StreamExt;
+        let unknown: Vec<String> = {
+            let mut mounted = self.mounted.lock().unwrap_or_else(PoisonError::into_inner);
+            let listed: std::collections::HashSet<&String> = ids.iter().collect();
+            mounted.retain(|id, _| listed.contains(id));
+            ids.iter().filter(|id| !mounted.contains_key(*id)).cloned().collect()
+        };
+        let asked = futures_util::stream::iter(unknown)
+            .map(|id| async move {
+                let request = self.request(ContainerStatusRequest { container_id: id.clone(), verbose: false });
+                match self.bounded(self.runtime_client.clone().container_status(request)).await {
+                    Ok(response) => {
+                        let mounts = response.status.map(|status| status.mounts).unwrap_or_default();
+                        let images = mounts.into_iter().filter_map(|mount| mount.image).map(|image| image.image);
+                        Ok(Some((id, images.filter(|image| !image.is_empty()).collect())))
+                    }
+                    Err(error) if error.code() == tonic::Code::NotFound => Ok(None),
+                    Err(error) => Err(error),
+                }
+            })
+            .buffer_unordered(STATUS_CALLS_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await;
+        let mut mounted = self.mounted.lock().unwrap_or_else(PoisonError::into_inner);
+        for answer in asked {
+            if let Some((id, images)) = answer? {
+                mounted.insert(id, images);
+            }
+        }
+        Ok(ids.iter().filter_map(|id| mounted.get(id)).flatten().cloned().collect())
     }
 
     /// The connection to the runtime, for other services on its socket (containerd's events).
@@ -176,13 +219,18 @@ impl ImageRuntime for CriClient {
     async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
         let request = self.request(ListContainersRequest { filter: None });
         let response = self.bounded(self.runtime_client.clone().list_containers(request)).await?;
-        Ok(response
+        let ids = response.containers.iter().map(|container| container.id.clone()).collect();
+        let mut images: Vec<String> = response
             .containers
             .into_iter()
-            .flat_map(|container| [Some(container.image_ref), container.image.map(|image| image.image)])
+            .flat_map(|container| {
+                [Some(container.image_ref), Some(container.image_id), container.image.map(|image| image.image)]
+            })
             .flatten()
             .filter(|image| !image.is_empty())
-            .collect())
+            .collect();
+        images.extend(self.mounted_images(ids).await?);
+        Ok(images)
     }
 
     async fn sandbox_image(&self) -> Result<Option<String>, RuntimeError> {

@@ -187,7 +187,8 @@ pub trait ImageRuntime: Send + Sync + 'static {
     }
 
     /// What every container, in any state, was created from: its image ref and its image as
-    /// asked for (CRI `RuntimeService.ListContainers` with no filter).
+    /// asked for (CRI `RuntimeService.ListContainers` with no filter), and the images it mounts
+    /// as volumes (CRI `ContainerStatus`).
     fn container_images(&self) -> impl Future<Output = Result<Vec<String>, RuntimeError>> + Send {
         async { Err(RuntimeError::Unsupported("list containers")) }
     }

@@ -65,6 +65,17 @@ impl LocalStack {
         Client::Grpcio.ok(&self.containerd_socket, method, request)
     }
 
+    /// containerd's version as its CRI `Version` says it: (major, minor).
+    pub fn runtime_version(&self) -> (u32, u32) {
+        let answer = self.cri("runtime.v1.RuntimeService/Version", json!({}));
+        let version = text(&answer, "runtime_version");
+        let mut numbers = version.trim_start_matches('v').split(['.', '~', '-', '+']).map(|part| part.parse().ok());
+        match (numbers.next().flatten(), numbers.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor),
+            _ => panic!("containerd's version {version:?} does not read"),
+        }
+    }
+
     /// CRI PullImage straight on containerd (not through cri-imaged); returns the image id.
     pub fn pull(&self, image: &str) -> String {
         let pulled = self.cri("runtime.v1.ImageService/PullImage", json!({ "image": { "image": image } }));
@@ -124,6 +135,12 @@ impl LocalStack {
     /// A container of `image` (present already) created but not started, in a running pod of
     /// its own: RunPodSandbox, CreateContainer.
     pub fn create_container(&self, image: &str) -> Container {
+        self.create_container_mounting(image, &[])
+    }
+
+    /// As [`Self::create_container`], the container mounting each of `volumes` (images present
+    /// already, by id as the kubelet gives them) read-only as an image volume (KEP-4639).
+    pub fn create_container_mounting(&self, image: &str, volumes: &[&str]) -> Container {
         let ordinal = self.next_pod.fetch_add(1, Ordering::Relaxed);
         let name = format!("pod-{ordinal}");
         let pod_dir = self.dir().join("pods").join(&name);
@@ -137,11 +154,17 @@ impl LocalStack {
                 "security_context": { "namespace_options": { "network": "NODE" } },
             },
         });
+        let mounts: Vec<Value> = volumes
+            .iter()
+            .enumerate()
+            .map(|(n, volume)| json!({ "container_path": format!("/volume-{n}"), "readonly": true, "image": { "image": volume } }))
+            .collect();
         let container = json!({
             "metadata": { "name": "main", "attempt": 0 },
             "image": { "image": image },
             "log_path": "main.log",
             "linux": {},
+            "mounts": mounts,
         });
         let ran = self.cri("runtime.v1.RuntimeService/RunPodSandbox", json!({ "config": pod }));
         let pod_id = text(&ran, "pod_sandbox_id");

@@ -167,6 +167,8 @@ pub struct Settings {
     /// cri-imaged's state: the pull records live under `image_manager/`, image ages under
     /// `image_gc/`.
     pub root_dir: PathBuf,
+    /// The kubelet's root dir, whose pull records are adopted as ours settle.
+    pub kubelet_root_dir: Option<PathBuf>,
     pub serve: ServeOptions,
     /// Whether to watch containerd's image events and remember presence answers.
     pub presence_cache: bool,
@@ -197,6 +199,9 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let configs = (settings.manager, settings.image_gc);
     let node_credentials = settings.node_credentials;
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
+    if let Some(kubelet_root_dir) = &settings.kubelet_root_dir {
+        parts.records.adopt_from(kubelet_root_dir);
+    }
     parts.metrics.kubelet_guard.set(settings.kubelet_warning.is_some());
     if let Some(warning) = settings.kubelet_warning {
         let _ = parts.services.kubelet_warning.set(warning);
@@ -272,6 +277,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
 
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
+    let kubelet_root_dir = args.kubelet_root_dir()?;
     let node_credentials = Arc::new(args.node_credentials()?);
     // One daemon per root dir, before the socket is touched; one taking the socket over waits.
     let root_lock = RootLock::take(&args.root_dir, args.take_over_socket)?;
@@ -351,6 +357,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         image_gc,
         node_credentials,
         root_dir: args.root_dir,
+        kubelet_root_dir,
         serve: ServeOptions {
             drain_timeout: args.shutdown_timeout,
             health_probe_interval: args.health_probe_interval,

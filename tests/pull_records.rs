@@ -800,3 +800,37 @@ async fn an_intent_left_by_a_crash_keeps_verifying_its_image_through_a_failed_pu
     let record = dirs.record(&image_ref);
     assert!(record.credential_mapping.is_empty(), "a record with no credentials: every pod verified: {record:?}");
 }
+
+#[tokio::test]
+async fn an_image_the_kubelet_pulled_with_a_secret_stays_verified_when_cri_imaged_takes_over() {
+    let Some(p) = private_registry() else { return };
+    let image = p.seed("adopted/app:v1");
+    let repository = p.stack.image("adopted/app");
+    let image_ref = pull_on_containerd(&p, &image, ALICE).await;
+    // The kubelet's own image manager pulled it for pod A and recorded so, under its root dir.
+    let kubelet = p.daemon_dir("kubelet");
+    let pulled = kubelet.join("image_manager/pulled");
+    std::fs::create_dir_all(&pulled).expect("the kubelet's records");
+    let record = format!(
+        r#"{{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","lastUpdatedTime":"2026-11-01T00:00:00Z","imageRef":"{image_ref}","credentialMapping":{{"{repository}":{{"kubernetesSecrets":[{{"uid":"uid-regcred-a","namespace":"default","name":"regcred-a","credentialHash":"h"}}]}}}}}}"#
+    );
+    let kubelets_file = pulled.join(file_name(&image_ref));
+    std::fs::write(&kubelets_file, &record).expect("written");
+
+    let dir = p.daemon_dir("d");
+    let kubelet_root = kubelet.to_str().expect("utf-8");
+    let (_daemon, mut client) = p.daemon(&dir, &["--kubelet-root-dir", kubelet_root]).await;
+    // Without the kubelet's record the image would pass for preloaded (see above): B would get it.
+    let status = call(&mut client, for_pod("b", &image, vec![], IF_NOT_PRESENT)).await.expect_err("verified");
+    assert_unauthorized(&status);
+    let ours = RecordDirs::of(&dir.join("root"));
+    support::eventually("the kubelet's record adopted", Duration::from_secs(10), || {
+        ours.read().records.iter().any(|record| record.image_ref == image_ref)
+    })
+    .await;
+    assert_eq!(secret_names(&ours.record(&image_ref), &repository), names(&[("regcred-a", "uid-regcred-a")]));
+    // Adopted: refused by the record now, not only while the records settle.
+    let status = call(&mut client, for_pod("b2", &image, vec![], IF_NOT_PRESENT)).await.expect_err("verified");
+    assert_unauthorized(&status);
+    assert_eq!(std::fs::read_to_string(&kubelets_file).expect("still there"), record, "the kubelet's file untouched");
+}

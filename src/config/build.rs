@@ -56,6 +56,10 @@ pub enum ConfigError {
         "invalid configuration: --{given} needs --{missing}: the plugins' config and the directory they are in go together"
     )]
     CredentialProviderHalf { given: &'static str, missing: &'static str },
+    #[error(
+        "invalid configuration: --root-dir {0:?} is the kubelet's --root-dir (--kubelet-root-dir): the kubelet and cri-imaged would both write its pull records; give cri-imaged a directory of its own"
+    )]
+    SharedRootDir(std::path::PathBuf),
 }
 
 /// Why the node's credentials could not be read.
@@ -216,6 +220,19 @@ impl ServeArgs {
             tracing::info!(name = %provider.name, match_images = ?provider.match_images, "credential provider plugin");
         }
         Ok(NodeCredentials::new(docker_config, Plugins::new(providers)))
+    }
+
+    /// The kubelet's root dir whose pull records are adopted; `None` when empty. Refused when it
+    /// is our own root dir, whichever way either is written.
+    pub fn kubelet_root_dir(&self) -> Result<Option<std::path::PathBuf>, ConfigError> {
+        if self.kubelet_root_dir.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        let resolved = |path: &std::path::Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        if resolved(&self.kubelet_root_dir) == resolved(&self.root_dir) {
+            return Err(ConfigError::SharedRootDir(self.root_dir.clone()));
+        }
+        Ok(Some(self.kubelet_root_dir.clone()))
     }
 
     /// Image GC's configuration, validated as the kubelet validates its flags.

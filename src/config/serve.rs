@@ -7,7 +7,8 @@ use clap::{ArgAction, Args};
 use super::{
     DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, parse_at_least_one, parse_burst,
     parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit,
-    parse_listen_address, parse_percent, parse_positive_qps, parse_qps, parse_runtime_endpoint, parse_stream_count,
+    parse_listen_address, parse_path_or_empty, parse_percent, parse_positive_qps, parse_qps, parse_runtime_endpoint,
+    parse_stream_count,
 };
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
@@ -230,6 +231,12 @@ pub struct ServeArgs {
     /// docker config (config.json, then .dockercfg) is looked for.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_ROOT_DIR)]
     pub root_dir: PathBuf,
+
+    /// The kubelet's --root-dir: the pull records (KEP-2535) its own image manager wrote there
+    /// are merged into ours at every start (read only), so that images it pulled with a pod's
+    /// secret stay verified. Empty: none are read. Never the same directory as --root-dir.
+    #[arg(long, value_name = "PATH", default_value = "/var/lib/kubelet", value_parser = parse_path_or_empty)]
+    pub kubelet_root_dir: PathBuf,
 
     /// The node's docker config (a config.json, or a file named .dockercfg), whose credentials
     /// every pod may use; re-read when it changes. Unset: the kubelet's search (the root dir, the

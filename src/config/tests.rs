@@ -307,3 +307,19 @@ fn big_pulls_yield_above_256_mib_unless_set_to_0() {
     let refused = refused.expect("a negative size is refused").to_string();
     assert!(refused.contains("invalid value '-1' for '--yield-pulls-above-mib <MIB>'"), "{refused}");
 }
+
+#[test]
+fn the_kubelets_root_dir_is_read_for_its_records_but_never_shared() {
+    let args = |flags: &[&str]| {
+        let argv: Vec<OsString> = ["cri-imaged", "serve"].iter().chain(flags).map(OsString::from).collect();
+        serve_args(load(&argv).expect("loads"))
+    };
+    assert_eq!(args(&[]).kubelet_root_dir().expect("valid"), Some(PathBuf::from("/var/lib/kubelet")));
+    assert_eq!(args(&["--kubelet-root-dir", ""]).kubelet_root_dir().expect("valid"), None, "empty: none read");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let same = dir.path().to_str().expect("utf-8");
+    let other_spelling = format!("{same}/.");
+    let shared = args(&["--root-dir", same, "--kubelet-root-dir", &other_spelling]).kubelet_root_dir();
+    let refused = shared.expect_err("shared").to_string();
+    assert!(refused.contains("is the kubelet's --root-dir (--kubelet-root-dir)"), "{refused}");
+}

@@ -122,6 +122,11 @@ pub fn parse_host_limit(text: &str) -> Result<(String, RateLimit), ValueError> {
     }
 }
 
+/// A path where empty means "none" (clap's own path parser refuses an empty one).
+pub fn parse_path_or_empty(text: &str) -> Result<std::path::PathBuf, ValueError> {
+    Ok(text.into())
+}
+
 /// `--runtime-endpoint`, saying what is accepted when it is refused.
 pub fn parse_runtime_endpoint(text: &str) -> Result<RuntimeEndpoint, ValueError> {
     RuntimeEndpoint::parse(text).map_err(|error| match error {

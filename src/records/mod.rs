@@ -11,8 +11,9 @@
 //! - [`metrics`]: the kubelet's `imagemanager` metrics.
 //! - [`PullRecords`] (here): the records and intents, on disk and in memory. `lookup` reads them,
 //!   `intents` keeps each pull's intent, `merge` writes and forgets records, `settle` deals with
-//!   what a crash left, after start.
+//!   what a crash left, after start, and `adopt` merges the kubelet's own records in.
 
+mod adopt;
 pub mod cache;
 pub mod check;
 pub mod format;
@@ -73,6 +74,8 @@ struct State {
     /// an image pulled under them may be named another way than its intent (a digest for a tag):
     /// every image counts as pulled by cri-imaged, so every image is verified.
     unsettled: bool,
+    /// The kubelet's `image_manager` directory, whose records are adopted as the records settle.
+    adopt_from: Option<PathBuf>,
     records_on_disk: usize,
 }
 
@@ -130,6 +133,7 @@ impl PullRecords {
             intents_in_flight: HashMap::new(),
             unsettled: !intents.is_empty(),
             orphaned: intents.clone(),
+            adopt_from: None,
             records_on_disk,
         };
         let records = Self {

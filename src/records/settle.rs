@@ -8,7 +8,9 @@ use std::{
 };
 
 use super::{
-    PullRecords, RecordsError, blocking,
+    PullRecords, RecordsError,
+    adopt::Adopted,
+    blocking,
     format::{self, PullCredentials, PulledRecord},
 };
 use crate::{retry::Doubling, runtime::ImageRuntime};
@@ -22,6 +24,23 @@ impl PullRecords {
         // Until the runtime answers for every intent (it may still be starting at boot).
         let mut waits = Doubling::new(Duration::from_millis(100), Duration::from_secs(30));
         while !self.convert_orphaned_intents(runtime).await {
+            tokio::time::sleep(waits.next_wait()).await;
+        }
+        waits.reset();
+        loop {
+            match self.adopt(runtime).await {
+                Ok(adopted) => {
+                    if adopted != Adopted::default() {
+                        tracing::info!(
+                            records = adopted.records,
+                            intents = adopted.intents,
+                            "adopted the kubelet's pull records of images present"
+                        );
+                    }
+                    break;
+                }
+                Err(error) => tracing::warn!(%error, "cannot adopt the kubelet's pull records yet; trying again"),
+            }
             tokio::time::sleep(waits.next_wait()).await;
         }
         self.state().unsettled = false;
@@ -68,7 +87,7 @@ impl PullRecords {
 
     /// A record of `image_ref` pulled under unknown circumstances: no credentials at all (an
     /// existing record is left as it is).
-    async fn merge_unknown(self: &Arc<Self>, image_ref: &str) -> Result<(), RecordsError> {
+    pub(super) async fn merge_unknown(self: &Arc<Self>, image_ref: &str) -> Result<(), RecordsError> {
         self.merge(image_ref, "", PullCredentials::default()).await
     }
 

@@ -80,6 +80,7 @@ impl InProcessDaemon {
             image_gc: cri_imaged::gc::GcConfig::off(),
             node_credentials: Arc::new(node_credentials),
             root_dir: socket.parent().expect("the socket is in a directory").join("root"),
+            kubelet_root_dir: None,
             serve: ServeOptions {
                 drain_timeout: Duration::from_secs(5),
                 health_probe_interval: Duration::from_millis(50),

@@ -6,7 +6,10 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use prometheus_client::{encoding::text::encode, registry::Registry};
+use prometheus_client::{
+    encoding::text::{encode_eof, encode_registry},
+    registry::Registry,
+};
 
 use crate::{
     ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, kubelet_guard::GuardMetrics,
@@ -14,9 +17,12 @@ use crate::{
     reload::metrics::ReloadMetrics, server::metrics::ConnectionMetrics,
 };
 
-/// Every metric, registered under the `cri_imaged` prefix; each part gets its own share.
+/// Every metric, registered under the `cri_imaged` prefix; each part gets its own share. Those
+/// that mean what a kubelet's image metric means are served under its `kubelet_*` name too, so
+/// that a dashboard made for the kubelet's image manager shows ours.
 pub struct Metrics {
     registry: Registry,
+    kubelet_names: Registry,
     pub ensure: Arc<EnsureMetrics>,
     pub pulls: Arc<PullMetrics>,
     pub presence: Arc<PresenceMetrics>,
@@ -38,7 +44,11 @@ impl Default for Metrics {
         let connections = Arc::new(ConnectionMetrics::register(&mut registry));
         let reloads = Arc::new(ReloadMetrics::register(&mut registry));
         let kubelet_guard = Arc::new(GuardMetrics::register(&mut registry));
-        Self { registry, ensure, pulls, presence, records, gc, connections, reloads, kubelet_guard }
+        let mut kubelet_names = Registry::with_prefix("kubelet");
+        ensure.register_kubelet_names(&mut kubelet_names);
+        records.register_imagemanager(kubelet_names.sub_registry_with_prefix("imagemanager"));
+        gc.register_kubelet_names(&mut kubelet_names);
+        Self { registry, kubelet_names, ensure, pulls, presence, records, gc, connections, reloads, kubelet_guard }
     }
 }
 
@@ -47,7 +57,9 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
+        let _ = encode_registry(&mut text, &self.registry);
+        let _ = encode_registry(&mut text, &self.kubelet_names);
+        let _ = encode_eof(&mut text);
         text
     }
 }
@@ -131,5 +143,31 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_kubelets_image_metrics_are_served_under_its_names_too() {
+        let metrics = Metrics::default();
+        metrics.ensure.decided(PullPolicy::Always, true, true);
+        metrics.ensure.pulled_for_request(Duration::from_millis(1500), 700);
+        metrics.records.checked(crate::records::metrics::CheckResult::MustAuthenticate);
+        metrics.gc.collected(crate::gc::plan::Reason::Age, 1);
+        metrics.gc.collected(crate::gc::plan::Reason::Unused, 1);
+        metrics.gc.collected(crate::gc::plan::Reason::Space, 1);
+        let text = metrics.render();
+        for line in [
+            r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="always",present_locally="true",pull_required="true"} 1"#,
+            r#"kubelet_image_pull_duration_seconds_bucket{le="5.0",image_size_in_bytes="0-10MB"} 1"#,
+            r#"kubelet_imagemanager_image_mustpull_checks_total{result="mustAuthenticate"} 1"#,
+            "kubelet_imagemanager_ondisk_pulledrecords 0",
+            // The kubelet counts DeleteUnusedImages' removals as space.
+            r#"kubelet_image_garbage_collected_total{reason="age"} 1"#,
+            r#"kubelet_image_garbage_collected_total{reason="space"} 2"#,
+            r#"cri_imaged_image_garbage_collected_total{reason="unused"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+        assert_eq!(text.matches("# EOF").count(), 1, "one exposition");
+        assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -80,6 +80,21 @@ impl EnsureMetrics {
         metrics
     }
 
+    /// The kubelet's metrics these mean the same as, for `kubelet_*` names: the pull duration and
+    /// the image manager's requests.
+    pub fn register_kubelet_names(&self, registry: &mut Registry) {
+        registry.register(
+            "image_pull_duration_seconds",
+            "Time to get a pulled image, waiting included, per request that pulled",
+            self.pull_duration.clone(),
+        );
+        registry.sub_registry_with_prefix("image_manager").register(
+            "ensure_image_requests",
+            "EnsureImageExists requests that reached a decision, by pull policy, presence and whether a pull was needed",
+            self.requests.clone(),
+        );
+    }
+
     pub fn decided(&self, policy: PullPolicy, present: bool, pull_required: bool) {
         let labels = vec![
             ("pull_policy", policy_label(policy)),

@@ -44,6 +44,10 @@ impl PassOutcome {
 pub struct GcMetrics {
     /// One series a reason, made at start.
     collected: [Counter; REASONS.len()],
+    /// The kubelet's `image_garbage_collected_total`: `age` and `space`, which counts the removals
+    /// of `DeleteUnusedImages` (our `unused`) too; registered by [`Self::register_kubelet_names`].
+    kubelet_family: Family<Labels, Counter>,
+    kubelet_collected: [Counter; 2],
     freed_bytes: Counter,
     passes: Family<Labels, Counter>,
     pass_duration: Histogram,
@@ -57,8 +61,13 @@ impl GcMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let family = Family::<Labels, Counter>::default();
         let collected = REASONS.map(|reason| family.get_or_create(&vec![("reason", reason.as_str())]).clone());
+        let kubelet_family = Family::<Labels, Counter>::default();
+        let kubelet_collected =
+            ["age", "space"].map(|reason| kubelet_family.get_or_create(&vec![("reason", reason)]).clone());
         let metrics = Self {
             collected,
+            kubelet_family,
+            kubelet_collected,
             freed_bytes: Counter::default(),
             passes: Family::default(),
             pass_duration: Histogram::new(PASS_BUCKETS),
@@ -95,7 +104,14 @@ impl GcMetrics {
     pub fn collected(&self, reason: Reason, bytes: u64) {
         let index = REASONS.iter().position(|known| *known == reason).unwrap_or_default();
         self.collected[index].inc();
+        self.kubelet_collected[usize::from(reason != Reason::Age)].inc();
         self.freed_bytes.inc_by(bytes);
+    }
+
+    /// The kubelet's own metric, for `kubelet_*` names.
+    pub fn register_kubelet_names(&self, registry: &mut Registry) {
+        let family = self.kubelet_family.clone();
+        registry.register("image_garbage_collected", "Images removed by garbage collection, by reason", family);
     }
 
     pub fn passed(&self, outcome: PassOutcome, took: Duration) {

@@ -33,6 +33,8 @@ pub struct RecordsMetrics {
     checks: [Counter; RESULTS.len()],
     /// State files set aside as unreadable (a link, a FIFO, a device, too large), by file.
     quarantined: Family<Labels, Counter>,
+    /// The checks by result, for `kubelet_*` names too.
+    checks_family: Family<Labels, Counter>,
 }
 
 impl RecordsMetrics {
@@ -47,35 +49,40 @@ impl RecordsMetrics {
             inmemory_records_percent: Gauge::default(),
             checks,
             quarantined: Family::default(),
+            checks_family: family.clone(),
         };
         registry.register(
             "state_files_quarantined",
             "State files set aside because they were not regular files or were too large, by file",
             metrics.quarantined.clone(),
         );
-        let sub = registry.sub_registry_with_prefix("imagemanager");
-        sub.register("ondisk_pullintents", "Number of ImagePullIntents stored on disk", metrics.ondisk_intents.clone());
+        metrics.register_imagemanager(registry.sub_registry_with_prefix("imagemanager"));
+        metrics
+    }
+
+    /// The kubelet's `imagemanager_*` metrics, under `registry`'s prefix (ours, and `kubelet`).
+    pub fn register_imagemanager(&self, sub: &mut Registry) {
+        sub.register("ondisk_pullintents", "Number of ImagePullIntents stored on disk", self.ondisk_intents.clone());
         sub.register(
             "ondisk_pulledrecords",
             "Number of ImagePulledRecords stored on disk",
-            metrics.ondisk_records.clone(),
+            self.ondisk_records.clone(),
         );
         sub.register(
             "inmemory_pullintents_usage_percent",
             "The ImagePullIntents in-memory cache usage in percent",
-            metrics.inmemory_intents_percent.clone(),
+            self.inmemory_intents_percent.clone(),
         );
         sub.register(
             "inmemory_pulledrecords_usage_percent",
             "The ImagePulledRecords in-memory cache usage in percent",
-            metrics.inmemory_records_percent.clone(),
+            self.inmemory_records_percent.clone(),
         );
         sub.register(
             "image_mustpull_checks",
             "Checks of whether a pod's credentials must be verified to use a present image, by result",
-            family,
+            self.checks_family.clone(),
         );
-        metrics
     }
 
     /// The count of quarantined `file`s (`record`, `intent`, `ages`).

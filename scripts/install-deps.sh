@@ -80,6 +80,12 @@ if ! python3 -c 'import grpc, grpc_tools, grpc_health.v1, grpc_status' 2>/dev/nu
     pip_install grpcio grpcio-tools grpcio-health-checking grpcio-status
 fi
 
+# Prometheus's own Python client: its OpenMetrics parser reads our /metrics as a scraper would.
+if ! python3 -c 'import prometheus_client.openmetrics.parser' 2>/dev/null; then
+    echo "install-deps: installing prometheus-client (pip)" >&2
+    pip_install prometheus-client
+fi
+
 # A second, independent gRPC stack for the tests (tests/clients/cri_calls.js): @grpc/grpc-js and
 # @grpc/proto-loader at the versions tests/clients/package-lock.json pins, into tests/clients/node_modules;
 # again when the lock file is newer than the one npm ci left there. No package's install scripts run.

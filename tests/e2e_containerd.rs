@@ -194,6 +194,34 @@ async fn a_herd_of_two_hundred_requests_makes_one_manifest_resolution() {
     let pulled_requests =
         format!(r#"cri_imaged_image_pull_duration_seconds_count{{image_size_in_bytes="0-10MB"}} {pulled}"#);
     assert!(metrics.lines().any(|line| line == pulled_requests), "{pulled_requests} in:\n{metrics}");
+
+    // As Prometheus reads it, the kubelet's names beside ours.
+    let body = metrics.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let samples = openmetrics_samples(body);
+    let kubelets = samples.iter().find(|sample| {
+        sample["name"] == "kubelet_image_pull_duration_seconds_count"
+            && sample["labels"]["image_size_in_bytes"] == "0-10MB"
+    });
+    assert_eq!(kubelets.map(|sample| sample["value"].as_f64()), Some(Some(pulled as f64)), "{samples:?}");
+}
+
+/// Every sample of an OpenMetrics `text`, as Prometheus's own Python parser reads it
+/// (`tests/clients/parse_metrics.py`); a text it refuses fails the test.
+fn openmetrics_samples(text: &str) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/parse_metrics.py");
+    let mut child = std::process::Command::new("python3")
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("written");
+    let output = child.wait_with_output().expect("parsed");
+    assert!(output.status.success(), "{}\n{text}", String::from_utf8_lossy(&output.stderr));
+    let lines = String::from_utf8(output.stdout).expect("utf-8");
+    lines.lines().map(|line| serde_json::from_str(line).expect("a JSON sample")).collect()
 }
 
 #[tokio::test]

@@ -77,7 +77,7 @@ pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
             return EnsureError::SignatureValidationFailed { message, source: error };
         }
     }
-    EnsureError::Pull { message: error.to_string(), source: error }
+    EnsureError::Pull { message: error.kubelet_message(), source: error }
 }
 
 /// The refusal of an absent image under `Never`.

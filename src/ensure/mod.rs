@@ -285,7 +285,7 @@ impl<R: ImageRuntime> Manager<R> {
 
     /// A pull failed: logged, backed off for the pod, and classified as the kubelet does.
     fn record_failed(&self, image: &str, error: Arc<PullError>, backoff_key: Option<BackoffKey>) -> EnsureError {
-        tracing::warn!("{}", messages::pull_failed(image, &error));
+        tracing::warn!("{}", messages::pull_failed(image, &error.kubelet_message()));
         if let Some(key) = backoff_key {
             let mut backoff = self.backoff();
             backoff.record_failure(key, error.clone(), Instant::now());

@@ -163,6 +163,20 @@ impl PullError {
     /// How a [`PullError::RegistryUnavailable`] message starts.
     pub const REGISTRY_UNAVAILABLE_PREFIX: &str = "RegistryUnavailable:";
 
+    /// The failure as a kubelet words it: its CRI client (since 1.28) passes on an UNKNOWN
+    /// status as the runtime's bare message, any other status whole (`rpc error: code = …`).
+    pub fn kubelet_message(&self) -> String {
+        match self {
+            Self::Runtime(RuntimeError::Status(status)) if status.code() == tonic::Code::Unknown => {
+                status.message().to_owned()
+            }
+            Self::EveryCredentialFailed(failures) => {
+                format!("[{}]", failures.iter().map(|failure| failure.kubelet_message()).collect::<Vec<_>>().join(", "))
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// The kubelet's aggregate of `failures`: a repeated message counts once, and a single
     /// distinct one stands alone, as it is.
     pub fn every_credential_failed(failures: Vec<Arc<PullError>>) -> Arc<PullError> {

@@ -340,7 +340,7 @@ impl Announce {
                 Event { image_ref: pulled.image_ref.clone(), pull: Some(facts), ..event }
             }
             Err(error) => {
-                let message = messages::pull_failed(image, error);
+                let message = messages::pull_failed(image, &error.kubelet_message());
                 self.about.event(EventType::Warning, event_reason::FAILED, message)
             }
         };

@@ -6,7 +6,11 @@ mod support;
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use cri_imaged::{ensure::ManagerConfig, runtime::passthrough::RawCodec};
+use cri_imaged::{
+    api::{GarbageCollectRequest, image_manager_client::ImageManagerClient},
+    ensure::ManagerConfig,
+    runtime::passthrough::RawCodec,
+};
 use k8s_cri::v1::{
     AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
     RemoveImageRequest, image_service_client::ImageServiceClient,
@@ -204,4 +208,31 @@ async fn credentials_never_reach_the_log() {
     {
         assert!(!log.contains(secret), "{secret} leaked into the log:\n{log}");
     }
+}
+
+#[tokio::test]
+async fn a_split_image_filesystem_passes_through_and_image_gc_measures_the_image_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start_for_gc(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon =
+        InProcessDaemon::start_with(&dir.path().join("d.sock"), &runtime.socket, ManagerConfig::default()).await;
+    // A tmpfs has a size of its own, unlike the root filesystem.
+    let image_fs = std::path::PathBuf::from("/dev/shm");
+    {
+        let mut script = runtime.service.script.lock().unwrap();
+        script.image_fs = Some(image_fs.clone());
+        script.container_fs = Some("/".into());
+    }
+    let through = cri(&daemon.socket).image_fs_info(ImageFsInfoRequest {}).await.expect("through").into_inner();
+    let direct = cri(&runtime.socket).image_fs_info(ImageFsInfoRequest {}).await.expect("direct").into_inner();
+    assert_eq!(through, direct);
+    let container_fs = through.container_filesystems.first().and_then(|fs| fs.fs_id.clone());
+    assert_eq!(container_fs.map(|id| id.mountpoint).as_deref(), Some("/"));
+
+    let mut api = ImageManagerClient::new(unix_channel(&daemon.socket));
+    let asked = GarbageCollectRequest { dry_run: true, delete_unused: false };
+    let report = api.garbage_collect(asked).await.expect("a dry run").into_inner();
+    let (capacity, _) = support::stack::statfs(&image_fs);
+    assert_ne!(capacity, support::stack::statfs(std::path::Path::new("/")).0, "two filesystems of different sizes");
+    assert_eq!(report.usage_before.map(|usage| usage.capacity_bytes), Some(capacity), "the image filesystem's");
 }

@@ -344,10 +344,7 @@ async fn when_every_credential_fails_each_error_is_listed_and_nothing_is_tried_a
     let secrets = vec![secret("a", "registry.local", "alice"), secret("b", "registry.local", "bob")];
     let error = manager.ensure_image_exists(private_request(secrets)).await.expect_err("both fail");
     assert_eq!(error.reason(), "ErrImagePull");
-    assert_eq!(
-        error.to_string(),
-        "[pull as alice: 401 Unauthorized, pull as bob: 401 Unauthorized]"
-    );
+    assert_eq!(error.to_string(), "[pull as alice: 401 Unauthorized, pull as bob: 401 Unauthorized]");
     assert_eq!(manager.runtime().pulled_as(), [Some("alice".to_owned()), Some("bob".to_owned())]);
 }
 

@@ -54,6 +54,8 @@ pub struct Script {
     /// The mount point ImageFsInfo names (none: a filesystem without one, which image GC
     /// cannot measure).
     pub image_fs: Option<PathBuf>,
+    /// A container filesystem of its own (KEP-4191's split image filesystem), when set.
+    pub container_fs: Option<PathBuf>,
 }
 
 /// Shared handle on the script.
@@ -166,10 +168,16 @@ impl ImageService for FakeImageService {
 
     async fn image_fs_info(&self, _: Request<ImageFsInfoRequest>) -> Result<Response<ImageFsInfoResponse>, Status> {
         self.wait_while_frozen().await;
-        let mountpoint = self.script.lock().unwrap().image_fs.clone();
-        let fs_id = mountpoint.map(|path| FilesystemIdentifier { mountpoint: path.to_string_lossy().into_owned() });
-        let usage = FilesystemUsage { fs_id, ..FilesystemUsage::default() };
-        Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage], container_filesystems: vec![] }))
+        let (image_fs, container_fs) = {
+            let script = self.script.lock().unwrap();
+            (script.image_fs.clone(), script.container_fs.clone())
+        };
+        let usage = |mountpoint: Option<PathBuf>| {
+            let fs_id = mountpoint.map(|path| FilesystemIdentifier { mountpoint: path.to_string_lossy().into_owned() });
+            FilesystemUsage { fs_id, ..FilesystemUsage::default() }
+        };
+        let container_filesystems = container_fs.map(|path| vec![usage(Some(path))]).unwrap_or_default();
+        Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage(image_fs)], container_filesystems }))
     }
 }
 

@@ -60,6 +60,7 @@ fn plugin(dir: &Path, name: &str, response: &str, delay: &str) -> ProviderConfig
         api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
         args: Vec::new(),
         env: Vec::new(),
+        token_attributes: None,
     }
 }
 

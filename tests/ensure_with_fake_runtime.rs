@@ -122,6 +122,36 @@ async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
 }
 
 #[tokio::test]
+async fn an_over_long_service_account_token_is_an_invalid_argument_naming_the_field_not_the_token() {
+    use tonic_types::StatusExt;
+    let stack = stack().await;
+    let token = format!("eyJhbGciOi-{}", "t".repeat(16 << 10));
+    let mut request = ensure("busybox:1.36", IF_NOT_PRESENT);
+    request.service_account = Some(cri_imaged::api::ServiceAccount {
+        namespace: "default".into(),
+        name: "builder".into(),
+        uid: "sa-uid".into(),
+        annotations: Default::default(),
+        tokens: vec![cri_imaged::api::ServiceAccountToken { audience: "registry.io".into(), token: token.clone() }],
+    });
+    let status = call(&mut stack.daemon.client(), request).await.expect_err("refused");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(reason(&status), "InvalidRequest");
+    let details = status.get_error_details();
+    let field = details.error_info().and_then(|info| info.metadata.get("field").cloned());
+    assert_eq!(field.as_deref(), Some("service_account.tokens"));
+    assert_eq!(
+        status.message(),
+        format!(
+            "service_account.tokens: the token for audience \"registry.io\" is {} bytes, more than 16384",
+            token.len()
+        )
+    );
+    assert!(!format!("{status:?}").contains("eyJhbGciOi"), "the token is never echoed");
+    assert!(stack.runtime.service.pulls().is_empty(), "nothing pulled");
+}
+
+#[tokio::test]
 async fn an_empty_image_ref_is_an_err_image_pull() {
     let stack = stack().await;
     stack.runtime.service.script.lock().unwrap().empty_image_ref = true;

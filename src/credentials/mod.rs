@@ -1,6 +1,7 @@
 //! Registry credentials for pulls, found the kubelet's way: the pod's pull secrets first, then
 //! the node's own (its docker config and credential-provider plugins).
 //!
+//! - [`account`]: the pod's service account and its tokens, for plugins (KEP-4412).
 //! - [`auth`]: a credential's fields, redacted and wiped on drop.
 //! - [`dockercfg`]: docker config documents (`config.json`, `.dockercfg`, pull secrets).
 //! - [`keyring`]: which credentials apply to an image (pure).
@@ -8,6 +9,7 @@
 //! - [`node`]: the node's docker config file, re-read when it changes.
 //! - [`plugin`]: the kubelet's credential-provider plugins: config, exec and cache.
 
+pub mod account;
 pub mod auth;
 pub mod dockercfg;
 pub mod hash;

@@ -99,6 +99,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
         runtime_handler: "runc".into(),
         sandbox_config: Some(PodSandboxConfig { hostname: "web-0".into(), ..Default::default() }),
         pull_secrets: Vec::new(),
+        service_account: None,
         peer: None,
     }
 }

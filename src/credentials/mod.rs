@@ -20,7 +20,7 @@ pub mod secrets;
 
 use std::sync::Arc;
 
-pub use self::{auth::RegistryAuth, keyring::Keyring};
+pub use self::{account::ServiceAccount, auth::RegistryAuth, keyring::Keyring};
 
 /// Where a credential came from: logged by name, and recorded for pulls it made.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -89,15 +89,15 @@ impl NodeCredentials {
     /// The node's credentials for `image` (a repository name without tag or digest), as the
     /// kubelet orders them: the docker config's matches, then the plugins'. Each is a keyring of
     /// its own (most specific key first, Docker Hub's fallback applied apart); the plugins' answers
-    /// share one, in config order.
-    pub async fn lookup(&self, image: &str) -> Vec<Arc<Credential>> {
+    /// share one, in config order. Plugins with `tokenAttributes` are asked with `account`.
+    pub async fn lookup(&self, image: &str, account: Option<&ServiceAccount>) -> Vec<Arc<Credential>> {
         let sources = self.sources.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut docker_config = Keyring::for_image(image);
         for (key, credential) in sources.docker_config.current().iter() {
             docker_config.add(key, credential.clone());
         }
         let mut plugins = Keyring::for_image(image);
-        for (key, credential) in sources.plugins.provide(image).await {
+        for (key, credential) in sources.plugins.provide(image, account).await {
             plugins.add(&key, credential);
         }
         let mut found = docker_config.lookup(image);
@@ -106,12 +106,18 @@ impl NodeCredentials {
     }
 }
 
-/// Everything to try for `image`, in order: the pod's keyring, then the node's. Unlike the
+/// Everything to try for `image`, in order: the pod's keyring, then the node's (its plugins asked
+/// with the pod's service `account`). Unlike the
 /// kubelet, a login found twice (under two keys, or in two sources) is tried once: a second try
 /// could only fail as the first did, and would cost the registry a request.
-pub async fn for_pull(image: &str, pod: &Keyring, node: &NodeCredentials) -> Vec<Arc<Credential>> {
+pub async fn for_pull(
+    image: &str,
+    pod: &Keyring,
+    node: &NodeCredentials,
+    account: Option<&ServiceAccount>,
+) -> Vec<Arc<Credential>> {
     let mut found = pod.lookup(image);
-    found.extend(node.lookup(image).await);
+    found.extend(node.lookup(image, account).await);
     let mut seen: Vec<[&str; 6]> = Vec::with_capacity(found.len());
     let mut unique = Vec::with_capacity(found.len());
     for credential in &found {

@@ -388,6 +388,70 @@ async fn the_nodes_docker_config_comes_after_the_pods_secrets() {
     assert_eq!(secrecy::ExposeSecret::expose_secret(&pulls[1].auth.as_ref().unwrap().password), "node-pw");
 }
 
+/// Node credentials from one plugin for registry.local that requires a service account and a
+/// token for `registry.local`; it logs in as `sa-user` with a password naming the token it got.
+fn node_with_token_plugin(dir: &std::path::Path) -> NodeCredentials {
+    use crate::credentials::plugin::config::{CacheType, ProviderConfig, TokenAttributes};
+    let executable = dir.join("token-plugin");
+    let script = format!(
+        "#!/bin/sh\ncat > {request}\necho run >> {runs}\nprintf '%s' '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Registry\",\"auth\":{{\"registry.local\":{{\"username\":\"sa-user\",\"password\":\"from-plugin\"}}}}}}'\n",
+        request = dir.join("request").display(),
+        runs = dir.join("runs").display(),
+    );
+    std::fs::write(&executable, script).unwrap();
+    std::fs::set_permissions(&executable, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = ProviderConfig {
+        name: "token-plugin".into(),
+        executable,
+        match_images: vec!["registry.local".into()],
+        default_cache_duration: std::time::Duration::from_secs(600),
+        api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
+        args: Vec::new(),
+        env: Vec::new(),
+        token_attributes: Some(TokenAttributes {
+            audience: "registry.local".into(),
+            cache_type: CacheType::ServiceAccount,
+            require_service_account: true,
+            required_annotation_keys: Vec::new(),
+            optional_annotation_keys: Vec::new(),
+        }),
+    };
+    NodeCredentials::new(
+        crate::credentials::node::NodeDockerConfig::none(),
+        crate::credentials::plugin::Plugins::new(vec![config]),
+    )
+}
+
+#[tokio::test]
+async fn a_token_plugin_is_asked_with_the_pods_service_account_and_its_login_pulls() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = manager_with_node_credentials(private_for("sa-user"), node_with_token_plugin(dir.path()));
+    let error = manager.ensure_image_exists(private_request(Vec::new())).await.expect_err("no account: no login");
+    assert_eq!(error.reason(), "ErrImagePull");
+    assert_eq!(manager.runtime().pulled_as(), [None], "anonymous: the plugin was not run");
+    assert!(!dir.path().join("runs").exists());
+    let account = crate::credentials::ServiceAccount {
+        namespace: "default".into(),
+        name: "builder".into(),
+        uid: "sa-uid".into(),
+        annotations: Default::default(),
+        tokens: vec![crate::credentials::account::AudienceToken {
+            audience: "registry.local".into(),
+            token: "sa-token-1".into(),
+        }],
+    };
+    // Another pod: the first is backing off.
+    let mut with_account = EnsureRequest { service_account: Some(account), ..private_request(Vec::new()) };
+    with_account.pod.uid = "uid-2".into();
+    let outcome = manager.ensure_image_exists(with_account).await.expect("the plugin's login pulls");
+    assert_eq!(outcome.image_ref, "sha256:private");
+    assert_eq!(manager.runtime().pulled_as(), [None, Some("sa-user".to_owned())]);
+    let request: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("request")).unwrap()).unwrap();
+    assert_eq!(request["serviceAccountToken"], "sa-token-1");
+    assert_eq!(request["image"], "registry.local/team/app");
+}
+
 #[tokio::test]
 async fn a_secret_that_does_not_parse_is_refused_without_pulling_or_backing_off() {
     let manager = manager(private_for("alice"));

@@ -29,8 +29,17 @@ pub enum CredentialSource {
     Secret(Arc<SecretCoordinates>),
     /// The node's docker config file.
     NodeConfig,
-    /// A credential-provider plugin, by its name in the config.
-    Plugin(String),
+    /// A credential-provider plugin, by its name in the config; with the service account it was
+    /// asked for, when it was given the pod's token (KEP-4412).
+    Plugin { name: String, account: Option<Arc<AccountCoordinates>> },
+}
+
+/// Which service account a plugin's credential was given for: what a pull record names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct AccountCoordinates {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Which secret a credential came from.
@@ -46,7 +55,10 @@ impl std::fmt::Display for CredentialSource {
         match self {
             Self::Secret(secret) => write!(f, "pull secret {}/{}", secret.namespace, secret.name),
             Self::NodeConfig => f.write_str("the node's docker config"),
-            Self::Plugin(name) => write!(f, "credential provider {name:?}"),
+            Self::Plugin { name, account: None } => write!(f, "credential provider {name:?}"),
+            Self::Plugin { name, account: Some(account) } => {
+                write!(f, "credential provider {name:?} for service account {}/{}", account.namespace, account.name)
+            }
         }
     }
 }

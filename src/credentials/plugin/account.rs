@@ -2,16 +2,17 @@
 //! its audience and the annotations it names, or no run at all, in the kubelet's order; and the
 //! service-account part of its cache and single-flight keys.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 use super::config::{CacheType, TokenAttributes};
-use crate::credentials::account::ServiceAccount;
+use crate::credentials::{AccountCoordinates, account::ServiceAccount};
 
-/// The token and annotations sent to a plugin.
+/// The token and annotations sent to a plugin, and whose they are.
 pub struct Presented {
+    pub account: Arc<AccountCoordinates>,
     pub token: SecretString,
     /// Only the keys the provider names, and only those the account has.
     pub annotations: BTreeMap<String, String>,
@@ -92,7 +93,15 @@ pub fn ask(attributes: Option<&TokenAttributes>, account: Option<&ServiceAccount
     let cache_key = key((attributes.cache_type == CacheType::Token).then_some(token_sha256));
     let flight_key = key(Some(token_sha256));
     Some(Ask {
-        presented: Some(Presented { token: token.clone(), annotations }),
+        presented: Some(Presented {
+            account: Arc::new(AccountCoordinates {
+                uid: account.uid.clone(),
+                namespace: account.namespace.clone(),
+                name: account.name.clone(),
+            }),
+            token: token.clone(),
+            annotations,
+        }),
         cache_key: Some(cache_key),
         flight_key: Some(flight_key),
     })

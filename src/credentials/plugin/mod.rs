@@ -29,7 +29,7 @@ use self::{
     config::ProviderConfig,
     exec::{CacheKeyType, PluginResponse},
 };
-use super::{Credential, CredentialSource, RegistryAuth, account::ServiceAccount, keyring};
+use super::{AccountCoordinates, Credential, CredentialSource, RegistryAuth, account::ServiceAccount, keyring};
 
 /// The most runs of one plugin under way at once.
 pub const MAX_RUNS_PER_PLUGIN: usize = 4;
@@ -202,7 +202,7 @@ async fn run(config: Arc<ProviderConfig>, image: String, presented: Option<Prese
                 );
                 return Ran::nothing();
             }
-            ran(&config, &image, response)
+            ran(&config, &image, response, presented.map(|presented| presented.account))
         }
         Err(error) => {
             tracing::warn!(provider = %config.name, %error, "Failed getting credential from external registry credential provider");
@@ -211,10 +211,15 @@ async fn run(config: Arc<ProviderConfig>, image: String, presented: Option<Prese
     }
 }
 
-/// The answer as entries, and its cache key and lifetime: the response's duration, else the
-/// provider's default; zero caches nothing.
-fn ran(config: &ProviderConfig, image: &str, response: PluginResponse) -> Ran {
-    let source = CredentialSource::Plugin(config.name.clone());
+/// The answer as entries (given for `account`, when asked with its token), and its cache key and
+/// lifetime: the response's duration, else the provider's default; zero caches nothing.
+fn ran(
+    config: &ProviderConfig,
+    image: &str,
+    response: PluginResponse,
+    account: Option<Arc<AccountCoordinates>>,
+) -> Ran {
+    let source = CredentialSource::Plugin { name: config.name.clone(), account };
     let answer = response
         .auth
         .into_iter()

@@ -6,7 +6,10 @@ use super::*;
 
 fn answer(key: &str) -> Answer {
     let auth = Arc::new(RegistryAuth::login("user".into(), "password".into()));
-    Arc::new(vec![(key.to_owned(), Arc::new(Credential { auth, source: CredentialSource::Plugin("p".into()) }))])
+    Arc::new(vec![(
+        key.to_owned(),
+        Arc::new(Credential { auth, source: CredentialSource::Plugin { name: "p".into(), account: None } }),
+    )])
 }
 
 /// A cache key without a service account.
@@ -86,7 +89,7 @@ async fn a_plugin_is_asked_once_per_cache_duration_and_gets_the_kubelets_request
     assert_eq!(key, "*.registry.io");
     assert_eq!(credential.auth.username.expose_secret(), "plugin-user");
     assert_eq!(credential.auth.password.expose_secret(), "plugin-pass");
-    assert_eq!(credential.source, CredentialSource::Plugin("registry-plugin".into()));
+    assert_eq!(credential.source, CredentialSource::Plugin { name: "registry-plugin".into(), account: None });
     let request = std::fs::read_to_string(dir.path().join("request")).expect("request read");
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&request).expect("JSON"),
@@ -137,7 +140,7 @@ async fn a_failing_or_confused_plugin_gives_nothing_and_the_others_still_answer(
     let plugins = Plugins::new(vec![failing, wrong_version, bad_key_type, missing, good]);
     let answer = plugins.provide("test.registry.io/foo", None).await;
     let sources: Vec<_> = answer.iter().map(|(_, credential)| credential.source.clone()).collect();
-    assert_eq!(sources, [CredentialSource::Plugin("good".into())]);
+    assert_eq!(sources, [CredentialSource::Plugin { name: "good".into(), account: None }]);
 }
 
 #[tokio::test]

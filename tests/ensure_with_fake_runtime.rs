@@ -220,3 +220,63 @@ async fn callers_without_a_pod_uid_get_no_backoff_and_never_share_one() {
     let status = call(&mut client, agent("pod-a")).await.expect_err("backing off");
     assert_eq!(reason(&status), "ImagePullBackOff", "pods still back off");
 }
+
+/// A plugin for registry.local given tokens for the audience `registry.local`, that saves each
+/// request it gets in `dir/plugin-requests` and logs in as `plugin-user`; the daemon's flags.
+fn token_plugin(dir: &std::path::Path) -> Vec<String> {
+    let bin_dir = dir.join("plugins");
+    std::fs::create_dir_all(&bin_dir).expect("plugin dir");
+    let response = r#"{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","auth":{"registry.local":{"username":"plugin-user","password":"plugin-pw"}}}"#;
+    let script = format!(
+        "#!/bin/sh\ncat >>'{requests}'\necho >>'{requests}'\nprintf '%s\\n' '{response}'\n",
+        requests = dir.join("plugin-requests").display()
+    );
+    let plugin = bin_dir.join("token-credentials");
+    std::fs::write(&plugin, script).expect("plugin written");
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let config = dir.join("credential-providers.yaml");
+    let yaml = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+        - name: token-credentials\n  matchImages: [registry.local]\n  defaultCacheDuration: 1m\n  \
+        apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    \
+        serviceAccountTokenAudience: registry.local\n    cacheType: ServiceAccount\n    \
+        requireServiceAccount: true\n";
+    std::fs::write(&config, yaml).expect("config written");
+    let path = |path: &std::path::Path| path.to_str().expect("utf-8 path").to_owned();
+    vec![
+        "--image-credential-provider-config".into(),
+        path(&config),
+        "--image-credential-provider-bin-dir".into(),
+        path(&bin_dir),
+    ]
+}
+
+#[tokio::test]
+async fn a_service_account_token_reaches_the_plugin_its_login_the_pull_and_never_the_trace_log() {
+    use support::{fake_runtime::FakeImageService, process::DaemonProcess};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let flags = token_plugin(dir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &flags).await;
+    let token = "eyJhbGciOiJSUzI1NiJ9.service-account-token-secret";
+    let mut request = ensure("registry.local/team/app:v1", IF_NOT_PRESENT);
+    request.service_account = Some(cri_imaged::api::ServiceAccount {
+        namespace: "default".into(),
+        name: "builder".into(),
+        uid: "sa-uid".into(),
+        annotations: Default::default(),
+        tokens: vec![cri_imaged::api::ServiceAccountToken { audience: "registry.local".into(), token: token.into() }],
+    });
+    let mut client =
+        cri_imaged::api::image_manager_client::ImageManagerClient::new(support::unix_channel(&daemon.socket));
+    assert!(call(&mut client, request).await.expect("pulled").pulled);
+    let pulls = runtime.service.pulls();
+    let auth = pulls[0].auth.as_ref().expect("pulled with the plugin's login");
+    assert_eq!((auth.username.as_str(), auth.password.as_str()), ("plugin-user", "plugin-pw"));
+    let requests = std::fs::read_to_string(dir.path().join("plugin-requests")).expect("the plugin ran");
+    let sent: serde_json::Value = serde_json::from_str(requests.trim()).expect("one request");
+    assert_eq!(sent["serviceAccountToken"], token);
+    let (_, log) = daemon.terminate().await;
+    assert!(log.contains("credential provider answered"), "the plugin's run is in the log:\n{log}");
+    assert!(!log.contains("service-account-token-secret"), "the token leaked into the log:\n{log}");
+}

@@ -108,27 +108,13 @@ fn pull_secret(mut wire: api::PullSecret) -> PullSecret {
 }
 
 /// The pod's service account, bounded, its tokens moved into secret strings; `None` when it has
-/// no name (the pod runs without one). Tokens are named by audience only, never quoted.
-fn service_account(wire: api::ServiceAccount, pod_namespace: &str) -> Result<Option<ServiceAccount>, RequestError> {
-    if wire.tokens.len() > MAX_TOKENS {
-        return Err(RequestError::TooManyTokens(wire.tokens.len()));
-    }
-    if let Some(large) = wire.tokens.iter().find(|token| token.token.len() > MAX_TOKEN_BYTES) {
-        let audience = messages::echo(&large.audience).into_owned();
-        return Err(RequestError::TokenTooLarge { audience, bytes: large.token.len() });
-    }
-    if wire.annotations.len() > MAX_ANNOTATIONS {
-        return Err(RequestError::TooManyAnnotations(wire.annotations.len()));
-    }
-    if wire.name.is_empty() {
-        return Ok(None);
-    }
-    if wire.namespace != pod_namespace {
-        let echo = |text: &str| messages::echo(text).into_owned();
-        return Err(RequestError::ForeignNamespace { account: echo(&wire.namespace), pod: echo(pod_namespace) });
-    }
-    if wire.uid.is_empty() {
-        return Err(RequestError::NameWithoutUid);
+/// no name (the pod runs without one). Tokens are named by audience only, never quoted; those not
+/// kept are wiped.
+fn service_account(mut wire: api::ServiceAccount, pod_namespace: &str) -> Result<Option<ServiceAccount>, RequestError> {
+    let checked = check_account(&wire, pod_namespace);
+    if !matches!(checked, Ok(true)) {
+        wire.tokens.iter_mut().for_each(|token| token.token.zeroize());
+        return checked.map(|_| None);
     }
     let tokens = wire
         .tokens
@@ -142,6 +128,32 @@ fn service_account(wire: api::ServiceAccount, pod_namespace: &str) -> Result<Opt
         annotations: wire.annotations.into_iter().collect(),
         tokens,
     }))
+}
+
+/// Whether `wire` is a service account (it has a name), refusing one out of bounds or
+/// inconsistent with the pod.
+fn check_account(wire: &api::ServiceAccount, pod_namespace: &str) -> Result<bool, RequestError> {
+    if wire.tokens.len() > MAX_TOKENS {
+        return Err(RequestError::TooManyTokens(wire.tokens.len()));
+    }
+    if let Some(large) = wire.tokens.iter().find(|token| token.token.len() > MAX_TOKEN_BYTES) {
+        let audience = messages::echo(&large.audience).into_owned();
+        return Err(RequestError::TokenTooLarge { audience, bytes: large.token.len() });
+    }
+    if wire.annotations.len() > MAX_ANNOTATIONS {
+        return Err(RequestError::TooManyAnnotations(wire.annotations.len()));
+    }
+    if wire.name.is_empty() {
+        return Ok(false);
+    }
+    if wire.namespace != pod_namespace {
+        let echo = |text: &str| messages::echo(text).into_owned();
+        return Err(RequestError::ForeignNamespace { account: echo(&wire.namespace), pod: echo(pod_namespace) });
+    }
+    if wire.uid.is_empty() {
+        return Err(RequestError::NameWithoutUid);
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

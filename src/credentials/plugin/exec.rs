@@ -123,8 +123,12 @@ pub async fn run_within(
             .map(|presented| &presented.annotations)
             .filter(|annotations| !annotations.is_empty()),
     };
-    // Holds the token: wiped once written (or not, when the plugin does not start).
-    let request = zeroize::Zeroizing::new(serde_json::to_string(&request).map_err(|_| ExecError::Encode)?);
+    // Holds the token: sized up front so that no grown-out copy is left behind, and wiped once
+    // dropped.
+    let size = 512 + image.len() + presented.map_or(0, encoded_size);
+    let mut encoded = zeroize::Zeroizing::new(Vec::with_capacity(size));
+    serde_json::to_writer(&mut *encoded, &request).map_err(|_| ExecError::Encode)?;
+    let request = encoded;
     let mut child = tokio::process::Command::new(&provider.executable)
         .args(&provider.args)
         .envs(provider.env.iter().map(|(name, value)| (name, value)))
@@ -144,7 +148,7 @@ pub async fn run_within(
     );
     let waiting = async {
         // A plugin that exits without reading its request is judged by its exit status.
-        let _ = stdin.write_all(request.as_bytes()).await;
+        let _ = stdin.write_all(&request).await;
         drop(stdin);
         let status = child.wait().await;
         // What it left running would hold its pipes open until the timeout.
@@ -179,6 +183,12 @@ pub async fn run_within(
     let decoded = decode(&stdout, &provider.api_version);
     zeroize::Zeroize::zeroize(&mut stdout);
     decoded
+}
+
+/// About the bytes the token and annotations take in the request, escapes aside.
+fn encoded_size(presented: &Presented) -> usize {
+    let annotations: usize = presented.annotations.iter().map(|(key, value)| key.len() + value.len() + 8).sum();
+    presented.token.expose_secret().len() + annotations + 96
 }
 
 /// A plugin's process group (its pid: it leads it).

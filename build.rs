@@ -10,8 +10,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // and the runtime client without conversion.
         .extern_path(".runtime.v1", "::k8s_cri::v1")
         .file_descriptor_set_path(out.join("imagemanager_descriptor.bin"))
-        // A pull secret's content must never be printed; `api.rs` writes a redacted `Debug`.
-        .skip_debug([".imagemanager.v1.PullSecret"])
+        // A pull secret's content and a service-account token must never be printed; `api.rs`
+        // writes a redacted `Debug` for each.
+        .skip_debug([".imagemanager.v1.PullSecret", ".imagemanager.v1.ServiceAccountToken"])
         .build_client(true)
         .build_server(true)
         .compile_protos(&["proto/imagemanager/v1/image_manager.proto"], &["proto"])?;

@@ -13,5 +13,11 @@ impl std::fmt::Debug for PullSecret {
     }
 }
 
+impl std::fmt::Debug for ServiceAccountToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceAccountToken").field("audience", &self.audience).finish_non_exhaustive()
+    }
+}
+
 /// Descriptors of our API and everything it imports (the CRI, google.protobuf).
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("imagemanager_descriptor");

@@ -122,6 +122,36 @@ async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
 }
 
 #[tokio::test]
+async fn an_over_long_service_account_token_is_an_invalid_argument_naming_the_field_not_the_token() {
+    use tonic_types::StatusExt;
+    let stack = stack().await;
+    let token = format!("eyJhbGciOi-{}", "t".repeat(16 << 10));
+    let mut request = ensure("busybox:1.36", IF_NOT_PRESENT);
+    request.service_account = Some(cri_imaged::api::ServiceAccount {
+        namespace: "default".into(),
+        name: "builder".into(),
+        uid: "sa-uid".into(),
+        annotations: Default::default(),
+        tokens: vec![cri_imaged::api::ServiceAccountToken { audience: "registry.io".into(), token: token.clone() }],
+    });
+    let status = call(&mut stack.daemon.client(), request).await.expect_err("refused");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(reason(&status), "InvalidRequest");
+    let details = status.get_error_details();
+    let field = details.error_info().and_then(|info| info.metadata.get("field").cloned());
+    assert_eq!(field.as_deref(), Some("service_account.tokens"));
+    assert_eq!(
+        status.message(),
+        format!(
+            "service_account.tokens: the token for audience \"registry.io\" is {} bytes, more than 16384",
+            token.len()
+        )
+    );
+    assert!(!format!("{status:?}").contains("eyJhbGciOi"), "the token is never echoed");
+    assert!(stack.runtime.service.pulls().is_empty(), "nothing pulled");
+}
+
+#[tokio::test]
 async fn an_empty_image_ref_is_an_err_image_pull() {
     let stack = stack().await;
     stack.runtime.service.script.lock().unwrap().empty_image_ref = true;
@@ -189,4 +219,64 @@ async fn callers_without_a_pod_uid_get_no_backoff_and_never_share_one() {
     assert_eq!(reason(&status), "ErrImagePull", "a pod's first failure is its own, not the pod-less callers'");
     let status = call(&mut client, agent("pod-a")).await.expect_err("backing off");
     assert_eq!(reason(&status), "ImagePullBackOff", "pods still back off");
+}
+
+/// A plugin for registry.local given tokens for the audience `registry.local`, that saves each
+/// request it gets in `dir/plugin-requests` and logs in as `plugin-user`; the daemon's flags.
+fn token_plugin(dir: &std::path::Path) -> Vec<String> {
+    let bin_dir = dir.join("plugins");
+    std::fs::create_dir_all(&bin_dir).expect("plugin dir");
+    let response = r#"{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Registry","auth":{"registry.local":{"username":"plugin-user","password":"plugin-pw"}}}"#;
+    let script = format!(
+        "#!/bin/sh\ncat >>'{requests}'\necho >>'{requests}'\nprintf '%s\\n' '{response}'\n",
+        requests = dir.join("plugin-requests").display()
+    );
+    let plugin = bin_dir.join("token-credentials");
+    std::fs::write(&plugin, script).expect("plugin written");
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let config = dir.join("credential-providers.yaml");
+    let yaml = "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+        - name: token-credentials\n  matchImages: [registry.local]\n  defaultCacheDuration: 1m\n  \
+        apiVersion: credentialprovider.kubelet.k8s.io/v1\n  tokenAttributes:\n    \
+        serviceAccountTokenAudience: registry.local\n    cacheType: ServiceAccount\n    \
+        requireServiceAccount: true\n";
+    std::fs::write(&config, yaml).expect("config written");
+    let path = |path: &std::path::Path| path.to_str().expect("utf-8 path").to_owned();
+    vec![
+        "--image-credential-provider-config".into(),
+        path(&config),
+        "--image-credential-provider-bin-dir".into(),
+        path(&bin_dir),
+    ]
+}
+
+#[tokio::test]
+async fn a_service_account_token_reaches_the_plugin_its_login_the_pull_and_never_the_trace_log() {
+    use support::{fake_runtime::FakeImageService, process::DaemonProcess};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let flags = token_plugin(dir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &flags).await;
+    let token = "eyJhbGciOiJSUzI1NiJ9.service-account-token-secret";
+    let mut request = ensure("registry.local/team/app:v1", IF_NOT_PRESENT);
+    request.service_account = Some(cri_imaged::api::ServiceAccount {
+        namespace: "default".into(),
+        name: "builder".into(),
+        uid: "sa-uid".into(),
+        annotations: Default::default(),
+        tokens: vec![cri_imaged::api::ServiceAccountToken { audience: "registry.local".into(), token: token.into() }],
+    });
+    let mut client =
+        cri_imaged::api::image_manager_client::ImageManagerClient::new(support::unix_channel(&daemon.socket));
+    assert!(call(&mut client, request).await.expect("pulled").pulled);
+    let pulls = runtime.service.pulls();
+    let auth = pulls[0].auth.as_ref().expect("pulled with the plugin's login");
+    assert_eq!((auth.username.as_str(), auth.password.as_str()), ("plugin-user", "plugin-pw"));
+    let requests = std::fs::read_to_string(dir.path().join("plugin-requests")).expect("the plugin ran");
+    let sent: serde_json::Value = serde_json::from_str(requests.trim()).expect("one request");
+    assert_eq!(sent["serviceAccountToken"], token);
+    let (_, log) = daemon.terminate().await;
+    assert!(log.contains("credential provider answered"), "the plugin's run is in the log:\n{log}");
+    assert!(!log.contains("service-account-token-secret"), "the token leaked into the log:\n{log}");
 }

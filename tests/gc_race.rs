@@ -125,6 +125,7 @@ fn request(image: String, pod: usize) -> EnsureRequest {
         runtime_handler: String::new(),
         sandbox_config: None,
         pull_secrets: Vec::new(),
+        service_account: None,
         peer: None,
     }
 }

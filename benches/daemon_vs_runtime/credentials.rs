@@ -193,7 +193,7 @@ pub async fn lookup_cost(
             secrets::keyring_for(image_name, &pull_secrets)
         };
         let keyring = keyring.expect("the bench's secrets parse");
-        found = credentials::for_pull(image_name, &keyring, &node).await.len();
+        found = credentials::for_pull(image_name, &keyring, &node, None).await.len();
     }
     let elapsed = started.elapsed();
     let allocations = allocator.allocations_made() - allocations_before;

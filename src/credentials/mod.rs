@@ -1,6 +1,7 @@
 //! Registry credentials for pulls, found the kubelet's way: the pod's pull secrets first, then
 //! the node's own (its docker config and credential-provider plugins).
 //!
+//! - [`account`]: the pod's service account and its tokens, for plugins (KEP-4412).
 //! - [`auth`]: a credential's fields, redacted and wiped on drop.
 //! - [`dockercfg`]: docker config documents (`config.json`, `.dockercfg`, pull secrets).
 //! - [`keyring`]: which credentials apply to an image (pure).
@@ -8,6 +9,7 @@
 //! - [`node`]: the node's docker config file, re-read when it changes.
 //! - [`plugin`]: the kubelet's credential-provider plugins: config, exec and cache.
 
+pub mod account;
 pub mod auth;
 pub mod dockercfg;
 pub mod hash;
@@ -18,7 +20,7 @@ pub mod secrets;
 
 use std::sync::Arc;
 
-pub use self::{auth::RegistryAuth, keyring::Keyring};
+pub use self::{account::ServiceAccount, auth::RegistryAuth, keyring::Keyring};
 
 /// Where a credential came from: logged by name, and recorded for pulls it made.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,8 +29,17 @@ pub enum CredentialSource {
     Secret(Arc<SecretCoordinates>),
     /// The node's docker config file.
     NodeConfig,
-    /// A credential-provider plugin, by its name in the config.
-    Plugin(String),
+    /// A credential-provider plugin, by its name in the config; with the service account it was
+    /// asked for, when it was given the pod's token (KEP-4412).
+    Plugin { name: String, account: Option<Arc<AccountCoordinates>> },
+}
+
+/// Which service account a plugin's credential was given for: what a pull record names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct AccountCoordinates {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Which secret a credential came from.
@@ -44,7 +55,10 @@ impl std::fmt::Display for CredentialSource {
         match self {
             Self::Secret(secret) => write!(f, "pull secret {}/{}", secret.namespace, secret.name),
             Self::NodeConfig => f.write_str("the node's docker config"),
-            Self::Plugin(name) => write!(f, "credential provider {name:?}"),
+            Self::Plugin { name, account: None } => write!(f, "credential provider {name:?}"),
+            Self::Plugin { name, account: Some(account) } => {
+                write!(f, "credential provider {name:?} for service account {}/{}", account.namespace, account.name)
+            }
         }
     }
 }
@@ -87,15 +101,15 @@ impl NodeCredentials {
     /// The node's credentials for `image` (a repository name without tag or digest), as the
     /// kubelet orders them: the docker config's matches, then the plugins'. Each is a keyring of
     /// its own (most specific key first, Docker Hub's fallback applied apart); the plugins' answers
-    /// share one, in config order.
-    pub async fn lookup(&self, image: &str) -> Vec<Arc<Credential>> {
+    /// share one, in config order. Plugins with `tokenAttributes` are asked with `account`.
+    pub async fn lookup(&self, image: &str, account: Option<&ServiceAccount>) -> Vec<Arc<Credential>> {
         let sources = self.sources.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut docker_config = Keyring::for_image(image);
         for (key, credential) in sources.docker_config.current().iter() {
             docker_config.add(key, credential.clone());
         }
         let mut plugins = Keyring::for_image(image);
-        for (key, credential) in sources.plugins.provide(image).await {
+        for (key, credential) in sources.plugins.provide(image, account).await {
             plugins.add(&key, credential);
         }
         let mut found = docker_config.lookup(image);
@@ -104,12 +118,18 @@ impl NodeCredentials {
     }
 }
 
-/// Everything to try for `image`, in order: the pod's keyring, then the node's. Unlike the
+/// Everything to try for `image`, in order: the pod's keyring, then the node's (its plugins asked
+/// with the pod's service `account`). Unlike the
 /// kubelet, a login found twice (under two keys, or in two sources) is tried once: a second try
 /// could only fail as the first did, and would cost the registry a request.
-pub async fn for_pull(image: &str, pod: &Keyring, node: &NodeCredentials) -> Vec<Arc<Credential>> {
+pub async fn for_pull(
+    image: &str,
+    pod: &Keyring,
+    node: &NodeCredentials,
+    account: Option<&ServiceAccount>,
+) -> Vec<Arc<Credential>> {
     let mut found = pod.lookup(image);
-    found.extend(node.lookup(image).await);
+    found.extend(node.lookup(image, account).await);
     let mut seen: Vec<[&str; 6]> = Vec::with_capacity(found.len());
     let mut unique = Vec::with_capacity(found.len());
     for credential in &found {

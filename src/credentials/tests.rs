@@ -10,7 +10,11 @@ fn node_logged_in_as(dir: &std::path::Path, user: &str) -> NodeCredentials {
 }
 
 async fn users(node: &NodeCredentials) -> Vec<String> {
-    node.lookup("registry.local/app").await.iter().map(|credential| credential.auth.fields()[1].to_owned()).collect()
+    node.lookup("registry.local/app", None)
+        .await
+        .iter()
+        .map(|credential| credential.auth.fields()[1].to_owned())
+        .collect()
 }
 
 #[tokio::test]

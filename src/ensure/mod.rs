@@ -190,7 +190,9 @@ impl<R: ImageRuntime> Manager<R> {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
         })?;
-        let credentials = credentials::for_pull(&repository, &pod_keyring, &self.node_credentials).await;
+        let credentials =
+            credentials::for_pull(&repository, &pod_keyring, &self.node_credentials, request.service_account.as_ref())
+                .await;
         let peer = Peer::shown(request.peer);
         tracing::info!(policy = policy.as_str(), credentials = credentials.len(), %peer, "{}", messages::pulling(image));
         let started = Instant::now();

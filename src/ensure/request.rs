@@ -7,7 +7,7 @@ use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 
 use super::EnsureError;
 use crate::{
-    credentials::secrets::PullSecret,
+    credentials::{account::ServiceAccount, secrets::PullSecret},
     events::{Pod, Subject},
     messages,
     pull::Peer,
@@ -38,6 +38,8 @@ pub struct EnsureRequest {
     pub sandbox_config: Option<PodSandboxConfig>,
     /// The pod's image pull secrets, read only when a pull is needed (as the kubelet does).
     pub pull_secrets: Vec<PullSecret>,
+    /// The pod's service account and its tokens, for credential-provider plugins (KEP-4412).
+    pub service_account: Option<ServiceAccount>,
     /// Who called: not on the wire, from the connection.
     pub peer: Option<Peer>,
 }

@@ -99,6 +99,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
         runtime_handler: "runc".into(),
         sandbox_config: Some(PodSandboxConfig { hostname: "web-0".into(), ..Default::default() }),
         pull_secrets: Vec::new(),
+        service_account: None,
         peer: None,
     }
 }
@@ -385,6 +386,75 @@ async fn the_nodes_docker_config_comes_after_the_pods_secrets() {
     assert_eq!(secrecy::ExposeSecret::expose_secret(&pulls[1].auth.as_ref().unwrap().password), "node-pw");
 }
 
+/// Node credentials from one plugin for registry.local that requires a service account and a
+/// token for `registry.local`; it logs in as `sa-user` with a password naming the token it got.
+fn node_with_token_plugin(dir: &std::path::Path) -> NodeCredentials {
+    use crate::credentials::plugin::config::{CacheType, ProviderConfig, TokenAttributes};
+    let executable = dir.join("token-plugin");
+    let script = format!(
+        "#!/bin/sh\ncat > {request}\necho run >> {runs}\nprintf '%s' '{{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Registry\",\"auth\":{{\"registry.local\":{{\"username\":\"sa-user\",\"password\":\"from-plugin\"}}}}}}'\n",
+        request = dir.join("request").display(),
+        runs = dir.join("runs").display(),
+    );
+    std::fs::write(&executable, script).unwrap();
+    std::fs::set_permissions(&executable, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = ProviderConfig {
+        name: "token-plugin".into(),
+        executable,
+        match_images: vec!["registry.local".into()],
+        default_cache_duration: std::time::Duration::from_secs(600),
+        api_version: "credentialprovider.kubelet.k8s.io/v1".into(),
+        args: Vec::new(),
+        env: Vec::new(),
+        token_attributes: Some(TokenAttributes {
+            audience: "registry.local".into(),
+            cache_type: CacheType::ServiceAccount,
+            require_service_account: true,
+            required_annotation_keys: Vec::new(),
+            optional_annotation_keys: Vec::new(),
+        }),
+    };
+    NodeCredentials::new(
+        crate::credentials::node::NodeDockerConfig::none(),
+        crate::credentials::plugin::Plugins::new(vec![config]),
+    )
+}
+
+/// Pod `pod`'s request for the private image, with the service account `name` (uid `uid`) and
+/// its `token` for `registry.local`.
+fn with_service_account(pod: &str, name: &str, uid: &str, token: &str) -> EnsureRequest {
+    let account = crate::credentials::ServiceAccount {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: uid.into(),
+        annotations: Default::default(),
+        tokens: vec![crate::credentials::account::AudienceToken {
+            audience: "registry.local".into(),
+            token: token.into(),
+        }],
+    };
+    EnsureRequest { service_account: Some(account), ..pod_request(pod, Vec::new()) }
+}
+
+#[tokio::test]
+async fn a_token_plugin_is_asked_with_the_pods_service_account_and_its_login_pulls() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = manager_with_node_credentials(private_for("sa-user"), node_with_token_plugin(dir.path()));
+    let error = manager.ensure_image_exists(private_request(Vec::new())).await.expect_err("no account: no login");
+    assert_eq!(error.reason(), "ErrImagePull");
+    assert_eq!(manager.runtime().pulled_as(), [None], "anonymous: the plugin was not run");
+    assert!(!dir.path().join("runs").exists());
+    // Another pod: the first is backing off.
+    let with_account = with_service_account("b", "builder", "sa-uid", "sa-token-1");
+    let outcome = manager.ensure_image_exists(with_account).await.expect("the plugin's login pulls");
+    assert_eq!(outcome.image_ref, "sha256:private");
+    assert_eq!(manager.runtime().pulled_as(), [None, Some("sa-user".to_owned())]);
+    let request: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("request")).unwrap()).unwrap();
+    assert_eq!(request["serviceAccountToken"], "sa-token-1");
+    assert_eq!(request["image"], "registry.local/team/app");
+}
+
 #[tokio::test]
 async fn a_secret_that_does_not_parse_is_refused_without_pulling_or_backing_off() {
     let manager = manager(private_for("alice"));
@@ -653,4 +723,38 @@ async fn a_pull_whose_only_caller_left_is_cancelled_on_both_paths() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(manager.runtime().state().pulls.len(), 0, "both upstream pulls were dropped at the gate");
     assert!(manager.runtime().state().images.is_empty(), "no image was left behind");
+}
+
+#[tokio::test]
+async fn a_present_image_pulled_for_a_service_account_is_for_that_account_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = verifying(VerificationPolicy::AlwaysVerify);
+    let manager =
+        manager_with(private_for("sa-user"), node_with_token_plugin(dir.path()), config, tempfile::tempdir().unwrap());
+    let pulled = manager.ensure_image_exists(with_service_account("a", "builder", "sa-uid", "token-a")).await;
+    assert!(pulled.expect("pod A pulls with the plugin's login").pull.is_some());
+    let record = manager.records.record("sha256:private").await.unwrap().expect("recorded");
+    let recorded = &record.credential_mapping["registry.local/team/app"];
+    let builder = crate::records::format::ServiceAccountRecord {
+        uid: "sa-uid".into(),
+        namespace: "default".into(),
+        name: "builder".into(),
+    };
+    assert_eq!(recorded.kubernetes_service_accounts, [builder]);
+    assert!(!recorded.node_pods_accessible && recorded.kubernetes_secrets.is_empty());
+
+    let same_account = manager.ensure_image_exists(with_service_account("c", "builder", "sa-uid", "token-c")).await;
+    assert!(same_account.expect("the same account may use it").pull.is_none());
+    assert_eq!(manager.runtime().pulled_as().len(), 1, "no second pull");
+
+    let mut never = pod_request("n", Vec::new());
+    never.pull_policy = Some(PullPolicy::Never);
+    let error = manager.ensure_image_exists(never).await.expect_err("no account: not this image");
+    assert_eq!(error.reason(), "ErrImageNeverPull");
+
+    for (pod, name, uid) in [("b", "other", "other-uid"), ("d", "builder", "recreated-uid")] {
+        let outcome = manager.ensure_image_exists(with_service_account(pod, name, uid, "token")).await;
+        assert!(outcome.expect("pulls with its own token").pull.is_some(), "{name} {uid} must pull");
+    }
+    assert_eq!(manager.runtime().pulled_as().len(), 3);
 }

@@ -4,10 +4,10 @@
 use super::{EnsureError, EnsureRequest, Manager, VerificationConfig};
 use crate::{
     credentials::CredentialSource,
-    pull::path::secret_record,
+    pull::path::{account_record, secret_record},
     records::{
         RecordsError, check,
-        format::SecretRecord,
+        format::{SecretRecord, ServiceAccountRecord},
         metrics::CheckResult,
         verification::{self, VerificationPolicy},
     },
@@ -50,13 +50,22 @@ impl<R: ImageRuntime> Manager<R> {
             Ok(None) => return Ok(checked(CheckResult::MustAuthenticate)),
             Err(error) => return Ok(unreadable(error)),
         };
-        // The pod's secrets are read only when the record holds secrets to compare them with.
-        let needs_secrets = record
-            .credential_mapping
-            .get(repository)
-            .is_some_and(|recorded| !recorded.node_pods_accessible && !recorded.kubernetes_secrets.is_empty());
+        // The pod's account and secrets are looked up only when the record holds some to compare
+        // them with, the account first: once it matches, the secrets are not read.
+        let recorded = record.credential_mapping.get(repository).filter(|recorded| !recorded.node_pods_accessible);
+        let pod_account = match recorded {
+            Some(recorded) if !recorded.kubernetes_service_accounts.is_empty() => {
+                self.pod_account(request, repository).await
+            }
+            _ => None,
+        };
+        let account_recorded = recorded
+            .zip(pod_account.as_ref())
+            .is_some_and(|(recorded, account)| recorded.kubernetes_service_accounts.contains(account));
+        let needs_secrets =
+            !account_recorded && recorded.is_some_and(|recorded| !recorded.kubernetes_secrets.is_empty());
         let pod_secrets = if needs_secrets { self.pod_secret_records(request, repository)? } else { Vec::new() };
-        match check::check(&record, repository, &pod_secrets) {
+        match check::check(&record, repository, pod_account.as_ref(), &pod_secrets) {
             check::Verdict::Allowed { remember } => {
                 if let Some(secret) = remember
                     && let Err(error) = self.records.remember(image_ref, repository, secret).await
@@ -67,6 +76,18 @@ impl<R: ImageRuntime> Manager<R> {
             }
             check::Verdict::MustAuthenticate => Ok(checked(CheckResult::MustAuthenticate)),
         }
+    }
+
+    /// The service account a credential-provider plugin now gives the pod credentials for
+    /// `repository` under, as the kubelet finds it: from the plugins' answer (cached in the steady
+    /// state), the first credential given with a token. A pod has one service account.
+    async fn pod_account(&self, request: &EnsureRequest, repository: &str) -> Option<ServiceAccountRecord> {
+        let account = request.service_account.as_ref()?;
+        let found = self.node_credentials.lookup(repository, Some(account)).await;
+        found.iter().find_map(|credential| match &credential.source {
+            CredentialSource::Plugin { account: Some(account), .. } => Some(account_record(account)),
+            _ => None,
+        })
     }
 
     /// The pod's secrets that apply to `repository`, each with the kubelet's credential hash.
@@ -80,7 +101,7 @@ impl<R: ImageRuntime> Manager<R> {
             .iter()
             .filter_map(|credential| match &credential.source {
                 CredentialSource::Secret(coordinates) => Some(secret_record(coordinates, &credential.auth)),
-                CredentialSource::NodeConfig | CredentialSource::Plugin(_) => None,
+                CredentialSource::NodeConfig | CredentialSource::Plugin { .. } => None,
             })
             .collect())
     }

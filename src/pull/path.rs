@@ -25,14 +25,14 @@ use super::{
     scheduler::{PullScheduler, Scheduled, SchedulerConfig},
 };
 use crate::{
-    credentials::{self, Credential, CredentialSource, RegistryAuth, SecretCoordinates},
+    credentials::{self, AccountCoordinates, Credential, CredentialSource, RegistryAuth, SecretCoordinates},
     events::{Event, EventType, Events, Pod, PullFacts, Subject, reason as event_reason},
     gc::ImageGuard,
     messages,
     presence::PresenceCache,
     records::{
         PullIntent, PullRecords, RecordTo, RecordsError,
-        format::{PullCredentials, SecretRecord},
+        format::{PullCredentials, SecretRecord, ServiceAccountRecord},
     },
     runtime::{ContentStore, ImageRuntime, PullSpec},
 };
@@ -237,8 +237,9 @@ async fn record_outcome(
 /// shared pull (its key holds the credential's hash), so callers with the same credential
 /// share it and callers with different ones never do.
 ///
-/// Also returns what the winning pull was made with, for the image's record: the secret, or
-/// "any pod on the node" for an anonymous pull or the node's own credentials.
+/// Also returns what the winning pull was made with, for the image's record: the secret, the
+/// service account a plugin was given the token of, or "any pod on the node" for an anonymous
+/// pull or the node's own credentials.
 async fn pull_with_each(
     scheduler: &PullScheduler,
     record: (&Arc<PullRecords>, &str),
@@ -263,7 +264,10 @@ async fn pull_with_each(
                 kubernetes_secrets: vec![secret_record(coordinates, &credential.auth)],
                 ..Default::default()
             },
-            CredentialSource::NodeConfig | CredentialSource::Plugin(_) => anyone.clone(),
+            CredentialSource::Plugin { account: Some(account), .. } => {
+                PullCredentials { kubernetes_service_accounts: vec![account_record(account)], ..Default::default() }
+            }
+            CredentialSource::NodeConfig | CredentialSource::Plugin { account: None, .. } => anyone.clone(),
         };
         let spec = PullSpec { auth: Some(credential.auth.clone()), ..pull.spec.clone() };
         let attempt = Pull { spec, record: recording(&pulled_with), ..pull.clone() };
@@ -288,6 +292,11 @@ pub fn secret_record(coordinates: &SecretCoordinates, auth: &RegistryAuth) -> Se
         name: coordinates.name.clone(),
         credential_hash: credentials::hash::kubelet_hash(auth),
     }
+}
+
+/// A service account as a pull record names it.
+pub fn account_record(account: &AccountCoordinates) -> ServiceAccountRecord {
+    ServiceAccountRecord { uid: account.uid.clone(), namespace: account.namespace.clone(), name: account.name.clone() }
 }
 
 /// Held by a request's caller while it waits for the pull its task runs: once the caller is gone

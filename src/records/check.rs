@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use super::format::{PullCredentials, PulledRecord, SecretRecord};
+use super::format::{PullCredentials, PulledRecord, SecretRecord, ServiceAccountRecord};
 
 /// Past this many secrets recorded for an image name, no more are written back on a check (the
 /// kubelet's bound against unbounded writes under namespace churn).
@@ -19,11 +19,20 @@ pub enum Verdict {
     MustAuthenticate,
 }
 
-/// Checks `record` for image `name` (without tag or digest) against the pod's secrets that
-/// apply to it (each with the kubelet's hash of its credential).
-pub fn check(record: &PulledRecord, name: &str, pod_secrets: &[SecretRecord]) -> Verdict {
+/// Checks `record` for image `name` (without tag or digest) against the pod's service account
+/// (the one a plugin was given the token of for this image, if any) and then the pod's secrets
+/// that apply to it (each with the kubelet's hash of its credential).
+pub fn check(
+    record: &PulledRecord,
+    name: &str,
+    pod_account: Option<&ServiceAccountRecord>,
+    pod_secrets: &[SecretRecord],
+) -> Verdict {
     let Some(recorded) = record.credential_mapping.get(name) else { return Verdict::MustAuthenticate };
     if recorded.node_pods_accessible {
+        return Verdict::Allowed { remember: None };
+    }
+    if pod_account.is_some_and(|account| recorded.kubernetes_service_accounts.contains(account)) {
         return Verdict::Allowed { remember: None };
     }
     let secrets = &recorded.kubernetes_secrets;
@@ -138,26 +147,30 @@ mod tests {
     #[test]
     fn an_image_pulled_without_pod_credentials_is_for_every_pod() {
         let record = record_with(PullCredentials { node_pods_accessible: true, ..Default::default() });
-        assert_eq!(check(&record, NAME, &[]), Verdict::Allowed { remember: None });
+        assert_eq!(check(&record, NAME, None, &[]), Verdict::Allowed { remember: None });
     }
 
     #[test]
     fn a_pod_needs_a_secret_holding_a_recorded_credential() {
         let record = record_with(secrets(vec![secret("a", "hash-1")]));
-        assert_eq!(check(&record, NAME, &[]), Verdict::MustAuthenticate, "no secret");
-        assert_eq!(check(&record, NAME, &[secret("b", "hash-2")]), Verdict::MustAuthenticate, "another credential");
+        assert_eq!(check(&record, NAME, None, &[]), Verdict::MustAuthenticate, "no secret");
         assert_eq!(
-            check(&record, NAME, &[secret("a", "hash-1")]),
+            check(&record, NAME, None, &[secret("b", "hash-2")]),
+            Verdict::MustAuthenticate,
+            "another credential"
+        );
+        assert_eq!(
+            check(&record, NAME, None, &[secret("a", "hash-1")]),
             Verdict::Allowed { remember: None },
             "the same secret"
         );
         assert_eq!(
-            check(&record, NAME, &[secret("b", "hash-2"), secret("c", "hash-1")]),
+            check(&record, NAME, None, &[secret("b", "hash-2"), secret("c", "hash-1")]),
             Verdict::Allowed { remember: Some(secret("c", "hash-1")) },
             "another secret holding the same credential is allowed and remembered"
         );
         assert_eq!(
-            check(&record, "registry.local/other", &[secret("a", "hash-1")]),
+            check(&record, "registry.local/other", None, &[secret("a", "hash-1")]),
             Verdict::MustAuthenticate,
             "another name"
         );
@@ -167,7 +180,7 @@ mod tests {
     fn a_recorded_secret_whose_credential_was_rotated_is_trusted_and_its_hash_updated() {
         let record = record_with(secrets(vec![secret("a", "old-hash")]));
         assert_eq!(
-            check(&record, NAME, &[secret("a", "new-hash")]),
+            check(&record, NAME, None, &[secret("a", "new-hash")]),
             Verdict::Allowed { remember: Some(secret("a", "new-hash")) }
         );
     }
@@ -175,17 +188,17 @@ mod tests {
     #[test]
     fn records_without_credentials_or_with_empty_hashes_allow_no_one() {
         let empty = PulledRecord::new("sha256:app", UNIX_EPOCH);
-        assert_eq!(check(&empty, NAME, &[secret("a", "hash-1")]), Verdict::MustAuthenticate);
+        assert_eq!(check(&empty, NAME, None, &[secret("a", "hash-1")]), Verdict::MustAuthenticate);
         let no_hash = record_with(secrets(vec![secret("a", "")]));
-        assert_eq!(check(&no_hash, NAME, &[secret("b", "")]), Verdict::MustAuthenticate);
+        assert_eq!(check(&no_hash, NAME, None, &[secret("b", "")]), Verdict::MustAuthenticate);
     }
 
     #[test]
     fn past_the_write_back_limit_a_matching_hash_is_allowed_unrecorded_and_a_rotation_refused() {
         let many = (0..WRITE_BACK_LIMIT).map(|index| secret(&format!("s{index}"), "hash-1")).collect();
         let record = record_with(secrets(many));
-        assert_eq!(check(&record, NAME, &[secret("new", "hash-1")]), Verdict::Allowed { remember: None });
-        assert_eq!(check(&record, NAME, &[secret("s7", "rotated")]), Verdict::MustAuthenticate);
+        assert_eq!(check(&record, NAME, None, &[secret("new", "hash-1")]), Verdict::Allowed { remember: None });
+        assert_eq!(check(&record, NAME, None, &[secret("s7", "rotated")]), Verdict::MustAuthenticate);
     }
 
     #[test]
@@ -208,6 +221,28 @@ mod tests {
         assert!(merge(&mut record, NAME, &anyone, later));
         assert_eq!(record.credential_mapping[NAME], anyone, "node access replaces the secrets");
         assert!(!merge(&mut record, NAME, &secrets(vec![secret("c", "h")]), later), "and cannot be narrowed");
+    }
+
+    #[test]
+    fn a_pod_whose_service_account_is_recorded_may_use_the_image_another_must_pull() {
+        let account = |name: &str, uid: &str| ServiceAccountRecord {
+            uid: uid.into(),
+            namespace: "default".into(),
+            name: name.into(),
+        };
+        let record = record_with(PullCredentials {
+            kubernetes_service_accounts: vec![account("builder", "uid-1")],
+            ..Default::default()
+        });
+        let allowed = Verdict::Allowed { remember: None };
+        assert_eq!(check(&record, NAME, Some(&account("builder", "uid-1")), &[]), allowed);
+        assert_eq!(check(&record, NAME, Some(&account("other", "uid-2")), &[]), Verdict::MustAuthenticate);
+        assert_eq!(
+            check(&record, NAME, Some(&account("builder", "uid-9")), &[]),
+            Verdict::MustAuthenticate,
+            "a recreated account is another account"
+        );
+        assert_eq!(check(&record, NAME, None, &[secret("a", "hash-1")]), Verdict::MustAuthenticate, "no account");
     }
 
     /// Found by the `records` fuzz target: a file listing an account twice hid the new one.

@@ -43,8 +43,7 @@ pub struct PulledRecord {
 pub struct PullCredentials {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kubernetes_secrets: Vec<SecretRecord>,
-    /// Kept as read: cri-imaged never writes service accounts (it has no API server), but keeps
-    /// those the kubelet wrote.
+    /// The service accounts whose tokens a credential-provider plugin was given (KEP-4412).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kubernetes_service_accounts: Vec<ServiceAccountRecord>,
     /// Pulled without credentials or with the node's own: any pod on the node may use it.

@@ -5,8 +5,13 @@ use zeroize::Zeroize;
 
 use crate::{
     api::{self, PullPolicy as WirePolicy},
-    credentials::{SecretCoordinates, secrets::PullSecret},
+    credentials::{
+        SecretCoordinates,
+        account::{AudienceToken, MAX_ANNOTATIONS, MAX_TOKEN_BYTES, MAX_TOKENS, ServiceAccount},
+        secrets::PullSecret,
+    },
     ensure::{EnsureRequest, PodRef},
+    messages,
     pull::Peer,
     pull_policy::PullPolicy,
 };
@@ -16,6 +21,18 @@ use crate::{
 pub enum RequestError {
     #[error("pull_policy {0} is not a known PullPolicy (use ALWAYS, IF_NOT_PRESENT, NEVER or leave it unset)")]
     UnknownPullPolicy(i32),
+    #[error(
+        "service_account.tokens: the token for audience {audience:?} is {bytes} bytes, more than {MAX_TOKEN_BYTES}"
+    )]
+    TokenTooLarge { audience: String, bytes: usize },
+    #[error("service_account.tokens: {0} tokens, more than {MAX_TOKENS}")]
+    TooManyTokens(usize),
+    #[error("service_account.annotations: {0} annotations, more than {MAX_ANNOTATIONS}")]
+    TooManyAnnotations(usize),
+    #[error("service_account.namespace {account:?} is not the pod's namespace {pod:?}")]
+    ForeignNamespace { account: String, pod: String },
+    #[error("service_account.uid is required with service_account.name")]
+    NameWithoutUid,
 }
 
 impl RequestError {
@@ -23,6 +40,10 @@ impl RequestError {
     pub fn field(&self) -> &'static str {
         match self {
             Self::UnknownPullPolicy(_) => "pull_policy",
+            Self::TokenTooLarge { .. } | Self::TooManyTokens(_) => "service_account.tokens",
+            Self::TooManyAnnotations(_) => "service_account.annotations",
+            Self::ForeignNamespace { .. } => "service_account.namespace",
+            Self::NameWithoutUid => "service_account.uid",
         }
     }
 }
@@ -46,6 +67,8 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             Err(_) => return Err(RequestError::UnknownPullPolicy(wire.pull_policy)),
         };
         let pod = wire.pod.unwrap_or_default();
+        let service_account =
+            wire.service_account.map(|account| service_account(account, &pod.namespace)).transpose()?;
         Ok(Self {
             pull_secrets: wire.pull_secrets.into_iter().map(pull_secret).collect(),
             image: wire.image,
@@ -54,23 +77,29 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             container_name: wire.container_name,
             runtime_handler: wire.runtime_handler,
             sandbox_config: wire.pod_sandbox_config,
+            service_account: service_account.flatten(),
             // From the connection, not the message: see [`peer`].
             peer: None,
         })
     }
 }
 
-/// A wire pull secret, its content moved into a secret string (wiped when dropped). Moved, not
-/// copied, when the string holds no spare capacity (as decoded, it does not): a copy would be
-/// wiped too, and wiping costs as much as copying again.
-fn pull_secret(mut wire: api::PullSecret) -> PullSecret {
-    let content = if wire.docker_config_json.capacity() == wire.docker_config_json.len() {
-        SecretString::from(std::mem::take(&mut wire.docker_config_json))
+/// `text` moved into a secret string (wiped when dropped). Moved, not copied, when the string
+/// holds no spare capacity (as decoded, it does not): a copy would be wiped too, and wiping costs
+/// as much as copying again.
+fn into_secret(text: &mut String) -> SecretString {
+    if text.capacity() == text.len() {
+        SecretString::from(std::mem::take(text))
     } else {
-        let copied = SecretString::from(wire.docker_config_json.as_str());
-        wire.docker_config_json.zeroize();
+        let copied = SecretString::from(text.as_str());
+        text.zeroize();
         copied
-    };
+    }
+}
+
+/// A wire pull secret, its content moved into a secret string.
+fn pull_secret(mut wire: api::PullSecret) -> PullSecret {
+    let content = into_secret(&mut wire.docker_config_json);
     PullSecret {
         coordinates: SecretCoordinates { uid: wire.uid, namespace: wire.namespace, name: wire.name },
         kind: wire.r#type,
@@ -78,53 +107,54 @@ fn pull_secret(mut wire: api::PullSecret) -> PullSecret {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_pull_policy_is_refused_with_its_value() {
-        let wire = api::EnsureImageExistsRequest { image: "busybox".into(), pull_policy: 9, ..Default::default() };
-        let error = EnsureRequest::try_from(wire).expect_err("9 is no policy");
-        assert_eq!(error, RequestError::UnknownPullPolicy(9));
-        assert!(error.to_string().contains("pull_policy 9"));
+/// The pod's service account, bounded, its tokens moved into secret strings; `None` when it has
+/// no name (the pod runs without one). Tokens are named by audience only, never quoted; those not
+/// kept are wiped.
+fn service_account(mut wire: api::ServiceAccount, pod_namespace: &str) -> Result<Option<ServiceAccount>, RequestError> {
+    let checked = check_account(&wire, pod_namespace);
+    if !matches!(checked, Ok(true)) {
+        wire.tokens.iter_mut().for_each(|token| token.token.zeroize());
+        return checked.map(|_| None);
     }
-
-    #[test]
-    fn pull_secrets_keep_their_coordinates_type_and_content() {
-        use secrecy::ExposeSecret;
-        let secret = api::PullSecret {
-            name: "regcred".into(),
-            namespace: "team".into(),
-            docker_config_json: r#"{"auths": {}}"#.into(),
-            uid: "6c1d".into(),
-            r#type: "kubernetes.io/dockercfg".into(),
-        };
-        let wire =
-            api::EnsureImageExistsRequest { image: "busybox".into(), pull_secrets: vec![secret], ..Default::default() };
-        let request = EnsureRequest::try_from(wire).expect("valid");
-        let [secret] = request.pull_secrets.as_slice() else { panic!("one secret") };
-        let expected = SecretCoordinates { uid: "6c1d".into(), namespace: "team".into(), name: "regcred".into() };
-        assert_eq!(secret.coordinates, expected);
-        assert_eq!(secret.kind, "kubernetes.io/dockercfg");
-        assert_eq!(secret.content.expose_secret(), r#"{"auths": {}}"#);
-        assert!(!format!("{secret:?}").contains("auths"), "Debug shows no content");
-    }
-
-    #[test]
-    fn a_wire_pull_secret_never_prints_its_content() {
-        let secret =
-            api::PullSecret { name: "regcred".into(), docker_config_json: "hunter2".into(), ..Default::default() };
-        let printed =
-            format!("{:?}", api::EnsureImageExistsRequest { pull_secrets: vec![secret], ..Default::default() });
-        assert!(!printed.contains("hunter2") && printed.contains("regcred"), "{printed}");
-    }
-
-    #[test]
-    fn unspecified_pull_policy_is_left_for_the_manager_to_default() {
-        let wire = api::EnsureImageExistsRequest { image: "busybox".into(), ..Default::default() };
-        let request = EnsureRequest::try_from(wire).expect("valid");
-        assert_eq!(request.pull_policy, None);
-        assert_eq!(request.image, "busybox");
-    }
+    let tokens = wire
+        .tokens
+        .into_iter()
+        .map(|mut token| AudienceToken { token: into_secret(&mut token.token), audience: token.audience })
+        .collect();
+    Ok(Some(ServiceAccount {
+        namespace: wire.namespace,
+        name: wire.name,
+        uid: wire.uid,
+        annotations: wire.annotations.into_iter().collect(),
+        tokens,
+    }))
 }
+
+/// Whether `wire` is a service account (it has a name), refusing one out of bounds or
+/// inconsistent with the pod.
+fn check_account(wire: &api::ServiceAccount, pod_namespace: &str) -> Result<bool, RequestError> {
+    if wire.tokens.len() > MAX_TOKENS {
+        return Err(RequestError::TooManyTokens(wire.tokens.len()));
+    }
+    if let Some(large) = wire.tokens.iter().find(|token| token.token.len() > MAX_TOKEN_BYTES) {
+        let audience = messages::echo(&large.audience).into_owned();
+        return Err(RequestError::TokenTooLarge { audience, bytes: large.token.len() });
+    }
+    if wire.annotations.len() > MAX_ANNOTATIONS {
+        return Err(RequestError::TooManyAnnotations(wire.annotations.len()));
+    }
+    if wire.name.is_empty() {
+        return Ok(false);
+    }
+    if wire.namespace != pod_namespace {
+        let echo = |text: &str| messages::echo(text).into_owned();
+        return Err(RequestError::ForeignNamespace { account: echo(&wire.namespace), pod: echo(pod_namespace) });
+    }
+    if wire.uid.is_empty() {
+        return Err(RequestError::NameWithoutUid);
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;

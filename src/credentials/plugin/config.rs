@@ -9,7 +9,10 @@ use std::{
 
 use serde::Deserialize;
 
+pub use self::token::{CacheType, TokenAttributes};
 use crate::duration::{self, DurationError};
+
+mod token;
 
 /// The config file's API versions the kubelet reads.
 const CONFIG_API_VERSIONS: [&str; 3] =
@@ -34,6 +37,8 @@ pub struct ProviderConfig {
     pub args: Vec<String>,
     /// Added to the daemon's own environment, overriding it.
     pub env: Vec<(String, String)>,
+    /// Set when the plugin is given the pod's service-account token (KEP-4412).
+    pub token_attributes: Option<TokenAttributes>,
 }
 
 /// Why the config cannot be used; each message names the file and, where it can, the provider.
@@ -70,8 +75,8 @@ struct Provider {
     args: Vec<String>,
     #[serde(default)]
     env: Vec<EnvVar>,
-    /// Service-account tokens need the API server, which cri-imaged does not talk to.
-    token_attributes: Option<serde_yaml_ng::Value>,
+    /// Read only in `kubelet.config.k8s.io/v1` files (checked in [`token::validate`]).
+    token_attributes: Option<token::RawTokenAttributes>,
 }
 
 #[derive(Deserialize)]
@@ -100,11 +105,11 @@ pub fn load(path: &Path, bin_dir: &Path) -> Result<Vec<ProviderConfig>, PluginCo
             CONFIG_API_VERSIONS.join(", ")
         )));
     }
-    validate(file.providers, bin_dir).map_err(invalid)
+    validate(file.providers, &file.api_version, bin_dir).map_err(invalid)
 }
 
 /// The kubelet's checks, in its words where it has them.
-fn validate(providers: Vec<Provider>, bin_dir: &Path) -> Result<Vec<ProviderConfig>, String> {
+fn validate(providers: Vec<Provider>, config_api_version: &str, bin_dir: &Path) -> Result<Vec<ProviderConfig>, String> {
     if providers.is_empty() {
         return Err("providers: at least 1 item in plugins is required".to_owned());
     }
@@ -125,12 +130,6 @@ fn validate(providers: Vec<Provider>, bin_dir: &Path) -> Result<Vec<ProviderConf
             }
             if !names.insert(provider.name.clone()) {
                 return Err(format!("{}: duplicate names are not allowed", at("name")));
-            }
-            if provider.token_attributes.is_some() {
-                return Err(format!(
-                    "{}: service account tokens are not supported by cri-imaged (it does not talk to the API server)",
-                    at("tokenAttributes")
-                ));
             }
             if provider.match_images.is_empty() {
                 return Err(format!("{}: at least 1 item in matchImages is required", at("matchImages")));
@@ -162,6 +161,10 @@ fn validate(providers: Vec<Provider>, bin_dir: &Path) -> Result<Vec<ProviderConf
                     PLUGIN_API_VERSIONS.join(", ")
                 ));
             }
+            let token_attributes = provider
+                .token_attributes
+                .map(|raw| token::validate(raw, config_api_version, &provider.api_version, &at("tokenAttributes")))
+                .transpose()?;
             let executable = bin_dir.join(&provider.name);
             if let Err(error) = std::fs::metadata(&executable) {
                 return Err(format!(
@@ -178,6 +181,7 @@ fn validate(providers: Vec<Provider>, bin_dir: &Path) -> Result<Vec<ProviderConf
                 api_version: provider.api_version,
                 args: provider.args,
                 env: provider.env.into_iter().map(|var| (var.name, var.value)).collect(),
+                token_attributes,
             })
         })
         .collect()

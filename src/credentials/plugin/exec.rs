@@ -6,11 +6,11 @@
 
 use std::{process::Stdio, time::Duration};
 
-use secrecy::SecretString;
-use serde::Deserialize;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use super::config::ProviderConfig;
+use super::{account::Presented, config::ProviderConfig};
 
 /// The kubelet's catch-all bound on one plugin run.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -56,8 +56,23 @@ pub enum ExecError {
     Decode,
     #[error("credential provider plugin did not return a valid cacheKeyType: {0:?}")]
     CacheKeyType(String),
+    #[error("cannot encode the request")]
+    Encode,
     #[error("I/O with the plugin failed: {0}")]
     Io(#[source] std::io::Error),
+}
+
+/// The kubelet's `CredentialProviderRequest`; the token fields only when a token is sent.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<'a> {
+    kind: &'static str,
+    api_version: &'a str,
+    image: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_account_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_account_annotations: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -82,23 +97,38 @@ struct AuthEntry {
     password: SecretString,
 }
 
-/// Runs `provider` for `image` and reads its answer, within [`EXEC_TIMEOUT`].
-pub async fn run(provider: &ProviderConfig, image: &str) -> Result<PluginResponse, ExecError> {
-    run_within(provider, image, EXEC_TIMEOUT).await
+/// Runs `provider` for `image`, with the service-account token and annotations when `presented`,
+/// and reads its answer, within [`EXEC_TIMEOUT`].
+pub async fn run(
+    provider: &ProviderConfig,
+    image: &str,
+    presented: Option<&Presented>,
+) -> Result<PluginResponse, ExecError> {
+    run_within(provider, image, presented, EXEC_TIMEOUT).await
 }
 
 /// As [`run`], within `timeout`.
 pub async fn run_within(
     provider: &ProviderConfig,
     image: &str,
+    presented: Option<&Presented>,
     timeout: Duration,
 ) -> Result<PluginResponse, ExecError> {
-    let request = serde_json::json!({
-        "kind": "CredentialProviderRequest",
-        "apiVersion": provider.api_version,
-        "image": image,
-    })
-    .to_string();
+    let request = Request {
+        kind: "CredentialProviderRequest",
+        api_version: &provider.api_version,
+        image,
+        service_account_token: presented.map(|presented| presented.token.expose_secret()),
+        service_account_annotations: presented
+            .map(|presented| &presented.annotations)
+            .filter(|annotations| !annotations.is_empty()),
+    };
+    // Holds the token: sized up front so that no grown-out copy is left behind, and wiped once
+    // dropped.
+    let size = 512 + image.len() + presented.map_or(0, encoded_size);
+    let mut encoded = zeroize::Zeroizing::new(Vec::with_capacity(size));
+    serde_json::to_writer(&mut *encoded, &request).map_err(|_| ExecError::Encode)?;
+    let request = encoded;
     let mut child = tokio::process::Command::new(&provider.executable)
         .args(&provider.args)
         .envs(provider.env.iter().map(|(name, value)| (name, value)))
@@ -118,7 +148,7 @@ pub async fn run_within(
     );
     let waiting = async {
         // A plugin that exits without reading its request is judged by its exit status.
-        let _ = stdin.write_all(request.as_bytes()).await;
+        let _ = stdin.write_all(&request).await;
         drop(stdin);
         let status = child.wait().await;
         // What it left running would hold its pipes open until the timeout.
@@ -153,6 +183,12 @@ pub async fn run_within(
     let decoded = decode(&stdout, &provider.api_version);
     zeroize::Zeroize::zeroize(&mut stdout);
     decoded
+}
+
+/// About the bytes the token and annotations take in the request, escapes aside.
+fn encoded_size(presented: &Presented) -> usize {
+    let annotations: usize = presented.annotations.iter().map(|(key, value)| key.len() + value.len() + 8).sum();
+    presented.token.expose_secret().len() + annotations + 96
 }
 
 /// A plugin's process group (its pid: it leads it).

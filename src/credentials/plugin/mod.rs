@@ -4,9 +4,14 @@
 //! [`MAX_RUNS_PER_PLUGIN`] runs of one plugin and [`MAX_RUNS`] in all are under way; a run waits
 //! for its turn only while someone still asks (each asker's own deadline bounds its wait).
 //!
+//! A plugin with `tokenAttributes` (KEP-4412) is given the pod's service-account token, and its
+//! answers are cached per service account (and per token, for the `Token` cache type).
+//!
 //! - [`config`]: the config file.
 //! - [`exec`]: one run of a plugin.
+//! - [`account`]: what a plugin with `tokenAttributes` is asked with, and its keys.
 
+pub mod account;
 pub mod config;
 pub mod exec;
 
@@ -20,10 +25,11 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio::{sync::Semaphore, time::Instant};
 
 use self::{
+    account::{AccountKey, Presented},
     config::ProviderConfig,
     exec::{CacheKeyType, PluginResponse},
 };
-use super::{Credential, CredentialSource, RegistryAuth, keyring};
+use super::{AccountCoordinates, Credential, CredentialSource, RegistryAuth, account::ServiceAccount, keyring};
 
 /// The most runs of one plugin under way at once.
 pub const MAX_RUNS_PER_PLUGIN: usize = 4;
@@ -68,21 +74,25 @@ impl Plugins {
         Self::new(Vec::new())
     }
 
-    /// The entries every plugin whose `matchImages` cover `image` gives for it. A plugin that
-    /// fails logs a warning and gives nothing.
-    pub async fn provide(&self, image: &str) -> Vec<(String, Arc<Credential>)> {
+    /// The entries every plugin whose `matchImages` cover `image` gives for it, those with
+    /// `tokenAttributes` asked with the pod's service `account`. A plugin that fails, or is not
+    /// run for want of an account, annotation or token, logs why and gives nothing.
+    pub async fn provide(&self, image: &str, account: Option<&ServiceAccount>) -> Vec<(String, Arc<Credential>)> {
         let mut entries = Vec::new();
         for provider in &self.providers {
-            entries.extend(provider.provide(image).await.iter().cloned());
+            entries.extend(provider.provide(image, account).await.iter().cloned());
         }
         entries
     }
 }
 
+/// A cache key: the image, its registry or the global key, and the service account asked for.
+type CacheKey = (String, Option<AccountKey>);
+
 /// Answers by cache key, each until it expires.
 #[derive(Default)]
 struct AnswerCache {
-    entries: HashMap<String, CacheEntry>,
+    entries: HashMap<CacheKey, CacheEntry>,
 }
 
 struct CacheEntry {
@@ -91,17 +101,18 @@ struct CacheEntry {
 }
 
 impl AnswerCache {
-    /// The answer for `image`: cached by image, else by its registry, else the global one.
-    /// Expired answers are dropped on the way (an answer is good until its expiry, inclusive).
-    fn get(&mut self, image: &str, now: Instant) -> Option<Answer> {
+    /// The answer for `image` and `account`: cached by image, else by its registry, else the
+    /// global one, each for that account only. Expired answers are dropped on the way (an answer
+    /// is good until its expiry, inclusive).
+    fn get(&mut self, image: &str, account: Option<&AccountKey>, now: Instant) -> Option<Answer> {
         self.entries.retain(|_, entry| entry.expires_at >= now);
         [image, registry_of(image), GLOBAL_CACHE_KEY]
             .into_iter()
-            .find_map(|key| self.entries.get(key).map(|entry| entry.answer.clone()))
+            .find_map(|key| self.entries.get(&(key.to_owned(), account.cloned())).map(|entry| entry.answer.clone()))
     }
 
     /// Keeps `answer` under `key` for `duration` from `now`.
-    fn insert(&mut self, key: String, answer: Answer, now: Instant, duration: Duration) {
+    fn insert(&mut self, key: CacheKey, answer: Answer, now: Instant, duration: Duration) {
         // A duration too far out to add is as good as forever.
         let expires_at = now.checked_add(duration).unwrap_or_else(|| now + FOREVER);
         self.entries.insert(key, CacheEntry { answer, expires_at });
@@ -112,7 +123,8 @@ impl AnswerCache {
 struct Provider {
     config: Arc<ProviderConfig>,
     cache: Mutex<AnswerCache>,
-    in_flight: Mutex<HashMap<String, Shared<BoxFuture<'static, Ran>>>>,
+    /// By image and, with a token, the token's account key.
+    in_flight: Mutex<HashMap<CacheKey, Shared<BoxFuture<'static, Ran>>>>,
     /// Turns to run: this plugin's, and every plugin's.
     turns: (Arc<Semaphore>, Arc<Semaphore>),
 }
@@ -127,15 +139,21 @@ impl Provider {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// What the plugin gives for `image`: nothing when its `matchImages` do not cover it, the
-    /// cached answer while there is one, else the answer of a run shared with concurrent asks.
-    async fn provide(&self, image: &str) -> Answer {
+    /// What the plugin gives for `image`: nothing when its `matchImages` do not cover it or it
+    /// is not to be run for `account`, the cached answer while there is one, else the answer of a
+    /// run shared with concurrent asks.
+    async fn provide(&self, image: &str, account: Option<&ServiceAccount>) -> Answer {
         if !self.config.match_images.iter().any(|glob| keyring::urls_match(glob, image)) {
             return Answer::default();
         }
-        if let Some(cached) = self.cache().get(image, Instant::now()) {
+        let Some(ask) = account::ask(self.config.token_attributes.as_ref(), account, &self.config.name) else {
+            return Answer::default();
+        };
+        if let Some(cached) = self.cache().get(image, ask.cache_key.as_ref(), Instant::now()) {
             return cached;
         }
+        let flight_key = (image.to_owned(), ask.flight_key);
+        let presented = ask.presented;
         let run = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
             let start = || {
@@ -149,34 +167,42 @@ impl Provider {
                     // child process with it) instead of waiting, unpolled, for the next ask.
                     let task = tokio::spawn(async move {
                         let _turns = (mine, all);
-                        run(config, image).await
+                        run(config, image, presented).await
                     });
                     task.await.unwrap_or_else(|_| Ran::nothing())
                 }
                 .boxed()
                 .shared()
             };
-            in_flight.entry(image.to_owned()).or_insert_with(start).clone()
+            in_flight.entry(flight_key.clone()).or_insert_with(start).clone()
         };
         let ran = run.clone().await;
         if let Some((key, duration)) = ran.cache_for.clone() {
-            self.cache().insert(key, ran.answer.clone(), Instant::now(), duration);
+            self.cache().insert((key, ask.cache_key), ran.answer.clone(), Instant::now(), duration);
         }
         let mut in_flight = self.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
         // Only this run's entry: a newer run for the image may have taken its place.
-        if in_flight.get(image).is_some_and(|current| current.ptr_eq(&run)) {
-            in_flight.remove(image);
+        if in_flight.get(&flight_key).is_some_and(|current| current.ptr_eq(&run)) {
+            in_flight.remove(&flight_key);
         }
         ran.answer
     }
 }
 
-/// Runs the plugin once for `image`.
-async fn run(config: Arc<ProviderConfig>, image: String) -> Ran {
-    match exec::run(&config, &image).await {
+/// Runs the plugin once for `image`, with the token and annotations when `presented`.
+async fn run(config: Arc<ProviderConfig>, image: String, presented: Option<Presented>) -> Ran {
+    match exec::run(&config, &image, presented.as_ref()).await {
         Ok(response) => {
             tracing::debug!(provider = %config.name, registries = response.auth.len(), "credential provider answered");
-            ran(&config, &image, response)
+            let passwords = response.auth.iter().map(|(_, _, password)| password);
+            if account::echoes_token(config.token_attributes.as_ref(), presented.as_ref(), passwords) {
+                tracing::warn!(
+                    provider = %config.name,
+                    "Credential provider plugin returned the service account token as the password for image {image:?}, which is not allowed when service account cache type is not set to 'Token'"
+                );
+                return Ran::nothing();
+            }
+            ran(&config, &image, response, presented.map(|presented| presented.account))
         }
         Err(error) => {
             tracing::warn!(provider = %config.name, %error, "Failed getting credential from external registry credential provider");
@@ -185,10 +211,15 @@ async fn run(config: Arc<ProviderConfig>, image: String) -> Ran {
     }
 }
 
-/// The answer as entries, and its cache key and lifetime: the response's duration, else the
-/// provider's default; zero caches nothing.
-fn ran(config: &ProviderConfig, image: &str, response: PluginResponse) -> Ran {
-    let source = CredentialSource::Plugin(config.name.clone());
+/// The answer as entries (given for `account`, when asked with its token), and its cache key and
+/// lifetime: the response's duration, else the provider's default; zero caches nothing.
+fn ran(
+    config: &ProviderConfig,
+    image: &str,
+    response: PluginResponse,
+    account: Option<Arc<AccountCoordinates>>,
+) -> Ran {
+    let source = CredentialSource::Plugin { name: config.name.clone(), account };
     let answer = response
         .auth
         .into_iter()

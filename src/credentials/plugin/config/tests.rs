@@ -101,11 +101,6 @@ fn invalid_providers_are_refused_naming_the_field() {
             "providers[0].defaultCacheDuration: invalid duration \"12 hours\"",
         ),
         ("name: test-plugin", "name: absent-plugin", "providers[0].name: error inspecting binary executable"),
-        (
-            "    env:",
-            "    tokenAttributes: {serviceAccountTokenAudience: x}\n    env:",
-            "providers[0].tokenAttributes: service account tokens are not supported by cri-imaged",
-        ),
     ];
     for (from, to, expected) in cases {
         let text = PROVIDER.replacen(from, to, 1);
@@ -141,4 +136,119 @@ fn a_relative_bin_dir_is_refused() {
     std::fs::write(&config, PROVIDER).expect("config");
     let error = load(&config, Path::new("bin")).expect_err("refused").to_string();
     assert!(error.ends_with("the plugin bin dir bin must be an absolute path"), "{error}");
+}
+
+/// `PROVIDER` with `attributes` (a YAML flow mapping) as its `tokenAttributes`.
+fn with_tokens(attributes: &str) -> String {
+    PROVIDER.replacen("    env:", &format!("    tokenAttributes: {attributes}\n    env:"), 1)
+}
+
+const TOKEN_ATTRIBUTES: &str = "{serviceAccountTokenAudience: registry.io, cacheType: ServiceAccount, \
+    requireServiceAccount: true, requiredServiceAccountAnnotationKeys: [example.com/role], \
+    optionalServiceAccountAnnotationKeys: [Example.com/Tenant]}";
+
+#[test]
+fn token_attributes_read_in_a_v1_config_for_a_v1_plugin() {
+    let providers = load_text(&with_tokens(TOKEN_ATTRIBUTES)).expect("valid");
+    let expected = TokenAttributes {
+        audience: "registry.io".into(),
+        cache_type: CacheType::ServiceAccount,
+        require_service_account: true,
+        required_annotation_keys: vec!["example.com/role".into()],
+        optional_annotation_keys: vec!["Example.com/Tenant".into()],
+    };
+    assert_eq!(providers[0].token_attributes, Some(expected));
+    let minimal = "{serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: false}";
+    let attributes = load_text(&with_tokens(minimal)).expect("valid")[0].token_attributes.clone().expect("set");
+    assert_eq!((attributes.cache_type, attributes.require_service_account), (CacheType::Token, false));
+    assert!(attributes.required_annotation_keys.is_empty() && attributes.optional_annotation_keys.is_empty());
+    assert_eq!(load_text(PROVIDER).expect("valid")[0].token_attributes, None, "absent: no token");
+}
+
+#[test]
+fn invalid_token_attributes_are_refused_in_the_kubelets_words() {
+    let at = "providers[0].tokenAttributes";
+    let base = "serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true";
+    let name_format = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let cases = [
+        (
+            "{cacheType: Token, requireServiceAccount: true}".to_owned(),
+            format!("{at}.serviceAccountTokenAudience: Required value"),
+        ),
+        (
+            "{serviceAccountTokenAudience: a, cacheType: Token}".to_owned(),
+            format!("{at}.requireServiceAccount: Required value"),
+        ),
+        (
+            "{serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: false, requiredServiceAccountAnnotationKeys: [k]}".to_owned(),
+            format!("{at}.requiredServiceAccountAnnotationKeys: Forbidden: requireServiceAccount cannot be false when requiredServiceAccountAnnotationKeys is set"),
+        ),
+        (
+            format!("{{{base}, requiredServiceAccountAnnotationKeys: [cantendwithadash-]}}"),
+            format!("{at}.requiredServiceAccountAnnotationKeys: Invalid value: \"cantendwithadash-\": name part {name_format}"),
+        ),
+        (
+            format!("{{{base}, optionalServiceAccountAnnotationKeys: [a/b/c]}}"),
+            format!("{at}.optionalServiceAccountAnnotationKeys: Invalid value: \"a/b/c\": a qualified name {name_format} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"),
+        ),
+        (
+            format!("{{{base}, optionalServiceAccountAnnotationKeys: [/name]}}"),
+            format!("{at}.optionalServiceAccountAnnotationKeys: Invalid value: \"/name\": prefix part must be non-empty"),
+        ),
+        (
+            format!("{{{base}, optionalServiceAccountAnnotationKeys: [-bad.io/name]}}"),
+            format!("{at}.optionalServiceAccountAnnotationKeys: Invalid value: \"-bad.io/name\": prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"),
+        ),
+        (
+            format!("{{{base}, optionalServiceAccountAnnotationKeys: [{}]}}", "n".repeat(64)),
+            format!("{at}.optionalServiceAccountAnnotationKeys: Invalid value: \"{}\": name part must be no more than 63 characters", "n".repeat(64)),
+        ),
+        (
+            format!("{{{base}, optionalServiceAccountAnnotationKeys: [now-with-dashes/simple, now-with-dashes/simple]}}"),
+            format!("{at}.optionalServiceAccountAnnotationKeys: Duplicate value: \"now-with-dashes/simple\""),
+        ),
+        (
+            format!("{{{base}, requiredServiceAccountAnnotationKeys: [k, k]}}"),
+            format!("{at}.requiredServiceAccountAnnotationKeys: Duplicate value: \"k\""),
+        ),
+        (
+            format!("{{{base}, requiredServiceAccountAnnotationKeys: [now-with-dashes/simple-1, now-with-dashes/simple-2], optionalServiceAccountAnnotationKeys: [now-with-dashes/simple-2, now-with-dashes/simple-3]}}"),
+            format!("{at}: Invalid value: [\"now-with-dashes/simple-2\"]: annotation keys cannot be both required and optional"),
+        ),
+        (
+            "{serviceAccountTokenAudience: a, requireServiceAccount: true}".to_owned(),
+            format!("{at}.cacheType: Required value: cacheType is required to be set when tokenAttributes is specified. Supported values are: ServiceAccount, Token"),
+        ),
+        (
+            "{serviceAccountTokenAudience: a, cacheType: invalid-cache-type, requireServiceAccount: true}".to_owned(),
+            format!("{at}.cacheType: Unsupported value: \"invalid-cache-type\": supported values: \"ServiceAccount\", \"Token\""),
+        ),
+    ];
+    for (attributes, expected) in cases {
+        let error = refusal(&with_tokens(&attributes));
+        assert!(error.ends_with(&expected), "{attributes}:\n{error}\n does not end with\n{expected}");
+    }
+}
+
+#[test]
+fn token_attributes_are_refused_outside_a_v1_config_and_a_v1_plugin() {
+    let v1beta1_plugin = with_tokens(TOKEN_ATTRIBUTES).replace(
+        "apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        "apiVersion: credentialprovider.kubelet.k8s.io/v1beta1\n",
+    );
+    assert!(refusal(&v1beta1_plugin).ends_with(
+        "providers[0].tokenAttributes: Forbidden: tokenAttributes is only supported for credentialprovider.kubelet.k8s.io/v1 API version"
+    ));
+    for version in ["v1beta1", "v1alpha1"] {
+        let older = with_tokens(TOKEN_ATTRIBUTES).replace(
+            "apiVersion: kubelet.config.k8s.io/v1\n",
+            &format!("apiVersion: kubelet.config.k8s.io/{version}\n"),
+        );
+        let error = refusal(&older);
+        assert!(error.contains("providers[0].tokenAttributes: unknown field \"tokenAttributes\""), "{error}");
+    }
+    let typo =
+        with_tokens("{serviceAccountTokenAudience: a, cacheType: Token, requireServiceAccount: true, audiences: [b]}");
+    let error = refusal(&typo);
+    assert!(error.contains("unknown field `audiences`"), "{error}");
 }

@@ -1,0 +1,147 @@
+use std::collections::HashMap;
+
+use super::*;
+
+#[test]
+fn unknown_pull_policy_is_refused_with_its_value() {
+    let wire = api::EnsureImageExistsRequest { image: "busybox".into(), pull_policy: 9, ..Default::default() };
+    let error = EnsureRequest::try_from(wire).expect_err("9 is no policy");
+    assert_eq!(error, RequestError::UnknownPullPolicy(9));
+    assert!(error.to_string().contains("pull_policy 9"));
+}
+
+#[test]
+fn pull_secrets_keep_their_coordinates_type_and_content() {
+    use secrecy::ExposeSecret;
+    let secret = api::PullSecret {
+        name: "regcred".into(),
+        namespace: "team".into(),
+        docker_config_json: r#"{"auths": {}}"#.into(),
+        uid: "6c1d".into(),
+        r#type: "kubernetes.io/dockercfg".into(),
+    };
+    let wire =
+        api::EnsureImageExistsRequest { image: "busybox".into(), pull_secrets: vec![secret], ..Default::default() };
+    let request = EnsureRequest::try_from(wire).expect("valid");
+    let [secret] = request.pull_secrets.as_slice() else { panic!("one secret") };
+    let expected = SecretCoordinates { uid: "6c1d".into(), namespace: "team".into(), name: "regcred".into() };
+    assert_eq!(secret.coordinates, expected);
+    assert_eq!(secret.kind, "kubernetes.io/dockercfg");
+    assert_eq!(secret.content.expose_secret(), r#"{"auths": {}}"#);
+    assert!(!format!("{secret:?}").contains("auths"), "Debug shows no content");
+}
+
+#[test]
+fn a_wire_pull_secret_never_prints_its_content() {
+    let secret = api::PullSecret { name: "regcred".into(), docker_config_json: "hunter2".into(), ..Default::default() };
+    let printed = format!("{:?}", api::EnsureImageExistsRequest { pull_secrets: vec![secret], ..Default::default() });
+    assert!(!printed.contains("hunter2") && printed.contains("regcred"), "{printed}");
+}
+
+#[test]
+fn unspecified_pull_policy_is_left_for_the_manager_to_default() {
+    let wire = api::EnsureImageExistsRequest { image: "busybox".into(), ..Default::default() };
+    let request = EnsureRequest::try_from(wire).expect("valid");
+    assert_eq!(request.pull_policy, None);
+    assert_eq!(request.image, "busybox");
+}
+
+fn with_account(account: api::ServiceAccount) -> api::EnsureImageExistsRequest {
+    let pod = api::PodRef { namespace: "team".into(), name: "web".into(), uid: "pod-uid".into(), ..Default::default() };
+    api::EnsureImageExistsRequest {
+        image: "busybox".into(),
+        pod: Some(pod),
+        service_account: Some(account),
+        ..Default::default()
+    }
+}
+
+fn account(tokens: Vec<api::ServiceAccountToken>) -> api::ServiceAccount {
+    api::ServiceAccount {
+        namespace: "team".into(),
+        name: "builder".into(),
+        uid: "sa-uid".into(),
+        annotations: HashMap::from([("example.com/role".into(), "pull".into())]),
+        tokens,
+    }
+}
+
+fn token(audience: &str, token: &str) -> api::ServiceAccountToken {
+    api::ServiceAccountToken { audience: audience.into(), token: token.into() }
+}
+
+#[test]
+fn a_service_account_keeps_its_coordinates_annotations_and_tokens_by_audience() {
+    use secrecy::ExposeSecret;
+    let wire = with_account(account(vec![token("registry.io", "sa-token-1"), token("other.io", "sa-token-2")]));
+    let request = EnsureRequest::try_from(wire).expect("valid");
+    let account = request.service_account.expect("an account");
+    assert_eq!(
+        (account.namespace.as_str(), account.name.as_str(), account.uid.as_str()),
+        ("team", "builder", "sa-uid")
+    );
+    assert_eq!(account.annotations.get("example.com/role").map(String::as_str), Some("pull"));
+    assert_eq!(account.token_for("registry.io").map(ExposeSecret::expose_secret), Some("sa-token-1"));
+    assert_eq!(account.token_for("other.io").map(ExposeSecret::expose_secret), Some("sa-token-2"));
+    assert!(account.token_for("third.io").is_none());
+}
+
+#[test]
+fn a_service_account_without_a_name_is_no_service_account() {
+    let nameless = api::ServiceAccount { name: String::new(), uid: String::new(), ..account(vec![token("a", "t")]) };
+    assert!(EnsureRequest::try_from(with_account(nameless)).expect("valid").service_account.is_none());
+    let absent = api::EnsureImageExistsRequest { image: "busybox".into(), ..Default::default() };
+    assert!(EnsureRequest::try_from(absent).expect("valid").service_account.is_none());
+}
+
+#[test]
+fn an_unbounded_or_inconsistent_service_account_is_refused_naming_the_field_never_the_token() {
+    let secret = "secret-token-value";
+    let long = format!("{secret}{}", "x".repeat(MAX_TOKEN_BYTES));
+    let many_annotations = (0..=MAX_ANNOTATIONS).map(|i| (format!("k{i}"), String::new())).collect();
+    let cases = [
+        (
+            account(vec![token("registry.io", &long)]),
+            "service_account.tokens",
+            format!(
+                "service_account.tokens: the token for audience \"registry.io\" is {} bytes, more than 16384",
+                long.len()
+            ),
+        ),
+        (
+            account((0..=MAX_TOKENS).map(|i| token(&format!("a{i}"), secret)).collect()),
+            "service_account.tokens",
+            "service_account.tokens: 17 tokens, more than 16".to_owned(),
+        ),
+        (
+            api::ServiceAccount { annotations: many_annotations, ..account(vec![token("a", secret)]) },
+            "service_account.annotations",
+            "service_account.annotations: 65 annotations, more than 64".to_owned(),
+        ),
+        (
+            api::ServiceAccount { namespace: "other".into(), ..account(vec![token("a", secret)]) },
+            "service_account.namespace",
+            "service_account.namespace \"other\" is not the pod's namespace \"team\"".to_owned(),
+        ),
+        (
+            api::ServiceAccount { uid: String::new(), ..account(vec![token("a", secret)]) },
+            "service_account.uid",
+            "service_account.uid is required with service_account.name".to_owned(),
+        ),
+    ];
+    for (account, field, message) in cases {
+        let error = EnsureRequest::try_from(with_account(account)).expect_err(field);
+        assert_eq!((error.field(), error.to_string()), (field, message));
+        assert!(!format!("{error:?}").contains(secret), "{error:?}");
+    }
+}
+
+#[test]
+fn a_token_is_never_printed_by_the_wire_or_the_translated_request() {
+    let secret = "secret-token-value";
+    let wire = with_account(account(vec![token("registry.io", secret)]));
+    let printed = format!("{wire:?}");
+    assert!(!printed.contains(secret) && printed.contains("registry.io"), "{printed}");
+    let printed = format!("{:?}", EnsureRequest::try_from(wire).expect("valid"));
+    assert!(!printed.contains(secret) && printed.contains("registry.io"), "{printed}");
+}

@@ -58,7 +58,8 @@ fuzz_target!(|data: &[u8]| {
     let mut keyring = Keyring::for_image(image);
     for (key, username, password) in response.auth {
         let auth = Arc::new(RegistryAuth::login(username, password));
-        keyring.add(&key, Arc::new(Credential { auth, source: CredentialSource::Plugin { name: "fuzz".into(), account: None } }));
+        let source = CredentialSource::Plugin { name: "fuzz".into(), account: None };
+        keyring.add(&key, Arc::new(Credential { auth, source }));
     }
     let _ = keyring.lookup(image);
 });

@@ -39,11 +39,17 @@ pub struct Adopted {
 
 impl PullRecords {
     /// The kubelet's records under `kubelet_root` (its `--root-dir`) are to be adopted as the
-    /// records settle; until then every present image is verified.
+    /// records settle; until then every present image is verified, when there are any (a node
+    /// whose kubelet never recorded a pull has no such wait). Reads the directories' first entry
+    /// only: called at start.
     pub fn adopt_from(&self, kubelet_root: &Path) {
-        let mut state = self.state();
-        state.unsettled = true;
-        state.adopt_from = Some(kubelet_root.join("image_manager"));
+        let dir = kubelet_root.join("image_manager");
+        let any = |sub: &str| fs::read_dir(dir.join(sub)).is_ok_and(|mut entries| entries.next().is_some());
+        if any("pulled") || any("pulling") {
+            let mut state = self.state();
+            state.unsettled = true;
+            state.adopt_from = Some(dir);
+        }
     }
 
     /// Merges the kubelet's records and intents of images `runtime` has into ours; `Err` when the

@@ -95,3 +95,13 @@ async fn a_kubelet_without_records_adopts_nothing() {
     records.clone().settle(&runtime, SystemTime::now()).await;
     assert!(!records.pulled_by_cri_imaged("preloaded:v1", "sha256:preloaded").await.expect("readable"));
 }
+
+#[tokio::test]
+async fn without_the_kubelets_records_nothing_waits_for_them() {
+    let (ours, kubelet) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    fs::create_dir_all(kubelet.path().join("image_manager/pulled")).expect("an empty records dir");
+    let records = Arc::new(PullRecords::open(ours.path(), Arc::new(RecordsMetrics::default())).expect("opens"));
+    records.adopt_from(kubelet.path());
+    // Before anything settled: a preloaded image is not taken for one cri-imaged pulled.
+    assert!(!records.pulled_by_cri_imaged("preloaded:v1", "sha256:preloaded").await.expect("readable"));
+}

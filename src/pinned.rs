@@ -1,6 +1,6 @@
 //! The images cri-imaged pins: the sandbox image (`--pod-infra-container-image`, else the one the
 //! runtime's CRI config names) and every `--pinned-image`. Image GC never collects them, and
-//! ImageStatus and ListImages through us report them `pinned: true`, because kubelets from 1.29
+//! ImageStatus and ListImages through us report them `pinned: true`, because kubelets from 1.28
 //! keep only what the runtime reports pinned and containerd before 2.0 pins nothing (2.x pins
 //! its sandbox image itself: then nothing changes).
 //!

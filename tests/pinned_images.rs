@@ -1,4 +1,4 @@
-//! The images we pin reported pinned: a kubelet from 1.29 keeps through its image GC only what
+//! The images we pin reported pinned: a kubelet from 1.28 keeps through its image GC only what
 //! the image service reports `pinned`, and containerd before 2.0 reports nothing pinned, so such a
 //! kubelet deletes the pause image on containerd 1.6 unless the answers it reads through us say
 //! otherwise. The same calls straight to containerd and through the daemon, with grpcio and

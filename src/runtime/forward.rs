@@ -33,10 +33,9 @@ impl Forwarder {
         Self { socket, sender: Mutex::new(None), connecting: tokio::sync::Mutex::new(()), max_message_bytes }
     }
 
-    /// The runtime's answer to `path` with `message` (bounded by the caller's server), with
-    /// `timeout` told to it (`grpc-timeout`);
-    /// its gRPC error as it sent it, or UNAVAILABLE when the connection failed. The caller bounds
-    /// the wait.
+    /// The runtime's answer to `path` with `message` (bounded by the server that read it), with
+    /// `timeout` told to it (`grpc-timeout`); its gRPC error as it sent it, or UNAVAILABLE when
+    /// the connection failed. The caller bounds the wait.
     pub async fn unary(&self, path: &str, message: Bytes, timeout: Duration) -> Result<Bytes, tonic::Status> {
         let request = http::Request::post(format!("http://localhost{path}"))
             .header(http::header::CONTENT_TYPE, "application/grpc")

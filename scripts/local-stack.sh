@@ -664,6 +664,10 @@ write_containerd_config_v3() {
     [[plugins."io.containerd.transfer.v1.local".unpack_config]]
       platform = "linux/amd64"
       snapshotter = "native"
+
+  # On by default in 2.x, on one socket for the whole machine: two stacks at once would collide.
+  [plugins."io.containerd.nri.v1.nri"]
+    socket_path = "$DIR/nri.sock"
 EOF
     } >"$DIR/containerd.toml"
 }

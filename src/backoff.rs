@@ -100,10 +100,12 @@ impl<E: Clone> BackoffStore<E> {
         }
     }
 
-    /// The key of a pod and an image.
-    pub fn key(&self, pod_uid: &str, image: &str) -> BackoffKey {
+    /// The key of a pod, an image and the runtime handler it is pulled for. The kubelet's is
+    /// the pod and the image: a pod runs under one runtime class, so for its pods the handler
+    /// changes nothing, and a caller pulling one image for two handlers backs off each apart.
+    pub fn key(&self, pod_uid: &str, image: &str, runtime_handler: &str) -> BackoffKey {
         // `str` hashing ends each string with a marker, so ("a_b", "c") and ("a", "b_c") differ.
-        let [high, low] = self.hashers.each_ref().map(|hasher| hasher.hash_one((pod_uid, image)));
+        let [high, low] = self.hashers.each_ref().map(|hasher| hasher.hash_one((pod_uid, image, runtime_handler)));
         BackoffKey(u128::from(high) << 64 | u128::from(low))
     }
 

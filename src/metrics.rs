@@ -125,7 +125,10 @@ mod tests {
     #[test]
     fn rendered_metrics_carry_the_prefix_labels_and_counts() {
         let metrics = Metrics::default();
-        metrics.ensure.decided(PullPolicy::IfNotPresent, false, true);
+        let mut request = metrics.ensure.request();
+        (request.policy, request.present, request.pull_required) =
+            (Some(PullPolicy::IfNotPresent), Some(false), Some(true));
+        drop(request);
         metrics.pulls.started();
         metrics.pulls.finished(PullResult::Success);
         metrics.ensure.pulled_for_request(Duration::from_millis(1500), 700);
@@ -148,7 +151,9 @@ mod tests {
     #[test]
     fn the_kubelets_image_metrics_are_served_under_its_names_too() {
         let metrics = Metrics::default();
-        metrics.ensure.decided(PullPolicy::Always, true, true);
+        let mut request = metrics.ensure.request();
+        (request.policy, request.pull_required) = (Some(PullPolicy::Always), Some(true));
+        drop(request);
         metrics.ensure.pulled_for_request(Duration::from_millis(1500), 700);
         metrics.records.checked(crate::records::metrics::CheckResult::MustAuthenticate);
         metrics.gc.collected(crate::gc::plan::Reason::Age, 1);
@@ -156,7 +161,7 @@ mod tests {
         metrics.gc.collected(crate::gc::plan::Reason::Space, 1);
         let text = metrics.render();
         for line in [
-            r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="always",present_locally="true",pull_required="true"} 1"#,
+            r#"kubelet_image_manager_ensure_image_requests_total{pull_policy="always",present_locally="unknown",pull_required="true"} 1"#,
             r#"kubelet_image_pull_duration_seconds_bucket{le="5.0",image_size_in_bytes="0-10MB"} 1"#,
             r#"kubelet_imagemanager_image_mustpull_checks_total{result="mustAuthenticate"} 1"#,
             "kubelet_imagemanager_ondisk_pulledrecords 0",

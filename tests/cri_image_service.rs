@@ -236,3 +236,40 @@ async fn a_split_image_filesystem_passes_through_and_image_gc_measures_the_image
     assert_ne!(capacity, support::stack::statfs(std::path::Path::new("/")).0, "two filesystems of different sizes");
     assert_eq!(report.usage_before.map(|usage| usage.capacity_bytes), Some(capacity), "the image filesystem's");
 }
+
+#[tokio::test]
+async fn an_image_listed_for_two_runtime_handlers_is_collected_for_each_by_its_handler() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start_for_gc(&dir.path().join("runtime.sock"), FakeImageService::default());
+    {
+        // KEP-4216: the runtime lists one image id once per runtime handler it keeps it for.
+        let mut script = runtime.service.script.lock().unwrap();
+        script.image_fs = Some("/dev/shm".into());
+        let image = |handler: &str| k8s_cri::v1::Image {
+            id: "sha256:aa".into(),
+            repo_tags: vec!["a:1".into()],
+            size: 4096,
+            spec: Some(ImageSpec { image: "sha256:aa".into(), runtime_handler: handler.into(), ..Default::default() }),
+            ..Default::default()
+        };
+        script.images.insert("a:1".into(), image(""));
+        script.images.insert("a:1 for kata".into(), image("kata"));
+    }
+    let socket = dir.path().join("cri-imaged.sock");
+    let daemon = DaemonProcess::start(&socket, &runtime.socket, &["--minimum-image-ttl-duration", "0s"]).await;
+    let mut api = ImageManagerClient::new(unix_channel(&socket));
+    let asked = GarbageCollectRequest { dry_run: false, delete_unused: true };
+    let report = api.garbage_collect(asked).await.expect("a pass").into_inner();
+    let mut chosen: Vec<(String, String, bool)> =
+        report.images.into_iter().map(|image| (image.image_id, image.runtime_handler, image.removed)).collect();
+    chosen.sort();
+    let expected = [("sha256:aa", "", true), ("sha256:aa", "kata", true)];
+    assert_eq!(chosen, expected.map(|(id, handler, removed)| (id.to_owned(), handler.to_owned(), removed)));
+    let mut removals: Vec<(String, String)> = (runtime.service.script.lock().unwrap().removals.iter())
+        .map(|spec| (spec.image.clone(), spec.runtime_handler.clone()))
+        .collect();
+    removals.sort();
+    let expected = [("sha256:aa", ""), ("sha256:aa", "kata")];
+    assert_eq!(removals, expected.map(|(id, handler)| (id.to_owned(), handler.to_owned())), "each by its handler");
+    daemon.terminate().await;
+}

@@ -20,7 +20,7 @@ use cri_imaged::{
     ensure::{EnsureRequest, ManagerConfig, PodRef},
     gc::{GcConfig, GcPolicy, Outcome, PassRequest},
     pull_policy::PullPolicy,
-    runtime::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage},
+    runtime::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage, UsedImage},
 };
 use k8s_cri::v1::ImageSpec;
 
@@ -88,10 +88,13 @@ impl ImageRuntime for RacingRuntime {
     async fn list_images(&self) -> Result<Vec<StoredImage>, RuntimeError> {
         self.jitter().await;
         let images = self.images.lock().unwrap().clone();
-        Ok(images.into_iter().map(|(name, id)| StoredImage { id, size: 1, pinned: false, names: vec![name] }).collect())
+        Ok(images
+            .into_iter()
+            .map(|(name, id)| StoredImage { id, size: 1, names: vec![name], ..StoredImage::default() })
+            .collect())
     }
 
-    async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
+    async fn container_images(&self) -> Result<Vec<UsedImage>, RuntimeError> {
         Ok(Vec::new())
     }
 
@@ -99,7 +102,7 @@ impl ImageRuntime for RacingRuntime {
         Ok(ImageFsUsage { capacity: 100, available: 50 })
     }
 
-    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+    async fn remove_image(&self, id: &str, _: &str) -> Result<(), RuntimeError> {
         self.jitter().await;
         self.jitter().await;
         self.images.lock().unwrap().retain(|_, present| present != id);

@@ -65,7 +65,7 @@ async fn a_pods_back_off_is_told_for_its_image() {
     stack.runtime.service.fail_pull("broken:1", Status::not_found("manifest unknown"));
     let mut client = stack.daemon.client();
     call(&mut client, ensure("broken:1", IF_NOT_PRESENT)).await.expect_err("fails");
-    let pod = GetStatusRequest { pod_uid: "0b7c6d5e-uid".into(), image: "broken:1".into() };
+    let pod = GetStatusRequest { pod_uid: "0b7c6d5e-uid".into(), image: "broken:1".into(), ..Default::default() };
     let now = status(&stack, pod).await;
     assert_eq!(now.backoff_entries, 1);
     let backoff = now.backoff.expect("asked for");
@@ -73,7 +73,7 @@ async fn a_pods_back_off_is_told_for_its_image() {
     assert_eq!(backoff.last_error, "rpc error: code = NotFound desc = manifest unknown");
     let retry_after = backoff.retry_after.expect("time left");
     assert!(retry_after.seconds <= 10 && (retry_after.seconds, retry_after.nanos) > (0, 0), "{retry_after:?}");
-    let other = GetStatusRequest { pod_uid: "another-uid".into(), image: "broken:1".into() };
+    let other = GetStatusRequest { pod_uid: "another-uid".into(), image: "broken:1".into(), ..Default::default() };
     assert!(!status(&stack, other).await.backoff.expect("asked for").backing_off, "back-off is per pod");
     assert_eq!(status(&stack, GetStatusRequest::default()).await.backoff, None, "not asked for");
 }

@@ -16,7 +16,7 @@ use cri_imaged::{
         ages::AgesFile,
         plan::{self, DiskUsage, GcPolicy, ImageRecord},
     },
-    runtime::{ImageRuntime, PullSpec, StoredImage},
+    runtime::{ImageRuntime, PullSpec, StoredImage, UsedImage},
 };
 use k8s_cri::v1::{
     ImageFsInfoRequest, ImageSpec, ListContainersRequest, ListImagesRequest, StatusRequest,
@@ -99,6 +99,7 @@ pub fn listed_images(count: usize) -> Vec<StoredImage> {
                     format!("{repository}:{tag}"),
                     format!("{repository}@sha256:{}", hex64(2 * index as u64 + 1)),
                 ],
+                runtime_handler: String::new(),
             }
         })
         .collect()
@@ -117,7 +118,7 @@ fn repository(index: usize) -> String {
 /// id, 15 % by a short name (`app-M:vK`, normalised to Docker Hub's), and 10 % one of
 /// [`RETIRED`] images no longer listed (exited containers of removed images; their refs too).
 /// Containers use the first [`IMAGES_IN_USE`] images, unevenly.
-pub fn container_images(listed: &[StoredImage], containers: usize) -> Vec<String> {
+pub fn container_images(listed: &[StoredImage], containers: usize) -> Vec<UsedImage> {
     let in_use = IMAGES_IN_USE.min(listed.len());
     let mut strings = Vec::with_capacity(containers * 2);
     for container in 0..containers {
@@ -142,7 +143,7 @@ pub fn container_images(listed: &[StoredImage], containers: usize) -> Vec<String
             }
         }
     }
-    strings
+    strings.into_iter().map(|image| UsedImage::new(image, "")).collect()
 }
 
 /// Records as a node that has run for a month keeps them: detected over 30 days, two in three
@@ -178,7 +179,7 @@ fn median_max(times: &mut [Duration]) -> (Duration, Duration) {
 /// pass as the collector keeps them (each run a second later); then what else a pass does in
 /// process: the same lookup without the strings that need parsing, and keeping the ages in
 /// `ages_root`.
-fn planning(listed: &[StoredImage], used: &[String], runs: usize, ages_root: &Path, findings: &mut Findings) {
+fn planning(listed: &[StoredImage], used: &[UsedImage], runs: usize, ages_root: &Path, findings: &mut Findings) {
     let start = SystemTime::now();
     let first = Instant::now();
     let mut fresh = HashMap::new();
@@ -193,7 +194,7 @@ fn planning(listed: &[StoredImage], used: &[String], runs: usize, ages_root: &Pa
     for run in 0..runs {
         let now = start + Duration::from_secs(run as u64 + 1);
         let began = Instant::now();
-        let in_use = plan::in_use(listed, used.iter().map(String::as_str));
+        let in_use = plan::in_use(listed, used, []);
         let used_at = Instant::now();
         plan::detect(&mut records, listed, &in_use, now);
         let detected_at = Instant::now();
@@ -217,12 +218,13 @@ fn planning(listed: &[StoredImage], used: &[String], runs: usize, ages_root: &Pa
     // Strings that name a listed image as written; the others are parsed as references.
     let written: HashSet<&str> =
         listed.iter().flat_map(|image| image.names.iter().chain([&image.id])).map(String::as_str).collect();
-    let as_written: Vec<&str> = used.iter().map(String::as_str).filter(|used| written.contains(used)).collect();
+    let as_written: Vec<UsedImage> =
+        used.iter().filter(|used| written.contains(used.image.as_str())).cloned().collect();
     let parsed = used.len() - as_written.len();
     let mut as_written_times = Vec::new();
     for _ in 0..runs {
         let began = Instant::now();
-        black_box(plan::in_use(listed, as_written.iter().copied()));
+        black_box(plan::in_use(listed, &as_written, []));
         as_written_times.push(began.elapsed());
     }
     let ages = AgesFile::open(ages_root).expect("ages directory");
@@ -282,7 +284,7 @@ fn planning(listed: &[StoredImage], used: &[String], runs: usize, ages_root: &Pa
 fn heap(
     allocator: &CountingAllocator,
     listed: &[StoredImage],
-    used: &[String],
+    used: &[UsedImage],
     ages_root: &Path,
     findings: &mut Findings,
 ) {
@@ -295,7 +297,7 @@ fn heap(
     let records_allocations = allocations_after.saturating_sub(allocations_before);
 
     let base = allocator.reset_peak();
-    let in_use = plan::in_use(listed, used.iter().map(String::as_str));
+    let in_use = plan::in_use(listed, used, []);
     let in_use_bytes = allocator.live().0.saturating_sub(base);
     plan::detect(&mut records, listed, &in_use, now + Duration::from_secs(1));
     let planned =

@@ -140,7 +140,7 @@ pub fn backoff_store_cost(allocator: &CountingAllocator, entries: usize, image: 
     let (bytes_before, allocations_before) = allocator.live();
     let mut store = BackoffStore::new(config);
     for index in 0..entries {
-        let key = store.key(&pod_uid(index), image);
+        let key = store.key(&pod_uid(index), image, "");
         store.record_failure(key, error.clone(), now);
     }
     let (bytes_after, allocations_after) = allocator.live();

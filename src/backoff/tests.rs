@@ -19,7 +19,7 @@ fn store() -> BackoffStore<Arc<str>> {
 
 /// The key of `pod` and the test image.
 fn pod(store: &BackoffStore<Arc<str>>, pod: &str) -> BackoffKey {
-    store.key(pod, IMAGE)
+    store.key(pod, IMAGE, "")
 }
 
 #[tokio::test(start_paused = true)]
@@ -47,7 +47,7 @@ async fn other_pods_and_images_are_not_affected() {
     let mut store = store();
     store.record_failure(pod(&store, POD), error("boom"), Instant::now());
     assert!(store.check(pod(&store, "other-pod"), Instant::now()).is_none());
-    assert!(store.check(store.key(POD, "nginx:latest"), Instant::now()).is_none());
+    assert!(store.check(store.key(POD, "nginx:latest", ""), Instant::now()).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -114,17 +114,17 @@ async fn a_flood_of_distinct_pods_stays_within_the_capacity() {
 #[test]
 fn keys_tell_pods_and_images_apart_even_where_the_kubelet_string_would_not() {
     let store = store();
-    assert_eq!(store.key("pod-a", "busybox:1"), store.key("pod-a", "busybox:1"));
-    assert_ne!(store.key("pod-a", "busybox:1"), store.key("pod-b", "busybox:1"));
-    assert_ne!(store.key("pod-a", "busybox:1"), store.key("pod-a", "busybox:2"));
+    assert_eq!(store.key("pod-a", "busybox:1", ""), store.key("pod-a", "busybox:1", ""));
+    assert_ne!(store.key("pod-a", "busybox:1", ""), store.key("pod-b", "busybox:1", ""));
+    assert_ne!(store.key("pod-a", "busybox:1", ""), store.key("pod-a", "busybox:2", ""));
     // "{uid}_{image}" is the same string for both; the pairs are not the same.
-    assert_ne!(store.key("a_b", "c"), store.key("a", "b_c"));
+    assert_ne!(store.key("a_b", "c", ""), store.key("a", "b_c", ""));
 }
 
 #[test]
 fn keys_of_one_store_do_not_repeat_those_of_another() {
     // Each store keys its hash at random, so a caller cannot aim a collision at another pod.
-    assert_ne!(store().key(POD, IMAGE), store().key(POD, IMAGE));
+    assert_ne!(store().key(POD, IMAGE, ""), store().key(POD, IMAGE, ""));
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn configurations_that_cannot_work_are_refused() {
 fn a_new_configuration_grows_the_next_delays_and_a_smaller_capacity_forgets_the_stalest() {
     let now = Instant::now();
     let mut store = BackoffStore::new(BackoffConfig::KUBELET);
-    let keys: Vec<BackoffKey> = (0..3).map(|pod| store.key(&format!("pod-{pod}"), "app:1")).collect();
+    let keys: Vec<BackoffKey> = (0..3).map(|pod| store.key(&format!("pod-{pod}"), "app:1", "")).collect();
     for (i, key) in keys.iter().enumerate() {
         store.record_failure(*key, "failed", now + Duration::from_secs(i as u64));
     }
@@ -154,7 +154,7 @@ fn a_new_configuration_grows_the_next_delays_and_a_smaller_capacity_forgets_the_
         Duration::from_secs(4),
         "doubling is capped by the new max"
     );
-    let fresh = store.key("pod-new", "app:1");
+    let fresh = store.key("pod-new", "app:1", "");
     assert_eq!(
         store.record_failure(fresh, "failed", later),
         Duration::from_secs(1),

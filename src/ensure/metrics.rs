@@ -68,7 +68,7 @@ impl EnsureMetrics {
         );
         registry.register(
             "ensure_image_requests",
-            "EnsureImageExists requests that reached a decision, by pull policy, presence and whether a pull was needed",
+            "EnsureImageExists requests, by pull policy, presence and whether a pull was needed (unknown: not found out)",
             metrics.requests.clone(),
         );
         registry.register(
@@ -90,29 +90,21 @@ impl EnsureMetrics {
         );
         registry.sub_registry_with_prefix("image_manager").register(
             "ensure_image_requests",
-            "EnsureImageExists requests that reached a decision, by pull policy, presence and whether a pull was needed",
+            "EnsureImageExists requests, by pull policy, presence and whether a pull was needed (unknown: not found out)",
             self.requests.clone(),
         );
     }
 
-    pub fn decided(&self, policy: PullPolicy, present: bool, pull_required: bool) {
-        let labels = vec![
-            ("pull_policy", policy_label(policy)),
-            ("present_locally", flag(present)),
-            ("pull_required", flag(pull_required)),
-        ];
-        self.requests.get_or_create(&labels).inc();
+    /// A request, to be counted once when it ends, however it ends (the kubelet's deferred
+    /// count): fill in what it learns as it goes; what it never learned is `unknown`.
+    pub fn request(&self) -> RequestCount<'_> {
+        RequestCount { metrics: self, policy: None, present: None, pull_required: None }
     }
 
     /// Requests counted with these labels.
     #[cfg(test)]
-    pub fn decisions(&self, policy: PullPolicy, present: bool, pull_required: bool) -> u64 {
-        let labels = vec![
-            ("pull_policy", policy_label(policy)),
-            ("present_locally", flag(present)),
-            ("pull_required", flag(pull_required)),
-        ];
-        self.requests.get_or_create(&labels).get()
+    pub fn requests(&self, policy: Option<PullPolicy>, present: Option<bool>, pull_required: Option<bool>) -> u64 {
+        self.requests.get_or_create(&request_labels(policy, present, pull_required)).get()
     }
 
     pub fn pulled_for_request(&self, total: Duration, image_size: u64) {
@@ -129,8 +121,35 @@ impl EnsureMetrics {
     }
 }
 
-fn flag(value: bool) -> &'static str {
-    if value { "true" } else { "false" }
+/// One EnsureImageExists request, counted when dropped.
+pub struct RequestCount<'a> {
+    metrics: &'a EnsureMetrics,
+    /// `None` only for an image whose policy could not be defaulted (no valid reference).
+    pub policy: Option<PullPolicy>,
+    /// `None` when not looked at (under Always, as the kubelet does not) or not found out.
+    pub present: Option<bool>,
+    /// `None` when refused before a pull could be decided (under Never) or not found out.
+    pub pull_required: Option<bool>,
+}
+
+impl Drop for RequestCount<'_> {
+    fn drop(&mut self) {
+        let labels = request_labels(self.policy, self.present, self.pull_required);
+        self.metrics.requests.get_or_create(&labels).inc();
+    }
+}
+
+fn request_labels(policy: Option<PullPolicy>, present: Option<bool>, pull_required: Option<bool>) -> Labels {
+    let flag = |value: Option<bool>| match value {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "unknown",
+    };
+    vec![
+        ("pull_policy", policy.map_or("unknown", policy_label)),
+        ("present_locally", flag(present)),
+        ("pull_required", flag(pull_required)),
+    ]
 }
 
 /// The pull policy as the kubelet's `ensure_image_requests_total` labels it: lower case.

@@ -31,7 +31,7 @@ pub use self::{
 };
 use self::{
     error::never_pull,
-    metrics::EnsureMetrics,
+    metrics::{EnsureMetrics, RequestCount},
     outcome::outcome_event,
     request::{subject_of, with_default_tag},
 };
@@ -131,11 +131,16 @@ impl<R: ImageRuntime> Manager<R> {
         self.backoff().set_config(config);
     }
 
-    /// How many (pod, image) pairs the backoff store holds, and whether `pod_uid`'s pulls of
-    /// `image` are backing off now (time left, the last error).
-    pub fn backoff_status(&self, pod_uid: &str, image: &str) -> (usize, Option<(Duration, String)>) {
+    /// How many (pod, image, handler) entries the backoff store holds, and whether `pod_uid`'s
+    /// pulls of `image` for `runtime_handler` are backing off now (time left, the last error).
+    pub fn backoff_status(
+        &self,
+        pod_uid: &str,
+        image: &str,
+        runtime_handler: &str,
+    ) -> (usize, Option<(Duration, String)>) {
         let backoff = self.backoff();
-        let key = backoff.key(pod_uid, image);
+        let key = backoff.key(pod_uid, image, runtime_handler);
         let backing_off = backoff.check(key, Instant::now());
         (backoff.len(), backing_off.map(|entry| (entry.remaining, entry.last_error.to_string())))
     }
@@ -152,7 +157,10 @@ impl<R: ImageRuntime> Manager<R> {
     )]
     pub async fn ensure_image_exists(&self, request: EnsureRequest) -> Result<EnsureOutcome, EnsureError> {
         let about = subject_of(&request);
-        let result = self.ensure(request, &about).await;
+        let mut count = self.metrics.request();
+        count.policy = request.pull_policy;
+        let result = self.ensure(request, &about, &mut count).await;
+        drop(count);
         // On the presence path: the event is made only for someone watching.
         if self.events.watched()
             && let Some(event) = outcome_event(&about, &result)
@@ -162,30 +170,38 @@ impl<R: ImageRuntime> Manager<R> {
         result
     }
 
-    async fn ensure(&self, request: EnsureRequest, about: &Subject) -> Result<EnsureOutcome, EnsureError> {
+    async fn ensure(
+        &self,
+        request: EnsureRequest,
+        about: &Subject,
+        count: &mut RequestCount<'_>,
+    ) -> Result<EnsureOutcome, EnsureError> {
         let image = &request.image;
         let (reference, spec) = with_default_tag(&request)?;
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
+        count.policy = Some(policy);
         // A hand-out the collector's removal of the image overlapped fails: the image is absent.
         let hand_out = self.guard.handing_out();
         let checked_at = Instant::now();
         let present = self.image_status(image, &spec).await?;
+        // The kubelet does not look under Always (we do: a pull we merge with may have just ended).
+        count.present = (policy != PullPolicy::Always).then_some(present.is_some());
         // The kubelet's keyring lookup and records are by the normalised repository, without tag
         // or digest.
         let repository = reference.name();
-        if let Some(outcome) = self.decide(&request, &repository, policy, present).await? {
+        if let Some(outcome) = self.decide(&request, &repository, (policy, present), count).await? {
             if hand_out.complete(&outcome.image_ref, Instant::now()) {
                 return Ok(outcome);
             }
             tracing::info!(image_ref = %outcome.image_ref, "the present image was being removed by image GC; it is absent");
             // Absent, the decision is a pull or, under Never, the absent image's refusal (the
-            // request was counted once, as decided the first time).
+            // request is counted as decided the first time).
             if pull_policy::decide(policy, false) != Decision::Pull {
                 return Err(never_pull(image));
             }
         }
         drop(hand_out);
-        let backoff_key = self.check_backoff(&request.pod.uid, image)?;
+        let backoff_key = self.check_backoff(&request.pod.uid, image, &request.runtime_handler)?;
         let pod_keyring = self.prepared_secrets.keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
@@ -223,28 +239,28 @@ impl<R: ImageRuntime> Manager<R> {
         &self,
         request: &EnsureRequest,
         repository: &str,
-        policy: PullPolicy,
-        present: Option<PresentImage>,
+        (policy, present): (PullPolicy, Option<PresentImage>),
+        count: &mut RequestCount<'_>,
     ) -> Result<Option<EnsureOutcome>, EnsureError> {
         let image = &request.image;
         let decision = pull_policy::decide(policy, present.is_some());
         let never_pull = || never_pull(image);
         match (decision, present) {
             (Decision::UsePresent, Some(found)) => {
-                if !self.may_use_present(request, repository, &found.id).await? {
-                    self.metrics.decided(policy, true, true);
+                let may_use = self.may_use_present(request, repository, &found.id).await?;
+                count.pull_required = Some(!may_use);
+                if !may_use {
                     // Under Never, the pod learns no more than if the image were absent.
                     return if policy == PullPolicy::Never { Err(never_pull()) } else { Ok(None) };
                 }
-                self.metrics.decided(policy, true, false);
                 let message = messages::already_present(image);
                 // The kubelet records this as an event, not a log line; the caller gets it in the
                 // answer. At info it would be a line per container start.
                 tracing::debug!(policy = policy.as_str(), image_ref = %found.id, "{message}");
                 Ok(Some(EnsureOutcome { image_ref: found.id, message, pull: None, image_size: found.size }))
             }
-            (decision, present) => {
-                self.metrics.decided(policy, present.is_some(), decision == Decision::Pull);
+            (decision, _) => {
+                count.pull_required = (decision == Decision::Pull).then_some(true);
                 match decision {
                     Decision::Pull => Ok(None),
                     Decision::RefuseNeverPull | Decision::UsePresent => Err(never_pull()),
@@ -254,15 +270,16 @@ impl<R: ImageRuntime> Manager<R> {
     }
 
     /// Refuses a pull while the pod's last pull of the image is backing off; otherwise the key
-    /// to record the pull's failure under. Backoff is per pod, as in the kubelet: a caller
+    /// to record the pull's failure under. Backoff is per pod (and runtime handler), as in the
+    /// kubelet: a caller
     /// without a pod uid (an agent pre-pulling) gets none, since one shared key would let one
     /// agent's failure refuse another's pulls.
-    fn check_backoff(&self, pod_uid: &str, image: &str) -> Result<Option<BackoffKey>, EnsureError> {
+    fn check_backoff(&self, pod_uid: &str, image: &str, handler: &str) -> Result<Option<BackoffKey>, EnsureError> {
         if pod_uid.is_empty() {
             return Ok(None);
         }
         let backoff = self.backoff();
-        let key = backoff.key(pod_uid, image);
+        let key = backoff.key(pod_uid, image, handler);
         let Some(backing_off) = backoff.check(key, Instant::now()) else { return Ok(Some(key)) };
         drop(backoff);
         // As kubelets from 1.32 say it: the last failure's reason and message.

@@ -263,6 +263,16 @@ async fn a_failed_pull_backs_off_that_pod_and_image_without_asking_the_runtime()
     // Another pod is not held back by pod-a's failure.
     manager.ensure_image_exists(request_for_pod("app:v1", "pod-b")).await.expect_err("tries, fails");
     assert_eq!(manager.runtime().state().pulls.len(), 2);
+
+    // Nor is pod-a's pull of the image for another runtime handler (KEP-4216: another image).
+    let mut kata = request_for_pod("app:v1", "pod-a");
+    kata.runtime_handler = "kata".into();
+    manager.ensure_image_exists(kata.clone()).await.expect_err("tries, fails");
+    assert_eq!(manager.runtime().state().pulls.len(), 3);
+    assert_eq!(manager.runtime().state().pulls[2].image.runtime_handler, "kata");
+    let refused = manager.ensure_image_exists(kata).await.expect_err("kata's pull backs off in turn");
+    assert_eq!(refused.reason(), "ImagePullBackOff");
+    assert_eq!(manager.runtime().state().pulls.len(), 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -674,7 +684,7 @@ async fn a_present_image_removed_by_image_gc_during_its_presence_check_is_pulled
             true => assert!(answer.expect("pulled again").pull.is_some(), "the removed image is not handed out"),
             false => assert!(matches!(answer, Err(EnsureError::NeverPull { .. })), "absent under Never: {answer:?}"),
         }
-        let counted = |present, pull| built.metrics.decisions(policy, present, pull);
+        let counted = |present, pull| built.metrics.requests(Some(policy), Some(present), Some(pull));
         assert_eq!(counted(true, false), 1, "{policy:?}: counted as decided the first time");
         assert_eq!(counted(false, true) + counted(false, false), 0, "{policy:?}: and only then");
     }
@@ -757,4 +767,44 @@ async fn a_present_image_pulled_for_a_service_account_is_for_that_account_only()
         assert!(outcome.expect("pulls with its own token").pull.is_some(), "{name} {uid} must pull");
     }
     assert_eq!(manager.runtime().pulled_as().len(), 3);
+}
+
+#[tokio::test]
+async fn every_request_is_counted_once_with_what_it_found_out_as_kubelets_from_1_35_count_them() {
+    use PullPolicy::{Always, IfNotPresent, Never};
+    let present = || FakeRuntime::default().with_image("busybox:1.36", "sha256:b", 1).pulling_to(Ok("sha256:b"));
+    let absent = || FakeRuntime::default().pulling_to(Ok("sha256:b"));
+    let broken = || FakeRuntime::default().failing_status(tonic::Status::unavailable("runtime down"));
+    type Labels = (Option<PullPolicy>, Option<bool>, Option<bool>);
+    let cases: [(&str, FakeRuntime, &str, Option<PullPolicy>, Labels); 8] = [
+        ("present", present(), "busybox:1.36", Some(IfNotPresent), (Some(IfNotPresent), Some(true), Some(false))),
+        ("absent", absent(), "busybox:1.36", Some(IfNotPresent), (Some(IfNotPresent), Some(false), Some(true))),
+        ("always: not looked at", present(), "busybox:1.36", Some(Always), (Some(Always), None, Some(true))),
+        ("never, absent: refused undecided", absent(), "busybox:1.36", Some(Never), (Some(Never), Some(false), None)),
+        ("inspect failed", broken(), "busybox:1.36", Some(IfNotPresent), (Some(IfNotPresent), None, None)),
+        ("invalid name", absent(), "Not An Image", Some(Never), (Some(Never), None, None)),
+        ("invalid name, no policy", absent(), "Not An Image", None, (None, None, None)),
+        ("defaulted policy", absent(), "busybox", None, (Some(Always), None, Some(true))),
+    ];
+    for (case, runtime, image, policy, (counted_policy, counted_present, counted_pull)) in cases {
+        let built = manager(runtime);
+        let _ = built.ensure_image_exists(request(image, policy)).await;
+        assert_eq!(built.metrics.requests(counted_policy, counted_present, counted_pull), 1, "{case}");
+        let every = [None, Some(false), Some(true)];
+        let total: u64 = [None, Some(Always), Some(IfNotPresent), Some(Never)]
+            .into_iter()
+            .flat_map(|policy| every.into_iter().flat_map(move |present| every.map(|pull| (policy, present, pull))))
+            .map(|(policy, present, pull)| built.metrics.requests(policy, present, pull))
+            .sum();
+        assert_eq!(total, 1, "{case}: counted once");
+    }
+}
+
+#[tokio::test]
+async fn a_request_whose_caller_leaves_mid_pull_is_counted_all_the_same() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let built = manager(FakeRuntime::default().gating_pulls(gate).pulling_to(Ok("sha256:big")));
+    let ensure = built.ensure_image_exists(request("registry.local/big:v1", Some(PullPolicy::IfNotPresent)));
+    assert!(tokio::time::timeout(Duration::from_millis(100), ensure).await.is_err(), "the caller left mid-pull");
+    assert_eq!(built.metrics.requests(Some(PullPolicy::IfNotPresent), Some(false), Some(true)), 1);
 }

@@ -46,6 +46,8 @@ struct Ages {
     size: u64,
     #[serde(default)]
     pinned: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    runtime_handler: String,
 }
 
 /// The largest ages file read: about 150 bytes an image, so room for some 200,000 images.
@@ -88,15 +90,15 @@ impl AgesFile {
         Ok(file
             .images
             .into_iter()
-            .map(|(id, ages)| {
-                let id = id.into_owned();
+            .map(|(key, ages)| {
                 let record = ImageRecord {
                     first_detected: time(ages.first_detected_ms),
                     last_used: ages.last_used_ms.map(time),
                     size: ages.size,
                     pinned: ages.pinned,
+                    runtime_handler: ages.runtime_handler,
                 };
-                (id, record)
+                (key.into_owned(), record)
             })
             .collect())
     }
@@ -113,14 +115,15 @@ impl AgesFile {
         };
         let images = records
             .iter()
-            .map(|(id, record)| {
+            .map(|(key, record)| {
                 let ages = Ages {
                     first_detected_ms: millis(record.first_detected),
                     last_used_ms: record.last_used.map(millis),
                     size: record.size,
                     pinned: record.pinned,
+                    runtime_handler: record.runtime_handler.clone(),
                 };
-                (Cow::Borrowed(id.as_str()), ages)
+                (Cow::Borrowed(key.as_str()), ages)
             })
             .collect();
         serde_json::to_vec(&File { images }).unwrap_or_default()
@@ -150,11 +153,28 @@ mod tests {
                     last_used: Some(at(1_700_000_000_456)),
                     size: 7,
                     pinned: false,
+                    runtime_handler: String::new(),
                 },
             ),
             (
                 "sha256:b".to_owned(),
-                ImageRecord { first_detected: at(1_700_000_001_789), last_used: None, size: 9, pinned: true },
+                ImageRecord {
+                    first_detected: at(1_700_000_001_789),
+                    last_used: None,
+                    size: 9,
+                    pinned: true,
+                    runtime_handler: String::new(),
+                },
+            ),
+            (
+                "sha256:b,kata".to_owned(),
+                ImageRecord {
+                    first_detected: at(1_700_000_002_000),
+                    last_used: None,
+                    size: 9,
+                    pinned: false,
+                    runtime_handler: "kata".into(),
+                },
             ),
         ]);
         AgesFile::open(root.path()).expect("opens").save(&records).expect("saved");
@@ -195,6 +215,7 @@ mod tests {
                 last_used: None,
                 size: 1,
                 pinned: false,
+                runtime_handler: String::new(),
             },
         )]);
         let ages = AgesFile::open(root.path()).expect("opens");

@@ -225,11 +225,10 @@ impl<R: ImageRuntime> ImageGc<R> {
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
         self.learn_sandbox_image().await;
         let pinned = self.parts.pinned.images();
-        let used = containers.iter().chain(&pinned).map(String::as_str);
-        let mut in_use = plan::in_use(listed, used);
         let now = Instant::now();
-        in_use.extend(self.parts.guard.handed_out_since(now.checked_sub(config.hand_out_window).unwrap_or(now)));
-        Ok(in_use)
+        let handed_out = self.parts.guard.handed_out_since(now.checked_sub(config.hand_out_window).unwrap_or(now));
+        let kept = pinned.iter().chain(&handed_out).map(String::as_str);
+        Ok(plan::in_use(listed, &containers, kept))
     }
 
     /// Asks the runtime which sandbox image it uses, unless one is configured.

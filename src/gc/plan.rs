@@ -6,7 +6,11 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::{messages::go_duration_millis, reference, runtime::StoredImage};
+use crate::{
+    messages::go_duration_millis,
+    reference,
+    runtime::{StoredImage, UsedImage},
+};
 
 /// The kubelet's `ImageGCPolicy`, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +69,7 @@ impl GcPolicy {
     }
 }
 
-/// What is known of one image.
+/// What is known of one image, kept for one runtime handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageRecord {
     pub first_detected: SystemTime,
@@ -73,6 +77,26 @@ pub struct ImageRecord {
     pub last_used: Option<SystemTime>,
     pub size: u64,
     pub pinned: bool,
+    /// The runtime handler the runtime lists the image for; empty for the default one.
+    pub runtime_handler: String,
+}
+
+/// The key of an image's record, the kubelet's with `RuntimeClassInImageCriAPI`: its id, and
+/// `id,handler` for an image the runtime keeps for a runtime handler (KEP-4216), so the same
+/// image kept for two handlers is two images.
+pub fn record_key(id: &str, runtime_handler: &str) -> String {
+    match runtime_handler {
+        "" => id.to_owned(),
+        handler => format!("{id},{handler}"),
+    }
+}
+
+/// The image id of the record kept under `key`.
+pub fn record_id<'a>(key: &'a str, record: &ImageRecord) -> &'a str {
+    match record.runtime_handler.as_str() {
+        "" => key,
+        handler => key.strip_suffix(handler).and_then(|key| key.strip_suffix(',')).unwrap_or(key),
+    }
 }
 
 /// The kubelet's `detectImages`: new images are detected `now`, images in use (by any container,
@@ -86,51 +110,77 @@ pub fn detect(
 ) {
     let mut current = HashSet::with_capacity(listed.len());
     for image in listed {
-        current.insert(image.id.as_str());
-        let record = records.entry(image.id.clone()).or_insert(ImageRecord {
+        let key = record_key(&image.id, &image.runtime_handler);
+        let used = in_use.contains(&key);
+        let record = records.entry(key.clone()).or_insert(ImageRecord {
             first_detected: now,
             last_used: None,
             size: image.size,
             pinned: image.pinned,
+            runtime_handler: image.runtime_handler.clone(),
         });
-        if in_use.contains(&image.id) {
+        if used {
             record.last_used = Some(now);
         }
         record.size = image.size;
         record.pinned = image.pinned;
+        if record.runtime_handler != image.runtime_handler {
+            // A record read from a file that named another handler under this key.
+            record.runtime_handler.clone_from(&image.runtime_handler);
+        }
+        current.insert(key);
     }
-    records.retain(|id, _| current.contains(id.as_str()));
+    records.retain(|key, _| current.contains(key));
 }
 
-/// The ids of the listed images that `used` names: each is an image id, or one of an image's
-/// repo tags or digests as written or normalised (`busybox` is `docker.io/library/busybox:latest`).
-/// Containers name their image by ref or as they were asked for; the runtime names its sandbox
-/// image as configured.
-pub fn in_use<'a>(listed: &[StoredImage], used: impl IntoIterator<Item = &'a str>) -> HashSet<String> {
+/// The records of the listed images in use. Each of `used` names an image (by id, or one of
+/// its repo tags or digests as written or normalised: `busybox` is
+/// `docker.io/library/busybox:latest`) under the runtime handler its container runs with;
+/// containers name their image by ref or as they were asked for. An image not listed for that
+/// handler counts as used under every handler it is listed for: when unsure, keep. Each of
+/// `kept` (the images we pin, those just handed out) is in use under every handler.
+pub fn in_use<'a>(
+    listed: &[StoredImage],
+    used: impl IntoIterator<Item = &'a UsedImage>,
+    kept: impl IntoIterator<Item = &'a str>,
+) -> HashSet<String> {
     // Many containers share an image: each name is looked up (and parsed) once.
-    let used: HashSet<&str> = used.into_iter().collect();
+    let used: HashSet<(&str, &str)> =
+        used.into_iter().map(|used| (used.image.as_str(), used.runtime_handler.as_str())).collect();
     let mut by_name: HashMap<&str, &str> = HashMap::with_capacity(listed.len() * 3);
+    let mut handlers: HashMap<&str, Vec<&str>> = HashMap::with_capacity(listed.len());
     for image in listed {
         by_name.insert(&image.id, &image.id);
         for name in &image.names {
             by_name.insert(name, &image.id);
         }
+        handlers.entry(&image.id).or_default().push(&image.runtime_handler);
     }
-    let mut ids = HashSet::new();
-    for image in used {
-        let id = match by_name.get(image) {
-            Some(id) => Some(*id),
-            None => reference::parse_with_default_tag(image)
-                .ok()
-                .and_then(|(reference, _)| by_name.get(reference.to_string().as_str()).copied()),
-        };
-        if let Some(id) = id
-            && !ids.contains(id)
-        {
-            ids.insert(id.to_owned());
+    let id_of = |name: &str| match by_name.get(name) {
+        Some(id) => Some(*id),
+        None => reference::parse_with_default_tag(name)
+            .ok()
+            .and_then(|(reference, _)| by_name.get(reference.to_string().as_str()).copied()),
+    };
+    let mut keys = HashSet::new();
+    let every_handler = |keys: &mut HashSet<String>, id: &str| {
+        for handler in handlers.get(id).into_iter().flatten() {
+            keys.insert(record_key(id, handler));
+        }
+    };
+    for (name, handler) in used {
+        let Some(id) = id_of(name) else { continue };
+        match handlers.get(id).is_some_and(|listed| listed.contains(&handler)) {
+            true => _ = keys.insert(record_key(id, handler)),
+            false => every_handler(&mut keys, id),
         }
     }
-    ids
+    for name in kept.into_iter().collect::<HashSet<_>>() {
+        if let Some(id) = id_of(name) {
+            every_handler(&mut keys, id);
+        }
+    }
+    keys
 }
 
 /// Why an image is removed.
@@ -181,7 +231,7 @@ impl DiskUsage {
 /// What a pass should do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Image ids to remove, in order, each with its reason.
+    /// Records to remove (by key), in order, each with its reason.
     pub remove: Vec<(String, Reason)>,
     /// What a space pass had to free, and what the images it chose hold; `None` when usage was
     /// below the high threshold.

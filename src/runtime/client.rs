@@ -21,7 +21,7 @@ use super::containerd::content::{self, content_client::ContentClient};
 use super::forward::Forwarder;
 use super::{
     ContentStore, ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError,
-    StoredImage,
+    StoredImage, UsedImage,
 };
 
 /// The containerd namespace the CRI plugin keeps images in.
@@ -69,7 +69,7 @@ pub struct CriClient {
     request_timeout: Duration,
     /// The images each container mounts as volumes, by container id: a container's mounts are
     /// fixed when it is created, so each is asked once. Only listed containers are kept.
-    mounted: Arc<Mutex<HashMap<String, Vec<String>>>>,
+    mounted: Arc<Mutex<HashMap<String, Vec<UsedImage>>>>,
 }
 
 impl CriClient {
@@ -95,23 +95,29 @@ impl CriClient {
     /// The images the containers `ids` mount as volumes (KEP-4639: CRI ContainerStatus
     /// `mounts[].image`, which ListContainers does not carry), asking only about containers not
     /// asked about before. A container gone meanwhile mounts nothing; any other failure fails the
-    /// whole answer, so that image GC keeps everything when unsure.
-    async fn mounted_images(&self, ids: Vec<String>) -> Result<Vec<String>, RuntimeError> {
+    /// whole answer, so that image GC keeps everything when unsure. A mount that names no
+    /// runtime handler counts under its container's (`ids` pairs each id with it).
+    async fn mounted_images(&self, ids: Vec<(String, String)>) -> Result<Vec<UsedImage>, RuntimeError> {
         use futures_util::StreamExt;
-        let unknown: Vec<String> = {
+        let unknown: Vec<(String, String)> = {
             let mut mounted = self.mounted.lock().unwrap_or_else(PoisonError::into_inner);
-            let listed: std::collections::HashSet<&String> = ids.iter().collect();
+            let listed: std::collections::HashSet<&String> = ids.iter().map(|(id, _)| id).collect();
             mounted.retain(|id, _| listed.contains(id));
-            ids.iter().filter(|id| !mounted.contains_key(*id)).cloned().collect()
+            ids.iter().filter(|(id, _)| !mounted.contains_key(id)).cloned().collect()
         };
         let asked = futures_util::stream::iter(unknown)
-            .map(|id| async move {
+            .map(|(id, container_handler)| async move {
                 let request = self.request(ContainerStatusRequest { container_id: id.clone(), verbose: false });
                 match self.bounded(self.runtime_client.clone().container_status(request)).await {
                     Ok(response) => {
                         let mounts = response.status.map(|status| status.mounts).unwrap_or_default();
-                        let images = mounts.into_iter().filter_map(|mount| mount.image).map(|image| image.image);
-                        Ok(Some((id, images.filter(|image| !image.is_empty()).collect())))
+                        let images =
+                            mounts.into_iter().filter_map(|mount| mount.image).filter(|image| !image.image.is_empty());
+                        let used = images.map(|image| match image.runtime_handler.is_empty() {
+                            true => UsedImage::new(image.image, container_handler.as_str()),
+                            false => UsedImage::new(image.image, image.runtime_handler),
+                        });
+                        Ok(Some((id, used.collect())))
                     }
                     Err(error) if error.code() == tonic::Code::NotFound => Ok(None),
                     Err(error) => Err(error),
@@ -126,7 +132,7 @@ impl CriClient {
                 mounted.insert(id, images);
             }
         }
-        Ok(ids.iter().filter_map(|id| mounted.get(id)).flatten().cloned().collect())
+        Ok(ids.iter().filter_map(|(id, _)| mounted.get(id)).flatten().cloned().collect())
     }
 
     /// The connection to the runtime, for other services on its socket (containerd's events).
@@ -212,23 +218,25 @@ impl ImageRuntime for CriClient {
                 size: image.size,
                 pinned: image.pinned,
                 names: image.repo_tags.into_iter().chain(image.repo_digests).collect(),
+                runtime_handler: image.spec.map(|spec| spec.runtime_handler).unwrap_or_default(),
             })
             .collect())
     }
 
-    async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
+    async fn container_images(&self) -> Result<Vec<UsedImage>, RuntimeError> {
         let request = self.request(ListContainersRequest { filter: None });
         let response = self.bounded(self.runtime_client.clone().list_containers(request)).await?;
-        let ids = response.containers.iter().map(|container| container.id.clone()).collect();
-        let mut images: Vec<String> = response
-            .containers
-            .into_iter()
-            .flat_map(|container| {
-                [Some(container.image_ref), Some(container.image_id), container.image.map(|image| image.image)]
-            })
-            .flatten()
-            .filter(|image| !image.is_empty())
-            .collect();
+        let mut ids = Vec::with_capacity(response.containers.len());
+        let mut images = Vec::with_capacity(response.containers.len() * 3);
+        for container in response.containers {
+            let (image, handler) = container.image.map(|spec| (spec.image, spec.runtime_handler)).unwrap_or_default();
+            for name in [container.image_ref, container.image_id, image] {
+                if !name.is_empty() {
+                    images.push(UsedImage::new(name, handler.as_str()));
+                }
+            }
+            ids.push((container.id, handler));
+        }
         images.extend(self.mounted_images(ids).await?);
         Ok(images)
     }
@@ -251,8 +259,9 @@ impl ImageRuntime for CriClient {
         statted.map_err(|error| RuntimeError::ImageFs(error.to_string()))?
     }
 
-    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
-        let image = ImageSpec { image: id.to_owned(), ..Default::default() };
+    async fn remove_image(&self, id: &str, runtime_handler: &str) -> Result<(), RuntimeError> {
+        let image =
+            ImageSpec { image: id.to_owned(), runtime_handler: runtime_handler.to_owned(), ..Default::default() };
         let request = self.request(RemoveImageRequest { image: Some(image) });
         self.bounded(self.client.clone().remove_image(request)).await?;
         Ok(())

@@ -11,7 +11,7 @@ use k8s_cri::v1::ImageSpec;
 use secrecy::ExposeSecret;
 use tokio::sync::{Notify, Semaphore};
 
-use super::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage};
+use super::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage, UsedImage};
 
 /// The size of every image the fake pulls.
 pub const PULLED_SIZE: u64 = 777;
@@ -46,8 +46,8 @@ pub struct State {
     pub pulls: Vec<PullSpec>,
 
     // What garbage collection reads and does.
-    /// Image refs and names containers were created from.
-    pub containers: Vec<String>,
+    /// Image refs and names containers were created from, with their runtime handlers.
+    pub containers: Vec<UsedImage>,
     pub sandbox_image: Option<String>,
     /// Size of the image filesystem; its use is `other_usage` plus every image's size.
     pub capacity: u64,
@@ -112,7 +112,7 @@ impl FakeRuntime {
 
     /// Has image `id` of `size` bytes, named `name`.
     pub fn with_image(self, name: &str, id: &str, size: u64) -> Self {
-        let image = StoredImage { id: id.into(), size, pinned: false, names: vec![name.into()] };
+        let image = StoredImage { id: id.into(), size, names: vec![name.into()], ..StoredImage::default() };
         self.scripted(|state| state.images.push(image))
     }
 
@@ -193,7 +193,8 @@ impl ImageRuntime for FakeRuntime {
         // The name moves to the pulled image, as a tag does.
         state.images.retain(|stored| stored.id != image_ref);
         state.images.iter_mut().for_each(|stored| stored.names.retain(|named| *named != name));
-        let pulled = StoredImage { id: image_ref.clone(), size: PULLED_SIZE, pinned: false, names: vec![name] };
+        let pulled =
+            StoredImage { id: image_ref.clone(), size: PULLED_SIZE, names: vec![name], ..StoredImage::default() };
         state.images.push(pulled);
         Ok(image_ref)
     }
@@ -212,7 +213,7 @@ impl ImageRuntime for FakeRuntime {
         Ok(state.images.clone())
     }
 
-    async fn container_images(&self) -> Result<Vec<String>, RuntimeError> {
+    async fn container_images(&self) -> Result<Vec<UsedImage>, RuntimeError> {
         Ok(self.state().containers.clone())
     }
 
@@ -226,7 +227,7 @@ impl ImageRuntime for FakeRuntime {
         Ok(ImageFsUsage { capacity: state.capacity, available: state.capacity.saturating_sub(used) })
     }
 
-    async fn remove_image(&self, id: &str) -> Result<(), RuntimeError> {
+    async fn remove_image(&self, id: &str, runtime_handler: &str) -> Result<(), RuntimeError> {
         let hold = self.state().removal_hold.clone();
         if let Some(hold) = hold {
             hold.wait().await;
@@ -235,7 +236,7 @@ impl ImageRuntime for FakeRuntime {
         if state.refuse_removal.contains(id) {
             return Err(tonic::Status::failed_precondition(format!("image {id} is busy")).into());
         }
-        state.images.retain(|image| image.id != id);
+        state.images.retain(|image| image.id != id || image.runtime_handler != runtime_handler);
         state.removed.push(id.to_owned());
         Ok(())
     }

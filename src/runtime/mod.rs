@@ -130,7 +130,7 @@ pub struct PresentImage {
 }
 
 /// An image as the runtime lists it, for garbage collection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoredImage {
     pub id: String,
     pub size: u64,
@@ -138,6 +138,30 @@ pub struct StoredImage {
     pub pinned: bool,
     /// Its repo tags and repo digests.
     pub names: Vec<String>,
+    /// The runtime handler it is kept for (CRI `spec.runtime_handler`, KEP-4216); empty for
+    /// the default one, and from runtimes that do not tell them apart.
+    pub runtime_handler: String,
+}
+
+/// An image a container uses: by ref, id or name as asked for, under the runtime handler it
+/// was created with (empty for the default one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsedImage {
+    pub image: String,
+    pub runtime_handler: String,
+}
+
+/// An image used under the default runtime handler.
+impl From<&str> for UsedImage {
+    fn from(image: &str) -> Self {
+        Self::new(image, "")
+    }
+}
+
+impl UsedImage {
+    pub fn new(image: impl Into<String>, runtime_handler: impl Into<String>) -> Self {
+        Self { image: image.into(), runtime_handler: runtime_handler.into() }
+    }
 }
 
 /// The filesystem holding the runtime's images, in bytes.
@@ -188,8 +212,8 @@ pub trait ImageRuntime: Send + Sync + 'static {
 
     /// What every container, in any state, was created from: its image ref and its image as
     /// asked for (CRI `RuntimeService.ListContainers` with no filter), and the images it mounts
-    /// as volumes (CRI `ContainerStatus`).
-    fn container_images(&self) -> impl Future<Output = Result<Vec<String>, RuntimeError>> + Send {
+    /// as volumes (CRI `ContainerStatus`), each with its runtime handler.
+    fn container_images(&self) -> impl Future<Output = Result<Vec<UsedImage>, RuntimeError>> + Send {
         async { Err(RuntimeError::Unsupported("list containers")) }
     }
 
@@ -205,9 +229,9 @@ pub trait ImageRuntime: Send + Sync + 'static {
         async { Err(RuntimeError::Unsupported("report its image filesystem")) }
     }
 
-    /// Removes the image by id (CRI `RemoveImage`).
-    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
-        let _ = id;
+    /// Removes the image by id, for the runtime handler it is kept for (CRI `RemoveImage`).
+    fn remove_image(&self, id: &str, runtime_handler: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
+        let _ = (id, runtime_handler);
         async { Err(RuntimeError::Unsupported("remove images")) }
     }
 

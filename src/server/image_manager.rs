@@ -81,7 +81,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::GetStatusRequest>,
     ) -> Result<Response<api::GetStatusResponse>, Status> {
-        let api::GetStatusRequest { pod_uid, image } = request.into_inner();
+        let api::GetStatusRequest { pod_uid, image, runtime_handler } = request.into_inner();
         let probe = probe_within(&*self.runtime, STATUS_PROBE_TIMEOUT).await;
         let runtime_error = probe.err().map(|error| error.to_string()).unwrap_or_default();
         let timestamp = |time: SystemTime| Some(prost_types::Timestamp::from(time));
@@ -97,7 +97,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
                 progress: pull.progress.map(|report| super::watch::wire_progress(&report.facts())),
             })
             .collect();
-        let (backoff_entries, backing_off) = self.manager.backoff_status(&pod_uid, &image);
+        let (backoff_entries, backing_off) = self.manager.backoff_status(&pod_uid, &image, &runtime_handler);
         let backoff = (!pod_uid.is_empty() && !image.is_empty()).then(|| match backing_off {
             Some((remaining, last_error)) => api::BackoffStatus {
                 backing_off: true,
@@ -173,6 +173,7 @@ fn collected_image(image: Chosen) -> api::CollectedImage {
         last_used: image.last_used.map(timestamp),
         removed,
         error,
+        runtime_handler: image.runtime_handler,
     }
 }
 

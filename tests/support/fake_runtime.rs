@@ -12,9 +12,9 @@ use std::{
 };
 
 use k8s_cri::v1::{
-    FilesystemIdentifier, FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse, ImageStatusRequest,
-    ImageStatusResponse, ListContainersRequest, ListContainersResponse, ListImagesRequest, ListImagesResponse,
-    PullImageRequest, PullImageResponse, RemoveImageRequest, RemoveImageResponse,
+    FilesystemIdentifier, FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse, ImageSpec,
+    ImageStatusRequest, ImageStatusResponse, ListContainersRequest, ListContainersResponse, ListImagesRequest,
+    ListImagesResponse, PullImageRequest, PullImageResponse, RemoveImageRequest, RemoveImageResponse,
     image_service_server::{ImageService, ImageServiceServer},
 };
 use tokio::{
@@ -56,6 +56,8 @@ pub struct Script {
     pub image_fs: Option<PathBuf>,
     /// A container filesystem of its own (KEP-4191's split image filesystem), when set.
     pub container_fs: Option<PathBuf>,
+    /// Every RemoveImage asked, in order.
+    pub removals: Vec<ImageSpec>,
 }
 
 /// Shared handle on the script.
@@ -162,7 +164,9 @@ impl ImageService for FakeImageService {
         &self,
         request: Request<RemoveImageRequest>,
     ) -> Result<Response<RemoveImageResponse>, Status> {
-        self.remove(&request.into_inner().image.unwrap_or_default().image);
+        let spec = request.into_inner().image.unwrap_or_default();
+        self.script.lock().unwrap().removals.push(spec.clone());
+        self.remove(&spec.image);
         Ok(Response::new(RemoveImageResponse {}))
     }
 

@@ -36,8 +36,10 @@ pub const MAX_RUNS_PER_PLUGIN: usize = 4;
 /// The most plugin runs under way at once, all plugins together.
 pub const MAX_RUNS: usize = 8;
 
-/// The cache key shared by every image when a plugin answers with `Global`.
-const GLOBAL_CACHE_KEY: &str = "global";
+/// The cache key shared by every image when a plugin answers with `Global`: the kubelet's since
+/// 1.34, which no registry host can be (with 1.33's `global`, an answer cached for a registry
+/// host named `global` served every image).
+const GLOBAL_CACHE_KEY: &str = "<global>";
 
 /// Far enough ahead to stand for "never expires".
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);

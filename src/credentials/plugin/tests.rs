@@ -31,6 +31,10 @@ fn cached_answers_are_found_by_image_then_registry_then_globally() {
     assert_eq!(keys(&cache.get("test.registry.io/foo/bar", None, now).expect("cached")), ["by-image"]);
     assert_eq!(keys(&cache.get("test.registry.io/other", None, now).expect("cached")), ["by-registry"]);
     assert!(cache.get("other.registry.io/foo", None, now).is_none());
+    // An answer for a registry host named `global` is that registry's only.
+    cache.insert(plain("global"), answer("by-registry-global"), now, hour);
+    assert_eq!(keys(&cache.get("global/foo", None, now).expect("cached")), ["by-registry-global"]);
+    assert!(cache.get("other.registry.io/foo", None, now).is_none(), "not every image's");
     cache.insert(plain(GLOBAL_CACHE_KEY), answer("global"), now, hour);
     assert_eq!(keys(&cache.get("other.registry.io/foo", None, now).expect("cached")), ["global"]);
 }

@@ -5,7 +5,7 @@ use std::{collections::HashMap, time::SystemTime};
 use super::{Chosen, ImageGc, Outcome, Pass, PassReport};
 use crate::{
     events::{Event, EventType, reason as event_reason},
-    gc::plan::{ImageRecord, Plan, Reason, SpaceTarget},
+    gc::plan::{ImageRecord, Plan, Reason, SpaceTarget, record_id},
     runtime::ImageRuntime,
 };
 
@@ -33,18 +33,22 @@ impl<R: ImageRuntime> ImageGc<R> {
         let mut freed_for_space = 0;
         let spares = plan.spare.iter().map(|id| (id, Reason::Space));
         let chosen = plan.remove.iter().map(|(id, reason)| (id, *reason));
-        for (id, reason) in chosen.chain(spares) {
+        for (key, reason) in chosen.chain(spares) {
             if reason == Reason::Space && freed_for_space >= to_free {
                 continue;
             }
-            let Some(record) = images.get(id).cloned() else { continue };
-            let names = pass.names.get(id.as_str()).copied().unwrap_or_default();
+            let Some(record) = images.get(key).cloned() else { continue };
+            let id = record_id(key, &record);
+            let names = pass.names.get(id).copied().unwrap_or_default();
+            // The pull records name the image, not a runtime handler's copy of it: they go with
+            // its last copy.
+            let last_copy = !images.iter().any(|(other, record)| other != key && record_id(other, record) == id);
             let outcome = match pass.dry_run {
                 true => Outcome::WouldRemove,
-                false => self.remove(id, names, &record, reason, pass).await,
+                false => self.remove(id, names, &record, (reason, last_copy), pass).await,
             };
             if outcome == Outcome::Removed {
-                images.remove(id);
+                images.remove(key);
             }
             if matches!(outcome, Outcome::Removed | Outcome::WouldRemove) {
                 report.freed += record.size;
@@ -53,7 +57,8 @@ impl<R: ImageRuntime> ImageGc<R> {
                 }
             }
             report.images.push(Chosen {
-                id: id.clone(),
+                id: id.to_owned(),
+                runtime_handler: record.runtime_handler.clone(),
                 names: names.to_vec(),
                 reason,
                 size: record.size,
@@ -82,7 +87,7 @@ impl<R: ImageRuntime> ImageGc<R> {
         id: &str,
         names: &[String],
         record: &ImageRecord,
-        reason: Reason,
+        (reason, last_copy): (Reason, bool),
         pass: &Pass<'_>,
     ) -> Outcome {
         let Some(claim) = self.parts.guard.claim(id, names, pass.began) else {
@@ -92,16 +97,23 @@ impl<R: ImageRuntime> ImageGc<R> {
         match reason {
             Reason::Age => tracing::info!(
                 image_id = id,
+                runtime_handler = record.runtime_handler,
                 size = record.size,
                 max_age = ?pass.policy.max_age,
                 "Removing image not used for longer than the maximum age"
             ),
             Reason::Space | Reason::Unused => {
-                tracing::info!(image_id = id, size = record.size, "Removing image to free bytes")
+                let handler = &record.runtime_handler;
+                tracing::info!(
+                    image_id = id,
+                    runtime_handler = handler,
+                    size = record.size,
+                    "Removing image to free bytes"
+                )
             }
         }
         let started = SystemTime::now();
-        let removed = self.parts.runtime.remove_image(id).await;
+        let removed = self.parts.runtime.remove_image(id, &record.runtime_handler).await;
         // Whatever the answer, the removal may have changed what is present: forgotten before
         // the claim ends, so no hand-out after it trusts a remembered answer.
         self.parts.presence.image_changed();
@@ -116,7 +128,7 @@ impl<R: ImageRuntime> ImageGc<R> {
                     image: names.first().cloned().unwrap_or_default(),
                     ..event
                 });
-                if let Err(error) = self.parts.records.forget(id, started).await {
+                if last_copy && let Err(error) = self.parts.records.forget(id, started).await {
                     tracing::warn!(%error, image_id = id, "cannot remove the pull record of a removed image");
                 }
                 Outcome::Removed

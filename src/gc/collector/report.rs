@@ -18,6 +18,8 @@ pub struct PassRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chosen {
     pub id: String,
+    /// The runtime handler the image was kept for; empty for the default one.
+    pub runtime_handler: String,
     /// Its repo tags and digests.
     pub names: Vec<String>,
     pub reason: Reason,

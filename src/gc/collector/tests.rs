@@ -10,13 +10,16 @@ use crate::gc::GcPolicy;
 use crate::{
     presence::metrics::PresenceMetrics,
     records::{format::PullCredentials, metrics::RecordsMetrics},
-    runtime::fake::{FakeRuntime, Hold, State as Disk},
+    runtime::{
+        UsedImage,
+        fake::{FakeRuntime, Hold, State as Disk},
+    },
 };
 
 const MIB: u64 = 1 << 20;
 
 fn image(id: &str, name: &str, size: u64) -> StoredImage {
-    StoredImage { id: id.into(), size, pinned: false, names: vec![name.into()] }
+    StoredImage { id: id.into(), size, names: vec![name.into()], ..StoredImage::default() }
 }
 
 struct Harness {
@@ -395,4 +398,34 @@ async fn a_new_configuration_applies_from_the_next_pass_one_new_period_after_it_
 
     stop.request();
     running.await.expect("the loop stops at shutdown");
+}
+
+#[tokio::test]
+async fn an_image_kept_for_two_runtime_handlers_is_removed_only_for_the_one_unused_and_its_record_stays() {
+    // KEP-4216: the runtime lists sha256:a for the default handler and for kata; a kata
+    // container uses kata's copy.
+    let kata = StoredImage { runtime_handler: "kata".into(), ..image("sha256:a", "a:1", 10 * MIB) };
+    let disk = Disk {
+        images: vec![image("sha256:a", "a:1", 10 * MIB), kata],
+        containers: vec![UsedImage::new("a:1", "kata")],
+        capacity: 100 * MIB,
+        ..Disk::default()
+    };
+    let h = harness(disk, EAGER);
+    write_record_pulled_long_ago(&h, "sha256:a");
+    let report = h.gc.pass(PassRequest { delete_unused: true, ..PassRequest::default() }).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:a", Reason::Unused, &Outcome::Removed)]);
+    assert_eq!(report.images[0].runtime_handler, "", "the default handler's copy");
+    let left: Vec<(String, String)> =
+        h.runtime.state().images.iter().map(|image| (image.id.clone(), image.runtime_handler.clone())).collect();
+    assert_eq!(left, [("sha256:a".to_owned(), "kata".to_owned())], "removed for the default handler only");
+    assert!(h.records.record("sha256:a").await.expect("reads").is_some(), "kata's copy keeps the pull record");
+
+    // Once no container uses it, kata's copy goes, asked for by its handler, and the record with it.
+    h.runtime.state().containers.clear();
+    let report = h.gc.pass(PassRequest { delete_unused: true, ..PassRequest::default() }).await.expect("passes");
+    assert_eq!(ids(&report), [("sha256:a", Reason::Unused, &Outcome::Removed)]);
+    assert_eq!(report.images[0].runtime_handler, "kata");
+    assert!(h.runtime.state().images.is_empty());
+    assert!(h.records.record("sha256:a").await.expect("reads").is_none(), "the last copy took the record");
 }

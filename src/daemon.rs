@@ -25,6 +25,10 @@ use crate::{
     metrics::{self, Metrics, MetricsServerError},
     notify,
     pinned::PinnedImages,
+    prepull::{
+        PrePullConfig, PrePullParts, PrePulls,
+        store::{PrePullStore, StoreError},
+    },
     presence::{self, PresenceCache},
     pull::{
         path::{PathConfig, PullPath, Shared},
@@ -59,6 +63,8 @@ pub enum DaemonError {
     Records(#[from] RecordsError),
     #[error(transparent)]
     ImageAges(#[from] AgesError),
+    #[error(transparent)]
+    PrePulls(#[from] StoreError),
 }
 
 /// The async runtime `serve` runs on: a single thread unless told otherwise.
@@ -88,7 +94,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
     /// all counting into one set of metrics.
     pub fn build(
         runtime: Arc<R>,
-        (config, gc_config): (ManagerConfig, GcConfig),
+        (config, gc_config, pre_pull_config): (ManagerConfig, GcConfig, PrePullConfig),
         node_credentials: Arc<NodeCredentials>,
         root_dir: &Path,
     ) -> Result<Self, DaemonError> {
@@ -138,6 +144,16 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
+        let pre_pull_parts = PrePullParts {
+            runtime: runtime.clone(),
+            manager: manager.clone(),
+            pinned: pinned.clone(),
+            presence: presence.clone(),
+            events: events.clone(),
+            store: PrePullStore::open(root_dir)?,
+            metrics: metrics.pre_pulls.clone(),
+        };
+        let pre_pulls = Arc::new(PrePulls::new(pre_pull_parts, pre_pull_config));
         let services = Services {
             runtime,
             manager,
@@ -148,6 +164,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             guard,
             events,
             limits,
+            pre_pulls,
             kubelet_warning: Arc::default(),
             connections: metrics.connections.clone(),
         };
@@ -162,6 +179,7 @@ pub struct Settings {
     pub runtime_request_timeout: Duration,
     pub manager: ManagerConfig,
     pub image_gc: GcConfig,
+    pub pre_pulls: PrePullConfig,
     /// The node's docker config and credential plugins, already read.
     pub node_credentials: Arc<NodeCredentials>,
     /// cri-imaged's state: the pull records live under `image_manager/`, image ages under
@@ -196,7 +214,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let shutdown = parts_shutdown;
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
     let started = SystemTime::now();
-    let configs = (settings.manager, settings.image_gc);
+    let configs = (settings.manager, settings.image_gc, settings.pre_pulls);
     let node_credentials = settings.node_credentials;
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
     if let Some(kubelet_root_dir) = &settings.kubelet_root_dir {
@@ -213,6 +231,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             limits: parts.services.limits.clone(),
             manager: parts.services.manager.clone(),
             gc: parts.services.gc.clone(),
+            pre_pulls: parts.services.pre_pulls.clone(),
             credentials: node_credentials,
             metrics: parts.metrics.reloads.clone(),
         };
@@ -224,6 +243,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         async move { records.settle(&*runtime, started).await }
     });
     tokio::spawn(parts.services.gc.clone().run(shutdown.clone()));
+    tokio::spawn(parts.services.pre_pulls.clone().run(shutdown.clone()));
     tokio::spawn(memory::trim_periodically(shutdown.clone()));
     if settings.presence_cache {
         tokio::spawn(presence::image_events::watch(
@@ -277,6 +297,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
 
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
+    let pre_pulls = args.pre_pull_config()?;
     let kubelet_root_dir = args.kubelet_root_dir()?;
     let node_credentials = Arc::new(args.node_credentials()?);
     // One daemon per root dir, before the socket is touched; one taking the socket over waits.
@@ -355,6 +376,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         runtime_request_timeout: args.runtime_request_timeout,
         manager,
         image_gc,
+        pre_pulls,
         node_credentials,
         root_dir: args.root_dir,
         kubelet_root_dir,

@@ -38,6 +38,14 @@ pub mod reason {
     pub const REGISTRY_THROTTLED: &str = "RegistryThrottled";
     /// Not the kubelet's: this subscriber read too slowly and lost events.
     pub const LAGGED: &str = "Lagged";
+    /// Not the kubelet's: a pre-pull was asked for (or resumed after a restart) and waits.
+    pub const PRE_PULL_QUEUED: &str = "PrePullQueued";
+    /// Not the kubelet's: a pre-pull gave its slot to a pod's pull and waits again.
+    pub const PRE_PULL_YIELDED: &str = "PrePullYielded";
+    /// Not the kubelet's: a pre-pull's image is present.
+    pub const PRE_PULLED: &str = "PrePulled";
+    /// Not the kubelet's: a pre-pull failed, was cancelled or missed its deadline.
+    pub const PRE_PULL_FAILED: &str = "PrePullFailed";
 }
 
 /// The kubelet's event types.

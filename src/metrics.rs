@@ -13,8 +13,8 @@ use prometheus_client::{
 
 use crate::{
     ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, kubelet_guard::GuardMetrics,
-    presence::metrics::PresenceMetrics, pull::metrics::PullMetrics, records::metrics::RecordsMetrics,
-    reload::metrics::ReloadMetrics, server::metrics::ConnectionMetrics,
+    prepull::metrics::PrePullMetrics, presence::metrics::PresenceMetrics, pull::metrics::PullMetrics,
+    records::metrics::RecordsMetrics, reload::metrics::ReloadMetrics, server::metrics::ConnectionMetrics,
 };
 
 /// Every metric, registered under the `cri_imaged` prefix; each part gets its own share. Those
@@ -31,6 +31,7 @@ pub struct Metrics {
     pub connections: Arc<ConnectionMetrics>,
     pub reloads: Arc<ReloadMetrics>,
     pub kubelet_guard: Arc<GuardMetrics>,
+    pub pre_pulls: Arc<PrePullMetrics>,
 }
 
 impl Default for Metrics {
@@ -44,11 +45,24 @@ impl Default for Metrics {
         let connections = Arc::new(ConnectionMetrics::register(&mut registry));
         let reloads = Arc::new(ReloadMetrics::register(&mut registry));
         let kubelet_guard = Arc::new(GuardMetrics::register(&mut registry));
+        let pre_pulls = Arc::new(PrePullMetrics::register(&mut registry));
         let mut kubelet_names = Registry::with_prefix("kubelet");
         ensure.register_kubelet_names(&mut kubelet_names);
         records.register_imagemanager(kubelet_names.sub_registry_with_prefix("imagemanager"));
         gc.register_kubelet_names(&mut kubelet_names);
-        Self { registry, kubelet_names, ensure, pulls, presence, records, gc, connections, reloads, kubelet_guard }
+        Self {
+            registry,
+            kubelet_names,
+            ensure,
+            pulls,
+            presence,
+            records,
+            gc,
+            connections,
+            reloads,
+            kubelet_guard,
+            pre_pulls,
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The images cri-imaged pins: the sandbox image (`--pod-infra-container-image`, else the one the
-//! runtime's CRI config names) and every `--pinned-image`. Image GC never collects them, and
+//! runtime's CRI config names), every `--pinned-image`, and pre-pulls pinned for a while. Image GC never collects them, and
 //! ImageStatus and ListImages through us report them `pinned: true`, because kubelets from 1.28
 //! keep only what the runtime reports pinned and containerd before 2.0 pins nothing (2.x pins
 //! its sandbox image itself: then nothing changes).
@@ -34,6 +34,8 @@ struct Pins {
     sandbox_configured: bool,
     /// The sandbox image the runtime's CRI config names.
     learned: Option<String>,
+    /// Images of pre-pulls pinned now.
+    pre_pulled: Vec<String>,
     /// Every name an image carrying one of the above has in CRI answers: `name:tag`,
     /// `name@digest` (normalised, as the runtime reports them) and image ids.
     matched: Arc<[String]>,
@@ -41,7 +43,7 @@ struct Pins {
 
 impl Pins {
     fn with_matched(mut self) -> Self {
-        let all = self.configured.iter().chain(&self.learned);
+        let all = self.configured.iter().chain(&self.learned).chain(&self.pre_pulled);
         self.matched = all.flat_map(|image| reported_names(image)).collect();
         self
     }
@@ -88,10 +90,16 @@ impl PinnedImages {
         self.update(|pins| pins.learned = image.filter(|_| !pins.sandbox_configured))
     }
 
-    /// Every pinned image, as configured or learned.
+    /// Pins the images of the pre-pulls pinned now (and no others); true when the pinned set
+    /// changed.
+    pub fn pre_pulled(&self, images: Vec<String>) -> bool {
+        self.update(|pins| pins.pre_pulled = images)
+    }
+
+    /// Every pinned image, as configured, learned or pre-pulled.
     pub fn images(&self) -> Vec<String> {
         let pins = self.read();
-        pins.configured.iter().chain(&pins.learned).cloned().collect()
+        pins.configured.iter().chain(&pins.learned).chain(&pins.pre_pulled).cloned().collect()
     }
 
     /// An ImageStatusResponse or ListImagesResponse `answer` with every pinned image that the

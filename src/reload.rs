@@ -1,5 +1,5 @@
 //! SIGHUP: the command line and its config file read again, and applied while serving where that
-//! is safe: the registry rate limits, the pull backoff, image GC's policy and the credential files
+//! is safe: the registry rate limits, the pull backoff, image GC's policy, pre-pulls and the credential files
 //! (the node's docker config and the credential-provider plugins, read afresh even when no flag
 //! changed). Any other flag that changed is logged as waiting for a restart. A file that does not
 //! load, or a configuration that does not validate, changes nothing: the running one is kept.
@@ -14,6 +14,7 @@ use crate::{
     ensure,
     gc::ImageGc,
     notify,
+    prepull::PrePulls,
     pull::ratelimit::RegistryLimits,
     reload::metrics::{ReloadMetrics, ReloadResult},
     runtime::ImageRuntime,
@@ -45,6 +46,7 @@ pub struct Reloadable<R> {
     pub limits: Arc<RegistryLimits>,
     pub manager: Arc<ensure::Manager<R>>,
     pub gc: Arc<ImageGc<R>>,
+    pub pre_pulls: Arc<PrePulls<R>>,
     pub credentials: Arc<NodeCredentials>,
     pub metrics: Arc<ReloadMetrics>,
 }
@@ -66,10 +68,12 @@ impl<R: ImageRuntime> Reloadable<R> {
         // Everything is read and checked before anything is applied.
         let manager = args.manager_config()?;
         let gc = args.gc_config()?;
+        let pre_pulls = args.pre_pull_config()?;
         let credentials = args.node_credentials()?;
         self.limits.reconfigure(&manager.rate_limits);
         self.manager.set_backoff(manager.backoff);
         self.gc.set_config(gc);
+        self.pre_pulls.set_config(pre_pulls);
         self.credentials.replace(credentials);
         let (applied, need_restart) = source
             .running

@@ -17,6 +17,10 @@ use crate::{
     },
     ensure::{ManagerConfig, VerificationConfig},
     gc::{GcConfig, plan::GcPolicy, plan::GcPolicyError},
+    prepull::{
+        PrePullConfig,
+        book::{self, BookError},
+    },
     pull::poller::ProgressConfig,
     pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitError},
     pull::{breaker::state::BreakerConfig, ratelimit::AdaptiveConfig, scheduler::SchedulerConfig},
@@ -60,6 +64,8 @@ pub enum ConfigError {
         "invalid configuration: --root-dir {0:?} is the kubelet's --root-dir (--kubelet-root-dir): the kubelet and cri-imaged would both write its pull records; give cri-imaged a directory of its own"
     )]
     SharedRootDir(std::path::PathBuf),
+    #[error("invalid configuration: --pre-pull {0}")]
+    PrePull(BookError),
 }
 
 /// Why the node's credentials could not be read.
@@ -249,6 +255,16 @@ impl ServeArgs {
             hand_out_window: self.image_gc_hand_out_window,
             sandbox_image: self.pod_infra_container_image.clone(),
             pinned_images: self.pinned_image.clone(),
+        })
+    }
+
+    /// How pre-pulls run: the declared images with their default tags.
+    pub fn pre_pull_config(&self) -> Result<PrePullConfig, ConfigError> {
+        let declared = self.pre_pull.iter().map(|image| book::with_default_tag(image)).collect::<Result<_, _>>();
+        Ok(PrePullConfig {
+            declared: declared.map_err(ConfigError::PrePull)?,
+            max_parallel: self.max_parallel_pre_pulls.get(),
+            recheck: self.pre_pull_recheck_period.max(Duration::from_secs(1)),
         })
     }
 }

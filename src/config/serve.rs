@@ -319,6 +319,19 @@ pub struct ServeArgs {
     /// (repeatable): a name as pods write it, or an image id.
     #[arg(long, value_name = "IMAGE")]
     pub pinned_image: Vec<String>,
+
+    /// An image pulled at start and kept present (repeatable): pulled behind pods' pulls, and
+    /// again when removed; give it --pinned-image too to keep it from image GC.
+    #[arg(long, value_name = "IMAGE")]
+    pub pre_pull: Vec<String>,
+
+    /// How often a --pre-pull image is looked for, to pull it again when it was removed.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub pre_pull_recheck_period: Duration,
+
+    /// The most pre-pulls under way at once; they never hold a slot a pod's pull waits for.
+    #[arg(long, value_name = "N", default_value = "1", value_parser = parse_at_least_one, allow_hyphen_values = true)]
+    pub max_parallel_pre_pulls: NonZeroUsize,
 }
 
 /// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
@@ -359,6 +372,9 @@ pub const RELOADABLE: &[&str] = &[
     "image-gc-hand-out-window",
     "pod-infra-container-image",
     "pinned-image",
+    "pre-pull",
+    "pre-pull-recheck-period",
+    "max-parallel-pre-pulls",
     "node-docker-config",
     "image-credential-provider-config",
     "image-credential-provider-bin-dir",

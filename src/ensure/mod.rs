@@ -219,6 +219,7 @@ impl<R: ImageRuntime> Manager<R> {
             // Not under Always: the same pull that ended since the presence check serves it.
             absent_since: (policy != PullPolicy::Always).then_some(checked_at),
             caller: about.pod.clone(),
+            class: request.class,
             ..Default::default()
         };
         let order = PodPull { image: image.clone(), repository, pull, credentials, about: about.clone(), started };

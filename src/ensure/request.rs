@@ -10,7 +10,7 @@ use crate::{
     credentials::{account::ServiceAccount, secrets::PullSecret},
     events::{Pod, Subject},
     messages,
-    pull::Peer,
+    pull::{Peer, PullClass},
     pull_policy::PullPolicy,
     reference::{self, ImageReference},
 };
@@ -42,6 +42,8 @@ pub struct EnsureRequest {
     pub service_account: Option<ServiceAccount>,
     /// Who called: not on the wire, from the connection.
     pub peer: Option<Peer>,
+    /// A pod's pull, or a pre-pull that yields to pods' (not on the wire).
+    pub class: PullClass,
 }
 
 /// A successful answer.

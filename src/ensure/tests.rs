@@ -101,6 +101,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
         pull_secrets: Vec::new(),
         service_account: None,
         peer: None,
+        class: crate::pull::PullClass::Pod,
     }
 }
 

@@ -29,6 +29,8 @@ pub enum PullResult {
     RegistryUnavailable,
     /// A big pull gave its slot to the pulls queued behind it, and was queued again.
     Yielded,
+    /// A pre-pull gave its slot to a pod's pull, and was queued again.
+    Preempted,
 }
 
 impl PullResult {
@@ -42,6 +44,7 @@ impl PullResult {
             Self::Cancelled => "cancelled",
             Self::RegistryUnavailable => "registry_unavailable",
             Self::Yielded => "yielded",
+            Self::Preempted => "preempted",
         }
     }
 }
@@ -52,6 +55,7 @@ pub struct PullMetrics {
     pulls: Family<Labels, Counter>,
     in_flight: Gauge,
     queue_depth: Gauge,
+    pre_pull_queue_depth: Gauge,
     queue_wait: Histogram,
     joins: Counter,
     throttled: Counter,
@@ -75,6 +79,7 @@ impl PullMetrics {
             pulls: Family::default(),
             in_flight: Gauge::default(),
             queue_depth: Gauge::default(),
+            pre_pull_queue_depth: Gauge::default(),
             queue_wait: Histogram::new(QUEUE_WAIT_BUCKETS),
             joins: Counter::default(),
             throttled: Counter::default(),
@@ -85,7 +90,16 @@ impl PullMetrics {
         };
         registry.register("pulls", "Upstream PullImage calls, by result", metrics.pulls.clone());
         registry.register("pulls_in_flight", "Upstream pulls running now", metrics.in_flight.clone());
-        registry.register("pull_queue_depth", "Pulls waiting for a parallel-pull slot", metrics.queue_depth.clone());
+        registry.register(
+            "pull_queue_depth",
+            "Pods' pulls waiting for a parallel-pull slot",
+            metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "pre_pull_queue_depth",
+            "Pre-pulls waiting for a parallel-pull slot (behind pods' pulls)",
+            metrics.pre_pull_queue_depth.clone(),
+        );
         registry.register("pull_queue_wait_seconds", "Time pulls waited for a slot", metrics.queue_wait.clone());
         registry.register(
             "pull_joins",
@@ -157,6 +171,15 @@ impl PullMetrics {
     pub fn dequeued(&self, waited: Duration) {
         self.queue_depth.dec();
         self.queue_wait.observe(waited.as_secs_f64());
+    }
+
+    /// A pre-pull waits for a slot (`true`) or no longer does.
+    pub fn pre_pull_waiting(&self, waiting: bool) {
+        if waiting {
+            self.pre_pull_queue_depth.inc()
+        } else {
+            self.pre_pull_queue_depth.dec()
+        };
     }
 
     pub fn started(&self) {

@@ -68,6 +68,19 @@ pub struct Pull {
     /// the rate limit tells the scheduler: time spent waiting for a token is not the registry's
     /// silence.
     pub cleared: Option<Arc<watch::Sender<Option<Instant>>>>,
+    /// Who the pull is for: a pod's pulls go before pre-pulls.
+    pub class: PullClass,
+}
+
+/// Who a pull is for, as the scheduler orders them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PullClass {
+    /// A pod's (EnsureImageExists, CRI PullImage): never waits behind a pre-pull for a slot.
+    #[default]
+    Pod,
+    /// Fetched ahead of need: takes a slot only while no pod pull waits for one, and gives it
+    /// back (cancelled, queued again) when one does.
+    PrePull,
 }
 
 impl Pull {

@@ -16,6 +16,8 @@
 //! Small pulls do not wait behind big ones: a pull that turns out big and has barely begun gives
 //! its slot, once, to the pulls queued behind it ([`yielding`]).
 //!
+//! Pods first: a pre-pull never holds a slot a pod's pull waits for ([`pods_first`]).
+//!
 //! Callers differ in what a registry rate limit does to them: EnsureImageExists (the kubelet's
 //! way) fails at once, a CRI PullImage waits for a token. A shared pull waits if any caller that
 //! joined it before it was admitted would wait: the pull runs anyway for that caller, so sharing
@@ -33,11 +35,12 @@ use std::{
 };
 
 use tokio::{
-    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, watch},
     time::Instant,
 };
 
 mod admission;
+mod pods_first;
 mod task;
 pub mod yielding;
 
@@ -46,7 +49,7 @@ use self::{task::run, yielding::Queued};
 use crate::{
     events::{Events, Pod},
     pull::{
-        Pull, PullError, PullKey, PullService, Pulled,
+        Pull, PullClass, PullError, PullKey, PullService, Pulled,
         breaker::{Breakers, state::BreakerConfig},
         metrics::PullMetrics,
         poller::{MAX_WAITING_PODS, Report, TrackPulls, WaitingPods},
@@ -123,6 +126,10 @@ struct PullSlot {
     waiting: WaitingPods,
     /// The pull's progress reports, once it is downloading and they can be had.
     progress: Mutex<Option<watch::Receiver<Option<Report>>>>,
+    /// A pre-pull until a pod's pull joins it.
+    class: watch::Sender<PullClass>,
+    /// Told when a pod's pull takes this pre-pull's slot.
+    preempt: Notify,
 }
 
 impl PullSlot {
@@ -153,8 +160,16 @@ struct Shared {
     metrics: Arc<PullMetrics>,
     /// Watches each pull's downloads, and finds it stalled.
     progress: Option<Arc<dyn TrackPulls>>,
-    /// Pulls waiting for a slot.
+    /// Pods' pulls waiting for a slot.
     queued: watch::Sender<usize>,
+    /// Pre-pulls waiting for a slot.
+    pre_pulls_queued: watch::Sender<usize>,
+    /// Pre-pulls holding a slot, the most recently started last.
+    running_pre_pulls: Mutex<Vec<Slot>>,
+    /// Pods' pulls in flight, with a slot or not.
+    pods_in_flight: watch::Sender<usize>,
+    /// For a pre-pull giving its slot to a pod's pull.
+    events: Arc<Events>,
 }
 
 /// The scheduler; cheap to clone.
@@ -180,9 +195,23 @@ impl PullScheduler {
     ) -> Self {
         let slots = config.max_parallel.map(|n| Arc::new(Semaphore::new(n.get())));
         let (in_flight, recent) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
-        let breakers = Arc::new(Breakers::new(config.breaker, metrics.clone(), events));
-        let queued = watch::Sender::new(0);
-        let shared = Shared { service, slots, config, breakers, in_flight, recent, metrics, progress, queued };
+        let breakers = Arc::new(Breakers::new(config.breaker, metrics.clone(), events.clone()));
+        let (queued, pre_pulls_queued) = (watch::Sender::new(0), watch::Sender::new(0));
+        let shared = Shared {
+            service,
+            slots,
+            config,
+            breakers,
+            in_flight,
+            recent,
+            metrics,
+            progress,
+            queued,
+            pre_pulls_queued,
+            running_pre_pulls: Mutex::default(),
+            pods_in_flight: watch::Sender::new(0),
+            events,
+        };
         Self { shared: Arc::new(shared) }
     }
 
@@ -210,6 +239,9 @@ impl PullScheduler {
                         slot.waits_for_rate_limit.store(true, Ordering::Relaxed);
                     }
                     slot.wait_for(pull.caller.as_ref());
+                    if pull.class == PullClass::Pod {
+                        self.shared.promote(slot);
+                    }
                     (slot.result.subscribe(), true)
                 }
                 None => {
@@ -224,8 +256,13 @@ impl PullScheduler {
                         waits_for_rate_limit,
                         waiting: Arc::default(),
                         progress: Mutex::new(None),
+                        class: watch::Sender::new(pull.class),
+                        preempt: Notify::new(),
                     });
                     slot.wait_for(pull.caller.as_ref());
+                    if pull.class == PullClass::Pod {
+                        self.shared.pod_in_flight();
+                    }
                     in_flight.insert(key.clone(), slot.clone());
                     tokio::spawn(run(self.shared.clone(), key, pull, slot));
                     (receiver, false)
@@ -260,8 +297,14 @@ impl PullScheduler {
                     .unwrap_or_else(PoisonError::into_inner)
                     .as_ref()
                     .and_then(|reports| *reports.borrow()),
+                class: *slot.class.borrow(),
             })
             .collect()
+    }
+
+    /// Pods' pulls and pre-pulls waiting for a slot now.
+    pub fn queued(&self) -> (usize, usize) {
+        (*self.shared.queued.borrow(), *self.shared.pre_pulls_queued.borrow())
     }
 }
 
@@ -276,6 +319,8 @@ pub struct InFlight {
     pub started_at: Option<SystemTime>,
     /// `None` until its downloads are seen (or where they cannot be).
     pub progress: Option<Report>,
+    /// A pre-pull until a pod's pull joins it.
+    pub class: PullClass,
 }
 
 impl Shared {
@@ -292,6 +337,7 @@ impl Shared {
         let Some(slots) = &self.slots else { return Some(None) };
         let queued_at = Instant::now();
         let _queued = Queued::new(&self.queued);
+        self.take_slot_from_pre_pull();
         self.metrics.queued();
         let acquired = tokio::select! {
             permit = slots.clone().acquire_owned() => permit.ok().map(Some),

@@ -10,6 +10,7 @@ use crate::{
     api::{self, image_manager_server},
     ensure::{self, EnsureRequest},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
+    prepull::{PrePulls, Submission},
     presence::PresenceCache,
     pull::{
         breaker::RegistryStatus,
@@ -28,6 +29,7 @@ pub struct ImageManagerService<R> {
     presence: Arc<PresenceCache>,
     limits: Arc<RegistryLimits>,
     pulls: Arc<PullPath>,
+    pre_pulls: Arc<PrePulls<R>>,
     kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 
@@ -40,6 +42,7 @@ impl<R> ImageManagerService<R> {
             presence: services.presence.clone(),
             limits: services.limits.clone(),
             pulls: services.pulls.clone(),
+            pre_pulls: services.pre_pulls.clone(),
             kubelet_warning: services.kubelet_warning.clone(),
         }
     }
@@ -85,9 +88,9 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         let probe = probe_within(&*self.runtime, STATUS_PROBE_TIMEOUT).await;
         let runtime_error = probe.err().map(|error| error.to_string()).unwrap_or_default();
         let timestamp = |time: SystemTime| Some(prost_types::Timestamp::from(time));
-        let pulls = self
-            .manager
-            .pulls_in_flight()
+        let in_flight = self.manager.pulls_in_flight();
+        let pre_pulls = super::pre_pulls::wire_all(self.pre_pulls.list(), &in_flight);
+        let pulls = in_flight
             .into_iter()
             .map(|pull| api::PullInFlight {
                 image: pull.image,
@@ -97,6 +100,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
                 progress: pull.progress.map(|report| super::watch::wire_progress(&report.facts())),
             })
             .collect();
+        let (pulls_queued, pre_pulls_queued) = self.pulls.scheduler().queued();
         let (backoff_entries, backing_off) = self.manager.backoff_status(&pod_uid, &image, &runtime_handler);
         let backoff = (!pod_uid.is_empty() && !image.is_empty()).then(|| match backing_off {
             Some((remaining, last_error)) => api::BackoffStatus {
@@ -132,7 +136,40 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             rate_limits: self.limits.buckets().into_iter().map(rate_limit_bucket).collect(),
             kubelet_image_service_warning: self.kubelet_warning.get().cloned().unwrap_or_default(),
             registries: self.pulls.scheduler().breakers().status().into_iter().map(registry_health).collect(),
+            pre_pulls,
+            pulls_queued: u32::try_from(pulls_queued).unwrap_or(u32::MAX),
+            pre_pulls_queued: u32::try_from(pre_pulls_queued).unwrap_or(u32::MAX),
         }))
+    }
+
+    async fn submit_pre_pull(
+        &self,
+        request: Request<api::SubmitPrePullRequest>,
+    ) -> Result<Response<api::SubmitPrePullResponse>, Status> {
+        let submitted = self.pre_pulls.submit(Submission::try_from(request.into_inner())?)?;
+        let pre_pulls = super::pre_pulls::wire_all(submitted, &self.manager.pulls_in_flight());
+        Ok(Response::new(api::SubmitPrePullResponse { pre_pulls }))
+    }
+
+    async fn list_pre_pulls(
+        &self,
+        _: Request<api::ListPrePullsRequest>,
+    ) -> Result<Response<api::ListPrePullsResponse>, Status> {
+        let pre_pulls = super::pre_pulls::wire_all(self.pre_pulls.list(), &self.manager.pulls_in_flight());
+        Ok(Response::new(api::ListPrePullsResponse { pre_pulls }))
+    }
+
+    async fn get_pre_pull(&self, request: Request<api::GetPrePullRequest>) -> Result<Response<api::PrePull>, Status> {
+        let pre_pull = self.pre_pulls.get(&request.into_inner().id)?;
+        Ok(Response::new(super::pre_pulls::wire(pre_pull, &self.manager.pulls_in_flight())))
+    }
+
+    async fn cancel_pre_pull(
+        &self,
+        request: Request<api::CancelPrePullRequest>,
+    ) -> Result<Response<api::PrePull>, Status> {
+        let cancelled = self.pre_pulls.cancel(&request.into_inner().id)?;
+        Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }
 
     async fn garbage_collect(

@@ -59,6 +59,7 @@ mod deadline;
 mod health;
 mod image_manager;
 pub mod metrics;
+mod pre_pulls;
 mod request;
 mod status;
 mod streams;
@@ -88,6 +89,7 @@ use crate::{
     events::Events,
     gc::{ImageGc, ImageGuard},
     pinned::PinnedImages,
+    prepull::PrePulls,
     presence::PresenceCache,
     pull::{path::PullPath, ratelimit::RegistryLimits},
     runtime::{ImageRuntime, MAX_MESSAGE_BYTES},
@@ -110,6 +112,8 @@ pub struct Services<R> {
     pub events: Arc<Events>,
     /// The registry rate limits the pull path applies, for GetStatus.
     pub limits: Arc<RegistryLimits>,
+    /// Pre-pulls, asked for over the API or declared.
+    pub pre_pulls: Arc<PrePulls<R>>,
     /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
     pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
     pub connections: Arc<ConnectionMetrics>,

@@ -1,5 +1,7 @@
 //! Translation of wire requests into the manager's types; refuses what cannot be translated.
 
+use std::time::Duration;
+
 use secrecy::SecretString;
 use zeroize::Zeroize;
 
@@ -12,7 +14,8 @@ use crate::{
     },
     ensure::{EnsureRequest, PodRef},
     messages,
-    pull::Peer,
+    prepull::Submission,
+    pull::{Peer, PullClass},
     pull_policy::PullPolicy,
 };
 
@@ -33,6 +36,10 @@ pub enum RequestError {
     ForeignNamespace { account: String, pod: String },
     #[error("service_account.uid is required with service_account.name")]
     NameWithoutUid,
+    #[error("{field}: {reason}")]
+    BadDuration { field: &'static str, reason: String },
+    #[error("images: none given")]
+    NoImages,
 }
 
 impl RequestError {
@@ -44,6 +51,8 @@ impl RequestError {
             Self::TooManyAnnotations(_) => "service_account.annotations",
             Self::ForeignNamespace { .. } => "service_account.namespace",
             Self::NameWithoutUid => "service_account.uid",
+            Self::BadDuration { field, .. } => field,
+            Self::NoImages => "images",
         }
     }
 }
@@ -80,8 +89,35 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             service_account: service_account.flatten(),
             // From the connection, not the message: see [`peer`].
             peer: None,
+            class: PullClass::Pod,
         })
     }
+}
+
+impl TryFrom<api::SubmitPrePullRequest> for Submission {
+    type Error = RequestError;
+
+    fn try_from(wire: api::SubmitPrePullRequest) -> Result<Self, RequestError> {
+        if wire.images.is_empty() {
+            return Err(RequestError::NoImages);
+        }
+        Ok(Self {
+            timeout: duration("timeout", wire.timeout)?,
+            pin_for: duration("pin_for", wire.pin_for)?,
+            pull_secrets: wire.pull_secrets.into_iter().map(pull_secret).collect(),
+            images: wire.images,
+            runtime_handler: wire.runtime_handler,
+            priority: wire.priority,
+        })
+    }
+}
+
+/// A wire duration, refusing a negative or unnormalised one.
+fn duration(field: &'static str, wire: Option<prost_types::Duration>) -> Result<Option<Duration>, RequestError> {
+    wire.map(|wire| {
+        Duration::try_from(wire).map_err(|error| RequestError::BadDuration { field, reason: error.to_string() })
+    })
+    .transpose()
 }
 
 /// `text` moved into a secret string (wiped when dropped). Moved, not copied, when the string

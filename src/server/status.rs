@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::{
     ensure::EnsureError,
     gc::{GcError, plan::PlanError},
+    prepull::book::BookError,
     pull::PullError,
     runtime::RuntimeError,
 };
@@ -58,6 +59,22 @@ impl From<GcError> for Status {
             // The runtime's own code: UNAVAILABLE when it cannot be reached, DEADLINE_EXCEEDED
             // past the request timeout, UNIMPLEMENTED from a runtime without the call.
             GcError::Runtime { source, .. } => (source.code(), IMAGE_GC_FAILED),
+        };
+        let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, HashMap::new());
+        Status::with_error_details(code, error.to_string(), details)
+    }
+}
+
+impl From<BookError> for Status {
+    fn from(error: BookError) -> Self {
+        let (code, reason) = match &error {
+            BookError::InvalidImage { .. } => (Code::InvalidArgument, "InvalidImageName"),
+            BookError::PinTooLong(_) | BookError::DeadlinePassed | BookError::OtherCredentials { .. } => {
+                (Code::InvalidArgument, INVALID_REQUEST)
+            }
+            BookError::Full => (Code::ResourceExhausted, "TooManyPrePulls"),
+            BookError::NotFound(_) => (Code::NotFound, "PrePullNotFound"),
+            BookError::Declared(_) => (Code::FailedPrecondition, "PrePullDeclared"),
         };
         let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(code, error.to_string(), details)

@@ -84,6 +84,12 @@ impl LocalStack {
         id
     }
 
+    /// Whether containerd has `image` (CRI ImageStatus, straight on containerd).
+    pub fn present(&self, image: &str) -> bool {
+        let status = self.cri("runtime.v1.ImageService/ImageStatus", json!({ "image": { "image": image } }));
+        status.get("image").is_some()
+    }
+
     /// CRI RemoveImage of `image` (a name or an id) straight on containerd.
     pub fn remove_image(&self, image: &str) {
         self.cri("runtime.v1.ImageService/RemoveImage", json!({ "image": { "image": image } }));

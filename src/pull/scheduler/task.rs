@@ -1,6 +1,6 @@
 //! A pull's own task: past its registry's breaker, into a slot, the upstream call (bounded,
-//! watched, giving its slot away when its registry is silent or when it yields to smaller
-//! pulls), and its result to every caller.
+//! watched, giving its slot away when its registry is silent, when it yields to smaller pulls or,
+//! a pre-pull, to a pod's), and its result to every caller.
 
 use std::{
     sync::{Arc, PoisonError, atomic::Ordering},
@@ -16,9 +16,11 @@ use tower::ServiceExt;
 use super::{
     RECENT, Shared, Slot,
     admission::{NotAdmitted, admit, silent_registry},
+    pods_first::Leaving,
     yielding::{big_pull_yields, last_in_line},
 };
 use crate::{
+    events::{Event, EventType, reason},
     pull::{
         Pull, PullError, PullKey, Pulled,
         breaker::{Pass, state::Stage},
@@ -33,9 +35,12 @@ enum Called {
     Ended(Result<Pulled, PullError>),
     /// It gave its slot to the pulls queued behind it.
     Yielded,
+    /// A pre-pull, it gave its slot to a pod's pull.
+    Preempted,
 }
 
 pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot: Slot) {
+    let _leaving = Leaving(&shared, &slot);
     let mut pass = shared.breakers.pass(pull.reference.as_deref().map(ImageReference::domain));
     let mut permit = loop {
         let admitted = tokio::select! {
@@ -45,7 +50,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         if let Err(not_admitted) = admitted {
             return shared.refuse(&key, &slot, pass, not_admitted);
         }
-        let Some(permit) = shared.acquire(&key, &slot).await else {
+        let Some(permit) = shared.acquire_for(&key, &slot).await else {
             tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
             return;
         };
@@ -57,6 +62,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
     // The breaker may have opened while the pull was queued.
     if let Err(refused) = pass.admit(Stage::Start) {
         drop(permit);
+        shared.not_running_pre_pull(&slot);
         return shared.refuse(&key, &slot, pass, NotAdmitted::Refused(refused));
     }
     let (mut tracker, mut may_yield) = (shared.start(&pull, &slot), true);
@@ -65,7 +71,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         let called = tokio::select! {
             // A pull that ended as its last caller left still publishes: its image exists.
             biased;
-            called = shared.call(pull.clone(), &tracker, &pass, &mut permit, may_yield) => called,
+            called = shared.call(pull.clone(), (&tracker, &slot), &pass, &mut permit, may_yield) => called,
             () = shared.unwanted(&key, &slot) => {
                 tracing::info!(image = %key.image, "every caller went away; the pull was cancelled");
                 shared.metrics.finished(PullResult::Cancelled);
@@ -98,6 +104,21 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
                 (permit, tracker) = (next, shared.start(&pull, &slot));
                 continue;
             }
+            Called::Preempted => {
+                tracing::info!(image = %key.image, "a pre-pull gave its slot to a pod's pull; queued again");
+                shared.metrics.finished(PullResult::Preempted);
+                let message = format!("Pre-pull of {:?} gave its slot to a pod's pull; queued again", slot.image);
+                let event = Event::new(EventType::Normal, reason::PRE_PULL_YIELDED, message);
+                shared.events.publish(Event { image: slot.image.clone(), ..event });
+                *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                drop(tracker);
+                shared.not_running_pre_pull(&slot);
+                drop(permit.take());
+                let Some(next) = shared.acquire_for(&key, &slot).await else { return };
+                (permit, tracker) = (next, shared.start(&pull, &slot));
+                continue;
+            }
         };
         let mut in_flight = shared.in_flight();
         // Refused at once, but a caller who would wait has joined meanwhile: wait for it.
@@ -127,6 +148,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         Err(_) => PullResult::Failure,
     });
     pass.ended(result.as_ref().err());
+    shared.not_running_pre_pull(&slot);
     drop(permit);
     match &result {
         Ok(_) => tracker.completed(),
@@ -142,7 +164,7 @@ impl Shared {
     async fn call(
         &self,
         pull: Pull,
-        tracker: &Tracker,
+        (tracker, slot): (&Tracker, &Slot),
         pass: &Pass,
         permit: &mut Option<OwnedSemaphorePermit>,
         may_yield: bool,
@@ -175,6 +197,7 @@ impl Shared {
             error = unanswered => Called::Ended(Err(error)),
             never = answered => match never {},
             () = big_pull_yields(above, tracker, &self.queued) => Called::Yielded,
+            () = self.preempted(slot) => Called::Preempted,
         }
     }
 

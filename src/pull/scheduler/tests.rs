@@ -619,3 +619,5 @@ async fn a_big_pull_yields_when_its_size_is_known_after_the_others_queued() {
     big.await.expect("big").result.expect("pulled");
     assert_eq!(serial.ended(), ["small:v1", "big:v1"]);
 }
+
+mod pods_first;

@@ -1,0 +1,384 @@
+//! Pre-pulls: images fetched ahead of need, asked for over the API (`SubmitPrePull`) or declared
+//! with `--pre-pull`, run through the same pull path as pods' pulls but behind them (a pre-pull
+//! never holds a slot a pod's pull waits for, see [`crate::pull::scheduler`]), kept across
+//! restarts, and optionally pinned from image GC for a while once done.
+//!
+//! - `book`: the pre-pulls and their states, which go next, deadlines and pins (pure).
+//! - `store`: the pre-pulls kept across restarts, without their credentials.
+//! - `metrics`: pre-pulls by state, bytes pre-pulled.
+
+pub mod book;
+pub mod metrics;
+pub mod store;
+
+use std::{
+    collections::HashMap,
+    hash::{BuildHasher, Hash, Hasher, RandomState},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::{Duration, SystemTime},
+};
+
+use k8s_cri::v1::ImageSpec;
+use secrecy::ExposeSecret;
+use tokio::{sync::Notify, task::AbortHandle};
+
+use self::{
+    book::{Book, BookError, PrePull, Spec, State},
+    metrics::PrePullMetrics,
+    store::PrePullStore,
+};
+use crate::{
+    credentials::secrets::PullSecret,
+    ensure::{EnsureRequest, Manager},
+    events::{Event, EventType, Events, reason},
+    pinned::PinnedImages,
+    presence::PresenceCache,
+    pull::PullClass,
+    pull_policy::PullPolicy,
+    runtime::ImageRuntime,
+    shutdown::Shutdown,
+};
+
+/// How pre-pulls run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrePullConfig {
+    /// `--pre-pull`: images kept present, with their default tags.
+    pub declared: Vec<String>,
+    /// The most pre-pulls under way at once.
+    pub max_parallel: usize,
+    /// How often declared pre-pulls that are done look for their image, to pull it again if it
+    /// was removed behind our back.
+    pub recheck: Duration,
+}
+
+impl Default for PrePullConfig {
+    fn default() -> Self {
+        Self { declared: Vec::new(), max_parallel: 1, recheck: Duration::from_secs(60) }
+    }
+}
+
+/// One submission over the API.
+#[derive(Debug, Default)]
+pub struct Submission {
+    pub images: Vec<String>,
+    pub runtime_handler: String,
+    pub priority: i32,
+    /// Pulled with these, as a pod's would be (never written down).
+    pub pull_secrets: Vec<PullSecret>,
+    /// Failed if not done within this.
+    pub timeout: Option<Duration>,
+    /// Kept from image GC for this long once done.
+    pub pin_for: Option<Duration>,
+}
+
+/// The pre-pulls and the task running them.
+pub struct PrePulls<R> {
+    book: Mutex<Book>,
+    /// The pull secrets of pre-pulls not yet ended, by id: in memory only.
+    secrets: Mutex<HashMap<String, Vec<PullSecret>>>,
+    running: Mutex<HashMap<String, AbortHandle>>,
+    config: Mutex<PrePullConfig>,
+    /// Fingerprints credentials (never kept, never shown), so that a second submission with
+    /// other credentials is told apart.
+    hasher: RandomState,
+    wake: Notify,
+    /// Orders writes of the store: each writes the book as it is when its turn comes.
+    writing: tokio::sync::Mutex<()>,
+    parts: PrePullParts<R>,
+}
+
+/// What pre-pulls work with, built by the composition root.
+pub struct PrePullParts<R> {
+    pub runtime: Arc<R>,
+    pub manager: Arc<Manager<R>>,
+    pub pinned: Arc<PinnedImages>,
+    pub presence: Arc<PresenceCache>,
+    pub events: Arc<Events>,
+    pub store: PrePullStore,
+    pub metrics: Arc<PrePullMetrics>,
+}
+
+impl<R: ImageRuntime> PrePulls<R> {
+    /// The pre-pulls kept by the last run (what was under way is queued again), then `config`'s
+    /// declared ones.
+    pub fn new(parts: PrePullParts<R>, config: PrePullConfig) -> Self {
+        let now = SystemTime::now();
+        let mut book = match parts.store.load() {
+            Ok(book) => book,
+            Err(error) => {
+                tracing::warn!(%error, "pre-pulls not read; none is resumed");
+                Book::default()
+            }
+        };
+        for resumed in book.entries().filter(|entry| entry.state == State::Queued && entry.resumed > 0) {
+            tracing::info!(id = %resumed.id, image = %resumed.spec.image, "pre-pull resumed after a restart");
+            let message = format!("Pre-pull of {:?} resumed after a restart", resumed.spec.image);
+            parts.events.publish(about(resumed, EventType::Normal, reason::PRE_PULL_QUEUED, message));
+        }
+        book.declare(&config.declared, now);
+        Self {
+            book: Mutex::new(book),
+            secrets: Mutex::default(),
+            running: Mutex::default(),
+            config: Mutex::new(config),
+            hasher: RandomState::new(),
+            wake: Notify::new(),
+            writing: tokio::sync::Mutex::new(()),
+            parts,
+        }
+    }
+
+    /// Asks for the pre-pulls of `submission`: all of them, or none when one is refused.
+    pub fn submit(&self, submission: Submission) -> Result<Vec<PrePull>, BookError> {
+        let now = SystemTime::now();
+        let images =
+            submission.images.iter().map(|image| book::with_default_tag(image)).collect::<Result<Vec<_>, _>>()?;
+        let credentials = self.fingerprint(&submission.pull_secrets);
+        let deadline = submission.timeout.and_then(|timeout| now.checked_add(timeout));
+        let mut book = self.book();
+        let mut changed = book.clone();
+        let mut ids = Vec::with_capacity(images.len());
+        for image in images {
+            let spec = Spec {
+                image,
+                runtime_handler: submission.runtime_handler.clone(),
+                priority: submission.priority,
+                deadline,
+                pin_for: submission.pin_for,
+                declared: false,
+            };
+            ids.push(changed.submit(spec, credentials, now)?.id.clone());
+        }
+        let submitted: Vec<PrePull> = ids.iter().filter_map(|id| changed.get(id).cloned()).collect();
+        for entry in submitted.iter().filter(|entry| entry.state == State::Queued && book.get(&entry.id) != Some(entry))
+        {
+            tracing::info!(id = %entry.id, image = %entry.spec.image, priority = entry.spec.priority, "pre-pull queued");
+            let message = format!("Pre-pull of {:?} queued", entry.spec.image);
+            self.parts.events.publish(about(entry, EventType::Normal, reason::PRE_PULL_QUEUED, message));
+            if !submission.pull_secrets.is_empty() {
+                self.secrets().insert(entry.id.clone(), submission.pull_secrets.clone());
+            }
+        }
+        *book = changed;
+        drop(book);
+        self.changed();
+        Ok(submitted)
+    }
+
+    /// Every pre-pull, highest priority first, then oldest.
+    pub fn list(&self) -> Vec<PrePull> {
+        self.book().list().into_iter().cloned().collect()
+    }
+
+    pub fn get(&self, id: &str) -> Result<PrePull, BookError> {
+        self.book().get(id).cloned().ok_or_else(|| BookError::NotFound(crate::messages::echo(id).into_owned()))
+    }
+
+    /// Cancels a pre-pull: a pull under way for it alone stops.
+    pub fn cancel(&self, id: &str) -> Result<PrePull, BookError> {
+        let cancelled = self.book().cancel(id, SystemTime::now())?.clone();
+        self.stop(id);
+        self.changed();
+        Ok(cancelled)
+    }
+
+    /// Runs with `config` from now on (a reload): the declared list is diffed.
+    pub fn set_config(&self, config: PrePullConfig) {
+        self.book().declare(&config.declared, SystemTime::now());
+        *self.config() = config;
+        self.changed();
+    }
+
+    /// Starts what is queued, within the cap, keeps deadlines and pins, and rechecks declared
+    /// images, until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
+        let stopping = shutdown.requested();
+        tokio::pin!(stopping);
+        let mut recheck = tokio::time::Instant::now();
+        loop {
+            let now = SystemTime::now();
+            let (expired, next_change) = {
+                let mut book = self.book();
+                let expired = book.expire(now);
+                (expired, book.next_change())
+            };
+            if expired {
+                self.stop_ended();
+            }
+            self.pin(now);
+            self.start_next();
+            if tokio::time::Instant::now() >= recheck {
+                self.recheck_declared().await;
+                recheck = tokio::time::Instant::now() + self.config().recheck;
+            }
+            self.keep().await;
+            let until_change = next_change.and_then(|at| at.duration_since(SystemTime::now()).ok());
+            let wait = until_change
+                .unwrap_or(Duration::MAX)
+                .min(recheck.saturating_duration_since(tokio::time::Instant::now()));
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(wait.min(Duration::from_secs(3600))) => {}
+                () = &mut stopping => return,
+            }
+        }
+    }
+
+    /// Starts queued pre-pulls, best first, while fewer than the cap run.
+    fn start_next(self: &Arc<Self>) {
+        let max_parallel = self.config().max_parallel;
+        let next: Vec<PrePull> = {
+            let mut book = self.book();
+            let ids = book.next(max_parallel);
+            ids.iter().for_each(|id| book.started(id));
+            ids.iter().filter_map(|id| book.get(id).cloned()).collect()
+        };
+        // Held while spawning: a pull that ends at once takes itself out after it is put in.
+        let mut running = self.running();
+        for entry in next {
+            let this = self.clone();
+            let id = entry.id.clone();
+            let task = tokio::spawn(async move { this.pull(entry).await });
+            running.insert(id, task.abort_handle());
+        }
+    }
+
+    /// One pre-pull through the manager, as an IfNotPresent pull of a pod-less caller.
+    async fn pull(&self, entry: PrePull) {
+        let secrets = self.secrets().get(&entry.id).cloned().unwrap_or_default();
+        let request = EnsureRequest {
+            image: entry.spec.image.clone(),
+            pull_policy: Some(PullPolicy::IfNotPresent),
+            runtime_handler: entry.spec.runtime_handler.clone(),
+            pull_secrets: secrets,
+            class: PullClass::PrePull,
+            ..EnsureRequest::default()
+        };
+        let outcome = self.parts.manager.ensure_image_exists(request).await;
+        let state = match outcome {
+            Ok(outcome) => {
+                if outcome.pull.is_some() {
+                    self.parts.metrics.pre_pulled(outcome.image_size);
+                }
+                let message = format!("Pre-pulled {:?}: {}", entry.spec.image, outcome.image_ref);
+                self.parts.events.publish(about(&entry, EventType::Normal, reason::PRE_PULLED, message));
+                State::Done { image_ref: outcome.image_ref }
+            }
+            Err(error) => {
+                let message = format!("Pre-pull of {:?} failed: {}: {error}", entry.spec.image, error.reason());
+                self.parts.events.publish(about(&entry, EventType::Warning, reason::PRE_PULL_FAILED, message));
+                State::Failed { reason: error.reason().to_owned(), message: error.to_string() }
+            }
+        };
+        self.book().ended(&entry.id, state, SystemTime::now());
+        self.running().remove(&entry.id);
+        self.secrets().remove(&entry.id);
+        self.changed();
+    }
+
+    /// Stops the pull of `id`, if one runs (the pull path cancels the upstream pull when no one
+    /// else waits for it).
+    fn stop(&self, id: &str) {
+        if let Some(task) = self.running().remove(id) {
+            task.abort();
+        }
+        self.secrets().remove(id);
+    }
+
+    /// Stops the pulls of pre-pulls that ended meanwhile (a deadline).
+    fn stop_ended(&self) {
+        let ended: Vec<String> = {
+            let book = self.book();
+            let running = self.running();
+            running.keys().filter(|id| book.get(id).is_none_or(|entry| entry.state.ended())).cloned().collect()
+        };
+        for id in ended {
+            self.stop(&id);
+        }
+    }
+
+    /// Pins the images of the pre-pulls pinned now; the presence cache forgets its answers when
+    /// that changes what is pinned.
+    fn pin(&self, now: SystemTime) {
+        let images = self.book().pinned(now);
+        if self.parts.pinned.pre_pulled(images) {
+            self.parts.presence.image_changed();
+        }
+    }
+
+    /// Declared pre-pulls that are done and whose image is gone are queued again.
+    async fn recheck_declared(&self) {
+        let done: Vec<PrePull> = {
+            let book = self.book();
+            let declared =
+                book.entries().filter(|entry| entry.spec.declared && matches!(entry.state, State::Done { .. }));
+            declared.cloned().collect()
+        };
+        for entry in done {
+            let spec = ImageSpec {
+                image: entry.spec.image.clone(),
+                runtime_handler: entry.spec.runtime_handler.clone(),
+                ..Default::default()
+            };
+            if let Ok(None) = self.parts.runtime.image_status(spec).await {
+                tracing::info!(id = %entry.id, image = %entry.spec.image, "a declared pre-pull's image is gone; pulling it again");
+                self.book().gone(&entry.id, SystemTime::now());
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    /// Writes the book down, and counts its states.
+    async fn keep(&self) {
+        let _turn = self.writing.lock().await;
+        let (contents, counts) = {
+            let book = self.book();
+            (PrePullStore::encode(&book), metrics::count(&book))
+        };
+        self.parts.metrics.states(counts);
+        let store = self.parts.store.clone();
+        match tokio::task::spawn_blocking(move || store.write(&contents)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "pre-pulls not kept; a restart would lose them"),
+            Err(error) => tracing::warn!(%error, "keeping the pre-pulls stopped"),
+        }
+    }
+
+    /// Something changed: the loop starts what can start and writes the book down.
+    fn changed(&self) {
+        self.wake.notify_one();
+    }
+
+    fn fingerprint(&self, secrets: &[PullSecret]) -> Option<u64> {
+        if secrets.is_empty() {
+            return None;
+        }
+        let mut hasher = self.hasher.build_hasher();
+        for secret in secrets {
+            (&secret.coordinates.uid, &secret.coordinates.namespace, &secret.coordinates.name).hash(&mut hasher);
+            (&secret.kind, secret.content.expose_secret()).hash(&mut hasher);
+        }
+        Some(hasher.finish())
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn secrets(&self) -> MutexGuard<'_, HashMap<String, Vec<PullSecret>>> {
+        self.secrets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<String, AbortHandle>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn config(&self) -> MutexGuard<'_, PrePullConfig> {
+        self.config.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An event about a pre-pull, for no pod.
+fn about(entry: &PrePull, kind: EventType, reason: &'static str, message: String) -> Event {
+    Event { image: entry.spec.image.clone(), ..Event::new(kind, reason, message) }
+}

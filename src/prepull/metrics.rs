@@ -1,0 +1,45 @@
+//! Pre-pulls' metrics: how many are in each state, and the bytes they pulled.
+
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use super::book::Book;
+use crate::metric_labels::Labels;
+
+/// Every state a pre-pull can be in, as the `state` label says it.
+const STATES: [&str; 5] = ["queued", "pulling", "done", "failed", "cancelled"];
+
+#[derive(Debug, Clone, Default)]
+pub struct PrePullMetrics {
+    by_state: Family<Labels, Gauge>,
+    pulled_bytes: Counter,
+}
+
+impl PrePullMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register("pre_pulls", "Pre-pulls listed, by state", metrics.by_state.clone());
+        registry.register("pre_pulled_bytes", "Bytes of the images pre-pulls pulled", metrics.pulled_bytes.clone());
+        metrics
+    }
+
+    /// How many pre-pulls are in each state now.
+    pub fn states(&self, counts: [(&'static str, i64); 5]) {
+        for (state, count) in counts {
+            self.by_state.get_or_create(&vec![("state", state)]).set(count);
+        }
+    }
+
+    /// A pre-pull pulled an image of `bytes`.
+    pub fn pre_pulled(&self, bytes: u64) {
+        self.pulled_bytes.inc_by(bytes);
+    }
+}
+
+/// How many pre-pulls of `book` are in each state.
+pub fn count(book: &Book) -> [(&'static str, i64); 5] {
+    STATES.map(|state| (state, book.entries().filter(|entry| entry.state.as_str() == state).count() as i64))
+}

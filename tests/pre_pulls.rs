@@ -1,0 +1,192 @@
+//! Pre-pulls on real containerd, through a throttled loopback registry, driven by clients node
+//! agents run (Python grpcio, Node.js grpc-js): asked for, listed, cancelled; behind pods' pulls
+//! (a pod's pull takes the slot of a running pre-pull); resumed after the daemon is killed;
+//! declared with `--pre-pull` and pulled again when removed behind our back; pinned for a while.
+
+mod support;
+
+use std::{net::SocketAddr, path::Path, time::Duration};
+
+use serde_json::{Value, json};
+use support::{
+    clients::{Answer, Client},
+    process::DaemonProcess,
+    stack::LocalStack,
+    throttle::ThrottleProxy,
+};
+
+const SUBMIT: &str = "imagemanager.v1.ImageManager/SubmitPrePull";
+const LIST: &str = "imagemanager.v1.ImageManager/ListPrePulls";
+const GET: &str = "imagemanager.v1.ImageManager/GetPrePull";
+const CANCEL: &str = "imagemanager.v1.ImageManager/CancelPrePull";
+const ENSURE: &str = "imagemanager.v1.ImageManager/EnsureImageExists";
+const STATUS: &str = "imagemanager.v1.ImageManager/GetStatus";
+
+const MIB: u64 = 1 << 20;
+
+fn first_client() -> Option<Client> {
+    Client::available().into_iter().next()
+}
+
+fn state(client: Client, socket: &Path, id: &str) -> Value {
+    client.ok(socket, GET, json!({ "id": id }))
+}
+
+async fn until_state(client: Client, socket: &Path, id: &str, wanted: &str, limit: Duration) -> Value {
+    let mut last = Value::Null;
+    support::eventually(&format!("pre-pull {id} {wanted}"), limit, || {
+        last = state(client, socket, id);
+        last["state"] == wanted
+    })
+    .await;
+    last
+}
+
+// Multi-threaded: the clients block a thread while the throttling proxy runs on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_pull_goes_before_a_running_pre_pull_which_finishes_after_and_bad_requests_say_why() {
+    let Some(stack) = LocalStack::start() else { return };
+    let Some(client) = first_client() else { return };
+    stack.seed_sized("prepull/big:1", 24 * MIB);
+    stack.seed("prepull/small:1", "small");
+    let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
+    let proxy = ThrottleProxy::start(registry, 6 * MIB).await;
+    stack.route_through(proxy.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri-imaged.sock");
+    // The kubelet's defaults: one pull at a time.
+    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    let (big, small) = (proxy.image("prepull/big:1"), proxy.image("prepull/small:1"));
+
+    let submitted = client.ok(&socket, SUBMIT, json!({ "images": [big], "priority": 5 }));
+    let pre_pull = submitted["pre_pulls"][0].clone();
+    let id = pre_pull["id"].as_str().expect("an id").to_owned();
+    assert_eq!(id.len(), 16, "{pre_pull}");
+    assert_eq!(pre_pull["image"], json!(big));
+    let again = client.ok(&socket, SUBMIT, json!({ "images": [big] }));
+    assert_eq!(again["pre_pulls"][0]["id"], json!(id), "the same image is the same pre-pull");
+    support::eventually("the pre-pull downloading", Duration::from_secs(30), || {
+        state(client, &socket, &id)["progress"]["bytes_done"].as_str().is_some_and(|done| done != "0")
+    })
+    .await;
+
+    // A pod's pull takes the slot: answered while the pre-pull is not done.
+    let pod = json!({ "image": small, "pull_policy": "IF_NOT_PRESENT", "pod": { "namespace": "default", "name": "web", "uid": "uid-web" } });
+    let answer = client.ok(&socket, ENSURE, pod);
+    assert_eq!(answer["pulled"], json!(true), "{answer}");
+    let meanwhile = state(client, &socket, &id);
+    assert_ne!(meanwhile["state"], json!("done"), "the pod's pull went first: {meanwhile}");
+    let done = until_state(client, &socket, &id, "done", Duration::from_secs(60)).await;
+    assert!(done["image_ref"].as_str().is_some_and(|image_ref| image_ref.starts_with("sha256:")), "{done}");
+    let log = daemon.log_text();
+    assert!(log.contains("a pre-pull gave its slot to a pod's pull"), "the pre-pull was preempted:\n{log}");
+
+    // Listed, and in GetStatus.
+    let listed = client.ok(&socket, LIST, json!({}));
+    assert_eq!(listed["pre_pulls"][0]["id"], json!(id));
+    let status = client.ok(&socket, STATUS, json!({}));
+    assert_eq!(status["pre_pulls"][0]["state"], json!("done"), "{status}");
+
+    // Bad requests, each with its reason.
+    for client in Client::available() {
+        let refused = |method: &str, request: Value| match client.call(&socket, method, request.clone()) {
+            Answer::Error { code, message } => (code, message),
+            Answer::Ok(answer) => panic!("{client:?} {method} {request} answered {answer}"),
+        };
+        let (code, message) = refused(SUBMIT, json!({ "images": ["Not An Image"] }));
+        assert_eq!(code, "INVALID_ARGUMENT");
+        assert!(message.contains("Not An Image"), "{message}");
+        let (code, message) = refused(SUBMIT, json!({ "images": [] }));
+        assert_eq!((code.as_str(), message.as_str()), ("INVALID_ARGUMENT", "images: none given"));
+        // Each library's JSON for a Duration: protobuf's mapping, or proto-loader's object.
+        let negative = if client == Client::GrpcJs { json!({ "seconds": -5 }) } else { json!("-5s") };
+        let (code, message) = refused(SUBMIT, json!({ "images": ["a:1"], "pin_for": negative }));
+        assert_eq!(code, "INVALID_ARGUMENT", "{message}");
+        assert!(message.starts_with("pin_for:"), "{message}");
+        let (code, message) = refused(GET, json!({ "id": "0123456789abcdef" }));
+        assert_eq!((code.as_str(), message.as_str()), ("NOT_FOUND", r#"no pre-pull "0123456789abcdef""#));
+        assert_eq!(refused(CANCEL, json!({ "id": "nope" })).0, "NOT_FOUND");
+    }
+    drop(daemon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_pull_interrupted_by_a_kill_resumes_when_the_daemon_is_back_and_a_cancel_stops_one() {
+    let Some(stack) = LocalStack::start() else { return };
+    let Some(client) = first_client() else { return };
+    stack.seed_sized("prepull/resumed:1", 16 * MIB);
+    stack.seed_sized("prepull/cancelled:1", 16 * MIB);
+    let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
+    let proxy = ThrottleProxy::start(registry, 4 * MIB).await;
+    stack.route_through(proxy.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri-imaged.sock");
+    let mut daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    let image = proxy.image("prepull/resumed:1");
+    let id = client.ok(&socket, SUBMIT, json!({ "images": [image] }))["pre_pulls"][0]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    until_state(client, &socket, &id, "pulling", Duration::from_secs(10)).await;
+    daemon.kill_hard();
+
+    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    let resumed = state(client, &socket, &id);
+    assert_eq!(resumed["resumed"], json!(1), "{resumed}");
+    until_state(client, &socket, &id, "done", Duration::from_secs(60)).await;
+
+    let cancelled = proxy.image("prepull/cancelled:1");
+    let id = client.ok(&socket, SUBMIT, json!({ "images": [cancelled] }))["pre_pulls"][0]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    until_state(client, &socket, &id, "pulling", Duration::from_secs(10)).await;
+    let answer = client.ok(&socket, CANCEL, json!({ "id": id }));
+    assert_eq!(answer["state"], json!("cancelled"));
+    let forwarded = proxy.bytes_forwarded();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(proxy.bytes_forwarded() - forwarded < MIB, "the pull stopped with the cancel");
+    assert!(!stack.present(&cancelled), "nothing of the cancelled image was kept");
+    drop(daemon);
+}
+
+#[tokio::test]
+async fn a_declared_pre_pull_is_pulled_at_start_and_again_when_removed_and_a_pinned_one_survives_image_gc() {
+    let Some(stack) = LocalStack::start() else { return };
+    let Some(client) = first_client() else { return };
+    stack.seed("prepull/declared:1", "declared");
+    stack.seed("prepull/pinned:1", "pinned");
+    let (declared, pinned) = (stack.image("prepull/declared:1"), stack.image("prepull/pinned:1"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri-imaged.sock");
+    let flags = ["--pre-pull", &declared, "--pre-pull-recheck-period", "1s", "--minimum-image-ttl-duration", "0s"];
+    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &flags).await;
+    support::eventually("the declared image pulled", Duration::from_secs(30), || stack.present(&declared)).await;
+    let listed = client.ok(&socket, LIST, json!({}));
+    assert_eq!(listed["pre_pulls"][0]["declared"], json!(true), "{listed}");
+    let id = listed["pre_pulls"][0]["id"].as_str().expect("an id").to_owned();
+    let (code, _) = match client.call(&socket, CANCEL, json!({ "id": id })) {
+        Answer::Error { code, message } => (code, message),
+        Answer::Ok(answer) => panic!("a declared pre-pull was cancelled: {answer}"),
+    };
+    assert_eq!(code, "FAILED_PRECONDITION");
+
+    stack.remove_image(&declared);
+    support::eventually("the declared image pulled again", Duration::from_secs(30), || stack.present(&declared)).await;
+
+    let submitted = client.ok(&socket, SUBMIT, json!({ "images": [pinned], "pin_for": "3600s" }));
+    let id = submitted["pre_pulls"][0]["id"].as_str().expect("an id").to_owned();
+    let done = until_state(client, &socket, &id, "done", Duration::from_secs(30)).await;
+    assert!(done["pinned_until"].is_string(), "{done}");
+    let collected = client.ok(&socket, "imagemanager.v1.ImageManager/GarbageCollect", json!({ "delete_unused": true }));
+    let removed: Vec<&str> = collected["images"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|image| image["removed"] == json!(true))
+        .flat_map(|image| image["names"].as_array().into_iter().flatten().filter_map(Value::as_str))
+        .collect();
+    assert!(!removed.iter().any(|name| name.contains("prepull/pinned")), "the pinned pre-pull was kept: {collected}");
+    assert!(stack.present(&pinned));
+    drop(daemon);
+}

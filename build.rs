@@ -1,6 +1,6 @@
 //! Generates the cri-imaged API and a descriptor set for server reflection, and containerd's
-//! event and content services: the clients the daemon watches image events and pull progress
-//! with, the servers its tests fake.
+//! event, content and lease services: the clients the daemon watches image events and pull
+//! progress and keeps pre-pulls' downloads with, the servers its tests fake.
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,7 +17,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_protos(&["proto/imagemanager/v1/image_manager.proto"], &["proto"])?;
     tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(
-        &["proto/containerd/services/events/v1/events.proto", "proto/containerd/services/content/v1/content.proto"],
+        &[
+            "proto/containerd/services/events/v1/events.proto",
+            "proto/containerd/services/content/v1/content.proto",
+            "proto/containerd/services/leases/v1/leases.proto",
+        ],
         &["proto"],
     )?;
     println!("cargo:rerun-if-changed=proto");

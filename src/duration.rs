@@ -1,9 +1,9 @@
 //! Durations, in one grammar: Go's (`time.ParseDuration`), in which Kubernetes writes them
 //! (`12h`, `1m30s`, `1.5h`, `300ms`, `0`), and within it the daemon's own form for its waits and
 //! periods, one whole number and a unit (`500ms`, `30s`, `2m`, `1h`). Every duration in the
-//! daemon's form reads the same in Go's.
+//! daemon's form reads the same in Go's. And the one way times are written: [`rfc3339`].
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A duration refused, with the text as given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,6 +143,24 @@ impl<'a> Term<'a> {
     }
 }
 
+/// `now` as Kubernetes writes a `metav1.Time`: `2006-01-02T15:04:05Z`.
+pub fn rfc3339(now: SystemTime) -> String {
+    let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
+    let (days, second_of_day) = (seconds / 86_400, seconds % 86_400);
+    // Howard Hinnant's days-to-civil, for the proleptic Gregorian calendar.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (hour, minute, second) = (second_of_day / 3600, second_of_day / 60 % 60, second_of_day % 60);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +231,15 @@ mod tests {
             assert_eq!(parse_go(bad), Err(DurationError::Invalid(bad.to_owned())), "{bad:?}");
         }
         assert_eq!(parse_go("-1m"), Err(DurationError::Negative("-1m".to_owned())));
+    }
+
+    #[test]
+    fn times_are_rfc3339_in_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_729_468_800 + 12 * 3600 + 26 * 60 + 40)),
+            "2024-10-21T12:26:40Z"
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! Pre-pulls: images fetched ahead of need, asked for over the API (`SubmitPrePull`) or declared
 //! with `--pre-pull`, run through the same pull path as pods' pulls but behind them (a pre-pull
 //! never holds a slot a pod's pull waits for, see [`crate::pull::scheduler`]), kept across
-//! restarts, and optionally pinned from image GC for a while once done.
+//! restarts, and optionally pinned from image GC for a while once done. What a pre-pull fetched
+//! is held by a containerd lease of its own until it is done, so that one cut short (by a
+//! restart, or by a pod's pull taking its slot) goes on from there rather than from zero.
 //!
 //! - `book`: the pre-pulls and their states, which go next, deadlines and pins (pure).
 //! - `store`: the pre-pulls kept across restarts, without their credentials.
@@ -14,7 +16,10 @@ pub mod store;
 use std::{
     collections::HashMap,
     hash::{BuildHasher, Hash, Hasher, RandomState},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, SystemTime},
 };
 
@@ -35,9 +40,21 @@ use crate::{
     presence::PresenceCache,
     pull::PullClass,
     pull_policy::PullPolicy,
-    runtime::ImageRuntime,
+    runtime::{ContentStore, ImageRuntime},
     shutdown::Shutdown,
 };
+
+/// The ids of the runtime's leases that keep pre-pulls' downloads start so.
+const LEASE_PREFIX: &str = "cri-imaged.pre-pull.";
+
+/// How long containerd keeps what a pre-pull fetched if its lease is never ended (a pre-pull
+/// forgotten while the daemon was down).
+const LEASE_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// The lease that keeps what pre-pull `id` fetched.
+fn lease_of(id: &str) -> String {
+    format!("{LEASE_PREFIX}{id}")
+}
 
 /// How pre-pulls run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +101,8 @@ pub struct PrePulls<R> {
     wake: Notify,
     /// Orders writes of the store: each writes the book as it is when its turn comes.
     writing: tokio::sync::Mutex<()>,
+    /// A pre-pull was cancelled: the loop ends leases of ended pre-pulls as it comes round.
+    cancelled: AtomicBool,
     parts: PrePullParts<R>,
 }
 
@@ -98,7 +117,7 @@ pub struct PrePullParts<R> {
     pub metrics: Arc<PrePullMetrics>,
 }
 
-impl<R: ImageRuntime> PrePulls<R> {
+impl<R> PrePulls<R> {
     /// The pre-pulls kept by the last run (what was under way is queued again), then `config`'s
     /// declared ones.
     pub fn new(parts: PrePullParts<R>, config: PrePullConfig) -> Self {
@@ -124,6 +143,7 @@ impl<R: ImageRuntime> PrePulls<R> {
             hasher: RandomState::new(),
             wake: Notify::new(),
             writing: tokio::sync::Mutex::new(()),
+            cancelled: AtomicBool::new(false),
             parts,
         }
     }
@@ -174,10 +194,12 @@ impl<R: ImageRuntime> PrePulls<R> {
         self.book().get(id).cloned().ok_or_else(|| BookError::NotFound(crate::messages::echo(id).into_owned()))
     }
 
-    /// Cancels a pre-pull: a pull under way for it alone stops.
+    /// Cancels a pre-pull: a pull under way for it alone stops, and what it fetched goes (its
+    /// lease ends as the loop comes round).
     pub fn cancel(&self, id: &str) -> Result<PrePull, BookError> {
         let cancelled = self.book().cancel(id, SystemTime::now())?.clone();
         self.stop(id);
+        self.cancelled.store(true, Ordering::Relaxed);
         self.changed();
         Ok(cancelled)
     }
@@ -189,11 +211,56 @@ impl<R: ImageRuntime> PrePulls<R> {
         self.changed();
     }
 
+    /// Stops the pull of `id`, if one runs (the pull path cancels the upstream pull when no one
+    /// else waits for it).
+    fn stop(&self, id: &str) {
+        if let Some(task) = self.running().remove(id) {
+            task.abort();
+        }
+        self.secrets().remove(id);
+    }
+
+    /// Something changed: the loop starts what can start and writes the book down.
+    fn changed(&self) {
+        self.wake.notify_one();
+    }
+
+    fn fingerprint(&self, secrets: &[PullSecret]) -> Option<u64> {
+        if secrets.is_empty() {
+            return None;
+        }
+        let mut hasher = self.hasher.build_hasher();
+        for secret in secrets {
+            (&secret.coordinates.uid, &secret.coordinates.namespace, &secret.coordinates.name).hash(&mut hasher);
+            (&secret.kind, secret.content.expose_secret()).hash(&mut hasher);
+        }
+        Some(hasher.finish())
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn secrets(&self) -> MutexGuard<'_, HashMap<String, Vec<PullSecret>>> {
+        self.secrets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn running(&self) -> MutexGuard<'_, HashMap<String, AbortHandle>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn config(&self) -> MutexGuard<'_, PrePullConfig> {
+        self.config.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<R: ImageRuntime + ContentStore> PrePulls<R> {
     /// Starts what is queued, within the cap, keeps deadlines and pins, and rechecks declared
     /// images, until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: Shutdown) {
         let stopping = shutdown.requested();
         tokio::pin!(stopping);
+        self.end_leases_of_ended().await;
         let mut recheck = tokio::time::Instant::now();
         loop {
             let now = SystemTime::now();
@@ -202,8 +269,9 @@ impl<R: ImageRuntime> PrePulls<R> {
                 let expired = book.expire(now);
                 (expired, book.next_change())
             };
-            if expired {
+            if expired || self.cancelled.swap(false, Ordering::Relaxed) {
                 self.stop_ended();
+                self.end_leases_of_ended().await;
             }
             self.pin(now);
             self.start_next();
@@ -243,15 +311,25 @@ impl<R: ImageRuntime> PrePulls<R> {
         }
     }
 
-    /// One pre-pull through the manager, as an IfNotPresent pull of a pod-less caller.
+    /// One pre-pull through the manager, as an IfNotPresent pull of a pod-less caller, what it
+    /// fetches held by its lease until it is done.
     async fn pull(&self, entry: PrePull) {
         let secrets = self.secrets().get(&entry.id).cloned().unwrap_or_default();
+        let lease = lease_of(&entry.id);
+        let keep_in = match self.parts.runtime.create_lease(&lease, SystemTime::now() + LEASE_LIFETIME).await {
+            Ok(()) => Some(Arc::from(lease.as_str())),
+            Err(error) => {
+                tracing::debug!(%error, id = %entry.id, "what the pre-pull fetches is not kept; cut short, it starts over");
+                None
+            }
+        };
         let request = EnsureRequest {
             image: entry.spec.image.clone(),
             pull_policy: Some(PullPolicy::IfNotPresent),
             runtime_handler: entry.spec.runtime_handler.clone(),
             pull_secrets: secrets,
             class: PullClass::PrePull,
+            keep_in,
             ..EnsureRequest::default()
         };
         let outcome = self.parts.manager.ensure_image_exists(request).await;
@@ -270,19 +348,31 @@ impl<R: ImageRuntime> PrePulls<R> {
                 State::Failed { reason: error.reason().to_owned(), message: error.to_string() }
             }
         };
+        // Done, the image holds its blobs; failed, a pull asked again starts afresh.
+        self.end_lease(&entry.id).await;
         self.book().ended(&entry.id, state, SystemTime::now());
         self.running().remove(&entry.id);
         self.secrets().remove(&entry.id);
         self.changed();
     }
 
-    /// Stops the pull of `id`, if one runs (the pull path cancels the upstream pull when no one
-    /// else waits for it).
-    fn stop(&self, id: &str) {
-        if let Some(task) = self.running().remove(id) {
-            task.abort();
+    /// Ends the lease of pre-pull `id`: what only it held goes at containerd's next collection.
+    async fn end_lease(&self, id: &str) {
+        if let Err(error) = self.parts.runtime.delete_lease(&lease_of(id)).await {
+            tracing::debug!(%error, id, "the pre-pull's lease was not ended; it expires by itself");
         }
-        self.secrets().remove(id);
+    }
+
+    /// Ends the leases of pre-pulls that ended or were forgotten while the daemon was down.
+    async fn end_leases_of_ended(&self) {
+        let Ok(leases) = self.parts.runtime.leases(LEASE_PREFIX).await else { return };
+        for lease in leases {
+            let id = lease.trim_start_matches(LEASE_PREFIX);
+            let wanted = self.book().get(id).is_some_and(|entry| !entry.state.ended());
+            if !wanted {
+                self.end_lease(id).await;
+            }
+        }
     }
 
     /// Stops the pulls of pre-pulls that ended meanwhile (a deadline).
@@ -342,39 +432,6 @@ impl<R: ImageRuntime> PrePulls<R> {
             Ok(Err(error)) => tracing::warn!(%error, "pre-pulls not kept; a restart would lose them"),
             Err(error) => tracing::warn!(%error, "keeping the pre-pulls stopped"),
         }
-    }
-
-    /// Something changed: the loop starts what can start and writes the book down.
-    fn changed(&self) {
-        self.wake.notify_one();
-    }
-
-    fn fingerprint(&self, secrets: &[PullSecret]) -> Option<u64> {
-        if secrets.is_empty() {
-            return None;
-        }
-        let mut hasher = self.hasher.build_hasher();
-        for secret in secrets {
-            (&secret.coordinates.uid, &secret.coordinates.namespace, &secret.coordinates.name).hash(&mut hasher);
-            (&secret.kind, secret.content.expose_secret()).hash(&mut hasher);
-        }
-        Some(hasher.finish())
-    }
-
-    fn book(&self) -> MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn secrets(&self) -> MutexGuard<'_, HashMap<String, Vec<PullSecret>>> {
-        self.secrets.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn running(&self) -> MutexGuard<'_, HashMap<String, AbortHandle>> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn config(&self) -> MutexGuard<'_, PrePullConfig> {
-        self.config.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -131,6 +131,7 @@ fn request(image: String, pod: usize) -> EnsureRequest {
         service_account: None,
         peer: None,
         class: Default::default(),
+        keep_in: None,
     }
 }
 

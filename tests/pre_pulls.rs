@@ -111,10 +111,11 @@ async fn a_pods_pull_goes_before_a_running_pre_pull_which_finishes_after_and_bad
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pre_pull_interrupted_by_a_kill_resumes_when_the_daemon_is_back_and_a_cancel_stops_one() {
+async fn a_pre_pull_cut_short_by_a_kill_goes_on_from_what_it_fetched_and_a_cancel_stops_one() {
     let Some(stack) = LocalStack::start() else { return };
     let Some(client) = first_client() else { return };
-    stack.seed_sized("prepull/resumed:1", 16 * MIB);
+    const SIZE: u64 = 32 * MIB;
+    stack.seed_sized("prepull/resumed:1", SIZE);
     stack.seed_sized("prepull/cancelled:1", 16 * MIB);
     let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
     let proxy = ThrottleProxy::start(registry, 4 * MIB).await;
@@ -127,13 +128,18 @@ async fn a_pre_pull_interrupted_by_a_kill_resumes_when_the_daemon_is_back_and_a_
         .as_str()
         .expect("an id")
         .to_owned();
-    until_state(client, &socket, &id, "pulling", Duration::from_secs(10)).await;
+    support::eventually("half of the image fetched", Duration::from_secs(30), || proxy.bytes_forwarded() >= SIZE / 2)
+        .await;
     daemon.kill_hard();
+    let first = proxy.bytes_forwarded();
 
     let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
     let resumed = state(client, &socket, &id);
     assert_eq!(resumed["resumed"], json!(1), "{resumed}");
     until_state(client, &socket, &id, "done", Duration::from_secs(60)).await;
+    let second = proxy.bytes_forwarded() - first;
+    assert!(second <= SIZE * 6 / 10, "fetched again: {second} of {SIZE} bytes (first {first})");
+    eprintln!("resumed pre-pull: {first} bytes before the kill, {second} after, of {SIZE}");
 
     let cancelled = proxy.image("prepull/cancelled:1");
     let id = client.ok(&socket, SUBMIT, json!({ "images": [cancelled] }))["pre_pulls"][0]["id"]

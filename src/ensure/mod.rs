@@ -220,6 +220,7 @@ impl<R: ImageRuntime> Manager<R> {
             absent_since: (policy != PullPolicy::Always).then_some(checked_at),
             caller: about.pod.clone(),
             class: request.class,
+            keep_in: request.keep_in.clone(),
             ..Default::default()
         };
         let order = PodPull { image: image.clone(), repository, pull, credentials, about: about.clone(), started };

@@ -44,6 +44,8 @@ pub struct EnsureRequest {
     pub peer: Option<Peer>,
     /// A pod's pull, or a pre-pull that yields to pods' (not on the wire).
     pub class: PullClass,
+    /// The lease that keeps what the pull fetched (a pre-pull's; not on the wire).
+    pub keep_in: Option<std::sync::Arc<str>>,
 }
 
 /// A successful answer.

@@ -102,6 +102,7 @@ fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
         service_account: None,
         peer: None,
         class: crate::pull::PullClass::Pod,
+        keep_in: None,
     }
 }
 

@@ -70,6 +70,9 @@ pub struct Pull {
     pub cleared: Option<Arc<watch::Sender<Option<Instant>>>>,
     /// Who the pull is for: a pod's pulls go before pre-pulls.
     pub class: PullClass,
+    /// The runtime's lease (containerd's) that keeps what the pull fetched should it be cut
+    /// short: a pre-pull's, so that it goes on from there.
+    pub keep_in: Option<Arc<str>>,
 }
 
 /// Who a pull is for, as the scheduler orders them.

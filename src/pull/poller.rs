@@ -22,12 +22,14 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, manifest_layers};
+use super::progress::{
+    Ingest, Layer, Progress, PullProgress, RateWindow, digest_of_ref, manifest_config, manifest_layers,
+};
 use crate::{
     events::{Event, EventType, Events, Pod, ProgressFacts, reason},
     messages,
     reference::ImageReference,
-    runtime::{ContentStore, RuntimeError},
+    runtime::{ContentStore, Held, RuntimeError},
 };
 
 /// How pulls are watched.
@@ -97,6 +99,8 @@ pub struct TrackedPull {
     pub reference: Arc<ImageReference>,
     pub started_at: SystemTime,
     pub waiting: WaitingPods,
+    /// The lease to keep the pull's blobs and downloads in, once its manifest is found.
+    pub keep_in: Option<Arc<str>>,
 }
 
 /// What the scheduler needs of the poller (which is generic over the runtime; the scheduler is
@@ -112,6 +116,7 @@ struct Registered {
     started_at: SystemTime,
     waiting: WaitingPods,
     reports: watch::Sender<Option<Report>>,
+    keep_in: Option<Arc<str>>,
     /// When an unaccounted download last moved while this pull had no answer.
     activity: watch::Sender<Option<Instant>>,
     events: Arc<Events>,
@@ -165,10 +170,19 @@ impl TrackPulls for ProgressPoller {
         let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
         let (reports, receiver) = watch::channel(None);
         let (activity, moved) = watch::channel(None);
-        let TrackedPull { image, reference, started_at, waiting } = pull;
-        let events = self.events.clone();
-        let told_all = AtomicBool::new(false);
-        let pull = Arc::new(Registered { image, reference, started_at, waiting, reports, activity, events, told_all });
+        let TrackedPull { image, reference, started_at, waiting, keep_in } = pull;
+        let (events, told_all) = (self.events.clone(), AtomicBool::new(false));
+        let pull = Arc::new(Registered {
+            image,
+            reference,
+            started_at,
+            waiting,
+            reports,
+            keep_in,
+            activity,
+            events,
+            told_all,
+        });
         self.registry.pulls().insert(id, pull.clone());
         self.registry.wake.notify_one();
         let registration = Registration { id, registry: Arc::downgrade(&self.registry), pull };
@@ -320,6 +334,9 @@ impl<R: ContentStore> Poll<R> {
             tracing::debug!(%manifest, image = %pull.image, "the pull's manifest names no layers");
             return None;
         };
+        if let Some(lease) = &pull.keep_in {
+            self.keep(lease, &manifest, &blob, &layers).await;
+        }
         let mut stored = HashSet::new();
         for layer in &layers {
             if !ingests.contains_key(&layer.digest) && self.runtime.has_blob(&layer.digest).await.unwrap_or(false) {
@@ -327,6 +344,21 @@ impl<R: ContentStore> Poll<R> {
             }
         }
         Some(PullProgress::new(layers, &stored, Instant::now()))
+    }
+
+    /// Makes `lease` hold the pull's manifest, config and layers, each layer both as a blob and as
+    /// the download containerd names `layer-<digest>`: whatever is cut short later, what it
+    /// fetched stays, and a later pull goes on from there. Best effort: the pull goes on anyway.
+    async fn keep(&self, lease: &str, manifest: &str, blob: &[u8], layers: &[Layer]) {
+        let config = manifest_config(blob).into_iter();
+        let blobs = [manifest.to_owned()].into_iter().chain(config).map(Held::Blob);
+        let layers = layers
+            .iter()
+            .flat_map(|layer| [Held::Blob(layer.digest.clone()), Held::Download(format!("layer-{}", layer.digest))]);
+        let held: Vec<Held> = blobs.chain(layers).collect();
+        if let Err(error) = self.runtime.hold(lease, &held).await {
+            tracing::warn!(%error, lease, "what the pull fetches is not kept; cut short, it starts over");
+        }
     }
 
     /// A `PullProgress` event when the pull moved and the last one is old enough; the first

@@ -43,6 +43,20 @@ pub fn manifest_layers(manifest: &[u8]) -> Option<Vec<Layer>> {
     Some(manifest.layers.into_iter().map(|layer| Layer { digest: layer.digest, size: layer.size }).collect())
 }
 
+/// The config blob an image manifest names; `None` for anything else.
+pub fn manifest_config(manifest: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        config: Config,
+    }
+    #[derive(serde::Deserialize)]
+    struct Config {
+        digest: String,
+    }
+    let manifest: Manifest = serde_json::from_slice(manifest).ok()?;
+    Some(manifest.config.digest)
+}
+
 /// An ingest under way, as one poll listed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ingest {

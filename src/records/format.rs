@@ -3,12 +3,11 @@
 //! field, or a wrong kind or version, is an error), so that records move between the kubelet and
 //! cri-imaged.
 
-use std::{
-    collections::BTreeMap,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::{collections::BTreeMap, time::SystemTime};
 
 use serde::{Deserialize, Serialize};
+
+use crate::duration;
 
 const GROUP_VERSION_WRITTEN: &str = "kubelet.config.k8s.io/v1beta1";
 const GROUP_VERSIONS_READ: [&str; 2] = ["kubelet.config.k8s.io/v1beta1", "kubelet.config.k8s.io/v1alpha1"];
@@ -100,7 +99,7 @@ impl PulledRecord {
         Self {
             kind: PULLED_KIND.into(),
             api_version: GROUP_VERSION_WRITTEN.into(),
-            last_updated_time: rfc3339(now),
+            last_updated_time: duration::rfc3339(now),
             image_ref: image_ref.into(),
             credential_mapping: BTreeMap::new(),
         }
@@ -118,7 +117,7 @@ impl PulledRecord {
     }
 
     pub fn touch(&mut self, now: SystemTime) {
-        self.last_updated_time = rfc3339(now);
+        self.last_updated_time = duration::rfc3339(now);
     }
 }
 
@@ -140,27 +139,9 @@ fn check_kind(kind: &str, api_version: &str, expected: &'static str) -> Result<(
     Err(FormatError::Kind { kind: kind.into(), api_version: api_version.into(), expected })
 }
 
-/// `now` as Kubernetes writes a `metav1.Time`: `2006-01-02T15:04:05Z`.
-pub fn rfc3339(now: SystemTime) -> String {
-    let seconds = now.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_secs());
-    let (days, second_of_day) = (seconds / 86_400, seconds % 86_400);
-    // Howard Hinnant's days-to-civil, for the proleptic Gregorian calendar.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    let (hour, minute, second) = (second_of_day / 3600, second_of_day / 60 % 60, second_of_day % 60);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
 
@@ -223,15 +204,5 @@ mod tests {
         for bytes in cases {
             assert!(PulledRecord::decode(bytes).is_err(), "{}", String::from_utf8_lossy(bytes));
         }
-    }
-
-    #[test]
-    fn times_are_rfc3339_in_utc() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_729_468_800 + 12 * 3600 + 26 * 60 + 40)),
-            "2024-10-21T12:26:40Z"
-        );
     }
 }

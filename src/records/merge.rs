@@ -4,7 +4,7 @@ use std::{sync::Arc, time::SystemTime};
 
 use super::{
     PullRecords, RecordsError, blocking, check,
-    format::{self, PullCredentials, PulledRecord, SecretRecord},
+    format::{PullCredentials, PulledRecord, SecretRecord},
 };
 
 impl PullRecords {
@@ -61,7 +61,7 @@ impl PullRecords {
     pub async fn forget(self: &Arc<Self>, image_ref: &str, removed_at: SystemTime) -> Result<(), RecordsError> {
         let _writing = self.writes.lock().await;
         // Only a file that is this image's record: another ref's may share its name.
-        let since = format::rfc3339(removed_at);
+        let since = crate::duration::rfc3339(removed_at);
         match self.record(image_ref).await {
             Ok(Some(record)) if record.last_updated_time < since => {}
             _ => return Ok(()),

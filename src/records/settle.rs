@@ -11,7 +11,7 @@ use super::{
     PullRecords, RecordsError,
     adopt::Adopted,
     blocking,
-    format::{self, PullCredentials, PulledRecord},
+    format::{PullCredentials, PulledRecord},
 };
 use crate::{retry::Doubling, runtime::ImageRuntime};
 
@@ -101,7 +101,7 @@ impl PullRecords {
             Err(error) => return Err(RecordsError::Writer(error.to_string())),
         };
         let dir = self.pulled.clone();
-        let before = format::rfc3339(started);
+        let before = crate::duration::rfc3339(started);
         let removed = blocking(move || {
             let mut removed = Vec::new();
             for (path, contents) in dir.read_all()? {

@@ -4,7 +4,7 @@ use std::{
     collections::HashMap,
     path::PathBuf,
     sync::{Arc, Mutex, PoisonError},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -17,28 +17,15 @@ use k8s_cri::v1::{
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::containerd::content::{self, content_client::ContentClient};
+use super::containerd::content::content_client::ContentClient;
 use super::forward::Forwarder;
 use super::{
-    ContentStore, ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError,
-    StoredImage, UsedImage,
+    ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError, StoredImage,
+    UsedImage,
 };
 
 /// The containerd namespace the CRI plugin keeps images in.
 const CRI_NAMESPACE: &str = "k8s.io";
-
-/// `text` with the characters of a regular expression escaped, for a containerd `~=` filter:
-/// the value is a Go quoted string, so each escaping backslash is written twice.
-fn regex_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            escaped.push_str("\\\\");
-        }
-        escaped.push(c);
-    }
-    escaped
-}
 
 /// ListContainers answers for every container on the node, with its labels and annotations: at
 /// 50,000 containers of about 1 KiB each, past the 16 MiB that is enough for anything else.
@@ -141,7 +128,7 @@ impl CriClient {
     }
 
     /// Runs a non-pull call under the request deadline, told to the runtime too.
-    async fn bounded<T>(
+    pub(super) async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, RuntimeError> {
@@ -153,12 +140,12 @@ impl CriClient {
         }
     }
 
-    fn content(&self) -> ContentClient<Channel> {
+    pub(super) fn content(&self) -> ContentClient<Channel> {
         ContentClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_BYTES)
     }
 
     /// A request to containerd's content service, in the CRI plugin's namespace.
-    fn content_request<T>(&self, message: T) -> tonic::Request<T> {
+    pub(super) fn content_request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = self.request(message);
         request
             .metadata_mut()
@@ -274,77 +261,6 @@ impl ImageRuntime for CriClient {
             Ok(Err(status)) if is_client_timeout(&status) => Err(timed_out()),
             Ok(answer) => answer,
             Err(_) => Err(timed_out()),
-        }
-    }
-}
-
-impl ContentStore for CriClient {
-    async fn list_ingests(&self) -> Result<Vec<(String, u64, u64)>, RuntimeError> {
-        let request = self.content_request(content::ListStatusesRequest { filters: Vec::new() });
-        let response = self.bounded(self.content().list_statuses(request)).await?;
-        let size = |value: i64| u64::try_from(value).unwrap_or(0);
-        Ok(response
-            .statuses
-            .into_iter()
-            .map(|status| (status.r#ref, size(status.offset), size(status.total)))
-            .collect())
-    }
-
-    async fn find_manifest(
-        &self,
-        host: &str,
-        repository: &str,
-        since: SystemTime,
-    ) -> Result<Option<String>, RuntimeError> {
-        // Manifests (not indexes: only a manifest names a config) whose source is the repository.
-        let filter = format!(
-            r#"labels."containerd.io/distribution.source.{host}"~="(^|,){}(,|$)",labels."containerd.io/gc.ref.content.config""#,
-            regex_escape(repository)
-        );
-        let request = self.content_request(content::ListContentRequest { filters: vec![filter] });
-        let call = async {
-            let mut stream = self.content().list(request).await?.into_inner();
-            let mut newest: Option<(SystemTime, String)> = None;
-            while let Some(batch) = stream.message().await? {
-                for info in batch.info {
-                    let created = info.created_at.and_then(|at| SystemTime::try_from(at).ok());
-                    if let Some(created) = created.filter(|created| *created >= since)
-                        && newest.as_ref().is_none_or(|(at, _)| created > *at)
-                    {
-                        newest = Some((created, info.digest));
-                    }
-                }
-            }
-            Ok::<_, tonic::Status>(tonic::Response::new(newest.map(|(_, digest)| digest)))
-        };
-        self.bounded(call).await
-    }
-
-    async fn read_blob(&self, digest: &str, limit: usize) -> Result<Vec<u8>, RuntimeError> {
-        let request =
-            self.content_request(content::ReadContentRequest { digest: digest.to_owned(), offset: 0, size: 0 });
-        let call = async {
-            let mut stream = self.content().read(request).await?.into_inner();
-            let mut data = Vec::new();
-            while let Some(chunk) = stream.message().await? {
-                if data.len() + chunk.data.len() > limit {
-                    return Err(tonic::Status::resource_exhausted(format!(
-                        "blob {digest} is larger than {limit} bytes"
-                    )));
-                }
-                data.extend_from_slice(&chunk.data);
-            }
-            Ok(tonic::Response::new(data))
-        };
-        self.bounded(call).await
-    }
-
-    async fn has_blob(&self, digest: &str) -> Result<bool, RuntimeError> {
-        let request = self.content_request(content::InfoRequest { digest: digest.to_owned() });
-        match self.bounded(self.content().info(request)).await {
-            Ok(_) => Ok(true),
-            Err(RuntimeError::Status(status)) if status.code() == tonic::Code::NotFound => Ok(false),
-            Err(error) => Err(error),
         }
     }
 }

@@ -9,3 +9,8 @@ pub mod events {
 pub mod content {
     tonic::include_proto!("containerd.services.content.v1");
 }
+
+/// The lease service: what a pre-pull fetched, kept past its cancellation.
+pub mod leases {
+    tonic::include_proto!("containerd.services.leases.v1");
+}

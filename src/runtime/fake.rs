@@ -11,7 +11,9 @@ use k8s_cri::v1::ImageSpec;
 use secrecy::ExposeSecret;
 use tokio::sync::{Notify, Semaphore};
 
-use super::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage, UsedImage};
+use super::{
+    ContentStore, Held, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage, UsedImage,
+};
 
 /// The size of every image the fake pulls.
 pub const PULLED_SIZE: u64 = 777;
@@ -75,6 +77,8 @@ pub struct State {
     pub ingest_listings: usize,
     /// How many times a manifest was looked for.
     pub manifest_searches: usize,
+    /// Leases by id: what each holds.
+    pub leases: HashMap<String, Vec<Held>>,
 }
 
 /// Lets a call start, then holds it until released.
@@ -267,5 +271,26 @@ impl ContentStore for FakeRuntime {
 
     async fn has_blob(&self, digest: &str) -> Result<bool, RuntimeError> {
         Ok(self.state().blobs.contains_key(digest))
+    }
+
+    async fn create_lease(&self, id: &str, _: SystemTime) -> Result<(), RuntimeError> {
+        self.state().leases.entry(id.to_owned()).or_default();
+        Ok(())
+    }
+
+    async fn hold(&self, id: &str, held: &[Held]) -> Result<(), RuntimeError> {
+        let mut state = self.state();
+        let lease = state.leases.get_mut(id).ok_or_else(|| tonic::Status::not_found(format!("lease {id}")))?;
+        lease.extend(held.iter().cloned());
+        Ok(())
+    }
+
+    async fn delete_lease(&self, id: &str) -> Result<(), RuntimeError> {
+        self.state().leases.remove(id);
+        Ok(())
+    }
+
+    async fn leases(&self, prefix: &str) -> Result<Vec<String>, RuntimeError> {
+        Ok(self.state().leases.keys().filter(|id| id.starts_with(prefix)).cloned().collect())
     }
 }

@@ -2,17 +2,20 @@
 //! content store, so the core is testable with a fake) and how it talks to it.
 //!
 //! - `client`: the CRI `runtime.v1.ImageService` client over a unix socket.
-//! - `content`: the runtime's content store, which the progress poller reads.
+//! - `content`: the runtime's content store, which the progress poller reads, and its leases,
+//!   which keep a pre-pull's downloads.
+//! - `content_client`: containerd's content and lease services, as the CRI client calls them.
 //! - `endpoint`: where the runtime listens.
 //! - `forward`: one unary call's bytes to the runtime and back, over `h2` directly (the
 //!   pass-through's hot path).
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
-//! - [`containerd`]: containerd's event and content services, beside its CRI plugin.
+//! - [`containerd`]: containerd's event, content and lease services, beside its CRI plugin.
 //! - `fake`: one scripted runtime for the unit tests.
 
 mod client;
 pub mod containerd;
 mod content;
+mod content_client;
 mod endpoint;
 #[cfg(test)]
 pub mod fake;
@@ -26,7 +29,7 @@ use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 
 pub use self::{
     client::{CriClient, sandbox_image_from_status},
-    content::ContentStore,
+    content::{ContentStore, Held},
     endpoint::{EndpointError, RuntimeEndpoint},
 };
 use crate::credentials::RegistryAuth;

@@ -90,6 +90,7 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             // From the connection, not the message: see [`peer`].
             peer: None,
             class: PullClass::Pod,
+            keep_in: None,
         })
     }
 }

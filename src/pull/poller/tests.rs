@@ -62,6 +62,7 @@ fn pull(image: &str, waiting: &[&str]) -> TrackedPull {
         reference: Arc::new(reference),
         started_at: SystemTime::now(),
         waiting: Arc::new(Mutex::new(waiting.iter().map(|uid| pod(uid)).collect())),
+        keep_in: None,
     }
 }
 
@@ -327,4 +328,27 @@ async fn a_pull_waiting_for_its_manifest_is_not_unanswered_while_its_registry_se
     assert!(!next.is_finished(), "its registry is answering: bytes of its other pull keep coming");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(next.is_finished(), "once they stop, the quiet counts");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_kept_in_a_lease_has_its_manifest_layers_and_their_downloads_held_once_its_manifest_is_found() {
+    let content = Arc::new(FakeRuntime::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    content.create_lease("cri-imaged.pre-pull.test", SystemTime::now()).await.expect("created");
+    let kept = TrackedPull { keep_in: Some("cri-imaged.pre-pull.test".into()), ..pull("registry.local/app:v1", &[]) };
+    let _tracker = poller.track(kept);
+    content.manifest("registry.local", "app", 9, &[(1, 4 * MIB), (2, MIB)]);
+    content.downloading(1, MIB, 4 * MIB);
+    tick().await;
+    let held = content.state().leases["cri-imaged.pre-pull.test"].clone();
+    let expected = [
+        Held::Blob(digest(9)),
+        Held::Blob(digest(1)),
+        Held::Download(format!("layer-{}", digest(1))),
+        Held::Blob(digest(2)),
+        Held::Download(format!("layer-{}", digest(2))),
+    ];
+    assert_eq!(held, expected, "the manifest (this one names no config), each layer and its download");
+    tick().await;
+    assert_eq!(content.state().leases["cri-imaged.pre-pull.test"].len(), expected.len(), "held once");
 }

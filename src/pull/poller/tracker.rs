@@ -149,6 +149,7 @@ impl Registration {
             started_at: SystemTime::now(),
             waiting: WaitingPods::default(),
             reports: watch::channel(None).0,
+            keep_in: None,
             activity: watch::channel(None).0,
             events: Arc::new(Events::default()),
             told_all: AtomicBool::new(false),

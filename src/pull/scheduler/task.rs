@@ -218,6 +218,7 @@ impl Shared {
             reference: reference.clone(),
             started_at: SystemTime::now(),
             waiting: slot.waiting.clone(),
+            keep_in: pull.keep_in.clone(),
         });
         *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(tracker.reports());
         tracker

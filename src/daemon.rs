@@ -33,6 +33,7 @@ use crate::{
     pull::{
         path::{PathConfig, PullPath, Shared},
         ratelimit::RegistryLimits,
+        scheduler::MakeRoom,
     },
     records::{PullRecords, RecordsError},
     reload::{self, Reloadable},
@@ -144,9 +145,11 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             metrics: metrics.gc.clone(),
         };
         let gc = Arc::new(ImageGc::new(gc_parts, tokio::time::Instant::now()));
+        pulls.scheduler().make_room_with(Arc::new(CollectFirst(gc.clone())));
         let pre_pull_parts = PrePullParts {
             runtime: runtime.clone(),
             manager: manager.clone(),
+            gc: gc.clone(),
             pinned: pinned.clone(),
             presence: presence.clone(),
             events: events.clone(),
@@ -169,6 +172,15 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             connections: metrics.connections.clone(),
         };
         Ok(Self { services, metrics, records })
+    }
+}
+
+/// Image GC as the pull scheduler asks it to make room before a pull.
+struct CollectFirst<R>(Arc<ImageGc<R>>);
+
+impl<R: ImageRuntime> MakeRoom for CollectFirst<R> {
+    fn make_room(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        Box::pin(self.0.make_room())
     }
 }
 

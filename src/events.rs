@@ -42,6 +42,8 @@ pub mod reason {
     pub const PRE_PULL_QUEUED: &str = "PrePullQueued";
     /// Not the kubelet's: a pre-pull gave its slot to a pod's pull and waits again.
     pub const PRE_PULL_YIELDED: &str = "PrePullYielded";
+    /// Not the kubelet's: a pre-pull waits, its image too big for the image filesystem now.
+    pub const PRE_PULL_HELD: &str = "PrePullHeld";
     /// Not the kubelet's: a pre-pull's image is present.
     pub const PRE_PULLED: &str = "PrePulled";
     /// Not the kubelet's: a pre-pull failed, was cancelled or missed its deadline.

@@ -36,6 +36,7 @@ use crate::{
     credentials::secrets::PullSecret,
     ensure::{EnsureRequest, Manager},
     events::{Event, EventType, Events, reason},
+    gc::{ImageGc, plan::DiskUsage},
     pinned::PinnedImages,
     presence::PresenceCache,
     pull::PullClass,
@@ -50,6 +51,12 @@ const LEASE_PREFIX: &str = "cri-imaged.pre-pull.";
 /// How long containerd keeps what a pre-pull fetched if its lease is never ended (a pre-pull
 /// forgotten while the daemon was down).
 const LEASE_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// How often a running pre-pull checks that its image still fits.
+const ROOM_CHECK: Duration = Duration::from_secs(1);
+
+/// The reason a pre-pull is held.
+const DISK_PRESSURE: &str = "DiskPressure";
 
 /// The lease that keeps what pre-pull `id` fetched.
 fn lease_of(id: &str) -> String {
@@ -110,6 +117,8 @@ pub struct PrePulls<R> {
 pub struct PrePullParts<R> {
     pub runtime: Arc<R>,
     pub manager: Arc<Manager<R>>,
+    /// Its high threshold holds pre-pulls back.
+    pub gc: Arc<ImageGc<R>>,
     pub pinned: Arc<PinnedImages>,
     pub presence: Arc<PresenceCache>,
     pub events: Arc<Events>,
@@ -276,6 +285,10 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
             self.pin(now);
             self.start_next();
             if tokio::time::Instant::now() >= recheck {
+                // Room may have been made since a pre-pull was held: it tries again.
+                if self.book().release_held() {
+                    self.start_next();
+                }
                 self.recheck_declared().await;
                 recheck = tokio::time::Instant::now() + self.config().recheck;
             }
@@ -332,7 +345,18 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
             keep_in,
             ..EnsureRequest::default()
         };
-        let outcome = self.parts.manager.ensure_image_exists(request).await;
+        let outcome = tokio::select! {
+            outcome = self.parts.manager.ensure_image_exists(request) => outcome,
+            message = self.no_room(&entry) => {
+                // Stopped: what it fetched stays in its lease for when there is room.
+                tracing::warn!(id = %entry.id, image = %entry.spec.image, "{message}");
+                self.parts.events.publish(about(&entry, EventType::Warning, reason::PRE_PULL_HELD, message.clone()));
+                self.book().held(&entry.id, DISK_PRESSURE, message);
+                self.running().remove(&entry.id);
+                self.changed();
+                return;
+            }
+        };
         let state = match outcome {
             Ok(outcome) => {
                 if outcome.pull.is_some() {
@@ -354,6 +378,33 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
         self.running().remove(&entry.id);
         self.secrets().remove(&entry.id);
         self.changed();
+    }
+
+    /// Resolves, with why, once the pre-pull's pull would take the image filesystem over image
+    /// GC's high threshold: its image's bytes still to fetch (known once its manifest is), twice
+    /// (the blobs and their unpacked layers), on top of what is used. Never for a pull a pod
+    /// joined: pods' pulls are never held.
+    async fn no_room(&self, entry: &PrePull) -> String {
+        let mut every = tokio::time::interval(ROOM_CHECK);
+        loop {
+            every.tick().await;
+            let in_flight = self.parts.manager.pulls_in_flight();
+            let Some(pull) = in_flight.iter().find(|pull| pull.image == entry.spec.image) else { continue };
+            let (Some(report), PullClass::PrePull) = (pull.progress, pull.class) else { continue };
+            let to_fetch = report.progress.bytes_total.saturating_sub(report.progress.bytes_done);
+            let Ok(usage) = self.parts.runtime.image_fs_usage().await else { continue };
+            let high = self.parts.gc.config().policy.high_threshold_percent;
+            let used_after = usage.capacity.saturating_sub(usage.available).saturating_add(to_fetch.saturating_mul(2));
+            let after = DiskUsage { capacity: usage.capacity, available: usage.capacity.saturating_sub(used_after) };
+            if high < 100 && after.usage_percent() >= u64::from(high) {
+                return format!(
+                    "{DISK_PRESSURE}: pre-pull of {:?} held: {to_fetch} bytes still to fetch would take the image filesystem to {}% of its {} bytes, at or over image GC's high threshold ({high}%)",
+                    entry.spec.image,
+                    after.usage_percent(),
+                    usage.capacity
+                );
+            }
+        }
     }
 
     /// Ends the lease of pre-pull `id`: what only it held goes at containerd's next collection.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use support::{
     clients::{Answer, Client},
     process::DaemonProcess,
-    stack::LocalStack,
+    stack::{LocalStack, StackOptions},
     throttle::ThrottleProxy,
 };
 
@@ -194,5 +194,71 @@ async fn a_declared_pre_pull_is_pulled_at_start_and_again_when_removed_and_a_pin
         .collect();
     assert!(!removed.iter().any(|name| name.contains("prepull/pinned")), "the pinned pre-pull was kept: {collected}");
     assert!(stack.present(&pinned));
+    drop(daemon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_pull_that_would_fill_the_image_filesystem_is_held_while_pods_pulls_go_the_collector_making_room_first() {
+    // A 400 MiB image filesystem; a pulled image takes about twice its size (blob and layer).
+    let Some(stack) = LocalStack::start_with(StackOptions::default().image_fs_mib(400)) else { return };
+    let Some(client) = first_client() else { return };
+    const FILLER: u64 = 16 * MIB;
+    let usage = |stack: &LocalStack| {
+        let (capacity, available) = stack.image_fs_usage();
+        100 - available * 100 / capacity
+    };
+    // Unused images, pulled straight, until the disk is past the high threshold (85 %).
+    let mut fillers = 0;
+    while usage(&stack) < 88 {
+        fillers += 1;
+        let name = format!("prepull/filler-{fillers}:1");
+        stack.seed_sized(&name, FILLER);
+        stack.pull(&stack.image(&name));
+        assert!(fillers < 20, "the disk does not fill: {}%", usage(&stack));
+    }
+    // Image GC counts an image's size once and frees about twice that: after the first pass the
+    // disk is well under the low threshold, so the image held back is big.
+    stack.seed_sized("prepull/big:1", 48 * MIB);
+    stack.seed("prepull/small:1", "small");
+    let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
+    let proxy = ThrottleProxy::start(registry, 4 * MIB).await;
+    stack.route_through(proxy.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("cri-imaged.sock");
+    let flags =
+        ["--image-gc-high-threshold", "85", "--minimum-image-ttl-duration", "0s", "--pre-pull-recheck-period", "1h"];
+    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &flags).await;
+    let last_pass = || client.ok(&socket, STATUS, json!({}))["last_gc_pass"].clone();
+    // The first periodic pass, at start, takes the disk down to the low threshold (80 %).
+    support::eventually("the first pass", Duration::from_secs(30), || last_pass().is_object()).await;
+    let first_pass = last_pass();
+    let collected = usage(&stack);
+    assert!((61..=80).contains(&collected), "collected down to the low threshold: {collected}% ({first_pass})");
+
+    // 2 × 48 MiB more would take the disk over the high threshold: the pre-pull is held.
+    let big = proxy.image("prepull/big:1");
+    let id = client.ok(&socket, SUBMIT, json!({ "images": [big] }))["pre_pulls"][0]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let held = until_state(client, &socket, &id, "held", Duration::from_secs(30)).await;
+    assert_eq!(held["reason"], json!("DiskPressure"), "{held}");
+    let message = held["message"].as_str().expect("a message");
+    assert!(message.starts_with("DiskPressure: pre-pull of") && message.contains("high threshold (85%)"), "{message}");
+
+    // A pod's pull of the same image is never held.
+    let pod = |image: &str, uid: &str| json!({ "image": image, "pull_policy": "IF_NOT_PRESENT", "pod": { "namespace": "default", "name": uid, "uid": uid } });
+    let answer = client.ok(&socket, ENSURE, pod(&big, "uid-big"));
+    assert_eq!(answer["pulled"], json!(true), "{answer}");
+    assert!(usage(&stack) >= 85, "the pod's pull took the disk over the high threshold: {}%", usage(&stack));
+    assert_eq!(last_pass(), first_pass, "no pass was needed before it");
+
+    // Over the high threshold, the next pod's pull has the collector make room first.
+    let answer = client.ok(&socket, ENSURE, pod(&proxy.image("prepull/small:1"), "uid-small"));
+    assert_eq!(answer["pulled"], json!(true), "{answer}");
+    let pass = last_pass();
+    assert_ne!(pass, first_pass, "a pass before the pull");
+    assert!(pass["images_removed"].as_u64().is_some_and(|removed| removed > 0), "{pass}");
+    assert!(usage(&stack) < 85, "{}%", usage(&stack));
     drop(daemon);
 }

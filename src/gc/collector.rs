@@ -22,7 +22,7 @@ use super::{
     ages::AgesFile,
     guard::ImageGuard,
     metrics::{GcMetrics, PassOutcome},
-    plan::{self, GcPolicy, ImageRecord, Plan, PlanError, Reason},
+    plan::{self, DiskUsage, GcPolicy, ImageRecord, Plan, PlanError, Reason},
 };
 use crate::{
     events::{Event, EventType, Events, reason as event_reason},
@@ -229,6 +229,24 @@ impl<R: ImageRuntime> ImageGc<R> {
         let handed_out = self.parts.guard.handed_out_since(now.checked_sub(config.hand_out_window).unwrap_or(now));
         let kept = pinned.iter().chain(&handed_out).map(String::as_str);
         Ok(plan::in_use(listed, &containers, kept))
+    }
+
+    /// Before a pull starts: when the image filesystem is at or above the high threshold, a pass
+    /// now, so that the pull does not push the node towards the kubelet's eviction thresholds.
+    /// Passes never overlap: a pull that waited for another's finds the disk below and goes.
+    pub async fn make_room(&self) {
+        let policy = self.config().policy;
+        if policy.disabled() {
+            return;
+        }
+        let Ok(usage) = self.measure().await else { return };
+        if DiskUsage::from(usage).usage_percent() < u64::from(policy.high_threshold_percent) {
+            return;
+        }
+        tracing::info!("the image filesystem is over the high threshold: collecting before a pull");
+        if let Err(error) = self.pass(PassRequest::default()).await {
+            tracing::warn!(%error, "image garbage collection before a pull failed; the pull goes on");
+        }
     }
 
     /// Asks the runtime which sandbox image it uses, unless one is configured.

@@ -42,8 +42,19 @@ pub struct Spec {
 pub enum State {
     Queued,
     Pulling,
-    Done { image_ref: String },
-    Failed { reason: String, message: String },
+    /// Waits: pulled now, the image would take the image filesystem over image GC's high
+    /// threshold (`DiskPressure`). Queued again when room is looked for next.
+    Held {
+        reason: String,
+        message: String,
+    },
+    Done {
+        image_ref: String,
+    },
+    Failed {
+        reason: String,
+        message: String,
+    },
     Cancelled,
 }
 
@@ -52,6 +63,7 @@ impl State {
         match self {
             Self::Queued => "queued",
             Self::Pulling => "pulling",
+            Self::Held { .. } => "held",
             Self::Done { .. } => "done",
             Self::Failed { .. } => "failed",
             Self::Cancelled => "cancelled",
@@ -207,6 +219,23 @@ impl Book {
         }
     }
 
+    /// A pre-pull's pull was stopped for want of room: it waits, held.
+    pub fn held(&mut self, id: &str, reason: &str, message: String) {
+        if let Some(entry) = self.entries.get_mut(id).filter(|entry| entry.state == State::Pulling) {
+            entry.state = State::Held { reason: reason.to_owned(), message };
+        }
+    }
+
+    /// Pre-pulls held for want of room are queued again (room may have been made since).
+    pub fn release_held(&mut self) -> bool {
+        let mut released = false;
+        for entry in self.entries.values_mut().filter(|entry| matches!(entry.state, State::Held { .. })) {
+            entry.state = State::Queued;
+            released = true;
+        }
+        released
+    }
+
     /// A pre-pull's pull ended (unless it was cancelled meanwhile).
     pub fn ended(&mut self, id: &str, state: State, now: SystemTime) {
         if let Some(entry) = self.entries.get_mut(id).filter(|entry| entry.state == State::Pulling) {
@@ -297,9 +326,13 @@ impl Book {
             .map(|mut entry| {
                 // The id is the image's, whatever the file said.
                 entry.id = id_of(&entry.spec.image, &entry.spec.runtime_handler);
-                if entry.state == State::Pulling {
-                    entry.state = State::Queued;
-                    entry.resumed += 1;
+                match entry.state {
+                    State::Pulling => {
+                        entry.state = State::Queued;
+                        entry.resumed += 1;
+                    }
+                    State::Held { .. } => entry.state = State::Queued,
+                    _ => {}
                 }
                 entry.credentials = None;
                 (entry.id.clone(), entry)

@@ -9,7 +9,7 @@ use super::book::Book;
 use crate::metric_labels::Labels;
 
 /// Every state a pre-pull can be in, as the `state` label says it.
-const STATES: [&str; 5] = ["queued", "pulling", "done", "failed", "cancelled"];
+const STATES: [&str; 6] = ["queued", "pulling", "held", "done", "failed", "cancelled"];
 
 #[derive(Debug, Clone, Default)]
 pub struct PrePullMetrics {
@@ -27,7 +27,7 @@ impl PrePullMetrics {
     }
 
     /// How many pre-pulls are in each state now.
-    pub fn states(&self, counts: [(&'static str, i64); 5]) {
+    pub fn states(&self, counts: [(&'static str, i64); 6]) {
         for (state, count) in counts {
             self.by_state.get_or_create(&vec![("state", state)]).set(count);
         }
@@ -40,6 +40,6 @@ impl PrePullMetrics {
 }
 
 /// How many pre-pulls of `book` are in each state.
-pub fn count(book: &Book) -> [(&'static str, i64); 5] {
+pub fn count(book: &Book) -> [(&'static str, i64); 6] {
     STATES.map(|state| (state, book.entries().filter(|entry| entry.state.as_str() == state).count() as i64))
 }

@@ -78,7 +78,9 @@ impl From<&PrePull> for Kept {
     fn from(entry: &PrePull) -> Self {
         let (image_ref, reason, message) = match &entry.state {
             State::Done { image_ref } => (image_ref.clone(), String::new(), String::new()),
-            State::Failed { reason, message } => (String::new(), reason.clone(), message.clone()),
+            State::Failed { reason, message } | State::Held { reason, message } => {
+                (String::new(), reason.clone(), message.clone())
+            }
             _ => Default::default(),
         };
         Self {
@@ -113,6 +115,7 @@ impl Kept {
         let state = match self.state.as_str() {
             "queued" => State::Queued,
             "pulling" => State::Pulling,
+            "held" => State::Held { reason: self.reason, message: self.message },
             "done" if !self.image_ref.is_empty() => State::Done { image_ref: self.image_ref },
             "failed" => State::Failed { reason: self.reason, message: self.message },
             "cancelled" => State::Cancelled,

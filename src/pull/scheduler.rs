@@ -91,6 +91,12 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// Frees room on the image filesystem before a pull starts (image GC, as the composition root
+/// wires it).
+pub trait MakeRoom: Send + Sync {
+    fn make_room(&self) -> futures_util::future::BoxFuture<'_, ()>;
+}
+
 /// A pull's result, shared by everyone who waited for it.
 pub type SharedResult = Result<Pulled, Arc<PullError>>;
 
@@ -170,6 +176,8 @@ struct Shared {
     pods_in_flight: watch::Sender<usize>,
     /// For a pre-pull giving its slot to a pod's pull.
     events: Arc<Events>,
+    /// Run as each pull starts, once set.
+    room: std::sync::OnceLock<Arc<dyn MakeRoom>>,
 }
 
 /// The scheduler; cheap to clone.
@@ -211,8 +219,14 @@ impl PullScheduler {
             running_pre_pulls: Mutex::default(),
             pods_in_flight: watch::Sender::new(0),
             events,
+            room: std::sync::OnceLock::new(),
         };
         Self { shared: Arc::new(shared) }
+    }
+
+    /// Makes room with `room` as each pull starts, from now on (set once).
+    pub fn make_room_with(&self, room: Arc<dyn MakeRoom>) {
+        let _ = self.shared.room.set(room);
     }
 
     /// Each registry's breaker and wait.

@@ -26,7 +26,7 @@ pub fn wire(pre_pull: PrePull, in_flight: &[InFlight]) -> api::PrePull {
     let (state, resumed) = (pre_pull.state.as_str().to_owned(), pre_pull.resumed);
     let (image_ref, reason, message) = match pre_pull.state {
         State::Done { image_ref } => (image_ref, String::new(), String::new()),
-        State::Failed { reason, message } => (String::new(), reason, message),
+        State::Failed { reason, message } | State::Held { reason, message } => (String::new(), reason, message),
         _ => Default::default(),
     };
     api::PrePull {

@@ -141,3 +141,17 @@ fn a_restart_queues_what_was_pulling_again_and_keeps_no_credentials() {
     let entry = restored.get(&id).expect("under its image's id");
     assert_eq!((entry.state.as_str(), entry.resumed, entry.credentials), ("queued", 1, None));
 }
+
+#[test]
+fn a_pre_pull_held_for_want_of_room_waits_until_released_and_a_restart_queues_it() {
+    let mut book = Book::default();
+    let id = book.submit(spec("big:1", 0), None, at(0)).expect("queued").id.clone();
+    book.started(&id);
+    book.held(&id, "DiskPressure", "DiskPressure: too big now".into());
+    assert!(!book.get(&id).expect("listed").state.ended(), "held is not ended");
+    assert!(book.next(1).is_empty(), "a held pre-pull does not start");
+    let restored = Book::restored(book.entries().cloned().collect());
+    assert_eq!(restored.get(&id).expect("kept").state, State::Queued);
+    assert!(book.release_held());
+    assert_eq!(book.next(1), [id]);
+}

@@ -65,6 +65,10 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         shared.not_running_pre_pull(&slot);
         return shared.refuse(&key, &slot, pass, NotAdmitted::Refused(refused));
     }
+    // A full image filesystem is collected before the pull adds to it.
+    if let Some(room) = shared.room.get() {
+        room.make_room().await;
+    }
     let (mut tracker, mut may_yield) = (shared.start(&pull, &slot), true);
     let result = loop {
         pull.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);

@@ -17,7 +17,8 @@
 //! (containerd's CPU over a throttled pull with `--pull-progress` off and on), hostile input
 //! (idle connections, hostile records and a slow credential plugin at once), and registries over
 //! a shaped link (a registry in a network namespace behind 100 Mbit, 50 ms and 0.1 % loss: pull
-//! times, small pulls behind a big one, a hung registry, a 429 limit, a herd's bytes).
+//! times, small pulls behind a big one, a hung registry, a 429 limit, a herd's bytes), and
+//! pre-pulls (a pod's pull of a small image with none and with 8 big pre-pulls queued).
 // Wall time of real processes, in a program that never pauses tokio's clock.
 #![allow(clippy::disallowed_types)]
 
@@ -41,6 +42,7 @@ mod gc;
 mod hostile;
 mod load;
 mod memory;
+mod pre_pulls;
 mod progress;
 mod records;
 mod registries;
@@ -123,6 +125,7 @@ enum Section {
     Hostile,
     Cri,
     Registries,
+    PrePulls,
 }
 
 /// How much of everything to do.
@@ -183,6 +186,7 @@ fn main() -> ExitCode {
             Section::Hostile,
             Section::Cri,
             Section::Registries,
+            Section::PrePulls,
         ]
     } else {
         args.only.clone()
@@ -319,6 +323,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     }
     if sections.contains(&Section::Registries) {
         registries::run(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::PrePulls) {
+        pre_pulls::run(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

@@ -10,7 +10,7 @@ use std::{net::SocketAddr, path::Path, time::Duration};
 use serde_json::{Value, json};
 use support::{
     clients::{Answer, Client},
-    process::DaemonProcess,
+    process::{self, DaemonProcess},
     stack::{LocalStack, StackOptions},
     throttle::ThrottleProxy,
 };
@@ -133,13 +133,22 @@ async fn a_pre_pull_cut_short_by_a_kill_goes_on_from_what_it_fetched_and_a_cance
     daemon.kill_hard();
     let first = proxy.bytes_forwarded();
 
-    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    let (port, listen) = process::metrics_listen();
+    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &["--metrics-listen", &listen]).await;
     let resumed = state(client, &socket, &id);
     assert_eq!(resumed["resumed"], json!(1), "{resumed}");
+    // The resumed pull's progress is seen (its manifest named by its lease), from where it was.
+    support::eventually("the resumed pull's progress", Duration::from_secs(30), || {
+        let progress = state(client, &socket, &id)["progress"].clone();
+        progress["bytes_done"].as_str().is_some_and(|done| done.parse::<u64>().is_ok_and(|done| done >= SIZE / 2))
+    })
+    .await;
     until_state(client, &socket, &id, "done", Duration::from_secs(60)).await;
     let second = proxy.bytes_forwarded() - first;
     assert!(second <= SIZE * 6 / 10, "fetched again: {second} of {SIZE} bytes (first {first})");
-    eprintln!("resumed pre-pull: {first} bytes before the kill, {second} after, of {SIZE}");
+    let kept = process::metric(port, "cri_imaged_pre_pull_resumed_bytes_total");
+    assert!(kept >= (SIZE / 3) as f64, "counted as kept: {kept}");
+    eprintln!("resumed pre-pull: {first} bytes before the kill, {second} after, of {SIZE}; {kept} counted kept");
 
     let cancelled = proxy.image("prepull/cancelled:1");
     let id = client.ok(&socket, SUBMIT, json!({ "images": [cancelled] }))["pre_pulls"][0]["id"]

@@ -15,6 +15,7 @@ const STATES: [&str; 6] = ["queued", "pulling", "held", "done", "failed", "cance
 pub struct PrePullMetrics {
     by_state: Family<Labels, Gauge>,
     pulled_bytes: Counter,
+    resumed_bytes: Counter,
 }
 
 impl PrePullMetrics {
@@ -23,6 +24,11 @@ impl PrePullMetrics {
         let metrics = Self::default();
         registry.register("pre_pulls", "Pre-pulls listed, by state", metrics.by_state.clone());
         registry.register("pre_pulled_bytes", "Bytes of the images pre-pulls pulled", metrics.pulled_bytes.clone());
+        registry.register(
+            "pre_pull_resumed_bytes",
+            "Bytes pre-pulls cut short had fetched, found kept when they went on (not fetched again)",
+            metrics.resumed_bytes.clone(),
+        );
         metrics
     }
 
@@ -31,6 +37,11 @@ impl PrePullMetrics {
         for (state, count) in counts {
             self.by_state.get_or_create(&vec![("state", state)]).set(count);
         }
+    }
+
+    /// A pre-pull went on from `bytes` it had fetched before.
+    pub fn resumed(&self, bytes: u64) {
+        self.resumed_bytes.inc_by(bytes);
     }
 
     /// A pre-pull pulled an image of `bytes`.

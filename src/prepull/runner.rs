@@ -3,7 +3,10 @@
 //! image filesystem, keeps deadlines and pins, rechecks declared images, and writes the book down.
 
 use std::{
-    sync::{Arc, atomic::Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, SystemTime},
 };
 
@@ -120,9 +123,10 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
             keep_in,
             ..EnsureRequest::default()
         };
+        let kept = AtomicU64::new(0);
         let outcome = tokio::select! {
             outcome = self.parts.manager.ensure_image_exists(request) => outcome,
-            message = self.no_room(&entry) => {
+            message = self.no_room(&entry, &kept) => {
                 // Stopped: what it fetched stays in its lease for when there is room.
                 tracing::warn!(id = %entry.id, image = %entry.spec.image, "{message}");
                 self.parts.events.publish(about(&entry, EventType::Warning, reason::PRE_PULL_HELD, message.clone()));
@@ -136,6 +140,7 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
             Ok(outcome) => {
                 if outcome.pull.is_some() {
                     self.parts.metrics.pre_pulled(outcome.image_size);
+                    self.parts.metrics.resumed(kept.load(Ordering::Relaxed));
                 }
                 let message = format!("Pre-pulled {:?}: {}", entry.spec.image, outcome.image_ref);
                 self.parts.events.publish(about(&entry, EventType::Normal, reason::PRE_PULLED, message));
@@ -159,13 +164,15 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
     /// GC's high threshold: its image's bytes still to fetch (known once its manifest is), twice
     /// (the blobs and their unpacked layers), on top of what is used. Never for a pull a pod
     /// joined: pods' pulls are never held.
-    async fn no_room(&self, entry: &PrePull) -> String {
+    /// Meanwhile, `kept` says what its pull found fetched already, if it went on from there.
+    async fn no_room(&self, entry: &PrePull, kept: &AtomicU64) -> String {
         let mut every = tokio::time::interval(ROOM_CHECK);
         loop {
             every.tick().await;
             let in_flight = self.parts.manager.pulls_in_flight();
             let Some(pull) = in_flight.iter().find(|pull| pull.image == entry.spec.image) else { continue };
             let (Some(report), PullClass::PrePull) = (pull.progress, pull.class) else { continue };
+            kept.fetch_max(report.kept, Ordering::Relaxed);
             let to_fetch = report.progress.bytes_total.saturating_sub(report.progress.bytes_done);
             let Ok(usage) = self.parts.runtime.image_fs_usage().await else { continue };
             let high = self.parts.gc.config().policy.high_threshold_percent;

@@ -78,6 +78,9 @@ pub struct Report {
     pub bytes_per_second: u64,
     /// The stall timeout, once no byte has moved for it while downloading.
     pub stalled: Option<Duration>,
+    /// Bytes a pull resumed from its lease found fetched already, by an earlier pull cut short;
+    /// 0 for any other.
+    pub kept: u64,
 }
 
 impl Report {
@@ -209,6 +212,8 @@ struct Watched {
     rate: RateWindow,
     /// The progress last published, and when.
     published: Option<(Instant, Progress)>,
+    /// See [`Report::kept`].
+    kept: u64,
 }
 
 impl<R: ContentStore> Poll<R> {
@@ -283,7 +288,10 @@ impl<R: ContentStore> Poll<R> {
             let now = Instant::now();
             if watched.progress.is_none() && searching && watched.next_search.is_none_or(|next| now >= next) {
                 watched.next_search = Some(now + SEARCH_INTERVAL);
-                watched.progress = self.find_layers(pull, &ingests).await;
+                (watched.progress, watched.kept) = match self.find_layers(pull, &ingests).await {
+                    Some((progress, kept)) => (Some(progress), kept),
+                    None => (None, 0),
+                };
             }
             if watched.progress.is_none() {
                 unanswered.push(pull);
@@ -298,8 +306,12 @@ impl<R: ContentStore> Poll<R> {
                 let now = Instant::now();
                 let done = progress.observe(&ingests, &committed, now);
                 let stalled = self.config.stall_timeout.filter(|timeout| progress.stalled(now, *timeout));
-                let report =
-                    Report { progress: done, bytes_per_second: watched.rate.sample(now, done.bytes_done), stalled };
+                let report = Report {
+                    progress: done,
+                    bytes_per_second: watched.rate.sample(now, done.bytes_done),
+                    stalled,
+                    kept: watched.kept,
+                };
                 let before = pull.reports.send_replace(Some(report)).map_or(0, |was| was.progress.bytes_done);
                 if done.bytes_done > before {
                     moving.insert(pull.reference.domain());
@@ -318,12 +330,14 @@ impl<R: ContentStore> Poll<R> {
     }
 
     /// The layers `pull` fetches, once containerd has its manifest: those stored already (and
-    /// not being written) are left out.
-    async fn find_layers(&self, pull: &Registered, ingests: &HashMap<String, Ingest>) -> Option<PullProgress> {
+    /// not being written) are left out. With them, for a pull resumed from its lease (whose
+    /// manifest came before it: the lease names it), the bytes an earlier pull fetched.
+    async fn find_layers(&self, pull: &Registered, ingests: &HashMap<String, Ingest>) -> Option<(PullProgress, u64)> {
         let since = pull.started_at.checked_sub(CLOCK_SLACK).unwrap_or(pull.started_at);
         let host = host_without_port(pull.reference.domain());
-        let manifest = match self.runtime.find_manifest(host, pull.reference.path(), since).await {
-            Ok(found) => found?,
+        let (manifest, resumed) = match self.runtime.find_manifest(host, pull.reference.path(), since).await {
+            Ok(Some(found)) => (found, false),
+            Ok(None) => (self.kept_manifest(pull).await?, true),
             Err(error) => {
                 tracing::debug!(%error, image = %pull.image, "looking for the pull's manifest failed");
                 return None;
@@ -343,7 +357,29 @@ impl<R: ContentStore> Poll<R> {
                 stored.insert(layer.digest.clone());
             }
         }
-        Some(PullProgress::new(layers, &stored, Instant::now()))
+        let kept = match resumed {
+            false => 0,
+            true => layers
+                .iter()
+                .map(|layer| match (stored.contains(&layer.digest), ingests.get(&layer.digest)) {
+                    (true, _) => layer.size,
+                    (false, Some(ingest)) => ingest.offset,
+                    (false, None) => 0,
+                })
+                .sum(),
+        };
+        Some((PullProgress::new(layers, &stored, Instant::now()), kept))
+    }
+
+    /// The manifest a pull kept in a lease fetched before it was cut short: the lease holds its
+    /// download by containerd's name for it, `manifest-<digest>`.
+    async fn kept_manifest(&self, pull: &Registered) -> Option<String> {
+        let lease = pull.keep_in.as_deref()?;
+        let held = self.runtime.held(lease).await.ok()?;
+        held.into_iter().find_map(|held| match held {
+            Held::Download(reference) => reference.strip_prefix("manifest-").map(str::to_owned),
+            Held::Blob(_) => None,
+        })
     }
 
     /// Makes `lease` hold the pull's manifest, config and layers, each layer both as a blob and as
@@ -352,6 +388,8 @@ impl<R: ContentStore> Poll<R> {
     async fn keep(&self, lease: &str, manifest: &str, blob: &[u8], layers: &[Layer]) {
         let config = manifest_config(blob).into_iter();
         let blobs = [manifest.to_owned()].into_iter().chain(config).map(Held::Blob);
+        // Its manifest named so that a pull resumed later finds it (see `kept_manifest`).
+        let blobs = blobs.chain([Held::Download(format!("manifest-{manifest}"))]);
         let layers = layers
             .iter()
             .flat_map(|layer| [Held::Blob(layer.digest.clone()), Held::Download(format!("layer-{}", layer.digest))]);

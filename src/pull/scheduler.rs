@@ -16,7 +16,7 @@
 //! Small pulls do not wait behind big ones: a pull that turns out big and has barely begun gives
 //! its slot, once, to the pulls queued behind it ([`yielding`]).
 //!
-//! Pods first: a pre-pull never holds a slot a pod's pull waits for ([`pods_first`]).
+//! Pods first: a pre-pull never holds a slot a pod's pull waits for (`pods_first`).
 //!
 //! Callers differ in what a registry rate limit does to them: EnsureImageExists (the kubelet's
 //! way) fails at once, a CRI PullImage waits for a token. A shared pull waits if any caller that

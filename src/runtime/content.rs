@@ -62,6 +62,12 @@ pub trait ContentStore: Send + Sync + 'static {
         async { Err(RuntimeError::Unsupported("keep downloads in leases")) }
     }
 
+    /// What lease `id` holds.
+    fn held(&self, id: &str) -> impl Future<Output = Result<Vec<Held>, RuntimeError>> + Send {
+        let _ = id;
+        async { Err(RuntimeError::Unsupported("keep downloads in leases")) }
+    }
+
     /// Ends lease `id`, if it exists.
     fn delete_lease(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
         let _ = id;

@@ -7,7 +7,10 @@ use super::{
     ContentStore, CriClient, Held, RuntimeError,
     containerd::{
         content,
-        leases::{self, AddResourceRequest, CreateRequest, DeleteRequest, ListRequest, leases_client::LeasesClient},
+        leases::{
+            self, AddResourceRequest, CreateRequest, DeleteRequest, ListRequest, ListResourcesRequest,
+            leases_client::LeasesClient,
+        },
     },
 };
 
@@ -124,6 +127,20 @@ impl ContentStore for CriClient {
             self.bounded(self.leases_client().add_resource(request)).await?;
         }
         Ok(())
+    }
+
+    async fn held(&self, id: &str) -> Result<Vec<Held>, RuntimeError> {
+        let request = self.content_request(ListResourcesRequest { id: id.to_owned() });
+        let response = self.bounded(self.leases_client().list_resources(request)).await?;
+        Ok(response
+            .resources
+            .into_iter()
+            .filter_map(|resource| match resource.r#type.as_str() {
+                "content" => Some(Held::Blob(resource.id)),
+                "ingests" => Some(Held::Download(resource.id)),
+                _ => None,
+            })
+            .collect())
     }
 
     async fn delete_lease(&self, id: &str) -> Result<(), RuntimeError> {

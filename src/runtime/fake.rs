@@ -285,6 +285,11 @@ impl ContentStore for FakeRuntime {
         Ok(())
     }
 
+    async fn held(&self, id: &str) -> Result<Vec<Held>, RuntimeError> {
+        let state = self.state();
+        state.leases.get(id).cloned().ok_or_else(|| tonic::Status::not_found(format!("lease {id}")).into())
+    }
+
     async fn delete_lease(&self, id: &str) -> Result<(), RuntimeError> {
         self.state().leases.remove(id);
         Ok(())

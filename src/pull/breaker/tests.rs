@@ -82,7 +82,7 @@ impl TrackPulls for Watching {
         let (reports, activity, tracker) = Tracker::scripted();
         if self.answering.lock().unwrap().contains(&pull.reference.domain()) {
             let progress = Progress { bytes_done: 0, bytes_total: 1, layers_done: 0, layers_total: 1 };
-            reports.send_replace(Some(Report { progress, bytes_per_second: 0, stalled: None }));
+            reports.send_replace(Some(Report { progress, bytes_per_second: 0, stalled: None, kept: 0 }));
         }
         self.reports.lock().unwrap().push(reports);
         self.activity.lock().unwrap().push((pull.image, activity));

@@ -343,12 +343,41 @@ async fn a_pull_kept_in_a_lease_has_its_manifest_layers_and_their_downloads_held
     let held = content.state().leases["cri-imaged.pre-pull.test"].clone();
     let expected = [
         Held::Blob(digest(9)),
+        Held::Download(format!("manifest-{}", digest(9))),
         Held::Blob(digest(1)),
         Held::Download(format!("layer-{}", digest(1))),
         Held::Blob(digest(2)),
         Held::Download(format!("layer-{}", digest(2))),
     ];
-    assert_eq!(held, expected, "the manifest (this one names no config), each layer and its download");
+    assert_eq!(held, expected, "the manifest (this one names no config) and its name, each layer and its download");
     tick().await;
     assert_eq!(content.state().leases["cri-imaged.pre-pull.test"].len(), expected.len(), "held once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_resumed_from_its_lease_finds_its_manifest_there_and_says_what_was_fetched_before() {
+    let content = Arc::new(FakeRuntime::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    // An earlier pull, cut short, stored the manifest and layer 2 and half of layer 1, all held
+    // by the lease; its manifest predates this pull, so only the lease names it.
+    content.manifest("registry.local", "app", 9, &[(1, 4 * MIB), (2, MIB)]);
+    content.state().manifests.clear();
+    content.commit(2);
+    content.create_lease("cri-imaged.pre-pull.test", SystemTime::now()).await.expect("created");
+    let held = [Held::Download(format!("manifest-{}", digest(9))), Held::Blob(digest(9))];
+    content.hold("cri-imaged.pre-pull.test", &held).await.expect("held");
+    content.downloading(1, 2 * MIB, 4 * MIB);
+    let resumed =
+        TrackedPull { keep_in: Some("cri-imaged.pre-pull.test".into()), ..pull("registry.local/app:v1", &[]) };
+    let tracker = poller.track(resumed);
+    tick().await;
+    let report = latest(&tracker).expect("a report");
+    assert_eq!(report.kept, 3 * MIB, "layer 2 whole and 2 MiB of layer 1");
+    assert_eq!((report.progress.bytes_done, report.progress.bytes_total), (2 * MIB, 4 * MIB));
+
+    // Without a lease, a manifest found nowhere reports nothing.
+    let plain = poller.track(pull("registry.local/app:v1", &[]));
+    content.downloading(1, 3 * MIB, 4 * MIB);
+    tick().await;
+    assert_eq!(latest(&plain), None);
 }

@@ -22,14 +22,12 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use super::progress::{
-    Ingest, Layer, Progress, PullProgress, RateWindow, digest_of_ref, manifest_config, manifest_layers,
-};
+use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, manifest_layers};
 use crate::{
     events::{Event, EventType, Events, Pod, ProgressFacts, reason},
     messages,
     reference::ImageReference,
-    runtime::{ContentStore, Held, RuntimeError},
+    runtime::{ContentStore, RuntimeError},
 };
 
 /// How pulls are watched.
@@ -371,34 +369,6 @@ impl<R: ContentStore> Poll<R> {
         Some((PullProgress::new(layers, &stored, Instant::now()), kept))
     }
 
-    /// The manifest a pull kept in a lease fetched before it was cut short: the lease holds its
-    /// download by containerd's name for it, `manifest-<digest>`.
-    async fn kept_manifest(&self, pull: &Registered) -> Option<String> {
-        let lease = pull.keep_in.as_deref()?;
-        let held = self.runtime.held(lease).await.ok()?;
-        held.into_iter().find_map(|held| match held {
-            Held::Download(reference) => reference.strip_prefix("manifest-").map(str::to_owned),
-            Held::Blob(_) => None,
-        })
-    }
-
-    /// Makes `lease` hold the pull's manifest, config and layers, each layer both as a blob and as
-    /// the download containerd names `layer-<digest>`: whatever is cut short later, what it
-    /// fetched stays, and a later pull goes on from there. Best effort: the pull goes on anyway.
-    async fn keep(&self, lease: &str, manifest: &str, blob: &[u8], layers: &[Layer]) {
-        let config = manifest_config(blob).into_iter();
-        let blobs = [manifest.to_owned()].into_iter().chain(config).map(Held::Blob);
-        // Its manifest named so that a pull resumed later finds it (see `kept_manifest`).
-        let blobs = blobs.chain([Held::Download(format!("manifest-{manifest}"))]);
-        let layers = layers
-            .iter()
-            .flat_map(|layer| [Held::Blob(layer.digest.clone()), Held::Download(format!("layer-{}", layer.digest))]);
-        let held: Vec<Held> = blobs.chain(layers).collect();
-        if let Err(error) = self.runtime.hold(lease, &held).await {
-            tracing::warn!(%error, lease, "what the pull fetches is not kept; cut short, it starts over");
-        }
-    }
-
     /// A `PullProgress` event when the pull moved and the last one is old enough; the first
     /// report (the size is known) always goes out.
     fn publish(&self, pull: &Registered, watched: &mut Watched, report: Report, now: Instant) {
@@ -442,6 +412,7 @@ fn host_without_port(domain: &str) -> &str {
     }
 }
 
+mod lease;
 mod tracker;
 
 use self::tracker::Registration;

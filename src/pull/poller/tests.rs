@@ -1,7 +1,7 @@
 use super::*;
 use crate::{
     events::{Filter, Next},
-    runtime::fake::FakeRuntime,
+    runtime::{Held, fake::FakeRuntime},
 };
 
 const MIB: u64 = 1 << 20;

@@ -86,8 +86,9 @@ pub struct PrePulls<R> {
     /// other credentials is told apart.
     hasher: RandomState,
     wake: Notify,
-    /// Orders writes of the store: each writes the book as it is when its turn comes.
-    writing: tokio::sync::Mutex<()>,
+    /// Orders writes of the store, each of the book as it is when its turn comes, and holds what
+    /// was written last: a book that did not change is not written again.
+    writing: tokio::sync::Mutex<Vec<u8>>,
     /// A pre-pull was cancelled: the loop ends leases of ended pre-pulls as it comes round.
     cancelled: AtomicBool,
     parts: PrePullParts<R>,
@@ -131,7 +132,7 @@ impl<R> PrePulls<R> {
             config: Mutex::new(config),
             hasher: RandomState::new(),
             wake: Notify::new(),
-            writing: tokio::sync::Mutex::new(()),
+            writing: tokio::sync::Mutex::default(),
             cancelled: AtomicBool::new(false),
             parts,
         }

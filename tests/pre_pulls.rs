@@ -174,7 +174,17 @@ async fn a_declared_pre_pull_is_pulled_at_start_and_again_when_removed_and_a_pin
     let (declared, pinned) = (stack.image("prepull/declared:1"), stack.image("prepull/pinned:1"));
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("cri-imaged.sock");
-    let flags = ["--pre-pull", &declared, "--pre-pull-recheck-period", "1s", "--minimum-image-ttl-duration", "0s"];
+    // No hand-out window: what image GC keeps below, only the pin keeps.
+    let flags = [
+        "--pre-pull",
+        &declared,
+        "--pre-pull-recheck-period",
+        "1s",
+        "--minimum-image-ttl-duration",
+        "0s",
+        "--image-gc-hand-out-window",
+        "0s",
+    ];
     let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &flags).await;
     support::eventually("the declared image pulled", Duration::from_secs(30), || stack.present(&declared)).await;
     let listed = client.ok(&socket, LIST, json!({}));
@@ -201,6 +211,7 @@ async fn a_declared_pre_pull_is_pulled_at_start_and_again_when_removed_and_a_pin
         .filter(|image| image["removed"] == json!(true))
         .flat_map(|image| image["names"].as_array().into_iter().flatten().filter_map(Value::as_str))
         .collect();
+    assert!(removed.iter().any(|name| name.contains("prepull/declared")), "unpinned images go: {collected}");
     assert!(!removed.iter().any(|name| name.contains("prepull/pinned")), "the pinned pre-pull was kept: {collected}");
     assert!(stack.present(&pinned));
     drop(daemon);

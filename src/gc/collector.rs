@@ -82,6 +82,8 @@ pub struct ImageGc<R> {
     last_pass: std::sync::Mutex<Option<LastPass>>,
     /// Held for a whole pass: passes never overlap.
     state: tokio::sync::Mutex<Records>,
+    /// Taken by pulls making room, so that those starting together make one pass.
+    making_room: tokio::sync::Mutex<()>,
     /// The maximum age, and the minimum age after a restart, count from here, as the kubelet's
     /// from its start (a monotonic clock: a stepped wall clock changes neither).
     collecting_since: Instant,
@@ -92,7 +94,8 @@ impl<R: ImageRuntime> ImageGc<R> {
         parts.pinned.configure(parts.config.sandbox_image.as_deref(), &parts.config.pinned_images);
         let config = tokio::sync::watch::Sender::new(parts.config.clone());
         let (last_pass, state) = (std::sync::Mutex::default(), tokio::sync::Mutex::default());
-        Self { parts, config, last_pass, state, collecting_since }
+        let making_room = tokio::sync::Mutex::new(());
+        Self { parts, config, last_pass, state, making_room, collecting_since }
     }
 
     /// How and how often images are collected now.
@@ -233,14 +236,19 @@ impl<R: ImageRuntime> ImageGc<R> {
 
     /// Before a pull starts: when the image filesystem is at or above the high threshold, a pass
     /// now, so that the pull does not push the node towards the kubelet's eviction thresholds.
-    /// Passes never overlap: a pull that waited for another's finds the disk below and goes.
+    /// Pulls starting together make one pass: one that waited for another's goes on.
     pub async fn make_room(&self) {
+        let asked = SystemTime::now();
         let policy = self.config().policy;
         if policy.disabled() {
             return;
         }
         let Ok(usage) = self.measure().await else { return };
         if DiskUsage::from(usage).usage_percent() < u64::from(policy.high_threshold_percent) {
+            return;
+        }
+        let _turn = self.making_room.lock().await;
+        if self.last_pass().is_some_and(|pass| pass.finished >= asked) {
             return;
         }
         tracing::info!("the image filesystem is over the high threshold: collecting before a pull");

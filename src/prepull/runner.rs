@@ -251,17 +251,20 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
         }
     }
 
-    /// Writes the book down, and counts its states.
+    /// Writes the book down if it changed, and counts its states.
     async fn keep(&self) {
-        let _turn = self.writing.lock().await;
+        let mut written = self.writing.lock().await;
         let (contents, counts) = {
             let book = self.book();
             (PrePullStore::encode(&book), metrics::count(&book))
         };
         self.parts.metrics.states(counts);
-        let store = self.parts.store.clone();
-        match tokio::task::spawn_blocking(move || store.write(&contents)).await {
-            Ok(Ok(())) => {}
+        if *written == contents {
+            return;
+        }
+        let (store, kept) = (self.parts.store.clone(), contents.clone());
+        match tokio::task::spawn_blocking(move || store.write(&kept)).await {
+            Ok(Ok(())) => *written = contents,
             Ok(Err(error)) => tracing::warn!(%error, "pre-pulls not kept; a restart would lose them"),
             Err(error) => tracing::warn!(%error, "keeping the pre-pulls stopped"),
         }

@@ -346,7 +346,8 @@ impl<R: ContentStore> Poll<R> {
             tracing::debug!(%manifest, image = %pull.image, "the pull's manifest names no layers");
             return None;
         };
-        if let Some(lease) = &pull.keep_in {
+        // A pull resumed from its lease finds it holding all this already.
+        if let (Some(lease), false) = (&pull.keep_in, resumed) {
             self.keep(lease, &manifest, &blob, &layers).await;
         }
         let mut stored = HashSet::new();

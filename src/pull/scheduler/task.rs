@@ -62,7 +62,6 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
     // The breaker may have opened while the pull was queued.
     if let Err(refused) = pass.admit(Stage::Start) {
         drop(permit);
-        shared.not_running_pre_pull(&slot);
         return shared.refuse(&key, &slot, pass, NotAdmitted::Refused(refused));
     }
     // A full image filesystem is collected before the pull adds to it.

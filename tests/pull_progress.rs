@@ -112,7 +112,7 @@ fn progress_of(events: &[Event]) -> Vec<(u64, u64)> {
         .iter()
         .filter(|event| event.reason == "PullProgress")
         .map(|event| {
-            let progress = event.progress.expect("a PullProgress event carries its progress");
+            let progress = event.progress.as_ref().expect("a PullProgress event carries its progress");
             (progress.bytes_done, progress.bytes_total)
         })
         .collect()
@@ -139,9 +139,9 @@ async fn progress_events_rise_to_the_total_of_a_throttled_pull() {
     assert_rising(&progress, total, "u1");
     assert_eq!(progress.last().map(|(done, _)| *done), Some(total), "the last event is the total");
     let last = events.iter().rfind(|event| event.reason == "PullProgress").expect("progress");
-    let facts = last.progress.expect("progress");
+    let facts = last.progress.as_ref().expect("progress");
     assert_eq!((facts.layers_done, facts.layers_total), (1, 1));
-    let rates: Vec<u64> = events.iter().filter_map(|event| event.progress).map(|p| p.bytes_per_second).collect();
+    let rates: Vec<u64> = events.iter().filter_map(|event| event.progress.as_ref()).map(|p| p.bytes_per_second).collect();
     assert!(rates.iter().any(|rate| (MIB..=4 * MIB).contains(rate)), "no rate near the proxy's 2 MiB/s: {rates:?}");
     assert_eq!(last.pod.as_ref().map(|pod| pod.uid.as_str()), Some("u1"));
     assert!(last.message.starts_with(&format!("Pulling image {image:?}: 8.0 MiB of 8.0 MiB")), "{}", last.message);

@@ -98,6 +98,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
                 asked: timestamp(pull.asked_at),
                 started: pull.started_at.and_then(timestamp),
                 progress: pull.progress.map(|report| super::watch::wire_progress(&report.facts())),
+                ..Default::default()
             })
             .collect();
         let (pulls_queued, pre_pulls_queued) = self.pulls.scheduler().queued();
@@ -138,6 +139,9 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             registries: self.pulls.scheduler().breakers().status().into_iter().map(registry_health).collect(),
             pre_pulls,
             pulls_queued: u32::try_from(pulls_queued).unwrap_or(u32::MAX),
+            image_fs: None,
+            gc_high_threshold_percent: 0,
+            gc_low_threshold_percent: 0,
             pre_pulls_queued: u32::try_from(pre_pulls_queued).unwrap_or(u32::MAX),
         }))
     }
@@ -172,6 +176,28 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }
 
+    async fn list_images(&self, _: Request<api::ListImagesRequest>) -> Result<Response<api::ListImagesResponse>, Status> {
+        Err(Status::unimplemented("ListImages: not yet"))
+    }
+
+    async fn list_events(&self, _: Request<api::ListEventsRequest>) -> Result<Response<api::ListEventsResponse>, Status> {
+        Err(Status::unimplemented("ListEvents: not yet"))
+    }
+
+    async fn list_backoffs(
+        &self,
+        _: Request<api::ListBackoffsRequest>,
+    ) -> Result<Response<api::ListBackoffsResponse>, Status> {
+        Err(Status::unimplemented("ListBackoffs: not yet"))
+    }
+
+    async fn clear_backoff(
+        &self,
+        _: Request<api::ClearBackoffRequest>,
+    ) -> Result<Response<api::ClearBackoffResponse>, Status> {
+        Err(Status::unimplemented("ClearBackoff: not yet"))
+    }
+
     async fn garbage_collect(
         &self,
         request: Request<api::GarbageCollectRequest>,
@@ -189,6 +215,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             bytes_to_free: report.to_free,
             freed_bytes: report.freed,
             shortfall: report.shortfall.unwrap_or_default(),
+            kept: Vec::new(),
         }))
     }
 }

@@ -149,5 +149,6 @@ pub fn wire_progress(progress: &events::ProgressFacts) -> api::PullProgress {
         layers_done: count(progress.layers_done),
         layers_total: count(progress.layers_total),
         bytes_per_second: progress.bytes_per_second,
+        layers: Vec::new(),
     }
 }

@@ -9,9 +9,10 @@
 # tests/clients/package-lock.json), Prometheus's Python client (PyPI prometheus-client: its
 # OpenMetrics parser reads /metrics in the tests), systemd's tools (the unit's checks), buildah and
 # a static busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian
-# package), kubernetes-validate (PyPI: the DaemonSet's check), cargo-fuzz (crates.io) with g++
-# (libFuzzer's C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for
-# make lint.
+# package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
+# and the packaged completion in a terminal), kubernetes-validate (PyPI: the DaemonSet's check),
+# cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys crate) for make
+# fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
 
 missing=()
@@ -50,6 +51,11 @@ command -v buildah >/dev/null || missing+=(buildah)
 # (scripts/build-deb.sh, tests/deb_package.rs).
 command -v dpkg-shlibdeps >/dev/null || missing+=(dpkg-dev)
 command -v strip >/dev/null || missing+=(binutils)
+# man (man-db, with groff-base) renders the package's man pages with --warnings in tests/deb_package.rs.
+command -v man >/dev/null && command -v groff >/dev/null || missing+=(man-db groff-base)
+# tmux: a real terminal for the tests of the command line (tests/support/tmux.rs) and of the
+# packaged bash completion.
+command -v tmux >/dev/null || missing+=(tmux)
 # The image's shell for its readiness probe: busybox, static (Debian's plain busybox is not).
 command -v busybox >/dev/null && ! ldd "$(command -v busybox)" >/dev/null 2>&1 || missing+=(busybox-static)
 

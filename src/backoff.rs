@@ -4,6 +4,9 @@
 //! Memory is the constraint: a node can see 100,000 (pod, image) pairs fail. So a pair is kept as
 //! a 128-bit keyed hash instead of the kubelet's `"{uid}_{image}"` string, and the last error is
 //! whatever the caller shares among the pods of one failed pull (an `Arc`), not a copy per pod.
+//! Beside the keys, the names of the newest pairs to fail ([`BackoffName`]), for listing.
+
+mod names;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -12,6 +15,9 @@ use std::{
 };
 
 use tokio::time::Instant;
+
+use self::names::Names;
+pub use self::names::{BackoffName, NAME_BYTES_MOST, NAMED_MOST};
 
 /// How the backoff grows and how much memory it may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +70,17 @@ pub struct BackingOff<E> {
     pub last_error: E,
 }
 
+/// A named pair backing off, as [`BackoffStore::backing_off`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed<E> {
+    pub name: BackoffName,
+    /// Time left until a pull may be tried again.
+    pub remaining: Duration,
+    /// The delay the last failure set.
+    pub delay: Duration,
+    pub last_error: E,
+}
+
 /// A (pod, image) pair, as the kubelet's `"{uid}_{image}"` key but in 16 bytes. The hash is
 /// keyed at random per store, so callers cannot craft two pairs that collide; by chance, two of
 /// 100,000 pairs collide with odds below 1 in 10^28.
@@ -87,6 +104,7 @@ pub struct BackoffStore<E> {
     /// Keys by the stamp of their last update, stalest first.
     by_age: BTreeMap<u64, BackoffKey>,
     next_stamp: u64,
+    names: Names,
 }
 
 impl<E: Clone> BackoffStore<E> {
@@ -97,6 +115,7 @@ impl<E: Clone> BackoffStore<E> {
             entries: HashMap::new(),
             by_age: BTreeMap::new(),
             next_stamp: 0,
+            names: Names::default(),
         }
     }
 
@@ -149,6 +168,54 @@ impl<E: Clone> BackoffStore<E> {
         }
     }
 
+    /// Names the pair `key` was made of, once a failure of it is recorded: among the newest
+    /// [`NAMED_MOST`], it is listed while it backs off.
+    pub fn name(&mut self, key: BackoffKey, name: BackoffName) {
+        if self.entries.contains_key(&key) {
+            self.names.insert(key, name);
+        }
+    }
+
+    /// The name of `key`'s pair, when it is among those kept.
+    pub fn name_of(&self, key: BackoffKey) -> Option<&BackoffName> {
+        self.names.get(key)
+    }
+
+    /// The named pairs backing off at `now`, soonest retry first.
+    pub fn backing_off(&self, now: Instant) -> Vec<Listed<E>> {
+        let mut listed: Vec<Listed<E>> = self
+            .names
+            .iter()
+            .filter_map(|(key, name)| {
+                let backing_off = self.check(key, now)?;
+                let delay = self.entries.get(&key)?.delay;
+                let BackingOff { remaining, last_error } = backing_off;
+                Some(Listed { name: name.clone(), remaining, delay, last_error })
+            })
+            .collect();
+        listed
+            .sort_by(|a, b| (a.remaining, &a.name.uid, &a.name.image).cmp(&(b.remaining, &b.name.uid, &b.name.image)));
+        listed
+    }
+
+    /// Forgets `key`'s pair, as if it had never failed: its next pull is tried at once. Whether
+    /// the store held it.
+    pub fn remove(&mut self, key: BackoffKey) -> bool {
+        self.names.remove(key);
+        let Some(entry) = self.entries.remove(&key) else { return false };
+        self.by_age.remove(&entry.stamp);
+        true
+    }
+
+    /// Forgets every pair; how many there were.
+    pub fn clear(&mut self) -> usize {
+        let cleared = self.entries.len();
+        self.entries.clear();
+        self.by_age.clear();
+        self.names.clear();
+        cleared
+    }
+
     /// Forgets entries not updated for twice the max, as the kubelet's `GC`.
     pub fn gc(&mut self, now: Instant) {
         let expiry = self.config.expiry();
@@ -183,6 +250,7 @@ impl<E: Clone> BackoffStore<E> {
     fn evict_stalest(&mut self) {
         if let Some((_, key)) = self.by_age.pop_first() {
             self.entries.remove(&key);
+            self.names.remove(key);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Command line and config file: every flag with its meaning, unit and default; the file
 //! ([`file`](mod@file)) has a field for each, and a flag given on the command line wins over it.
 //!
-//! - [`cli`]: the command, the defaults, and clap's errors in the daemon's style.
+//! - [`cli`]: the commands, the defaults, and clap's errors in the daemon's style.
+//! - [`client`]: the flags of the commands for people (`pull`, `images`, `top`, …).
 //! - [`serve`]: `serve`'s flags, and the ones a reload applies ([`RELOADABLE`]).
 //! - [`value`]: the flags' value parsers, each saying what its flag accepts.
 //! - [`build`]: each part's config built from the flags, and [`ConfigError`] for flags that do
@@ -11,6 +12,7 @@
 
 pub mod build;
 pub mod cli;
+pub mod client;
 pub mod file;
 mod load;
 pub mod serve;

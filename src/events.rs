@@ -1,20 +1,32 @@
-//! The node's image events, in the kubelet's reasons and words, for `WatchEvents` subscribers.
+//! The node's image events, in the kubelet's reasons and words, for `WatchEvents` subscribers and
+//! `ListEvents`.
 //!
 //! Publishing never waits: events go into one bounded ring shared by every subscriber (a tokio
 //! broadcast channel). A subscriber that falls a whole ring behind loses the oldest events it
 //! has not read and is told how many, once, then goes on with the rest; the pulls publishing
-//! never notice it. Events never carry a credential: they are made from the image, the pod, the
-//! runtime's answers and the kubelet's messages only.
+//! never notice it. Beside it the newest [`KEPT_EVENTS`] are kept whether anyone watches or
+//! not, progress aside, for `ListEvents`. Events never carry a credential: they are made from
+//! the image, the pod, the runtime's answers and the kubelet's messages only.
+//!
+//! - `filter`: which events a subscriber wants ([`Filter`], made ready to match as a [`Matcher`]).
+
+mod filter;
 
 use std::{
-    sync::{Arc, Mutex, PoisonError},
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::{Duration, SystemTime},
 };
 
 use tokio::sync::broadcast;
 
+pub use self::filter::{Filter, Matcher, NormalisedImage};
+
 /// How many events a subscriber may fall behind before it loses the oldest.
 pub const SUBSCRIBER_BUFFER: usize = 4096;
+
+/// How many of the newest events are kept for `ListEvents` (progress and lag reports aside).
+pub const KEPT_EVENTS: usize = 1024;
 
 /// The kubelet's event reasons for images, and cri-imaged's for garbage collection and registries.
 pub mod reason {
@@ -48,6 +60,8 @@ pub mod reason {
     pub const PRE_PULLED: &str = "PrePulled";
     /// Not the kubelet's: a pre-pull failed, was cancelled or missed its deadline.
     pub const PRE_PULL_FAILED: &str = "PrePullFailed";
+    /// Not the kubelet's: a pod's back-off for an image (or every back-off) was cleared.
+    pub const BACKOFF_CLEARED: &str = "BackoffCleared";
 }
 
 /// The kubelet's event types.
@@ -84,7 +98,7 @@ pub struct PullFacts {
 }
 
 /// How far a pull under way is, as its runtime's downloads show it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProgressFacts {
     pub bytes_done: u64,
     /// Of the layers the pull fetches (those already stored are not counted).
@@ -92,6 +106,21 @@ pub struct ProgressFacts {
     pub layers_done: usize,
     pub layers_total: usize,
     pub bytes_per_second: u64,
+    /// The layers it fetches, in the manifest's order (the first [`MOST_LAYERS`]); shared, so
+    /// that a report and its events copy none of it.
+    pub layers: Arc<[LayerFacts]>,
+}
+
+/// The most layers a pull's progress names one by one.
+pub const MOST_LAYERS: usize = 64;
+
+/// One layer of a pull under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerFacts {
+    pub digest: Arc<str>,
+    pub size: u64,
+    pub bytes_done: u64,
+    pub done: bool,
 }
 
 /// One event.
@@ -112,6 +141,8 @@ pub struct Event {
     pub progress: Option<ProgressFacts>,
     /// Every pod waiting for the pull a progress event is about (`pod` is the first of them).
     pub waiting: Vec<Pod>,
+    /// `image` normalised, once a filter needs it.
+    pub normalised_image: NormalisedImage,
 }
 
 impl Event {
@@ -129,6 +160,7 @@ impl Event {
             pull: None,
             progress: None,
             waiting: Vec::new(),
+            normalised_image: NormalisedImage::default(),
         }
     }
 }
@@ -154,39 +186,19 @@ impl Subject {
     }
 }
 
-/// Which events a subscriber wants; an empty field matches everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
-    pub pod_uid: String,
-    pub namespace: String,
-    /// Matches the image as written or its image ref.
-    pub image: String,
-}
-
-impl Filter {
-    /// Whether every event matches.
-    pub fn matches_all(&self) -> bool {
-        self.pod_uid.is_empty() && self.namespace.is_empty() && self.image.is_empty()
-    }
-
-    /// A progress event matches a pod filter through any pod waiting for the pull.
-    pub fn matches(&self, event: &Event) -> bool {
-        let pod_matches = |pod: &Pod| {
-            (self.pod_uid.is_empty() || pod.uid == self.pod_uid)
-                && (self.namespace.is_empty() || pod.namespace == self.namespace)
-        };
-        let any_pod = self.pod_uid.is_empty() && self.namespace.is_empty();
-        (any_pod || event.pod.iter().chain(&event.waiting).any(pod_matches))
-            && (self.image.is_empty() || event.image == self.image || event.image_ref == self.image)
-    }
-}
-
 /// Where events are published; cheap to share.
 pub struct Events {
     sender: broadcast::Sender<Arc<Event>>,
-    /// How many events were sent to subscribers; held while sending, so that a subscriber can
-    /// tell which events came after a moment.
-    sent: Mutex<u64>,
+    /// Held while sending, so that a subscriber can tell which events came after a moment.
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// How many events were sent to subscribers.
+    sent: u64,
+    /// The newest events worth telling later, oldest first.
+    kept: VecDeque<Arc<Event>>,
 }
 
 impl Default for Events {
@@ -197,45 +209,78 @@ impl Default for Events {
 
 impl Events {
     pub fn with_buffer(buffer: usize) -> Self {
-        Self { sender: broadcast::channel(buffer.max(1)).0, sent: Mutex::new(0) }
+        Self { sender: broadcast::channel(buffer.max(1)).0, state: Mutex::default() }
     }
 
-    /// Whether anyone subscribes: without, an event need not even be made.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether anyone subscribes. Only a progress event may go unmade without: every other one
+    /// is kept for `ListEvents`.
     pub fn watched(&self) -> bool {
         self.sender.receiver_count() > 0
     }
 
-    /// Publishes `event` to every subscriber; without any, it goes nowhere. Never waits.
+    /// Publishes `event` to every subscriber, and keeps it (progress aside) among the newest.
+    /// Never waits.
     pub fn publish(&self, event: Event) {
-        if self.watched() {
-            let mut sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
-            if self.sender.send(Arc::new(event)).is_ok() {
-                *sent += 1;
+        let kept = worth_keeping(event.reason);
+        let watched = self.watched();
+        if !kept && !watched {
+            return;
+        }
+        let event = Arc::new(event);
+        let mut state = self.state();
+        if kept {
+            if state.kept.len() >= KEPT_EVENTS {
+                state.kept.pop_front();
             }
+            state.kept.push_back(event.clone());
+        }
+        if watched && self.sender.send(event).is_ok() {
+            state.sent += 1;
         }
     }
 
     /// Events from now on that `filter` matches.
     pub fn subscribe(&self, filter: Filter) -> Subscription {
-        Subscription { receiver: self.sender.subscribe(), filter }
+        Subscription { receiver: self.sender.subscribe(), filter: filter.prepare() }
     }
 
     /// Events from now on that `filter` matches, and how many were sent before them.
     pub fn subscribe_counted(&self, filter: Filter) -> (Subscription, u64) {
-        let sent = self.sent.lock().unwrap_or_else(PoisonError::into_inner);
-        (self.subscribe(filter), *sent)
+        let state = self.state();
+        (self.subscribe(filter), state.sent)
     }
 
     /// How many events were sent to subscribers so far (those published with none are not).
     pub fn sent(&self) -> u64 {
-        *self.sent.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state().sent
     }
+
+    /// The kept events `matcher` matches, oldest first: the newest `limit` of them (all for 0).
+    pub fn recent(&self, matcher: &Matcher, limit: usize) -> Vec<Arc<Event>> {
+        let limit = if limit == 0 { KEPT_EVENTS } else { limit };
+        // Matched outside the lock (a filter may parse each image): publishing never waits on it.
+        let kept: Vec<Arc<Event>> = self.state().kept.iter().cloned().collect();
+        let mut found: Vec<Arc<Event>> =
+            kept.into_iter().rev().filter(|event| matcher.matches(event)).take(limit).collect();
+        found.reverse();
+        found
+    }
+}
+
+/// Whether an event tells the node's story: a progress report or a watcher's lag is noise once
+/// it is past.
+fn worth_keeping(reason: &str) -> bool {
+    reason != reason::PULL_PROGRESS && reason != reason::LAGGED
 }
 
 /// One subscriber's events.
 pub struct Subscription {
     receiver: broadcast::Receiver<Arc<Event>>,
-    filter: Filter,
+    filter: Matcher,
 }
 
 /// What a subscriber reads next.
@@ -282,111 +327,4 @@ pub fn lagged(lost: u64) -> Event {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn for_pod(uid: &str, namespace: &str, image: &str) -> Event {
-        let pod = Pod { namespace: namespace.into(), name: "web".into(), uid: uid.into() };
-        Event {
-            pod: Some(pod),
-            image: image.into(),
-            ..Event::new(EventType::Normal, reason::PULLING, format!("Pulling image {image:?}"))
-        }
-    }
-
-    /// Every event until publishing ends.
-    async fn read(mut subscription: Subscription) -> Vec<Event> {
-        let mut seen = Vec::new();
-        while let Some(Next::Event(event)) = subscription.next().await {
-            seen.push((*event).clone());
-        }
-        seen
-    }
-
-    #[tokio::test]
-    async fn a_subscriber_gets_the_events_its_filter_matches_in_order() {
-        let events = Events::default();
-        let all = events.subscribe(Filter::default());
-        let pod = events.subscribe(Filter { pod_uid: "u1".into(), ..Filter::default() });
-        let namespace = events.subscribe(Filter { namespace: "kube-system".into(), ..Filter::default() });
-        let image = events.subscribe(Filter { image: "busybox:1.36".into(), ..Filter::default() });
-        let published = [
-            for_pod("u1", "default", "busybox:1.36"),
-            for_pod("u2", "kube-system", "nginx:1.25"),
-            Event {
-                image_ref: "busybox:1.36".into(),
-                ..Event::new(EventType::Normal, reason::IMAGE_GARBAGE_COLLECTED, "gone".into())
-            },
-        ];
-        for event in &published {
-            events.publish(event.clone());
-        }
-        drop(events);
-        assert_eq!(read(all).await, published);
-        assert_eq!(read(pod).await, [published[0].clone()]);
-        assert_eq!(read(namespace).await, [published[1].clone()]);
-        assert_eq!(read(image).await, [published[0].clone(), published[2].clone()], "as written or as a ref");
-    }
-
-    #[test]
-    fn a_progress_event_matches_every_pod_waiting_for_the_pull() {
-        let first = Pod { namespace: "default".into(), name: "a".into(), uid: "u1".into() };
-        let joined = Pod { namespace: "batch".into(), name: "b".into(), uid: "u2".into() };
-        let progress = Event {
-            pod: Some(first.clone()),
-            waiting: vec![first, joined],
-            ..Event::new(EventType::Normal, reason::PULL_PROGRESS, "half".into())
-        };
-        let filter = |uid: &str, namespace: &str| Filter {
-            pod_uid: uid.into(),
-            namespace: namespace.into(),
-            ..Filter::default()
-        };
-        assert!(filter("u2", "").matches(&progress), "a pod that joined the pull");
-        assert!(filter("", "batch").matches(&progress));
-        assert!(filter("u2", "batch").matches(&progress));
-        assert!(!filter("u3", "").matches(&progress));
-        assert!(!filter("u1", "batch").matches(&progress), "one pod must match both");
-        assert!(!filter("", "kube-system").matches(&progress));
-    }
-
-    #[tokio::test]
-    async fn a_slow_subscriber_is_told_once_how_many_it_lost_and_goes_on() {
-        let events = Events::with_buffer(4);
-        let mut slow = events.subscribe(Filter::default());
-        for n in 0..10 {
-            events.publish(Event::new(EventType::Normal, reason::PULLING, format!("{n}")));
-        }
-        assert_eq!(slow.next().await, Some(Next::Lagged(6)));
-        let mut rest = Vec::new();
-        for _ in 0..4 {
-            let Some(Next::Event(event)) = slow.next().await else { panic!("an event") };
-            rest.push(event.message.clone());
-        }
-        assert_eq!(rest, ["6", "7", "8", "9"], "the newest, in order");
-    }
-
-    #[test]
-    fn a_counted_subscription_starts_after_every_event_sent_before_it() {
-        let events = Events::with_buffer(8);
-        events.publish(Event::new(EventType::Normal, reason::PULLING, "unwatched".into()));
-        let (_first, sent) = events.subscribe_counted(Filter::default());
-        assert_eq!(sent, 0, "an event no one watched is not counted");
-        events.publish(Event::new(EventType::Normal, reason::PULLING, "a".into()));
-        events.publish(Event::new(EventType::Normal, reason::PULLED, "b".into()));
-        let (mut second, sent) = events.subscribe_counted(Filter::default());
-        assert_eq!((sent, events.sent()), (2, 2));
-        events.publish(Event::new(EventType::Normal, reason::PULLING, "c".into()));
-        assert!(matches!(second.try_next(), Some(Next::Event(event)) if event.message == "c"));
-        assert_eq!(events.sent(), 3);
-    }
-
-    #[test]
-    fn without_subscribers_publishing_keeps_nothing() {
-        let events = Events::with_buffer(4);
-        events.publish(Event::new(EventType::Normal, reason::PULLING, "x".into()));
-        let mut late = events.subscribe(Filter::default());
-        events.publish(Event::new(EventType::Normal, reason::PULLED, "y".into()));
-        assert!(matches!(late.receiver.try_recv(), Ok(event) if event.message == "y"));
-    }
-}
+mod tests;

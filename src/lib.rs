@@ -19,8 +19,9 @@
 //!   any `:authority`; `server::status` is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists as the kubelet's steps: default tag, presence, decide (and
 //!   verify a present image), back off, find credentials, pull through the pull path.
-//! - [`gc`]: image garbage collection, the kubelet's way: the pure plan, the collector and its
-//!   loop, the guard against removing an image being handed out, ages kept across restarts.
+//! - [`gc`]: image garbage collection, the kubelet's way: the pure plan (and why it keeps each
+//!   image it leaves), the collector and its loop, the node's images as it sees them, the
+//!   guard against removing an image being handed out, ages kept across restarts.
 //! - [`pull`]: the pull path ([`pull::path::PullPath`]: records, GC guard, scheduler and events
 //!   for every pull), one upstream pull as a tower service, its key, the registry rate limits,
 //!   the scheduler (fair parallel cap, single-flight, stall cancel, big pulls yielding to small
@@ -37,8 +38,9 @@
 //!   content and event services), its endpoint, the pass-through codec; a shared fake for tests.
 //! - [`pinned`]: the images we pin (the sandbox image, `--pinned-image`): never collected, and
 //!   reported `pinned` in CRI answers, marked without re-encoding them.
-//! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers.
-//! - [`backoff`]: the per-(pod, image) backoff store (pure).
+//! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers,
+//!   the newest kept for ListEvents.
+//! - [`backoff`]: the per-(pod, image) backoff store, naming the newest pairs to fail (pure).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`](mod@reference): the image reference grammar and the default tag (pure).
 //! - [`messages`]: the kubelet's human messages and a failed image's waiting reasons, word for
@@ -59,6 +61,7 @@
 
 pub mod api;
 pub mod backoff;
+pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod daemon;

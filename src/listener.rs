@@ -11,8 +11,10 @@ use tokio::net::{UnixListener, UnixStream};
 
 /// Mode of the listening socket: the owner and its group (the kubelet's) may connect.
 pub const SOCKET_MODE: u32 = 0o660;
-/// Mode of a socket directory we create: nobody but the owner may add or replace entries.
-pub const DIRECTORY_MODE: u32 = 0o750;
+/// Mode of a socket directory we create: nobody but the owner may add or replace entries, and
+/// anyone may pass through to the socket, whose own mode says who may connect (the directory's
+/// group is the daemon's, not the socket's: 0750 would keep the socket's group out).
+pub const DIRECTORY_MODE: u32 = 0o755;
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +78,7 @@ impl SocketFile {
     }
 }
 
-/// Binds `path`, creating its directory (mode 0750) if missing and replacing a stale socket left
+/// Binds `path`, creating its directory (mode 0755) if missing and replacing a stale socket left
 /// by a daemon that died; a socket that still answers, or a directory others may write to, is
 /// refused.
 pub async fn bind(path: &Path) -> Result<(UnixListener, SocketFile), ListenError> {
@@ -157,7 +159,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn creates_the_directory_0750_and_the_socket_0660() {
+    async fn creates_the_directory_0755_and_the_socket_0660() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("nested/run/cri-imaged.sock");
         let _listener = bind(&path).await.expect("bind");

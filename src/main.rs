@@ -1,4 +1,5 @@
-//! `cri-imaged`: parse the command line, start logging, serve. Every error is one line on stderr,
+//! `cri-imaged`: parse the command line, then serve (with logging) or run a command for people
+//! ([`cri_imaged::cli`], which has exit statuses of its own). Every error is one line on stderr,
 //! `cri-imaged: …`, naming the flag, the value and what is accepted. Exit status: 0 after a clean
 //! stop (and for `--help`, `--version`); 2 when the command line is refused before anything
 //! starts (an unknown flag, a value its flag does not take, a config file that does not read);
@@ -29,10 +30,12 @@ fn main() -> ExitCode {
             return ExitCode::from(USAGE_ERROR);
         }
     };
-    cri_imaged::telemetry::init();
     let result = match loaded.cli.command {
+        // Nothing of the daemon's starts for a client command: no logging under its output.
+        Command::Client(command) => return cri_imaged::cli::run(command),
         Command::Serve(args) => match cri_imaged::daemon::async_runtime(&args) {
             Ok(runtime) => {
+                cri_imaged::telemetry::init();
                 let source = cri_imaged::reload::Source { argv, running: loaded.values };
                 runtime.block_on(cri_imaged::daemon::run(args, source))
             }

@@ -201,6 +201,7 @@ mod tests {
             layers_done: 1,
             layers_total: 2,
             bytes_per_second: 2 << 20,
+            ..Default::default()
         };
         assert_eq!(
             pull_progress("app:v1", &progress),

@@ -20,6 +20,17 @@ const IMAGE_FIELD: u32 = 1;
 /// `Image.pinned = true`: field 8, varint, 1.
 const PINNED_TRUE: [u8; 2] = [8 << 3, 1];
 
+/// Why an image is pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// The sandbox image, configured or as the runtime names it.
+    SandboxImage,
+    /// A `--pinned-image`.
+    Configured,
+    /// A pre-pull's, for a while after it is done.
+    PrePull,
+}
+
 /// The pinned images: configured, and the sandbox image the runtime names.
 #[derive(Debug, Default)]
 pub struct PinnedImages {
@@ -100,6 +111,18 @@ impl PinnedImages {
     pub fn images(&self) -> Vec<String> {
         let pins = self.read();
         pins.configured.iter().chain(&pins.learned).chain(&pins.pre_pulled).cloned().collect()
+    }
+
+    /// Every pinned image, as [`PinnedImages::images`], with why it is pinned.
+    pub fn images_and_why(&self) -> Vec<(String, Pin)> {
+        let pins = self.read();
+        let configured = pins.configured.iter().enumerate().map(|(at, image)| match at {
+            0 if pins.sandbox_configured => (image.clone(), Pin::SandboxImage),
+            _ => (image.clone(), Pin::Configured),
+        });
+        let learned = pins.learned.iter().map(|image| (image.clone(), Pin::SandboxImage));
+        let pre_pulled = pins.pre_pulled.iter().map(|image| (image.clone(), Pin::PrePull));
+        configured.chain(learned).chain(pre_pulled).collect()
     }
 
     /// An ImageStatusResponse or ListImagesResponse `answer` with every pinned image that the

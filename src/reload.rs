@@ -39,6 +39,9 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Credentials(#[from] NodeCredentialsError),
+    /// The daemon's command line names another command than `serve` (it cannot: it was read so).
+    #[error("the command line no longer names `serve`")]
+    NotServe,
 }
 
 /// The parts a reload reconfigures.
@@ -64,7 +67,7 @@ impl<R: ImageRuntime> Reloadable<R> {
     /// Reads `source` again and applies what can change; on any error nothing changes.
     pub fn reload(&self, source: &mut Source) -> Result<Reloaded, ReloadError> {
         let loaded = config::load(&source.argv)?;
-        let config::Command::Serve(args) = loaded.cli.command;
+        let config::Command::Serve(args) = loaded.cli.command else { return Err(ReloadError::NotServe) };
         // Everything is read and checked before anything is applied.
         let manager = args.manager_config()?;
         let gc = args.gc_config()?;

@@ -1,7 +1,8 @@
-//! The Debian package of scripts/build-deb.sh: it holds the binary, the units and the docs; on
-//! this machine (root, no systemd running) `dpkg -i` installs it, the installed binary answers
-//! `--version` and serves a call socket-activated as its installed units say, and `dpkg -r`
-//! removes every file it installed.
+//! The Debian package of scripts/build-deb.sh: it holds the binary, the units, the docs, the shell
+//! completions and the man pages; the pages render without a warning and the bash completion
+//! completes in a real terminal; on this machine (root, no systemd running) `dpkg -i` installs
+//! it, the installed binary answers `--version` and serves a call socket-activated as its
+//! installed units say, and `dpkg -r` removes every file it installed.
 
 mod support;
 
@@ -15,6 +16,7 @@ use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient
 use support::{
     fake_runtime::{FakeImageService, FakeRuntime},
     process::{in_ci, require_tool},
+    tmux::Terminal,
     unix_channel,
 };
 
@@ -24,9 +26,30 @@ const SERVICE: &str = "/lib/systemd/system/cri-imaged.service";
 const SOCKET: &str = "/lib/systemd/system/cri-imaged.socket";
 /// The default config, a conffile: kept on removal, gone on purge.
 const CONFIG: &str = "/etc/cri-imaged/config.yaml";
-/// Every file the package installs but its conffile.
-const FILES: [&str; 5] =
-    [BINARY, SERVICE, SOCKET, "/usr/share/doc/cri-imaged/README.md.gz", "/usr/share/doc/cri-imaged/copyright"];
+const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/cri-imaged";
+/// Every file the package installs but its conffile: the man pages are the command's, then one
+/// per command a person runs (the hidden generate-man has none).
+const FILES: [&str; 19] = [
+    BINARY,
+    SERVICE,
+    SOCKET,
+    "/usr/share/doc/cri-imaged/README.md.gz",
+    "/usr/share/doc/cri-imaged/copyright",
+    BASH_COMPLETION,
+    "/usr/share/zsh/vendor-completions/_cri-imaged",
+    "/usr/share/fish/vendor_completions.d/cri-imaged.fish",
+    "/usr/share/man/man1/cri-imaged.1.gz",
+    "/usr/share/man/man1/cri-imaged-serve.1.gz",
+    "/usr/share/man/man1/cri-imaged-pull.1.gz",
+    "/usr/share/man/man1/cri-imaged-images.1.gz",
+    "/usr/share/man/man1/cri-imaged-status.1.gz",
+    "/usr/share/man/man1/cri-imaged-events.1.gz",
+    "/usr/share/man/man1/cri-imaged-gc.1.gz",
+    "/usr/share/man/man1/cri-imaged-backoff.1.gz",
+    "/usr/share/man/man1/cri-imaged-backoff-clear.1.gz",
+    "/usr/share/man/man1/cri-imaged-top.1.gz",
+    "/usr/share/man/man1/cri-imaged-completion.1.gz",
+];
 /// What its postinst makes besides: the socket enabled (deb-systemd-helper's symlink and record).
 const ENABLEMENT: [&str; 2] = [
     "/etc/systemd/system/sockets.target.wants/cri-imaged.socket",
@@ -48,16 +71,26 @@ fn build_tools_present() -> bool {
 
 /// Builds the package from the test build's binary into `out`; returns its path.
 fn build_deb(out: &Path) -> PathBuf {
+    build_deb_with(out, &[])
+}
+
+/// As [`build_deb`], with `env` set for the script.
+fn build_deb_with(out: &Path, env: &[(&str, &str)]) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-deb.sh");
     let started = tokio::time::Instant::now();
     let output = Command::new(&script)
         .args(["--binary", env!("CARGO_BIN_EXE_cri-imaged"), "--out"])
         .arg(out)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("scripts/build-deb.sh runs");
     assert!(output.status.success(), "scripts/build-deb.sh failed:\n{}", said(&output));
     eprintln!("built the package in {:.1?}", started.elapsed());
+    // "build-deb: /usr/bin/cri-imaged is 10089304 bytes stripped (10.1 MB)"
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let size = stderr.lines().find(|line| line.contains("bytes stripped")).expect("the stripped size is told");
+    eprintln!("{size}");
     let deb = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
     let arch = run("dpkg", &["--print-architecture"]);
     let name = format!("{PACKAGE}_{}_{}.deb", env!("CARGO_PKG_VERSION"), String::from_utf8_lossy(&arch.stdout).trim());
@@ -79,6 +112,7 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let deb = build_deb(dir.path());
     let deb = deb.to_str().expect("utf-8 path");
+    let tree = extract(Path::new(deb), &dir.path().join("tree"));
 
     let info = run("dpkg-deb", &["--info", deb]);
     assert!(info.status.success(), "{}", said(&info));
@@ -116,9 +150,6 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     expected.sort_unstable();
     assert_eq!(files, expected, "{contents}");
 
-    let tree = dir.path().join("tree");
-    let extract = Command::new("dpkg-deb").args(["--extract", deb]).arg(&tree).output().expect("dpkg-deb runs");
-    assert!(extract.status.success(), "{}", said(&extract));
     let service = std::fs::read_to_string(tree.join(SERVICE.trim_start_matches('/'))).expect("the service");
     let exec_start = field(&service, "ExecStart", "=").expect("an ExecStart");
     assert_eq!(exec_start, format!("/usr/bin/cri-imaged serve --config {CONFIG}"), "every setting in the file");
@@ -128,6 +159,110 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     assert!(control.status.success(), "{}", said(&control));
     let conffiles = std::fs::read_to_string(conffiles.join("conffiles")).expect("a conffiles list");
     assert_eq!(conffiles, format!("{CONFIG}\n"), "the config is a conffile: an admin's edits survive upgrades");
+}
+
+/// The package's files, extracted into `tree` (returned).
+fn extract(deb: &Path, tree: &Path) -> PathBuf {
+    let extract = Command::new("dpkg-deb").arg("--extract").args([deb, tree]).output().expect("dpkg-deb runs");
+    assert!(extract.status.success(), "{}", said(&extract));
+    tree.to_owned()
+}
+
+/// 2023-11-14 22:13:20 UTC: the pages' date must come from it, not from the clock.
+const SOURCE_DATE_EPOCH: &str = "1700000000";
+
+#[test]
+fn the_man_pages_render_without_a_warning_dated_from_source_date_epoch() {
+    if !build_tools_present() {
+        return;
+    }
+    let Some(man) = require_tool("man") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deb = build_deb_with(dir.path(), &[("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)]);
+    let tree = extract(&deb, &dir.path().join("tree"));
+    let pages: Vec<&str> = FILES.into_iter().filter(|file| file.starts_with("/usr/share/man/")).collect();
+    assert_eq!(pages.len(), 11);
+    for page in pages {
+        let path = tree.join(page.trim_start_matches('/'));
+        // gzip -n: no file name (FLG.FNAME, 0x08) and no time stamp (MTIME) in the header.
+        let bytes = std::fs::read(&path).unwrap_or_else(|error| panic!("{page}: {error}"));
+        assert_eq!(&bytes[..3], [0x1f, 0x8b, 8], "{page} is not gzipped");
+        assert_eq!(
+            (bytes[3] & 0x08, &bytes[4..8]),
+            (0, &[0u8; 4][..]),
+            "{page}: a name or time stamp in its gzip header"
+        );
+        // As a person reads it, every groff and man warning on (--warnings); no pager, no terminal.
+        let output = Command::new(&man)
+            .args(["--warnings", "--local-file"])
+            .arg(&path)
+            .env("MANWIDTH", "80")
+            .env("MANPAGER", "cat")
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::null())
+            .output()
+            .expect("man runs");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "man {page}: {}", said(&output));
+        assert_eq!(String::from_utf8_lossy(&output.stderr), "", "man --warnings {page}");
+        assert!(text.contains("2023-11-14"), "{page} is not dated from SOURCE_DATE_EPOCH:\n{text}");
+        assert!(text.contains("SYNOPSIS") && text.contains("cri-imaged"), "{page}:\n{text}");
+    }
+    // A command that talks to the daemon lists the exit statuses scripts tell apart.
+    let pull = Command::new(&man)
+        .arg("--local-file")
+        .arg(tree.join("usr/share/man/man1/cri-imaged-pull.1.gz"))
+        .env("MANPAGER", "cat")
+        .output()
+        .expect("man runs");
+    let pull = String::from_utf8_lossy(&pull.stdout);
+    assert!(pull.contains("EXIT STATUS") && pull.contains("130  interrupted"), "{pull}");
+}
+
+#[test]
+fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
+    if !build_tools_present() {
+        return;
+    }
+    let Some(bash) = require_tool("bash") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deb = build_deb(dir.path());
+    let tree = extract(&deb, &dir.path().join("tree"));
+    let completion = tree.join(BASH_COMPLETION.trim_start_matches('/'));
+    let completion = completion.to_str().expect("utf-8 path");
+    let syntax = run(bash.to_str().expect("utf-8 path"), &["-n", completion]);
+    assert!(syntax.status.success() && syntax.stderr.is_empty(), "bash -n: {}", said(&syntax));
+    let script = format!("source {completion} && complete -p cri-imaged");
+    let registered = run(bash.to_str().expect("utf-8 path"), &["--norc", "--noprofile", "-c", &script]);
+    assert!(registered.status.success(), "{}", said(&registered));
+    let registered = String::from_utf8_lossy(&registered.stdout);
+    // "complete -o bashdefault -o default -o nosort -F _cri__imaged cri-imaged"
+    assert!(
+        registered.starts_with("complete ")
+            && registered.contains(" -F ")
+            && registered.trim_end().ends_with(" cri-imaged"),
+        "{registered}"
+    );
+
+    // As a person meets it: an interactive bash with the file sourced, as bash-completion does, in
+    // an empty directory (a word the script does not complete would complete as a file name).
+    let empty = tempfile::tempdir().expect("tempdir");
+    let shell = format!("env -C {} bash --norc --noprofile +o history", empty.path().display());
+    let Some(terminal) = Terminal::start(&shell, 100, 12, &[("PS1", "$ ")]) else { return };
+    terminal.send_keys(&[&format!("source {completion}"), "Enter"]);
+    // A completed word ends with a space: typed after it, the mark shows it was added.
+    let completes = |typed: &str, completed: &str| {
+        terminal.send_keys(&["C-u", typed, "Tab"]);
+        terminal.send_keys(&["#"]);
+        let wanted = format!("$ {completed} #");
+        terminal.wait_for(&wanted, Duration::from_secs(10), |screen| screen.lines().any(|line| line == wanted));
+    };
+    // A command, a command of a command, an option of a command, an option's value.
+    completes("cri-imaged pu", "cri-imaged pull");
+    completes("cri-imaged backoff cl", "cri-imaged backoff clear");
+    completes("cri-imaged status --soc", "cri-imaged status --socket");
+    completes("cri-imaged pull -o wi", "cri-imaged pull -o wide");
+    completes("cri-imaged completion fi", "cri-imaged completion fish");
 }
 
 fn is_root() -> bool {
@@ -259,6 +394,12 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     if let Some(analyze) = require_tool("systemd-analyze") {
         let verify = Command::new(analyze).args(["verify", "--man=no", SOCKET, SERVICE]).output().expect("runs");
         assert!(verify.status.success() && said(&verify).trim().is_empty(), "{}", said(&verify));
+    }
+
+    // man finds the installed pages by name, as `man cri-imaged-pull` would.
+    if require_tool("man").is_some() {
+        let found = run("man", &["--where", "cri-imaged-backoff-clear"]);
+        assert_eq!(String::from_utf8_lossy(&found.stdout).trim(), "/usr/share/man/man1/cri-imaged-backoff-clear.1.gz");
     }
 
     let version = run(BINARY, &["--version"]);

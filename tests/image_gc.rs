@@ -140,6 +140,36 @@ async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ens
     let used_at = |index: usize| dry.images[index].last_used.map(|time| (time.seconds, time.nanos));
     assert!(used_at(2).is_some() && used_at(3) >= used_at(2), "{dry:?}");
     assert_eq!(stack.list_images().len(), 8, "a dry run removes nothing");
+    // Every other image, with why the pass left it.
+    let mut kept: Vec<(&str, &str)> =
+        dry.kept.iter().map(|image| (image.image_id.as_str(), image.reason.as_str())).collect();
+    kept.sort_unstable();
+    let mut expected = vec![
+        (running_id.as_str(), "in use"),
+        (created_id.as_str(), "in use"),
+        (sandbox_id.as_str(), "sandbox image"),
+        (ensured.image_ref.as_str(), "held"),
+    ];
+    expected.sort_unstable();
+    assert_eq!(kept, expected, "{dry:?}");
+    // The images as image GC sees them, read with Python grpcio.
+    let listed = Client::Grpcio.ok(&first.socket, "imagemanager.v1.ImageManager/ListImages", serde_json::json!({}));
+    let listed = listed["images"].as_array().expect("images");
+    assert_eq!(listed.len(), 8, "{listed:?}");
+    let flag = |image: &serde_json::Value, name: &str| image[name].as_bool().unwrap_or(false);
+    for image in listed {
+        let id = image["image_id"].as_str().expect("an id");
+        let (in_use, pinned) = (flag(image, "in_use"), flag(image, "pinned"));
+        assert_eq!(in_use, id == running_id || id == created_id, "{image}");
+        assert_eq!(pinned, id == sandbox_id, "{image}");
+        assert!(image["first_detected"].is_string(), "seen by the passes: {image}");
+        let size = stack.list_images().iter().find(|listed| listed.id == id).expect("listed").size;
+        assert_eq!(image["size_bytes"], size.to_string(), "{image}");
+    }
+    let sandbox = listed.iter().find(|image| image["image_id"] == sandbox_id.as_str()).expect("the sandbox image");
+    let runtimes = stack.list_images().into_iter().find(|image| image.id == sandbox_id).expect("listed");
+    assert_eq!(sandbox["repo_tags"], serde_json::json!(runtimes.repo_tags), "tags and digests apart: {sandbox}");
+    assert_eq!(sandbox["repo_digests"], serde_json::json!(runtimes.repo_digests), "{sandbox}");
     first.terminate().await;
 
     // Second daemon, same root dir: thresholds set so that a pass must free two images' worth.

@@ -178,6 +178,17 @@ fn only_the_composition_root_imports_it_and_the_metrics_aggregate() {
 }
 
 #[test]
+fn the_commands_for_people_use_only_the_api_the_flags_and_the_pure_grammars() {
+    let graph = import_graph();
+    let allowed = ["api", "config", "reference", "duration"];
+    let reaching: Vec<&String> = graph["cli"].iter().filter(|module| !allowed.contains(&module.as_str())).collect();
+    assert!(reaching.is_empty(), "cli reaches into the daemon's parts: {reaching:?}");
+    let importers: Vec<&String> =
+        graph.iter().filter(|(_, imports)| imports.contains("cli")).map(|(module, _)| module).collect();
+    assert!(importers.is_empty(), "the daemon's parts import the commands for people: {importers:?}");
+}
+
+#[test]
 fn no_source_file_is_longer_than_reads_in_one_sitting() {
     let too_long: Vec<(PathBuf, usize)> = sources(&src())
         .into_iter()

@@ -69,6 +69,10 @@ async fn a_pods_pull_goes_before_a_running_pre_pull_which_finishes_after_and_bad
         state(client, &socket, &id)["progress"]["bytes_done"].as_str().is_some_and(|done| done != "0")
     })
     .await;
+    // GetStatus says whose pull it is and that the runtime is pulling it.
+    let status = client.ok(&socket, STATUS, json!({}));
+    let pull = &status["pulls"][0];
+    assert_eq!((&pull["image"], &pull["pre_pull"], &pull["state"]), (&json!(big), &json!(true), &json!("pulling")));
 
     // A pod's pull takes the slot: answered while the pre-pull is not done.
     let pod = json!({ "image": small, "pull_policy": "IF_NOT_PRESENT", "pod": { "namespace": "default", "name": "web", "uid": "uid-web" } });

@@ -141,10 +141,29 @@ async fn progress_events_rise_to_the_total_of_a_throttled_pull() {
     let last = events.iter().rfind(|event| event.reason == "PullProgress").expect("progress");
     let facts = last.progress.as_ref().expect("progress");
     assert_eq!((facts.layers_done, facts.layers_total), (1, 1));
-    let rates: Vec<u64> = events.iter().filter_map(|event| event.progress.as_ref()).map(|p| p.bytes_per_second).collect();
+    let rates: Vec<u64> =
+        events.iter().filter_map(|event| event.progress.as_ref()).map(|p| p.bytes_per_second).collect();
     assert!(rates.iter().any(|rate| (MIB..=4 * MIB).contains(rate)), "no rate near the proxy's 2 MiB/s: {rates:?}");
     assert_eq!(last.pod.as_ref().map(|pod| pod.uid.as_str()), Some("u1"));
     assert!(last.message.starts_with(&format!("Pulling image {image:?}: 8.0 MiB of 8.0 MiB")), "{}", last.message);
+    // Each event names the layer, its size and how far it is.
+    let layers: Vec<(u64, bool)> = events
+        .iter()
+        .filter_map(|event| event.progress.as_ref())
+        .map(|progress| match progress.layers.as_slice() {
+            [layer] => {
+                assert!(layer.digest.starts_with("sha256:") && layer.size_bytes == total, "{layer:?}");
+                (layer.bytes_done, layer.done)
+            }
+            layers => panic!("one layer, not {layers:?}"),
+        })
+        .collect();
+    assert_eq!(
+        layers.iter().map(|(done, _)| *done).collect::<Vec<_>>(),
+        progress.iter().map(|(done, _)| *done).collect::<Vec<_>>()
+    );
+    assert_eq!(layers.last(), Some(&(total, true)), "done at the end");
+    assert!(!layers[0].1, "not done at the start");
 }
 
 #[tokio::test]
@@ -225,7 +244,8 @@ async fn a_pull_that_stops_moving_is_cancelled_on_containerd() {
 #[tokio::test]
 async fn grpcurl_reads_a_pulls_progress_from_get_status() {
     let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
-    let Some(node) = Throttled::start(&[("watched:v1", 8 * MIB)], &[]).await else { return };
+    let thresholds = ["--image-gc-high-threshold", "90", "--image-gc-low-threshold", "70"];
+    let Some(node) = Throttled::start(&[("watched:v1", 8 * MIB)], &thresholds).await else { return };
     let image = node.proxy.image("watched:v1");
     let pulling = node.ensure(&image, "u1");
     let socket: PathBuf = node.daemon.socket.clone();
@@ -239,6 +259,11 @@ async fn grpcurl_reads_a_pulls_progress_from_get_status() {
                 .expect("grpcurl ran");
         assert!(ok, "{stderr}");
         let status: serde_json::Value = serde_json::from_str(&stdout).expect("grpcurl prints JSON");
+        // The image filesystem and image GC's thresholds, whatever is pulling.
+        let capacity: u64 = status["imageFs"]["capacityBytes"].as_str().and_then(|n| n.parse().ok()).unwrap_or(0);
+        // grpcurl leaves a 0 out.
+        assert!(capacity > 0 && status["imageFs"]["usagePercent"].as_u64().unwrap_or(0) <= 100, "{stdout}");
+        assert_eq!((&status["gcHighThresholdPercent"], &status["gcLowThresholdPercent"]), (&90.into(), &70.into()));
         let pull = status["pulls"][0].clone();
         // grpcurl prints 64-bit numbers as strings.
         let done: u64 = pull["progress"]["bytesDone"].as_str().and_then(|done| done.parse().ok()).unwrap_or(0);
@@ -253,6 +278,12 @@ async fn grpcurl_reads_a_pulls_progress_from_get_status() {
     let total: u64 = pull["progress"]["bytesTotal"].as_str().and_then(|total| total.parse().ok()).expect("a total");
     assert!((8 * MIB..8 * MIB + LAYER_OVERHEAD).contains(&total), "{pull}");
     assert_eq!(pull["progress"]["layersTotal"], 1, "{pull}");
+    assert_eq!(pull["state"], "pulling", "{pull}");
+    assert_eq!(pull.get("prePull"), None, "a pod's pull (false is left out): {pull}");
+    let layer = &pull["progress"]["layers"][0];
+    assert!(layer["digest"].as_str().is_some_and(|digest| digest.starts_with("sha256:")), "{pull}");
+    assert_eq!(layer["sizeBytes"], total.to_string(), "{pull}");
+    assert!(layer["bytesDone"].as_str().is_some_and(|done| done != "0"), "{pull}");
     let answer = timeout(Duration::from_secs(20), pulling).await.expect("answered").expect("task");
     assert!(answer.expect("pulled").pulled);
 }

@@ -1,7 +1,8 @@
 //! cri-imaged under systemd, as far as this machine has it (no systemd as PID 1): the shipped
-//! units pass `systemd-analyze verify` and `security`, and the binary serves the socket
-//! `systemd-socket-activate` passes it, telling a NOTIFY_SOCKET it is ready and, on SIGTERM, that
-//! it is stopping.
+//! units pass `systemd-analyze verify` and `security`, the socket's directory lets the members of
+//! its group through (tests/cli_socket.rs calls through it as one), and the binary serves the
+//! socket `systemd-socket-activate` passes it, telling a NOTIFY_SOCKET it is ready and, on
+//! SIGTERM, that it is stopping.
 
 mod support;
 
@@ -21,15 +22,19 @@ use support::{
 
 const UNITS: [&str; 2] = ["cri-imaged.socket", "cri-imaged.service"];
 
+/// The shipped unit `name`'s text.
+fn shipped(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd").join(name))
+        .expect("a shipped unit")
+}
+
 /// The shipped units, copied to `dir` with ExecStart naming the binary under test (verify checks
 /// that it exists and is executable).
 fn units_in(dir: &Path) -> Vec<PathBuf> {
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd");
     UNITS
         .iter()
         .map(|unit| {
-            let text = std::fs::read_to_string(shipped.join(unit)).expect("a shipped unit");
-            let text = text.replace("/usr/local/bin/cri-imaged", env!("CARGO_BIN_EXE_cri-imaged"));
+            let text = shipped(unit).replace("/usr/local/bin/cri-imaged", env!("CARGO_BIN_EXE_cri-imaged"));
             let path = dir.join(unit);
             std::fs::write(&path, text).expect("write the unit");
             path
@@ -47,6 +52,42 @@ fn the_units_verify_clean() {
     let said = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "systemd-analyze verify failed: {said}");
     assert_eq!(said.trim(), "", "verify is not clean");
+}
+
+/// The value of `key` in a unit (its last `Key=value` line, as systemd reads a setting given twice).
+fn setting<'a>(unit: &'a str, key: &str) -> Option<&'a str> {
+    unit.lines().rev().find_map(|line| line.trim().strip_prefix(key)?.strip_prefix('=')).map(str::trim)
+}
+
+/// A mode setting of `unit`, or systemd's `default` for it.
+fn mode(unit: &str, key: &str, default: u32) -> u32 {
+    setting(unit, key).map_or(default, |mode| u32::from_str_radix(mode, 8).expect("an octal mode"))
+}
+
+#[test]
+fn the_socket_is_its_groups_alone_and_its_directory_lets_the_members_through() {
+    let socket = shipped("cri-imaged.socket");
+    let service = shipped("cri-imaged.service");
+    // systemd.socket(5): SocketMode= and DirectoryMode= default to 0666 and 0755;
+    // systemd.exec(5): RuntimeDirectoryMode= to 0755.
+    let socket_mode = mode(&socket, "SocketMode", 0o666);
+    assert_eq!(socket_mode, 0o660, "root and the group read and write the socket; nobody else");
+    assert_eq!(setting(&socket, "SocketUser"), Some("root"));
+    assert_eq!(setting(&socket, "SocketGroup"), Some("cri-imaged"), "the group packaging/deb/postinst makes");
+    // systemd makes the socket's directory root:root, so its members reach the socket only
+    // through the bits for others: 0750 would shut every one of them out.
+    let directory = mode(&socket, "DirectoryMode", 0o755);
+    assert_eq!(directory & 0o001, 0o001, "DirectoryMode={directory:04o}: the group's members cannot reach the socket");
+    assert_eq!(directory & 0o022, 0, "DirectoryMode={directory:04o}: only root may write there");
+    // The same directory is the service's RuntimeDirectory, whose mode systemd sets at every start.
+    let listen = setting(&socket, "ListenStream").expect("a ListenStream");
+    let runtime_directory = setting(&service, "RuntimeDirectory").expect("a RuntimeDirectory");
+    assert_eq!(Path::new(listen).parent(), Some(Path::new("/run").join(runtime_directory).as_path()));
+    assert_eq!(
+        mode(&service, "RuntimeDirectoryMode", 0o755),
+        directory,
+        "a start of the service would change the socket's directory to RuntimeDirectoryMode"
+    );
 }
 
 #[test]

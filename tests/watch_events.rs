@@ -106,12 +106,15 @@ async fn a_watcher_sees_only_what_its_filter_asks_for() {
     let stack = FakeStack::start(ManagerConfig::default()).await;
     let mut by_pod = watch(&stack, WatchEventsRequest { pod_uid: "other-uid".into(), ..Default::default() }).await;
     let mut by_image = watch(&stack, WatchEventsRequest { image: "nginx:1.25".into(), ..Default::default() }).await;
+    // Another spelling of the same reference.
+    let full = WatchEventsRequest { image: "docker.io/library/nginx:1.25".into(), ..Default::default() };
+    let mut by_full_name = watch(&stack, full).await;
     let mut client = stack.daemon.client();
     call(&mut client, ensure("busybox:1.36", IF_NOT_PRESENT)).await.expect("pulled");
     let mut other_pod = ensure("nginx:1.25", IF_NOT_PRESENT);
     other_pod.pod.as_mut().expect("a pod").uid = "other-uid".into();
     call(&mut client, other_pod).await.expect("pulled");
-    for events in [&mut by_pod, &mut by_image] {
+    for events in [&mut by_pod, &mut by_image, &mut by_full_name] {
         let (first, second) = (next(events).await, next(events).await);
         assert_eq!((first.reason.as_str(), first.image.as_str()), ("Pulling", "nginx:1.25"));
         assert_eq!((second.reason.as_str(), second.image.as_str()), ("Pulled", "nginx:1.25"));

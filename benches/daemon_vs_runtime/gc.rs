@@ -150,7 +150,7 @@ pub fn container_images(listed: &[StoredImage], containers: usize) -> Vec<UsedIm
 /// used since.
 fn aged_records(listed: &[StoredImage], now: SystemTime) -> HashMap<String, ImageRecord> {
     let mut records = HashMap::new();
-    plan::detect(&mut records, listed, &HashSet::new(), now);
+    plan::detect(&mut records, listed, &plan::InUse::new(), now);
     for (index, image) in listed.iter().enumerate() {
         let mut state = index as u64 ^ 0xa9e5;
         let record = records.get_mut(&image.id).expect("detected");
@@ -183,7 +183,7 @@ fn planning(listed: &[StoredImage], used: &[UsedImage], runs: usize, ages_root: 
     let start = SystemTime::now();
     let first = Instant::now();
     let mut fresh = HashMap::new();
-    plan::detect(&mut fresh, listed, &HashSet::new(), start);
+    plan::detect(&mut fresh, listed, &plan::InUse::new(), start);
     let first_detect = first.elapsed();
     drop(fresh);
 
@@ -291,7 +291,7 @@ fn heap(
     let now = SystemTime::now();
     let (bytes_before, allocations_before) = allocator.live();
     let mut records = HashMap::new();
-    plan::detect(&mut records, listed, &HashSet::new(), now);
+    plan::detect(&mut records, listed, &plan::InUse::new(), now);
     let (bytes_after, allocations_after) = allocator.live();
     let records_bytes = bytes_after.saturating_sub(bytes_before);
     let records_allocations = allocations_after.saturating_sub(allocations_before);
@@ -437,7 +437,7 @@ async fn real_pass(bench: &Bench, images: usize, findings: &mut Findings) {
 async fn ages_saves(bench: &Bench, count: usize) -> Run {
     let listed = ImageRuntime::list_images(&*bench.direct).await.expect("containerd lists its images");
     let mut records = HashMap::new();
-    plan::detect(&mut records, &listed, &HashSet::new(), SystemTime::now());
+    plan::detect(&mut records, &listed, &plan::InUse::new(), SystemTime::now());
     let ages = AgesFile::open(&bench.work.path().join("gc-pass-ages")).expect("ages directory");
     let mut run = Run::default();
     for _ in 0..count.max(1) {

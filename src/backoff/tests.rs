@@ -161,3 +161,99 @@ fn a_new_configuration_grows_the_next_delays_and_a_smaller_capacity_forgets_the_
         "a new entry starts at the new initial"
     );
 }
+
+fn named(uid: &str, image: &str) -> BackoffName {
+    BackoffName {
+        namespace: "default".into(),
+        name: format!("pod-{uid}"),
+        uid: uid.into(),
+        image: image.into(),
+        runtime_handler: String::new(),
+    }
+}
+
+/// Records a failure of `uid`'s pulls of `image`, named.
+fn fail_named(store: &mut BackoffStore<Arc<str>>, uid: &str, image: &str, error_text: &str) -> BackoffKey {
+    let key = store.key(uid, image, "");
+    store.record_failure(key, error(error_text), Instant::now());
+    store.name(key, named(uid, image));
+    key
+}
+
+#[tokio::test(start_paused = true)]
+async fn removing_a_pair_forgets_it_and_only_it() {
+    let mut store = store();
+    let gone = fail_named(&mut store, "u1", IMAGE, "boom");
+    let kept = fail_named(&mut store, "u2", IMAGE, "boom");
+    assert!(store.remove(gone), "it was held");
+    assert_eq!(store.check(gone, Instant::now()), None, "its next pull is tried at once");
+    assert!(store.check(kept, Instant::now()).is_some(), "another pod's pair still backs off");
+    assert_eq!((store.len(), store.backing_off(Instant::now()).len()), (1, 1), "its name went with it");
+    assert!(!store.remove(gone), "nothing left to forget");
+    // Failing again starts over, at the initial delay.
+    assert_eq!(store.record_failure(gone, error("boom"), Instant::now()), secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn clearing_forgets_every_pair_named_or_not() {
+    let mut store = store();
+    fail_named(&mut store, "u1", IMAGE, "boom");
+    store.record_failure(store.key("unnamed", IMAGE, ""), error("boom"), Instant::now());
+    assert_eq!(store.clear(), 2);
+    assert!(store.is_empty() && store.backing_off(Instant::now()).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_named_pairs_backing_off_are_listed_soonest_retry_first() {
+    let mut store = store();
+    let twice = fail_named(&mut store, "u1", "app:1", "manifest unknown");
+    store.record_failure(twice, error("manifest unknown"), Instant::now());
+    tokio::time::advance(secs(5)).await;
+    fail_named(&mut store, "u2", "app:2", "unauthorized");
+    store.record_failure(store.key("unnamed", IMAGE, ""), error("boom"), Instant::now());
+    let listed: Vec<(String, u64, u64, String)> = store
+        .backing_off(Instant::now())
+        .into_iter()
+        .map(|entry| (entry.name.uid, entry.remaining.as_secs(), entry.delay.as_secs(), entry.last_error.to_string()))
+        .collect();
+    assert_eq!(
+        listed,
+        [("u2".into(), 10, 10, "unauthorized".into()), ("u1".into(), 15, 20, "manifest unknown".into())],
+        "an unnamed pair is not listed"
+    );
+    tokio::time::advance(secs(11)).await;
+    let left: Vec<String> = store.backing_off(Instant::now()).into_iter().map(|entry| entry.name.uid).collect();
+    assert_eq!(left, ["u1"], "a pair whose delay ran out is not backing off");
+    assert_eq!(store.len(), 3, "though the store still holds it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_newest_names_are_kept_and_a_name_too_long_is_not() {
+    let mut store = store();
+    for n in 0..NAMED_MOST + 10 {
+        fail_named(&mut store, &format!("u{n}"), IMAGE, "boom");
+    }
+    assert_eq!(store.backing_off(Instant::now()).len(), NAMED_MOST);
+    assert_eq!(store.name_of(store.key("u0", IMAGE, "")), None, "the oldest name went");
+    assert!(store.name_of(store.key(&format!("u{}", NAMED_MOST + 9), IMAGE, "")).is_some());
+    assert_eq!(store.len(), NAMED_MOST + 10, "every pair still backs off");
+    let huge = "x".repeat(NAME_BYTES_MOST);
+    let key = fail_named(&mut store, &huge, IMAGE, "boom");
+    assert_eq!(store.name_of(key), None);
+    assert!(store.check(key, Instant::now()).is_some(), "it backs off all the same");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_evicted_pair_loses_its_name() {
+    let mut store: BackoffStore<Arc<str>> =
+        BackoffStore::new(BackoffConfig::try_new(secs(10), secs(300), 2).expect("valid"));
+    let first = fail_named(&mut store, "u1", IMAGE, "boom");
+    fail_named(&mut store, "u2", IMAGE, "boom");
+    fail_named(&mut store, "u3", IMAGE, "boom");
+    assert_eq!(store.name_of(first), None);
+    let listed: Vec<String> = store.backing_off(Instant::now()).into_iter().map(|entry| entry.name.uid).collect();
+    assert_eq!(listed, ["u2", "u3"]);
+    let unknown = store.key("never-failed", IMAGE, "");
+    store.name(unknown, named("never-failed", IMAGE));
+    assert_eq!(store.name_of(unknown), None, "only a pair the store holds is named");
+}

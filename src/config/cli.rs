@@ -1,9 +1,9 @@
-//! The command: `cri-imaged serve`, the defaults its flags name, and clap's errors in the daemon's
-//! style.
+//! The commands: `cri-imaged serve` and the commands for people ([`super::client`]), the defaults
+//! their flags name, and clap's errors in the daemon's style.
 
 use clap::{Parser, Subcommand};
 
-use super::ServeArgs;
+use super::{ServeArgs, client::ClientCommand};
 
 /// Where the daemon listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "/run/cri-imaged/cri-imaged.sock";
@@ -22,10 +22,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+// One per process, read once: the size of `serve`'s flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve EnsureImageExists on a unix socket, pulling through the CRI runtime.
     Serve(ServeArgs),
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 /// A command line clap refused (an unknown flag, a value its flag does not take), in the daemon's

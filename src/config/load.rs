@@ -46,11 +46,14 @@ pub fn load(argv: &[OsString]) -> Result<Loaded, LoadError> {
     Ok(Loaded { cli, values })
 }
 
-/// The `serve` subcommand and its matches.
+/// The `serve` subcommand and its matches; `None` for the other commands, which have no config
+/// file.
 fn serve_parts<'a>(command: &'a clap::Command, matches: &'a ArgMatches) -> Option<(&'a clap::Command, &'a ArgMatches)> {
-    let (name, matches) = matches.subcommand()?;
-    Some((command.find_subcommand(name)?, matches))
+    let matches = matches.subcommand_matches(SERVE)?;
+    Some((command.find_subcommand(SERVE)?, matches))
 }
+
+const SERVE: &str = "serve";
 
 /// Each `serve` flag (by its long name) and the values it took, defaults included.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

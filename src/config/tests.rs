@@ -13,7 +13,7 @@ use crate::{
 #[test]
 fn serve_defaults_match_the_documented_ones() {
     let cli = Cli::try_parse_from(["cri-imaged", "serve"]).expect("defaults parse");
-    let Command::Serve(args) = cli.command;
+    let Command::Serve(args) = cli.command else { panic!("a serve command line") };
     assert_eq!(args.listen, PathBuf::from(DEFAULT_LISTEN));
     assert_eq!(args.runtime_endpoint.to_string(), DEFAULT_RUNTIME_ENDPOINT);
     assert_eq!(args.runtime_request_timeout, Duration::from_secs(120));
@@ -31,7 +31,7 @@ fn serve_defaults_match_the_documented_ones() {
 fn image_gc_flags_take_the_kubelets_values_and_messages() {
     let parse = |flags: &[&str]| {
         let cli = Cli::try_parse_from([&["cri-imaged", "serve"], flags].concat()).expect("parses");
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else { panic!("a serve command line") };
         args.gc_config()
     };
     let config = parse(&["--minimum-image-ttl-duration", "1m30s", "--image-maximum-gc-age", "168h"]).expect("valid");
@@ -51,7 +51,7 @@ fn image_gc_flags_take_the_kubelets_values_and_messages() {
 #[test]
 fn the_presence_cache_can_be_turned_off_and_zero_threads_is_refused() {
     let cli = Cli::try_parse_from(["cri-imaged", "serve", "--presence-cache=false"]).expect("flag parses");
-    let Command::Serve(args) = cli.command;
+    let Command::Serve(args) = cli.command else { panic!("a serve command line") };
     assert!(!args.presence_cache);
     let error = Cli::try_parse_from(["cri-imaged", "serve", "--worker-threads", "0"]).expect_err("zero threads");
     assert!(error.to_string().contains("--worker-threads"), "{error}");
@@ -59,7 +59,7 @@ fn the_presence_cache_can_be_turned_off_and_zero_threads_is_refused() {
 
 fn manager_config(flags: &[&str]) -> Result<ManagerConfig, ConfigError> {
     let cli = Cli::try_parse_from(["cri-imaged", "serve"].iter().chain(flags)).expect("flags parse");
-    let Command::Serve(args) = cli.command;
+    let Command::Serve(args) = cli.command else { panic!("a serve command line") };
     args.manager_config()
 }
 
@@ -214,7 +214,7 @@ fn load_with_file(text: &str, flags: &[&str]) -> Result<Loaded, LoadError> {
 }
 
 fn serve_args(loaded: Loaded) -> ServeArgs {
-    let Command::Serve(args) = loaded.cli.command;
+    let Command::Serve(args) = loaded.cli.command else { panic!("a serve command line") };
     args
 }
 

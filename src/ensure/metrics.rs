@@ -50,6 +50,7 @@ pub struct EnsureMetrics {
     requests: Family<Labels, Counter>,
     backoff_refusals: Counter,
     backoff_entries: Gauge,
+    backoff_cleared: Counter,
 }
 
 impl EnsureMetrics {
@@ -60,6 +61,7 @@ impl EnsureMetrics {
             requests: Family::default(),
             backoff_refusals: Counter::default(),
             backoff_entries: Gauge::default(),
+            backoff_cleared: Counter::default(),
         };
         registry.register(
             "image_pull_duration_seconds",
@@ -77,6 +79,7 @@ impl EnsureMetrics {
             metrics.backoff_refusals.clone(),
         );
         registry.register("backoff_entries", "(pod, image) keys in the backoff store", metrics.backoff_entries.clone());
+        registry.register("backoff_cleared", "(pod, image) keys ClearBackoff forgot", metrics.backoff_cleared.clone());
         metrics
     }
 
@@ -114,6 +117,17 @@ impl EnsureMetrics {
 
     pub fn backoff_refused(&self) {
         self.backoff_refusals.inc();
+    }
+
+    /// `pairs` forgotten by ClearBackoff.
+    pub fn backoff_cleared(&self, pairs: usize) {
+        self.backoff_cleared.inc_by(pairs as u64);
+    }
+
+    /// How many were forgotten so far.
+    #[cfg(test)]
+    pub fn backoffs_cleared(&self) -> u64 {
+        self.backoff_cleared.get()
     }
 
     pub fn backoff_size(&self, entries: usize) {

@@ -7,6 +7,7 @@
 //! - [`error`]: the failures, each one of the kubelet's reasons.
 //! - `verify`: whether a pod may use a present image (KEP-2535).
 //! - `outcome`: the event for a request's outcome.
+//! - [`backoffs`]: the pods' back-offs, listed and cleared.
 //! - [`metrics`]: the requests' metrics.
 
 use std::{
@@ -17,6 +18,7 @@ use std::{
 use k8s_cri::v1::ImageSpec;
 use tokio::time::Instant;
 
+pub mod backoffs;
 pub mod config;
 pub mod error;
 pub mod metrics;
@@ -25,6 +27,7 @@ pub mod request;
 mod verify;
 
 pub use self::{
+    backoffs::{Backoffs, ClearBackoff},
     config::{ManagerConfig, VerificationConfig},
     error::{EnsureError, classify_pull_error},
     request::{EnsureOutcome, EnsureRequest, PodRef, PullTimes},
@@ -36,7 +39,7 @@ use self::{
     request::{subject_of, with_default_tag},
 };
 use crate::{
-    backoff::{BackoffConfig, BackoffKey, BackoffStore},
+    backoff::{BackoffConfig, BackoffName, BackoffStore},
     credentials::{self, NodeCredentials, secrets::PreparedSecrets},
     events::{Events, Subject},
     gc::ImageGuard,
@@ -161,10 +164,8 @@ impl<R: ImageRuntime> Manager<R> {
         count.policy = request.pull_policy;
         let result = self.ensure(request, &about, &mut count).await;
         drop(count);
-        // On the presence path: the event is made only for someone watching.
-        if self.events.watched()
-            && let Some(event) = outcome_event(&about, &result)
-        {
+        // Made whether anyone watches: ListEvents tells it later.
+        if let Some(event) = outcome_event(&about, &result) {
             self.events.publish(event);
         }
         result
@@ -201,7 +202,7 @@ impl<R: ImageRuntime> Manager<R> {
             }
         }
         drop(hand_out);
-        let backoff_key = self.check_backoff(&request.pod.uid, image, &request.runtime_handler)?;
+        let backs_off = self.check_backoff(&request.pod.uid, image, &request.runtime_handler)?;
         let pod_keyring = self.prepared_secrets.keyring_for(&repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
@@ -231,7 +232,16 @@ impl<R: ImageRuntime> Manager<R> {
         })?;
         match scheduled.result {
             Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
-            Err(error) => Err(self.record_failed(image, error, backoff_key)),
+            Err(error) => {
+                let pair = backs_off.then(|| BackoffName {
+                    namespace: request.pod.namespace.clone(),
+                    name: request.pod.name.clone(),
+                    uid: request.pod.uid.clone(),
+                    image: image.clone(),
+                    runtime_handler: request.runtime_handler.clone(),
+                });
+                Err(self.record_failed(image, error, pair))
+            }
         }
     }
 
@@ -271,18 +281,17 @@ impl<R: ImageRuntime> Manager<R> {
         }
     }
 
-    /// Refuses a pull while the pod's last pull of the image is backing off; otherwise the key
-    /// to record the pull's failure under. Backoff is per pod (and runtime handler), as in the
-    /// kubelet: a caller
-    /// without a pod uid (an agent pre-pulling) gets none, since one shared key would let one
-    /// agent's failure refuse another's pulls.
-    fn check_backoff(&self, pod_uid: &str, image: &str, handler: &str) -> Result<Option<BackoffKey>, EnsureError> {
+    /// Refuses a pull while the pod's last pull of the image is backing off; otherwise whether
+    /// the pull's failure backs off. Backoff is per pod (and runtime handler), as in the kubelet:
+    /// a caller without a pod uid (an agent pre-pulling) gets none, since one shared key would
+    /// let one agent's failure refuse another's pulls. The image is as the pod wrote it.
+    fn check_backoff(&self, pod_uid: &str, image: &str, handler: &str) -> Result<bool, EnsureError> {
         if pod_uid.is_empty() {
-            return Ok(None);
+            return Ok(false);
         }
         let backoff = self.backoff();
         let key = backoff.key(pod_uid, image, handler);
-        let Some(backing_off) = backoff.check(key, Instant::now()) else { return Ok(Some(key)) };
+        let Some(backing_off) = backoff.check(key, Instant::now()) else { return Ok(true) };
         drop(backoff);
         // As kubelets from 1.32 say it: the last failure's reason and message.
         let last = classify_pull_error(image, backing_off.last_error.clone());
@@ -304,13 +313,11 @@ impl<R: ImageRuntime> Manager<R> {
         EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size }
     }
 
-    /// A pull failed: logged, backed off for the pod, and classified as the kubelet does.
-    fn record_failed(&self, image: &str, error: Arc<PullError>, backoff_key: Option<BackoffKey>) -> EnsureError {
+    /// A pull failed: logged, backed off for the pod (`pair`), and classified as the kubelet does.
+    fn record_failed(&self, image: &str, error: Arc<PullError>, pair: Option<BackoffName>) -> EnsureError {
         tracing::warn!("{}", messages::pull_failed(image, &error.kubelet_message()));
-        if let Some(key) = backoff_key {
-            let mut backoff = self.backoff();
-            backoff.record_failure(key, error.clone(), Instant::now());
-            self.metrics.backoff_size(backoff.len());
+        if let Some(pair) = pair {
+            self.back_off(pair, error.clone());
         }
         classify_pull_error(image, error)
     }

@@ -291,6 +291,79 @@ async fn after_the_backoff_window_the_pull_is_tried_again_and_the_next_window_do
     assert_eq!(manager.runtime().state().pulls.len(), 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn backoffs_are_listed_by_name_and_cleared_pair_by_pair_or_all_at_once() {
+    let runtime = FakeRuntime::default().pulling_to(Err(tonic::Status::not_found("manifest unknown")));
+    let manager = manager(runtime);
+    manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("pull fails");
+    tokio::time::advance(Duration::from_secs(3)).await;
+    manager.ensure_image_exists(request_for_pod("app:v1", "pod-b")).await.expect_err("pull fails");
+    let listed = manager.backoffs();
+    let entries: Vec<(&str, &str, &str, &str, u64, u64)> = listed
+        .backing_off
+        .iter()
+        .map(|entry| {
+            let name = &entry.name;
+            let (left, delay) = (entry.remaining.as_secs(), entry.delay.as_secs());
+            (
+                name.namespace.as_str(),
+                name.uid.as_str(),
+                name.image.as_str(),
+                name.runtime_handler.as_str(),
+                left,
+                delay,
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [("default", "pod-a", "app:v1", "runc", 7, 10), ("default", "pod-b", "app:v1", "runc", 10, 10)],
+        "soonest retry first"
+    );
+    assert_eq!(listed.backing_off[0].last_error.to_string(), "rpc error: code = NotFound desc = manifest unknown");
+    assert_eq!(listed.total, 2);
+
+    let pair = |uid: &str, image: &str| ClearBackoff::Pair {
+        pod_uid: uid.into(),
+        image: image.into(),
+        runtime_handler: "runc".into(),
+    };
+    assert_eq!(manager.clear_backoff(pair("pod-a", "docker.io/library/app:v1")), 0, "the image as the pod wrote it");
+    assert_eq!(manager.clear_backoff(pair("pod-a", "app:v1")), 1);
+    let retried = manager.ensure_image_exists(request_for_pod("app:v1", "pod-a")).await.expect_err("fails again");
+    assert_eq!(retried.reason(), "ErrImagePull", "tried at once");
+    assert_eq!(manager.runtime().state().pulls.len(), 3);
+    assert_eq!(manager.clear_backoff(ClearBackoff::All), 2);
+    assert_eq!((manager.backoffs().total, manager.metrics.backoffs_cleared()), (0, 3));
+    assert_eq!(manager.clear_backoff(ClearBackoff::All), 0);
+
+    // Told as events, kept though no one watched.
+    let kept = manager.events.recent(&crate::events::Filter::default().prepare(), 0);
+    let cleared: Vec<(&str, Option<&str>, &str)> = kept
+        .iter()
+        .filter(|event| event.reason == crate::events::reason::BACKOFF_CLEARED)
+        .map(|event| (event.kind.as_str(), event.pod.as_ref().map(|pod| pod.name.as_str()), event.message.as_str()))
+        .collect();
+    assert_eq!(
+        cleared,
+        [
+            ("Normal", Some("web"), r#"Back-off pulling image "app:v1" cleared: the next pull is tried at once"#),
+            ("Normal", None, "Every image pull back-off cleared (2 pod and image pairs)"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn every_outcome_is_kept_for_list_events_though_no_one_watches() {
+    let manager = manager(FakeRuntime::default().with_image("busybox:1.36", "sha256:abc", 1234));
+    assert!(!manager.events.watched());
+    manager.ensure_image_exists(request("busybox:1.36", None)).await.expect("present");
+    manager.ensure_image_exists(request("absent:1", Some(PullPolicy::Never))).await.expect_err("never");
+    let kept = manager.events.recent(&crate::events::Filter::default().prepare(), 0);
+    let reasons: Vec<&str> = kept.iter().map(|event| event.reason).collect();
+    assert_eq!(reasons, ["Pulled", "ErrImageNeverPull"]);
+}
+
 /// A `kubernetes.io/dockerconfigjson` secret `name` holding one login for `registry`.
 fn secret(name: &str, registry: &str, user: &str) -> PullSecret {
     let document = serde_json::json!({ "auths": { registry: { "username": user, "password": format!("{user}-pw") } } });

@@ -1,8 +1,9 @@
 //! The collector: one pass lists what the runtime has and uses, brings the records up to date,
 //! plans (see [`super::plan`]) and removes (`removal`); [`ImageGc::run`] makes a pass every period
 //! until shutdown (`schedule`), and the `GarbageCollect` RPC asks for one. What a pass is asked
-//! and what it did: `report`.
+//! and what it did: `report`. The images as a pass sees them, for `ListImages`: `listing`.
 
+mod listing;
 mod removal;
 mod report;
 mod schedule;
@@ -16,17 +17,20 @@ use std::{
 use tokio::time::Instant;
 
 use self::report::pass_failure;
-pub use self::report::{Chosen, LastPass, Outcome, PassReport, PassRequest};
+pub use self::{
+    listing::NodeImage,
+    report::{Chosen, KeptImage, LastPass, Outcome, PassReport, PassRequest},
+};
 use super::{
     GcConfig,
     ages::AgesFile,
     guard::ImageGuard,
     metrics::{GcMetrics, PassOutcome},
-    plan::{self, DiskUsage, GcPolicy, ImageRecord, Plan, PlanError, Reason},
+    plan::{self, DiskUsage, GcPolicy, ImageRecord, InUse, Kept, Plan, PlanError, Reason, record_id},
 };
 use crate::{
     events::{Event, EventType, Events, reason as event_reason},
-    pinned::PinnedImages,
+    pinned::{Pin, PinnedImages},
     presence::PresenceCache,
     records::PullRecords,
     runtime::{ImageFsUsage, ImageRuntime, RuntimeError, StoredImage},
@@ -87,6 +91,8 @@ pub struct ImageGc<R> {
     /// The maximum age, and the minimum age after a restart, count from here, as the kubelet's
     /// from its start (a monotonic clock: a stepped wall clock changes neither).
     collecting_since: Instant,
+    /// The records as the last pass left them, for `ListImages` while a pass holds `state`.
+    seen: std::sync::Mutex<Option<Arc<HashMap<String, ImageRecord>>>>,
 }
 
 impl<R: ImageRuntime> ImageGc<R> {
@@ -94,13 +100,18 @@ impl<R: ImageRuntime> ImageGc<R> {
         parts.pinned.configure(parts.config.sandbox_image.as_deref(), &parts.config.pinned_images);
         let config = tokio::sync::watch::Sender::new(parts.config.clone());
         let (last_pass, state) = (std::sync::Mutex::default(), tokio::sync::Mutex::default());
-        let making_room = tokio::sync::Mutex::new(());
-        Self { parts, config, last_pass, state, making_room, collecting_since }
+        let (making_room, seen) = (tokio::sync::Mutex::new(()), std::sync::Mutex::default());
+        Self { parts, config, last_pass, state, making_room, collecting_since, seen }
     }
 
     /// How and how often images are collected now.
     pub fn config(&self) -> GcConfig {
         self.config.borrow().clone()
+    }
+
+    /// The policy images are collected by now.
+    pub fn policy(&self) -> GcPolicy {
+        self.config.borrow().policy
     }
 
     /// Collects by `config` from the next pass on, the first one new period from now (a reload);
@@ -176,15 +187,18 @@ impl<R: ImageRuntime> ImageGc<R> {
         let images = &mut records.images;
         let policy = &pass.policy;
         let mut report = PassReport::default();
-        if request.delete_unused {
+        // Why the last plan made leaves each image it does not remove.
+        let kept = if request.delete_unused {
             report.usage_before = self.measure().await.ok();
             let plan = plan::plan_unused(images, &in_use, policy, now, collected_for);
             self.execute(&plan, &pass, images, &mut report).await;
+            plan.kept
         } else if request.dry_run {
             let usage = self.measure().await?;
             report.usage_before = Some(usage);
             let plan = plan::plan(images, &in_use, usage.into(), policy, now, collected_for)?;
             self.execute(&plan, &pass, images, &mut report).await;
+            plan.kept
         } else {
             // The age pass first, then the disk as it is after it, as the kubelet does.
             report.usage_before = self.measure().await.ok();
@@ -195,13 +209,13 @@ impl<R: ImageRuntime> ImageGc<R> {
                 Some(usage) if report.freed == 0 => usage,
                 _ => self.measure().await?,
             };
-            if !policy.disabled() {
-                let plan =
-                    plan::plan_space(images, &in_use, usage.into(), policy, (now, collected_for), &HashSet::new())?;
-                self.execute(&plan, &pass, images, &mut report).await;
-            }
-        }
+            let plan = plan::plan_space(images, &in_use, usage.into(), policy, (now, collected_for), &HashSet::new())?;
+            self.execute(&plan, &pass, images, &mut report).await;
+            plan.kept
+        };
+        report.kept = kept_images(kept, &pass, images, &report);
         self.save_ages(images).await;
+        *self.seen() = Some(Arc::new(images.clone()));
         if !request.dry_run && !report.images.is_empty() {
             report.usage_after = self.measure().await.ok();
         }
@@ -222,15 +236,23 @@ impl<R: ImageRuntime> ImageGc<R> {
 
     /// Images in use: by any container (exited ones included), the sandbox image, and those
     /// handed out or pulled lately.
-    async fn in_use(&self, listed: &[StoredImage], config: &GcConfig) -> Result<HashSet<String>, GcError> {
+    async fn in_use(&self, listed: &[StoredImage], config: &GcConfig) -> Result<InUse, GcError> {
         let runtime = &self.parts.runtime;
         let containers =
             runtime.container_images().await.map_err(|source| GcError::Runtime { what: "list containers", source })?;
         self.learn_sandbox_image().await;
-        let pinned = self.parts.pinned.images();
+        let pinned = self.parts.pinned.images_and_why();
         let now = Instant::now();
         let handed_out = self.parts.guard.handed_out_since(now.checked_sub(config.hand_out_window).unwrap_or(now));
-        let kept = pinned.iter().chain(&handed_out).map(String::as_str);
+        let pinned = pinned.iter().map(|(image, pin)| {
+            let why = match pin {
+                Pin::SandboxImage => Kept::SandboxImage,
+                Pin::Configured => Kept::Pinned,
+                Pin::PrePull => Kept::Held,
+            };
+            (image.as_str(), why)
+        });
+        let kept = pinned.chain(handed_out.iter().map(|id| (id.as_str(), Kept::Held)));
         Ok(plan::in_use(listed, &containers, kept))
     }
 
@@ -299,6 +321,35 @@ impl<R: ImageRuntime> ImageGc<R> {
             Err(error) => tracing::warn!(%error, "keeping the image ages stopped"),
         }
     }
+}
+
+/// The images `kept` names (by record key, with why), those the pass chose or tried aside.
+fn kept_images(
+    kept: Vec<(String, Kept)>,
+    pass: &Pass<'_>,
+    images: &HashMap<String, ImageRecord>,
+    report: &PassReport,
+) -> Vec<KeptImage> {
+    let chosen: HashSet<(&str, &str)> =
+        report.images.iter().map(|image| (image.id.as_str(), image.runtime_handler.as_str())).collect();
+    kept.into_iter()
+        .filter_map(|(key, reason)| {
+            let record = images.get(&key)?;
+            let id = record_id(&key, record);
+            if chosen.contains(&(id, record.runtime_handler.as_str())) {
+                return None;
+            }
+            Some(KeptImage {
+                id: id.to_owned(),
+                runtime_handler: record.runtime_handler.clone(),
+                names: pass.names.get(id).map(|names| names.to_vec()).unwrap_or_default(),
+                reason,
+                size: record.size,
+                first_detected: record.first_detected,
+                last_used: record.last_used,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

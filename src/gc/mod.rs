@@ -1,8 +1,10 @@
 //! Image garbage collection, the kubelet's `ImageGCManager`, with ages that survive a restart.
 //!
 //! - [`plan`]: the pure core: image records brought up to date from what the runtime lists and
-//!   what containers use, and which images to remove, by age and by disk space, and why.
-//! - [`collector`]: a pass (list, detect, plan, remove) and the periodic loop.
+//!   what containers use, and which images to remove, by age and by disk space, and why; and why
+//!   each other image stays.
+//! - [`collector`]: a pass (list, detect, plan, remove), the periodic loop, and the images as a
+//!   pass sees them.
 //! - [`guard`]: keeps an image cri-imaged is handing out or pulling from being removed.
 //! - [`ages`]: the records kept on disk, so that ages survive a restart.
 //! - [`metrics`]: images removed, bytes freed, passes, the image filesystem.
@@ -16,7 +18,7 @@ pub mod plan;
 use std::time::Duration;
 
 pub use self::{
-    collector::{GcError, GcParts, ImageGc, Outcome, PassReport, PassRequest},
+    collector::{GcError, GcParts, ImageGc, KeptImage, NodeImage, Outcome, PassReport, PassRequest},
     guard::ImageGuard,
     plan::GcPolicy,
 };

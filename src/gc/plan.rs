@@ -1,16 +1,17 @@
 //! The kubelet's image GC, as pure functions of the records, the disk's usage, the policy and
-//! `now`: which images to remove and why. Removing them, and reading the disk, is the caller's.
+//! `now`: which images to remove and why, and why each other one stays ([`kept`]). Removing
+//! them, and reading the disk, is the caller's.
+
+pub mod kept;
 
 use std::{
     collections::{HashMap, HashSet},
     time::{Duration, SystemTime},
 };
 
-use crate::{
-    messages::go_duration_millis,
-    reference,
-    runtime::{StoredImage, UsedImage},
-};
+use self::kept::why_kept;
+pub use self::kept::{Holds, InUse, Kept, in_use};
+use crate::{messages::go_duration_millis, runtime::StoredImage};
 
 /// The kubelet's `ImageGCPolicy`, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,16 +103,11 @@ pub fn record_id<'a>(key: &'a str, record: &ImageRecord) -> &'a str {
 /// The kubelet's `detectImages`: new images are detected `now`, images in use (by any container,
 /// exited ones included, or just handed out or pulled by cri-imaged) are used `now`, sizes and
 /// pins are refreshed, and images no longer listed are forgotten.
-pub fn detect(
-    records: &mut HashMap<String, ImageRecord>,
-    listed: &[StoredImage],
-    in_use: &HashSet<String>,
-    now: SystemTime,
-) {
+pub fn detect(records: &mut HashMap<String, ImageRecord>, listed: &[StoredImage], in_use: &InUse, now: SystemTime) {
     let mut current = HashSet::with_capacity(listed.len());
     for image in listed {
         let key = record_key(&image.id, &image.runtime_handler);
-        let used = in_use.contains(&key);
+        let used = in_use.contains_key(&key);
         let record = records.entry(key.clone()).or_insert(ImageRecord {
             first_detected: now,
             last_used: None,
@@ -131,56 +127,6 @@ pub fn detect(
         current.insert(key);
     }
     records.retain(|key, _| current.contains(key));
-}
-
-/// The records of the listed images in use. Each of `used` names an image (by id, or one of
-/// its repo tags or digests as written or normalised: `busybox` is
-/// `docker.io/library/busybox:latest`) under the runtime handler its container runs with;
-/// containers name their image by ref or as they were asked for. An image not listed for that
-/// handler counts as used under every handler it is listed for: when unsure, keep. Each of
-/// `kept` (the images we pin, those just handed out) is in use under every handler.
-pub fn in_use<'a>(
-    listed: &[StoredImage],
-    used: impl IntoIterator<Item = &'a UsedImage>,
-    kept: impl IntoIterator<Item = &'a str>,
-) -> HashSet<String> {
-    // Many containers share an image: each name is looked up (and parsed) once.
-    let used: HashSet<(&str, &str)> =
-        used.into_iter().map(|used| (used.image.as_str(), used.runtime_handler.as_str())).collect();
-    let mut by_name: HashMap<&str, &str> = HashMap::with_capacity(listed.len() * 3);
-    let mut handlers: HashMap<&str, Vec<&str>> = HashMap::with_capacity(listed.len());
-    for image in listed {
-        by_name.insert(&image.id, &image.id);
-        for name in &image.names {
-            by_name.insert(name, &image.id);
-        }
-        handlers.entry(&image.id).or_default().push(&image.runtime_handler);
-    }
-    let id_of = |name: &str| match by_name.get(name) {
-        Some(id) => Some(*id),
-        None => reference::parse_with_default_tag(name)
-            .ok()
-            .and_then(|(reference, _)| by_name.get(reference.to_string().as_str()).copied()),
-    };
-    let mut keys = HashSet::new();
-    let every_handler = |keys: &mut HashSet<String>, id: &str| {
-        for handler in handlers.get(id).into_iter().flatten() {
-            keys.insert(record_key(id, handler));
-        }
-    };
-    for (name, handler) in used {
-        let Some(id) = id_of(name) else { continue };
-        match handlers.get(id).is_some_and(|listed| listed.contains(&handler)) {
-            true => _ = keys.insert(record_key(id, handler)),
-            false => every_handler(&mut keys, id),
-        }
-    }
-    for name in kept.into_iter().collect::<HashSet<_>>() {
-        if let Some(id) = id_of(name) {
-            every_handler(&mut keys, id);
-        }
-    }
-    keys
 }
 
 /// Why an image is removed.
@@ -239,6 +185,8 @@ pub struct Plan {
     /// Further images eligible for space, in order: tried, as the kubelet does, when removing a
     /// chosen one fails and the pass falls short.
     pub spare: Vec<String>,
+    /// Every other record, by key, with why the plan leaves it.
+    pub kept: Vec<(String, Kept)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,7 +221,7 @@ impl SpaceTarget {
 /// longer ago) goes, oldest first.
 pub fn plan_age(
     records: &HashMap<String, ImageRecord>,
-    in_use: &HashSet<String>,
+    in_use: &InUse,
     policy: &GcPolicy,
     now: SystemTime,
     collected_for: Duration,
@@ -295,18 +243,23 @@ pub fn plan_age(
 /// going. Call it with the disk as it is after the age pass.
 pub fn plan_space(
     records: &HashMap<String, ImageRecord>,
-    in_use: &HashSet<String>,
+    in_use: &InUse,
     disk: DiskUsage,
     policy: &GcPolicy,
     (now, collected_for): (SystemTime, Duration),
     excluded: &HashSet<String>,
 ) -> Result<Plan, PlanError> {
+    let not_needed = |_: &ImageRecord| Kept::NotNeeded;
+    // Collection turned off never needs the disk's capacity.
+    if policy.disabled() {
+        return Ok(Plan { kept: kept(records, in_use, &[], excluded, not_needed), ..Plan::default() });
+    }
     if disk.capacity == 0 {
         return Err(PlanError::InvalidDiskCapacity);
     }
     let usage_percent = disk.usage_percent();
     if usage_percent < u64::from(policy.high_threshold_percent) {
-        return Ok(Plan::default());
+        return Ok(Plan { kept: kept(records, in_use, &[], excluded, not_needed), ..Plan::default() });
     }
     let share = u64::from(100 - policy.low_threshold_percent);
     let target = disk.capacity / 100 * share + disk.capacity % 100 * share / 100;
@@ -321,14 +274,19 @@ pub fn plan_space(
         remove.push((id.clone(), Reason::Space));
         found += record.size;
     }
-    Ok(Plan { remove, space: Some(SpaceTarget { usage_percent, to_free, found }), spare })
+    let young_or_not_needed = |record: &ImageRecord| match old_enough(record, policy, now, collected_for) {
+        true => Kept::NotNeeded,
+        false => Kept::Young,
+    };
+    let kept = kept(records, in_use, &remove, excluded, young_or_not_needed);
+    Ok(Plan { remove, space: Some(SpaceTarget { usage_percent, to_free, found }), spare, kept })
 }
 
 /// The kubelet's `GarbageCollect` as one plan, for a dry run: the age pass, then the space pass
 /// over the rest, with the disk credited the sizes the age pass would free.
 pub fn plan(
     records: &HashMap<String, ImageRecord>,
-    in_use: &HashSet<String>,
+    in_use: &InUse,
     disk: DiskUsage,
     policy: &GcPolicy,
     now: SystemTime,
@@ -338,11 +296,7 @@ pub fn plan(
     let freed: u64 = aged.iter().filter_map(|id| records.get(id)).map(|record| record.size).sum();
     let after_age = DiskUsage { available: disk.available.saturating_add(freed), ..disk };
     let excluded: HashSet<String> = aged.iter().cloned().collect();
-    let mut plan = if policy.disabled() {
-        Plan::default()
-    } else {
-        plan_space(records, in_use, after_age, policy, (now, collected_for), &excluded)?
-    };
+    let mut plan = plan_space(records, in_use, after_age, policy, (now, collected_for), &excluded)?;
     plan.remove.splice(0..0, aged.into_iter().map(|id| (id, Reason::Age)));
     Ok(plan)
 }
@@ -351,15 +305,36 @@ pub fn plan(
 /// except those detected less than the minimum age ago; oldest first.
 pub fn plan_unused(
     records: &HashMap<String, ImageRecord>,
-    in_use: &HashSet<String>,
+    in_use: &InUse,
     policy: &GcPolicy,
     now: SystemTime,
     collected_for: Duration,
 ) -> Plan {
-    let remove = eligible(unused_oldest_first(records, in_use).into_iter(), policy, now, collected_for)
-        .map(|(id, _)| (id.clone(), Reason::Unused))
+    let remove: Vec<(String, Reason)> =
+        eligible(unused_oldest_first(records, in_use).into_iter(), policy, now, collected_for)
+            .map(|(id, _)| (id.clone(), Reason::Unused))
+            .collect();
+    let kept = kept(records, in_use, &remove, &HashSet::new(), |_| Kept::Young);
+    Plan { remove, kept, ..Plan::default() }
+}
+
+/// Every record neither removed nor `excluded`, by key, with why it stays: what holds it, else
+/// `otherwise` says.
+fn kept(
+    records: &HashMap<String, ImageRecord>,
+    in_use: &InUse,
+    remove: &[(String, Reason)],
+    excluded: &HashSet<String>,
+    otherwise: impl Fn(&ImageRecord) -> Kept,
+) -> Vec<(String, Kept)> {
+    let removed: HashSet<&str> = remove.iter().map(|(key, _)| key.as_str()).collect();
+    let mut kept: Vec<(String, Kept)> = records
+        .iter()
+        .filter(|(key, _)| !removed.contains(key.as_str()) && !excluded.contains(*key))
+        .map(|(key, record)| (key.clone(), why_kept(key, record, in_use, otherwise(record))))
         .collect();
-    Plan { remove, ..Plan::default() }
+    kept.sort_unstable();
+    kept
 }
 
 fn age(now: SystemTime, since: SystemTime) -> Duration {
@@ -369,10 +344,10 @@ fn age(now: SystemTime, since: SystemTime) -> Duration {
 /// Unused, unpinned images, never used first, then by last use, ties by first detection and id.
 fn unused_oldest_first<'a>(
     records: &'a HashMap<String, ImageRecord>,
-    in_use: &HashSet<String>,
+    in_use: &InUse,
 ) -> Vec<(&'a String, &'a ImageRecord)> {
     let mut candidates: Vec<(&String, &ImageRecord)> =
-        records.iter().filter(|(id, record)| !in_use.contains(*id) && !record.pinned).collect();
+        records.iter().filter(|(id, record)| !in_use.contains_key(*id) && !record.pinned).collect();
     candidates.sort_by_key(|(id, record)| (record.last_used, record.first_detected, *id));
     candidates
 }
@@ -387,11 +362,13 @@ fn eligible<'a>(
     now: SystemTime,
     collected_for: Duration,
 ) -> impl Iterator<Item = (&'a String, &'a ImageRecord)> {
-    let min_age = policy.min_age;
-    candidates.filter(move |(_, record)| {
-        let detected_for = age(now, record.first_detected).min(collected_for);
-        record.last_used.is_none_or(|used| used < now) && detected_for >= min_age
-    })
+    candidates.filter(move |(_, record)| old_enough(record, policy, now, collected_for))
+}
+
+/// Whether `record` may go for space: see [`eligible`].
+fn old_enough(record: &ImageRecord, policy: &GcPolicy, now: SystemTime, collected_for: Duration) -> bool {
+    let detected_for = age(now, record.first_detected).min(collected_for);
+    record.last_used.is_none_or(|used| used < now) && detected_for >= policy.min_age
 }
 
 #[cfg(test)]

@@ -120,3 +120,19 @@ fn the_runtimes_sandbox_image_is_learned_only_when_none_is_configured() {
     assert!(configured.configure(None, &[]), "a reload that unsets it");
     assert!(configured.learns_sandbox_image());
 }
+
+#[test]
+fn each_pinned_image_says_why_it_is_pinned() {
+    let pins = PinnedImages::new(Some("registry.k8s.io/pause:3.10"), &["app:1".to_owned()]);
+    pins.pre_pulled(vec!["big:2".into()]);
+    let expected = [
+        ("registry.k8s.io/pause:3.10".to_owned(), Pin::SandboxImage),
+        ("app:1".to_owned(), Pin::Configured),
+        ("big:2".to_owned(), Pin::PrePull),
+    ];
+    assert_eq!(pins.images_and_why(), expected);
+    let learning = PinnedImages::new(None, &["app:1".to_owned()]);
+    learning.learned_sandbox_image(Some("registry.k8s.io/pause:3.9".into()));
+    let expected = [("app:1".to_owned(), Pin::Configured), ("registry.k8s.io/pause:3.9".to_owned(), Pin::SandboxImage)];
+    assert_eq!(learning.images_and_why(), expected, "a learned sandbox image too");
+}

@@ -171,7 +171,7 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
             every.tick().await;
             let in_flight = self.parts.manager.pulls_in_flight();
             let Some(pull) = in_flight.iter().find(|pull| pull.image == entry.spec.image) else { continue };
-            let (Some(report), PullClass::PrePull) = (pull.progress, pull.class) else { continue };
+            let (Some(report), PullClass::PrePull) = (&pull.progress, pull.class) else { continue };
             kept.fetch_max(report.kept, Ordering::Relaxed);
             let to_fetch = report.progress.bytes_total.saturating_sub(report.progress.bytes_done);
             let Ok(usage) = self.parts.runtime.image_fs_usage().await else { continue };

@@ -24,7 +24,7 @@ use tokio::{
 
 use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, manifest_layers};
 use crate::{
-    events::{Event, EventType, Events, Pod, ProgressFacts, reason},
+    events::{Event, EventType, Events, LayerFacts, Pod, ProgressFacts, reason},
     messages,
     reference::ImageReference,
     runtime::{ContentStore, RuntimeError},
@@ -69,9 +69,11 @@ const SEARCH_INTERVAL: Duration = Duration::from_millis(500);
 const CLOCK_SLACK: Duration = Duration::from_secs(2);
 
 /// A pull's progress at the last poll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     pub progress: Progress,
+    /// Each layer it fetches (the first [`crate::events::MOST_LAYERS`]).
+    pub layers: Arc<[LayerFacts]>,
     /// Over the last two seconds.
     pub bytes_per_second: u64,
     /// The stall timeout, once no byte has moved for it while downloading.
@@ -89,6 +91,7 @@ impl Report {
             layers_done: self.progress.layers_done,
             layers_total: self.progress.layers_total,
             bytes_per_second: self.bytes_per_second,
+            layers: self.layers.clone(),
         }
     }
 }
@@ -306,11 +309,12 @@ impl<R: ContentStore> Poll<R> {
                 let stalled = self.config.stall_timeout.filter(|timeout| progress.stalled(now, *timeout));
                 let report = Report {
                     progress: done,
+                    layers: progress.layers(),
                     bytes_per_second: watched.rate.sample(now, done.bytes_done),
                     stalled,
                     kept: watched.kept,
                 };
-                let before = pull.reports.send_replace(Some(report)).map_or(0, |was| was.progress.bytes_done);
+                let before = pull.reports.send_replace(Some(report.clone())).map_or(0, |was| was.progress.bytes_done);
                 if done.bytes_done > before {
                     moving.insert(pull.reference.domain());
                 }
@@ -397,7 +401,7 @@ fn progress_event(pull: &Registered, facts: &ProgressFacts) -> Event {
         pod: waiting.first().cloned(),
         waiting,
         image: pull.image.clone(),
-        progress: Some(*facts),
+        progress: Some(facts.clone()),
         ..Event::new(EventType::Normal, reason::PULL_PROGRESS, messages::pull_progress(&pull.image, facts))
     }
 }

@@ -7,9 +7,14 @@
 //! any layer is fetched. So each poll says, for each layer of a pull, how far its download is; a
 //! layer whose ingest vanished was either committed (the content store has it) or aborted.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::{
+    collections::{HashMap, HashSet, VecDeque},
+    sync::Arc,
+};
 
 use tokio::time::{Duration, Instant};
+
+use crate::events::{LayerFacts, MOST_LAYERS};
 
 /// The digest an ingest ref names: `layer-sha256:<hex>` → `sha256:<hex>`; refs of the form
 /// `<kind>-<name>@<digest>` name the digest after the `@`.
@@ -85,6 +90,8 @@ pub struct Progress {
 pub struct PullProgress {
     /// The layers to fetch: the manifest's, less those the store had when the pull began.
     layers: Vec<Layer>,
+    /// The digests of the first [`MOST_LAYERS`] of them, shared by every report that names them.
+    named: Vec<Arc<str>>,
     done: HashSet<String>,
     /// Each layer's offset at the last poll that listed it.
     offsets: HashMap<String, u64>,
@@ -95,8 +102,9 @@ pub struct PullProgress {
 impl PullProgress {
     /// A pull of `layers`, those in `present` already in the store, observed from `now`.
     pub fn new(layers: Vec<Layer>, present: &HashSet<String>, now: Instant) -> Self {
-        let layers = layers.into_iter().filter(|layer| !present.contains(&layer.digest)).collect();
-        Self { layers, done: HashSet::new(), offsets: HashMap::new(), last_advance: now }
+        let layers: Vec<Layer> = layers.into_iter().filter(|layer| !present.contains(&layer.digest)).collect();
+        let named = layers.iter().take(MOST_LAYERS).map(|layer| Arc::from(layer.digest.as_str())).collect();
+        Self { layers, named, done: HashSet::new(), offsets: HashMap::new(), last_advance: now }
     }
 
     /// The digests of the layers it fetches.
@@ -147,15 +155,32 @@ impl PullProgress {
 
     /// What is done so far.
     pub fn progress(&self) -> Progress {
-        let bytes = |layer: &Layer| match self.done.contains(&layer.digest) {
-            true => layer.size,
-            false => self.offsets.get(&layer.digest).copied().unwrap_or(0).min(layer.size),
-        };
         Progress {
-            bytes_done: self.layers.iter().map(bytes).sum(),
+            bytes_done: self.layers.iter().map(|layer| self.bytes_done(layer)).sum(),
             bytes_total: self.layers.iter().map(|layer| layer.size).sum(),
             layers_done: self.done.len(),
             layers_total: self.layers.len(),
+        }
+    }
+
+    /// Each layer it fetches so far, in the manifest's order (the first [`MOST_LAYERS`]).
+    pub fn layers(&self) -> Arc<[LayerFacts]> {
+        self.layers
+            .iter()
+            .zip(&self.named)
+            .map(|(layer, digest)| LayerFacts {
+                digest: digest.clone(),
+                size: layer.size,
+                bytes_done: self.bytes_done(layer),
+                done: self.done.contains(&layer.digest),
+            })
+            .collect()
+    }
+
+    fn bytes_done(&self, layer: &Layer) -> u64 {
+        match self.done.contains(&layer.digest) {
+            true => layer.size,
+            false => self.offsets.get(&layer.digest).copied().unwrap_or(0).min(layer.size),
         }
     }
 
@@ -269,6 +294,25 @@ mod tests {
         assert_eq!((two.bytes_done, two.layers_done), (5 * MIB, 1));
         let all = pull.observe(&listed(&[]), &HashSet::from([digest(1)]), start);
         assert_eq!(all, Progress { bytes_done: 6 * MIB, bytes_total: 6 * MIB, layers_done: 2, layers_total: 2 });
+    }
+
+    #[test]
+    fn each_layer_fetched_is_told_in_the_manifests_order_the_first_64() {
+        let start = Instant::now();
+        let present = HashSet::from([digest(2)]);
+        let mut pull = PullProgress::new(layers(&[(3, 4 * MIB), (2, MIB), (1, 2 * MIB)]), &present, start);
+        pull.observe(&listed(&[(3, MIB, 4 * MIB)]), &HashSet::from([digest(1)]), start);
+        let told: Vec<(String, u64, u64, bool)> = pull
+            .layers()
+            .iter()
+            .map(|layer| (layer.digest.to_string(), layer.size, layer.bytes_done, layer.done))
+            .collect();
+        assert_eq!(told, [(digest(3), 4 * MIB, MIB, false), (digest(1), 2 * MIB, 2 * MIB, true)], "layer 2 was there");
+        let many: Vec<(u8, u64)> = (0..100).map(|n| (n, MIB)).collect();
+        let big = PullProgress::new(layers(&many), &HashSet::new(), start);
+        assert_eq!(big.layers().len(), MOST_LAYERS);
+        assert_eq!(big.progress().layers_total, 100, "the totals count every layer");
+        assert_eq!(big.layers()[63].digest.as_ref(), digest(63));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::{
     num::NonZeroUsize,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU8, Ordering},
     },
     time::{Duration, SystemTime},
 };
@@ -136,9 +136,32 @@ struct PullSlot {
     class: watch::Sender<PullClass>,
     /// Told when a pod's pull takes this pre-pull's slot.
     preempt: Notify,
+    /// What it waits for now, as a [`PullState`]; set by its task as it goes.
+    state: AtomicU8,
+    /// Tells, while the upstream call runs, whether it waits for a registry token.
+    cleared: Mutex<Option<Arc<watch::Sender<Option<Instant>>>>>,
 }
 
 impl PullSlot {
+    fn set_state(&self, state: PullState) {
+        self.state.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// What it waits for: its task's word, a call under way waiting for a token told apart.
+    fn state(&self) -> PullState {
+        let told = PullState::ALL.into_iter().find(|state| *state as u8 == self.state.load(Ordering::Relaxed));
+        match told.unwrap_or(PullState::Slot) {
+            PullState::Pulling => {
+                let cleared = self.cleared.lock().unwrap_or_else(PoisonError::into_inner);
+                match cleared.as_ref().is_some_and(|cleared| cleared.borrow().is_none()) {
+                    true => PullState::RateLimit,
+                    false => PullState::Pulling,
+                }
+            }
+            state => state,
+        }
+    }
+
     fn wait_for(&self, caller: Option<&Pod>) {
         let Some(caller) = caller else { return };
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -272,6 +295,8 @@ impl PullScheduler {
                         progress: Mutex::new(None),
                         class: watch::Sender::new(pull.class),
                         preempt: Notify::new(),
+                        state: AtomicU8::new(PullState::Slot as u8),
+                        cleared: Mutex::new(None),
                     });
                     slot.wait_for(pull.caller.as_ref());
                     if pull.class == PullClass::Pod {
@@ -310,8 +335,9 @@ impl PullScheduler {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .as_ref()
-                    .and_then(|reports| *reports.borrow()),
+                    .and_then(|reports| reports.borrow().clone()),
                 class: *slot.class.borrow(),
+                state: slot.state(),
             })
             .collect()
     }
@@ -335,6 +361,35 @@ pub struct InFlight {
     pub progress: Option<Report>,
     /// A pre-pull until a pod's pull joins it.
     pub class: PullClass,
+    pub state: PullState,
+}
+
+/// What a pull under way waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PullState {
+    /// A parallel-pull slot (`--max-parallel-image-pulls`).
+    Slot,
+    /// A token of its registry's rate limit.
+    RateLimit,
+    /// Its registry's pull that has had no answer yet: its registry's next pulls wait for it.
+    Registry,
+    /// Nothing: the runtime is pulling it.
+    Pulling,
+}
+
+impl PullState {
+    const ALL: [Self; 4] = [Self::Slot, Self::RateLimit, Self::Registry, Self::Pulling];
+
+    /// GetStatus's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Slot => "slot",
+            Self::RateLimit => "rate-limit",
+            Self::Registry => "registry",
+            Self::Pulling => "pulling",
+        }
+    }
 }
 
 impl Shared {

@@ -191,6 +191,23 @@ pub async fn probe_within<R: ImageRuntime>(runtime: &R, timeout: Duration) -> Re
     tokio::time::timeout(timeout, runtime.probe()).await.unwrap_or(Err(RuntimeError::Timeout(timeout)))
 }
 
+/// The image filesystem, read by the probe [`probe_within`] makes where the runtime can say
+/// (its `ImageFsInfo` is that probe): `Ok(None)` from a runtime that answered but has no image
+/// filesystem to report, or cannot report one at all.
+pub async fn probe_image_fs_within<R: ImageRuntime>(
+    runtime: &R,
+    timeout: Duration,
+) -> Result<Option<ImageFsUsage>, RuntimeError> {
+    let measured = tokio::time::timeout(timeout, runtime.image_fs_usage()).await;
+    match measured.unwrap_or(Err(RuntimeError::Timeout(timeout))) {
+        Ok(usage) => Ok(Some(usage)),
+        // It answered; its filesystem could not be read.
+        Err(RuntimeError::ImageFs(_)) => Ok(None),
+        Err(RuntimeError::Unsupported(_)) => probe_within(runtime, timeout).await.map(|()| None),
+        Err(error) => Err(error),
+    }
+}
+
 /// The image half of a container runtime, as cri-imaged uses it.
 pub trait ImageRuntime: Send + Sync + 'static {
     /// The image if the runtime has it, `None` if not.

@@ -8,16 +8,18 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     api::{self, image_manager_server},
-    ensure::{self, EnsureRequest},
+    ensure::{self, ClearBackoff, EnsureRequest},
+    events::{Events, Filter},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
     prepull::{PrePulls, Submission},
     presence::PresenceCache,
     pull::{
+        PullClass,
         breaker::RegistryStatus,
         path::PullPath,
         ratelimit::{BucketStatus, RateLimitMode, RegistryLimits},
     },
-    runtime::{ImageFsUsage, ImageRuntime, probe_within},
+    runtime::{ImageFsUsage, ImageRuntime, probe_image_fs_within},
 };
 
 /// The gRPC face of the daemon's parts: the manager, the collector, and what they report for
@@ -30,6 +32,7 @@ pub struct ImageManagerService<R> {
     limits: Arc<RegistryLimits>,
     pulls: Arc<PullPath>,
     pre_pulls: Arc<PrePulls<R>>,
+    events: Arc<Events>,
     kubelet_warning: Arc<std::sync::OnceLock<String>>,
 }
 
@@ -43,6 +46,7 @@ impl<R> ImageManagerService<R> {
             limits: services.limits.clone(),
             pulls: services.pulls.clone(),
             pre_pulls: services.pre_pulls.clone(),
+            events: services.events.clone(),
             kubelet_warning: services.kubelet_warning.clone(),
         }
     }
@@ -85,8 +89,11 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         request: Request<api::GetStatusRequest>,
     ) -> Result<Response<api::GetStatusResponse>, Status> {
         let api::GetStatusRequest { pod_uid, image, runtime_handler } = request.into_inner();
-        let probe = probe_within(&*self.runtime, STATUS_PROBE_TIMEOUT).await;
-        let runtime_error = probe.err().map(|error| error.to_string()).unwrap_or_default();
+        let probe = probe_image_fs_within(&*self.runtime, STATUS_PROBE_TIMEOUT).await;
+        let (image_fs, runtime_error) = match probe {
+            Ok(usage) => (usage.map(image_fs_usage), String::new()),
+            Err(error) => (None, error.to_string()),
+        };
         let timestamp = |time: SystemTime| Some(prost_types::Timestamp::from(time));
         let in_flight = self.manager.pulls_in_flight();
         let pre_pulls = super::pre_pulls::wire_all(self.pre_pulls.list(), &in_flight);
@@ -98,7 +105,8 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
                 asked: timestamp(pull.asked_at),
                 started: pull.started_at.and_then(timestamp),
                 progress: pull.progress.map(|report| super::watch::wire_progress(&report.facts())),
-                ..Default::default()
+                state: pull.state.as_str().to_owned(),
+                pre_pull: pull.class == PullClass::PrePull,
             })
             .collect();
         let (pulls_queued, pre_pulls_queued) = self.pulls.scheduler().queued();
@@ -111,6 +119,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             },
             None => api::BackoffStatus::default(),
         });
+        let policy = self.gc.policy();
         let last_gc_pass = self.gc.last_pass().map(|pass| api::GcPassStatus {
             finished: timestamp(pass.finished),
             dry_run: pass.request.dry_run,
@@ -139,9 +148,9 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             registries: self.pulls.scheduler().breakers().status().into_iter().map(registry_health).collect(),
             pre_pulls,
             pulls_queued: u32::try_from(pulls_queued).unwrap_or(u32::MAX),
-            image_fs: None,
-            gc_high_threshold_percent: 0,
-            gc_low_threshold_percent: 0,
+            image_fs,
+            gc_high_threshold_percent: u32::from(policy.high_threshold_percent),
+            gc_low_threshold_percent: u32::from(policy.low_threshold_percent),
             pre_pulls_queued: u32::try_from(pre_pulls_queued).unwrap_or(u32::MAX),
         }))
     }
@@ -176,26 +185,47 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }
 
-    async fn list_images(&self, _: Request<api::ListImagesRequest>) -> Result<Response<api::ListImagesResponse>, Status> {
-        Err(Status::unimplemented("ListImages: not yet"))
+    async fn list_images(
+        &self,
+        _: Request<api::ListImagesRequest>,
+    ) -> Result<Response<api::ListImagesResponse>, Status> {
+        let images = self.gc.images().await?;
+        Ok(Response::new(api::ListImagesResponse {
+            images: images.into_iter().map(super::views::node_image).collect(),
+        }))
     }
 
-    async fn list_events(&self, _: Request<api::ListEventsRequest>) -> Result<Response<api::ListEventsResponse>, Status> {
-        Err(Status::unimplemented("ListEvents: not yet"))
+    async fn list_events(
+        &self,
+        request: Request<api::ListEventsRequest>,
+    ) -> Result<Response<api::ListEventsResponse>, Status> {
+        let api::ListEventsRequest { filter, limit } = request.into_inner();
+        let api::WatchEventsRequest { pod_uid, namespace, image } = filter.unwrap_or_default();
+        let matcher = Filter { pod_uid, namespace, image }.prepare();
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let events = self.events.recent(&matcher, limit);
+        let events = events.iter().map(|event| super::watch::wire_event(event, 0)).collect();
+        Ok(Response::new(api::ListEventsResponse { events }))
     }
 
     async fn list_backoffs(
         &self,
         _: Request<api::ListBackoffsRequest>,
     ) -> Result<Response<api::ListBackoffsResponse>, Status> {
-        Err(Status::unimplemented("ListBackoffs: not yet"))
+        let backoffs = self.manager.backoffs();
+        Ok(Response::new(api::ListBackoffsResponse {
+            entries: backoffs.backing_off.into_iter().map(super::views::backoff_entry).collect(),
+            total: backoffs.total as u64,
+        }))
     }
 
     async fn clear_backoff(
         &self,
-        _: Request<api::ClearBackoffRequest>,
+        request: Request<api::ClearBackoffRequest>,
     ) -> Result<Response<api::ClearBackoffResponse>, Status> {
-        Err(Status::unimplemented("ClearBackoff: not yet"))
+        let what = ClearBackoff::try_from(request.into_inner())?;
+        let cleared = self.manager.clear_backoff(what);
+        Ok(Response::new(api::ClearBackoffResponse { cleared: cleared as u64 }))
     }
 
     async fn garbage_collect(
@@ -215,7 +245,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             bytes_to_free: report.to_free,
             freed_bytes: report.freed,
             shortfall: report.shortfall.unwrap_or_default(),
-            kept: Vec::new(),
+            kept: report.kept.into_iter().map(super::views::kept_image).collect(),
         }))
     }
 }

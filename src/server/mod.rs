@@ -63,6 +63,7 @@ mod pre_pulls;
 mod request;
 mod status;
 mod streams;
+mod views;
 mod watch;
 
 use std::{sync::Arc, time::Duration};

@@ -20,7 +20,7 @@ pub fn wire(pre_pull: PrePull, in_flight: &[InFlight]) -> api::PrePull {
     let progress = (pre_pull.state == State::Pulling)
         .then(|| in_flight.iter().find(|pull| pull.image == pre_pull.spec.image && pull.class == PullClass::PrePull))
         .flatten()
-        .and_then(|pull| pull.progress)
+        .and_then(|pull| pull.progress.as_ref())
         .map(|report| super::watch::wire_progress(&report.facts()));
     let pinned_until = pre_pull.pinned_until().filter(|until| *until > SystemTime::now()).map(timestamp);
     let (state, resumed) = (pre_pull.state.as_str().to_owned(), pre_pull.resumed);

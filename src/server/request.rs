@@ -12,7 +12,7 @@ use crate::{
         account::{AudienceToken, MAX_ANNOTATIONS, MAX_TOKEN_BYTES, MAX_TOKENS, ServiceAccount},
         secrets::PullSecret,
     },
-    ensure::{EnsureRequest, PodRef},
+    ensure::{ClearBackoff, EnsureRequest, PodRef},
     messages,
     prepull::Submission,
     pull::{Peer, PullClass},
@@ -40,6 +40,14 @@ pub enum RequestError {
     BadDuration { field: &'static str, reason: String },
     #[error("images: none given")]
     NoImages,
+    #[error(
+        "give pod_uid and image (one pod's back-off for one image) or all (every back-off); the request gave neither"
+    )]
+    NothingToClear,
+    #[error("give pod_uid and image (one pod's back-off for one image) or all (every back-off), not both")]
+    PairAndAll,
+    #[error("{0} is required with {1}: a back-off is one pod's pulls of one image")]
+    HalfAPair(&'static str, &'static str),
 }
 
 impl RequestError {
@@ -53,6 +61,8 @@ impl RequestError {
             Self::NameWithoutUid => "service_account.uid",
             Self::BadDuration { field, .. } => field,
             Self::NoImages => "images",
+            Self::NothingToClear | Self::PairAndAll => "all",
+            Self::HalfAPair(missing, _) => missing,
         }
     }
 }
@@ -110,6 +120,23 @@ impl TryFrom<api::SubmitPrePullRequest> for Submission {
             runtime_handler: wire.runtime_handler,
             priority: wire.priority,
         })
+    }
+}
+
+impl TryFrom<api::ClearBackoffRequest> for ClearBackoff {
+    type Error = RequestError;
+
+    fn try_from(wire: api::ClearBackoffRequest) -> Result<Self, RequestError> {
+        let api::ClearBackoffRequest { pod_uid, image, runtime_handler, all } = wire;
+        let pair_given = !(pod_uid.is_empty() && image.is_empty() && runtime_handler.is_empty());
+        match (all, pair_given) {
+            (true, true) => Err(RequestError::PairAndAll),
+            (true, false) => Ok(ClearBackoff::All),
+            (false, false) => Err(RequestError::NothingToClear),
+            (false, true) if pod_uid.is_empty() => Err(RequestError::HalfAPair("pod_uid", "image")),
+            (false, true) if image.is_empty() => Err(RequestError::HalfAPair("image", "pod_uid")),
+            (false, true) => Ok(ClearBackoff::Pair { pod_uid, image, runtime_handler }),
+        }
     }
 }
 

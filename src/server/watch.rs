@@ -112,7 +112,7 @@ fn respond(watcher: Watcher, shutdown: Shutdown) -> http::Response<Body> {
     response
 }
 
-fn wire_event(event: &Event, dropped: u64) -> api::Event {
+pub(super) fn wire_event(event: &Event, dropped: u64) -> api::Event {
     let duration = |duration: std::time::Duration| prost_types::Duration::try_from(duration).ok();
     api::Event {
         time: Some(prost_types::Timestamp::from(event.time)),
@@ -149,6 +149,15 @@ pub fn wire_progress(progress: &events::ProgressFacts) -> api::PullProgress {
         layers_done: count(progress.layers_done),
         layers_total: count(progress.layers_total),
         bytes_per_second: progress.bytes_per_second,
-        layers: Vec::new(),
+        layers: progress
+            .layers
+            .iter()
+            .map(|layer| api::LayerProgress {
+                digest: layer.digest.to_string(),
+                size_bytes: layer.size,
+                bytes_done: layer.bytes_done,
+                done: layer.done,
+            })
+            .collect(),
     }
 }

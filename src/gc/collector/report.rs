@@ -2,7 +2,10 @@
 
 use std::time::SystemTime;
 
-use crate::{gc::plan::Reason, runtime::ImageFsUsage};
+use crate::{
+    gc::plan::{Kept, Reason},
+    runtime::ImageFsUsage,
+};
 
 /// What a pass is asked to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,6 +32,20 @@ pub struct Chosen {
     pub outcome: Outcome,
 }
 
+/// One image a pass left, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptImage {
+    pub id: String,
+    /// The runtime handler the image is kept for; empty for the default one.
+    pub runtime_handler: String,
+    /// Its repo tags and digests.
+    pub names: Vec<String>,
+    pub reason: Kept,
+    pub size: u64,
+    pub first_detected: SystemTime,
+    pub last_used: Option<SystemTime>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Removed,
@@ -52,6 +69,8 @@ pub struct PassReport {
     pub freed: u64,
     /// The kubelet's `FreeDiskSpaceFailed` message, when the pass fell short.
     pub shortfall: Option<String>,
+    /// Every image the pass neither chose nor tried, by id and runtime handler.
+    pub kept: Vec<KeptImage>,
 }
 
 impl PassReport {

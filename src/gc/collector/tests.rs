@@ -206,6 +206,78 @@ async fn containers_the_sandbox_image_and_images_just_handed_out_are_in_use() {
     assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
     let report = h.gc.pass(PassRequest::default()).await.expect("passes");
     assert_eq!(ids(&report), [("sha256:c", Reason::Space, &Outcome::Removed)]);
+    let kept: Vec<(&str, &str, &str)> =
+        report.kept.iter().map(|image| (image.id.as_str(), image.names[0].as_str(), image.reason.as_str())).collect();
+    assert_eq!(
+        kept,
+        [
+            ("sha256:a", "a:1", "in use"),
+            ("sha256:b", "b:1", "held"),
+            ("sha256:d", "docker.io/library/d:1", "in use"),
+            ("sha256:pause", "registry.k8s.io/pause:3.6", "sandbox image"),
+        ],
+        "every image the pass left, with why"
+    );
+}
+
+#[tokio::test]
+async fn a_pass_says_why_it_left_each_image_whether_it_removes_or_not() {
+    let mut disk = crowded();
+    disk.images.push(StoredImage { pinned: true, ..image("sha256:p", "p:1", MIB) });
+    disk.images.push(image("sha256:f", "f:1", MIB));
+    disk.other_usage = 58 * MIB;
+    let h = harness(disk, EAGER);
+    h.gc.set_config(GcConfig { pinned_images: vec!["f:1".into()], ..h.gc.config() });
+    let why = |report: &PassReport| -> Vec<(String, &'static str)> {
+        report.kept.iter().map(|image| (image.id.clone(), image.reason.as_str())).collect()
+    };
+    // 90 % used: a goes (detected with the others, first by id); b and c are not needed.
+    let dry = h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("passes");
+    assert_eq!(ids(&dry), [("sha256:a", Reason::Space, &Outcome::WouldRemove)]);
+    let expected =
+        [("sha256:b", "not needed"), ("sha256:c", "not needed"), ("sha256:f", "pinned"), ("sha256:p", "pinned")];
+    assert_eq!(why(&dry), expected.map(|(id, reason)| (id.to_owned(), reason)), "a dry run says the same");
+    let real = h.gc.pass(PassRequest::default()).await.expect("passes");
+    assert_eq!(ids(&real), [("sha256:a", Reason::Space, &Outcome::Removed)]);
+    assert_eq!(why(&real), expected.map(|(id, reason)| (id.to_owned(), reason)));
+    let record = &real.kept[0];
+    assert_eq!((record.size, record.names.as_slice(), record.last_used), (10 * MIB, &["b:1".to_owned()][..], None));
+
+    // Too young for a minimum age of an hour: kept whatever the disk.
+    h.gc.set_config(GcConfig { policy: GcPolicy { min_age: Duration::from_secs(3600), ..EAGER }, ..h.gc.config() });
+    let unused = h.gc.pass(PassRequest { dry_run: true, delete_unused: true }).await.expect("passes");
+    assert!(unused.images.is_empty());
+    let expected = [("sha256:b", "young"), ("sha256:c", "young"), ("sha256:f", "pinned"), ("sha256:p", "pinned")];
+    assert_eq!(why(&unused), expected.map(|(id, reason)| (id.to_owned(), reason)));
+}
+
+#[tokio::test]
+async fn images_are_listed_as_a_pass_sees_them_with_the_ages_it_recorded() {
+    let mut disk = crowded();
+    disk.images.push(StoredImage { pinned: true, ..image("sha256:p", "registry.k8s.io/pause@sha256:d", MIB) });
+    disk.containers = vec!["a:1".into()];
+    disk.sandbox_image = Some("c:1".into());
+    let h = harness(disk, EAGER);
+    let before = h.gc.images().await.expect("lists");
+    assert_eq!(before.len(), 4);
+    assert!(before.iter().all(|image| image.first_detected.is_none()), "no pass has looked yet");
+    h.gc.pass(PassRequest { dry_run: true, ..PassRequest::default() }).await.expect("passes");
+    assert!(h.guard.handing_out().complete("sha256:b", Instant::now()));
+    let images = h.gc.images().await.expect("lists");
+    let listed: Vec<(&str, bool, bool, bool)> =
+        images.iter().map(|image| (image.id.as_str(), image.pinned, image.in_use, image.last_used.is_some())).collect();
+    assert_eq!(
+        listed,
+        [
+            ("sha256:a", false, true, true),
+            ("sha256:b", false, false, false),
+            ("sha256:c", true, false, true),
+            ("sha256:p", true, false, false),
+        ],
+        "by id: in use by a container; handed out (neither); the sandbox image; pinned by the runtime"
+    );
+    assert!(images.iter().all(|image| image.first_detected.is_some()), "the pass saw each");
+    assert_eq!((images[0].size, images[0].names.as_slice()), (10 * MIB, &["a:1".to_owned()][..]));
 }
 
 #[tokio::test]

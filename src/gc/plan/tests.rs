@@ -3,6 +3,7 @@
 use std::time::UNIX_EPOCH;
 
 use super::*;
+use crate::runtime::UsedImage;
 
 fn at(seconds: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_000_000 + seconds)
@@ -12,8 +13,9 @@ fn listed(id: &str, size: u64) -> StoredImage {
     StoredImage { id: id.into(), size, ..StoredImage::default() }
 }
 
-fn in_use(ids: &[&str]) -> HashSet<String> {
-    ids.iter().map(|id| (*id).to_owned()).collect()
+/// Records used by a container.
+fn in_use(ids: &[&str]) -> InUse {
+    ids.iter().map(|id| ((*id).to_owned(), Holds::of(Kept::InUse))).collect()
 }
 
 fn record(first_detected: u64, last_used: Option<u64>, size: u64) -> ImageRecord {
@@ -57,6 +59,9 @@ fn images_in_use_are_found_by_id_by_name_and_by_normalised_name() {
     let used = ["busybox", "registry.k8s.io/pause@sha256:d", "sha256:b", "gone:1", "not a reference"];
     let used: Vec<UsedImage> = used.into_iter().map(UsedImage::from).collect();
     assert_eq!(super::in_use(&images, &used, []), in_use(&["sha256:b", "sha256:p"]));
+    let pinned = super::in_use(&images, &used, [("registry.k8s.io/pause:3.6", Kept::SandboxImage)]);
+    assert_eq!(pinned["sha256:p"], Holds::of(Kept::InUse).with(Kept::SandboxImage), "every reason is kept");
+    assert_eq!(pinned["sha256:p"].first(), Some(Kept::InUse), "a container's use first");
 }
 
 #[test]
@@ -76,8 +81,11 @@ fn an_image_kept_for_two_runtime_handlers_is_two_records_used_apart() {
     // A container under kata uses kata's copy only; one under a handler the image is not
     // listed for keeps every copy (unsure: keep); an image we pin is kept for every handler.
     let used = [UsedImage::new("busybox", "kata"), UsedImage::new("sha256:k", "gvisor")];
-    let used = super::in_use(&images, &used, ["sha256:p"]);
-    assert_eq!(used, in_use(&["sha256:b,kata", "sha256:k,kata", "sha256:p", "sha256:p,kata"]));
+    let used = super::in_use(&images, &used, [("sha256:p", Kept::Pinned)]);
+    let pinned = Holds::of(Kept::Pinned);
+    let mut expected = in_use(&["sha256:b,kata", "sha256:k,kata"]);
+    expected.extend([("sha256:p".to_owned(), pinned), ("sha256:p,kata".to_owned(), pinned)]);
+    assert_eq!(used, expected);
     let plan = plan_unused(&known, &used, &NO_MIN_AGE, at(10), Duration::from_secs(10));
     assert_eq!(ids(&plan), [("sha256:b", Reason::Unused)], "the default handler's copy goes");
 }
@@ -88,7 +96,7 @@ fn below_the_high_threshold_nothing_is_removed() {
     let disk = DiskUsage { capacity: 1000, available: 200 }; // 80 %
     let plan =
         plan(&known, &in_use(&[]), disk, &GcPolicy::KUBELET, at(1000), Duration::from_secs(1000)).expect("plans");
-    assert_eq!(plan, Plan::default());
+    assert_eq!(plan, Plan { kept: vec![("a".into(), Kept::NotNeeded)], ..Plan::default() });
 }
 
 #[test]
@@ -256,4 +264,98 @@ fn after_a_restart_the_minimum_age_counts_from_the_start_again() {
     let later =
         plan(&known, &in_use(&[]), full, &GcPolicy::KUBELET, at(1000), Duration::from_secs(120)).expect("plans");
     assert_eq!(ids(&later), [("a", Reason::Space)]);
+}
+
+fn kept(plan: &Plan) -> Vec<(&str, &str)> {
+    plan.kept.iter().map(|(key, why)| (key.as_str(), why.as_str())).collect()
+}
+
+/// One record of each kind: a container's, the sandbox image, pinned by the runtime and by
+/// `--pinned-image`, handed out, young, and two old enough to go.
+fn every_kind() -> (HashMap<String, ImageRecord>, InUse) {
+    let known = records(&[
+        ("container", record(0, Some(900), 10)),
+        ("sandbox", record(0, Some(900), 10)),
+        ("runtime-pinned", ImageRecord { pinned: true, ..record(0, None, 10) }),
+        ("flag-pinned", record(0, None, 10)),
+        ("handed-out", record(0, Some(900), 10)),
+        ("young", record(950, None, 10)),
+        ("old", record(0, None, 10)),
+        ("older", record(0, Some(100), 10)),
+    ]);
+    let mut used = in_use(&["container"]);
+    used.insert("sandbox".into(), Holds::of(Kept::SandboxImage));
+    used.insert("flag-pinned".into(), Holds::of(Kept::Pinned));
+    used.insert("handed-out".into(), Holds::of(Kept::Held));
+    (known, used)
+}
+
+#[test]
+fn a_plan_says_why_it_leaves_every_image_it_does_not_remove() {
+    let (known, used) = every_kind();
+    let (now, collected_for) = (at(1000), Duration::from_secs(1000));
+    let holding = [
+        ("container", "in use"),
+        ("flag-pinned", "pinned"),
+        ("handed-out", "held"),
+        ("runtime-pinned", "pinned"),
+        ("sandbox", "sandbox image"),
+    ];
+    // Every unused one old enough goes; the young one stays.
+    let unused = plan_unused(&known, &used, &GcPolicy::KUBELET, now, collected_for);
+    assert_eq!(ids(&unused), [("old", Reason::Unused), ("older", Reason::Unused)]);
+    let mut expected = holding.to_vec();
+    expected.insert(5, ("young", "young"));
+    assert_eq!(kept(&unused), expected);
+
+    // Below the high threshold nothing is needed, however old.
+    let roomy = DiskUsage { capacity: 1000, available: 900 };
+    let below = plan(&known, &used, roomy, &GcPolicy::KUBELET, now, collected_for).expect("plans");
+    let mut expected = holding.to_vec();
+    expected.extend([("old", "not needed"), ("older", "not needed"), ("young", "not needed")]);
+    expected.sort_unstable();
+    assert_eq!((below.remove.len(), kept(&below)), (0, expected));
+
+    // Over it, the oldest goes; the next is not needed, the young one could not go.
+    let tight = DiskUsage { capacity: 1000, available: 195 }; // 81 % over 80 %: 5 bytes to free
+    let policy = GcPolicy { high_threshold_percent: 81, ..GcPolicy::KUBELET };
+    let over = plan(&known, &used, tight, &policy, now, collected_for).expect("plans");
+    assert_eq!(ids(&over), [("old", Reason::Space)]);
+    let mut expected = holding.to_vec();
+    expected.extend([("older", "not needed"), ("young", "young")]);
+    expected.sort_unstable();
+    assert_eq!(kept(&over), expected);
+}
+
+#[test]
+fn images_the_age_pass_removes_are_not_among_those_kept() {
+    let (known, used) = every_kind();
+    let policy = GcPolicy { max_age: Duration::from_secs(600), ..GcPolicy::KUBELET };
+    let roomy = DiskUsage { capacity: 1000, available: 900 };
+    let aged = plan(&known, &used, roomy, &policy, at(1000), Duration::from_secs(1000)).expect("plans");
+    assert_eq!(ids(&aged), [("old", Reason::Age), ("older", Reason::Age)]);
+    assert_eq!(aged.kept.len(), known.len() - 2);
+    assert!(aged.kept.iter().all(|(key, _)| key != "old" && key != "older"));
+}
+
+#[test]
+fn with_collection_off_every_image_is_kept_and_the_disk_is_not_asked() {
+    let (known, used) = every_kind();
+    let off = GcPolicy { high_threshold_percent: 100, ..GcPolicy::KUBELET };
+    let no_disk = DiskUsage { capacity: 0, available: 0 };
+    let plan = plan(&known, &used, no_disk, &off, at(1000), Duration::from_secs(1000)).expect("off needs no disk");
+    assert!(plan.remove.is_empty());
+    assert_eq!(plan.kept.len(), known.len());
+    assert!(kept(&plan).contains(&("old", "not needed")) && kept(&plan).contains(&("sandbox", "sandbox image")));
+}
+
+#[test]
+fn of_two_reasons_to_keep_an_image_the_first_is_told() {
+    let holds = Holds::of(Kept::Held).with(Kept::SandboxImage);
+    assert_eq!(holds.first(), Some(Kept::SandboxImage));
+    assert!(holds.has(Kept::Held) && !holds.has(Kept::InUse));
+    assert_eq!(Holds::default().first(), None);
+    let pinned_by_runtime = ImageRecord { pinned: true, ..record(0, None, 1) };
+    let held = InUse::from([("a".to_owned(), Holds::of(Kept::Held))]);
+    assert_eq!(why_kept("a", &pinned_by_runtime, &held, Kept::NotNeeded), Kept::Pinned, "a pin before a hand-out");
 }

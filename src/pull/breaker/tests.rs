@@ -82,7 +82,13 @@ impl TrackPulls for Watching {
         let (reports, activity, tracker) = Tracker::scripted();
         if self.answering.lock().unwrap().contains(&pull.reference.domain()) {
             let progress = Progress { bytes_done: 0, bytes_total: 1, layers_done: 0, layers_total: 1 };
-            reports.send_replace(Some(Report { progress, bytes_per_second: 0, stalled: None, kept: 0 }));
+            reports.send_replace(Some(Report {
+                progress,
+                bytes_per_second: 0,
+                stalled: None,
+                kept: 0,
+                layers: Arc::default(),
+            }));
         }
         self.reports.lock().unwrap().push(reports);
         self.activity.lock().unwrap().push((pull.image, activity));
@@ -272,4 +278,40 @@ async fn a_wait_for_a_rate_limit_token_is_not_the_registrys_silence() {
     second.expect("waited for its token, then pulled");
     assert!(waited >= Duration::from_secs(49), "{waited:?}");
     assert_eq!(node.scheduler.breakers().status(), [], "nothing was held against the registry");
+}
+
+/// What each pull in flight says it waits for, in the order they were asked.
+fn states(scheduler: &PullScheduler) -> Vec<(String, &'static str)> {
+    scheduler.in_flight().into_iter().map(|pull| (pull.image, pull.state.as_str())).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_pull_in_flight_says_what_it_waits_for() {
+    let limit = RateLimit::try_new(0.02, 1).expect("valid").expect("limited");
+    let config = RateLimitConfig { global: Some(limit), mode: RateLimitMode::Wait, ..Default::default() };
+    let limits = Arc::new(RegistryLimits::new(&config, Default::default(), Arc::default()));
+    let node = Node::behind(0, Some(limits));
+    node.pull("slow.test/a:1").await.expect("joined").0.expect("the burst");
+    // The next token is 50 s away: the serial slot's holder waits for it, the next for the slot.
+    let _limited = node.pull("slow.test/b:1");
+    sleep(Duration::from_millis(10)).await;
+    let _queued = node.pull("other.test/c:1");
+    sleep(Duration::from_millis(10)).await;
+    let expected = [("slow.test/b:1".to_owned(), "rate-limit"), ("other.test/c:1".to_owned(), "slot")];
+    assert_eq!(states(&node.scheduler), expected);
+    sleep(Duration::from_secs(50)).await;
+    let after = [("other.test/c:1".to_owned(), "rate-limit")];
+    assert_eq!(states(&node.scheduler), after, "b got its token and pulled; c holds the slot, waiting for the next");
+    // Its token came at 100 s; its pull takes 100 ms.
+    sleep(Duration::from_millis(49_900)).await;
+    assert_eq!(states(&node.scheduler), [("other.test/c:1".to_owned(), "pulling")]);
+
+    let node = Node::new(0);
+    node.registries.set("hung.test", Behaviour::Hangs);
+    let _first = node.pull("hung.test/a:1");
+    sleep(Duration::from_secs(2)).await;
+    let _second = node.pull("hung.test/c:1");
+    sleep(Duration::from_millis(10)).await;
+    let expected = [("hung.test/a:1".to_owned(), "pulling"), ("hung.test/c:1".to_owned(), "registry")];
+    assert_eq!(states(&node.scheduler), expected, "the second waits for the first, unanswered");
 }

@@ -79,7 +79,7 @@ async fn tick() {
 }
 
 fn latest(tracker: &Tracker) -> Option<Report> {
-    *tracker.reports().borrow()
+    tracker.reports().borrow().clone()
 }
 
 #[tokio::test(start_paused = true)]
@@ -138,10 +138,10 @@ async fn progress_events_name_the_pods_waiting_and_come_at_most_twice_a_second()
     assert_eq!(last.pod.as_ref().map(|pod| pod.uid.as_str()), Some("u1"));
     assert_eq!(last.waiting.iter().map(|pod| pod.uid.as_str()).collect::<Vec<_>>(), ["u1", "u2"]);
     assert_eq!(last.image, "docker.io/library/busybox:1.36");
-    let facts = last.progress.expect("progress");
+    let facts = last.progress.as_ref().expect("progress");
     assert_eq!((facts.bytes_total, facts.layers_total), (8 * MIB, 1));
     assert!(facts.bytes_done >= 7 * MIB, "{facts:?}");
-    let done: Vec<u64> = seen.iter().map(|event| event.progress.expect("progress").bytes_done).collect();
+    let done: Vec<u64> = seen.iter().map(|event| event.progress.as_ref().expect("progress").bytes_done).collect();
     assert!(done.windows(2).all(|pair| pair[0] < pair[1]), "rising: {done:?}");
     assert!(last.message.starts_with(r#"Pulling image "docker.io/library/busybox:1.36": "#), "{}", last.message);
 }
@@ -158,13 +158,22 @@ async fn a_completed_pull_says_all_of_it_is_done_and_an_unseen_one_says_nothing(
     content.downloading(1, 3 * MIB, 4 * MIB);
     tick().await;
     let Some(Next::Event(first)) = watcher.next().await else { panic!("a progress event") };
-    assert_eq!(first.progress.expect("progress").bytes_done, 3 * MIB);
+    let facts = first.progress.as_ref().expect("progress");
+    assert_eq!(facts.bytes_done, 3 * MIB);
+    let layers = |facts: &ProgressFacts| -> Vec<(String, u64, u64, bool)> {
+        facts.layers.iter().map(|layer| (layer.digest.to_string(), layer.size, layer.bytes_done, layer.done)).collect()
+    };
+    let each = [(digest(1), 4 * MIB, 3 * MIB, false), (digest(2), 2 * MIB, 0, false)];
+    assert_eq!(layers(facts), each, "each layer, in the manifest's order");
+    assert_eq!(latest(&seen).map(|report| report.layers.len()), Some(2), "as GetStatus reads them");
     // The pull ends between two polls.
     seen.completed();
     unseen.completed();
     let Some(Next::Event(last)) = watcher.next().await else { panic!("the last progress event") };
-    let facts = last.progress.expect("progress");
+    let facts = last.progress.as_ref().expect("progress");
     assert_eq!((facts.bytes_done, facts.layers_done), (6 * MIB, 2), "all of it");
+    let done = [(digest(1), 4 * MIB, 4 * MIB, true), (digest(2), 2 * MIB, 2 * MIB, true)];
+    assert_eq!(layers(facts), done, "every layer done");
     assert_eq!(last.image, "registry.local/app:v1");
     drop(poller);
     let more = tokio::time::timeout(Duration::from_secs(1), watcher.next()).await;
@@ -190,7 +199,7 @@ async fn a_pull_whose_last_poll_told_all_of_it_ends_without_repeating_it() {
     drop(poller);
     let mut told = Vec::new();
     while let Ok(Some(Next::Event(event))) = tokio::time::timeout(Duration::from_millis(1), watcher.next()).await {
-        told.push(event.progress.expect("progress").bytes_done);
+        told.push(event.progress.as_ref().expect("progress").bytes_done);
     }
     assert_eq!(told, [MIB, 4 * MIB], "the total once");
 }

@@ -11,7 +11,7 @@ use tokio::{sync::watch, time::Instant};
 #[cfg(test)]
 use super::{AtomicBool, Events, ImageReference, SystemTime, WaitingPods};
 use super::{Registered, Registry, Report, progress_event};
-use crate::pull::progress::Progress;
+use crate::{events::LayerFacts, pull::progress::Progress};
 
 /// One tracked pull's reports; dropping it stops the tracking.
 pub struct Tracker {
@@ -105,26 +105,27 @@ impl Tracker {
     /// The pull succeeded: where its progress was seen, a last event says all of it is done (the
     /// polls see it only up to the last quarter second).
     pub fn completed(self) {
-        let (Some(registration), Some(last)) = (&self._registration, *self.reports.borrow()) else { return };
-        if registration.pull.told_all.load(Ordering::Relaxed) {
+        let Some(registration) = &self._registration else { return };
+        let pull = &registration.pull;
+        if registration.pull.told_all.load(Ordering::Relaxed) || !pull.events.watched() {
             return;
         }
+        let Some(last) = self.reports.borrow().clone() else { return };
         let progress = last.progress;
         let all = Progress { bytes_done: progress.bytes_total, layers_done: progress.layers_total, ..progress };
-        let pull = &registration.pull;
-        if pull.events.watched() {
-            pull.events.publish(progress_event(pull, &Report { progress: all, ..last }.facts()));
-        }
+        let layers = last.layers.iter().map(|layer| LayerFacts { bytes_done: layer.size, done: true, ..layer.clone() });
+        let report = Report { progress: all, layers: layers.collect(), ..last };
+        pull.events.publish(progress_event(pull, &report.facts()));
     }
 
     /// Resolves with the report that found the pull stalled; never, for a pull that is not.
     pub async fn stalled(&self) -> Report {
         let mut reports = self.reports.clone();
         loop {
-            if let Some(report) = *reports.borrow_and_update()
+            if let Some(report) = &*reports.borrow_and_update()
                 && report.stalled.is_some()
             {
-                return report;
+                return report.clone();
             }
             if reports.changed().await.is_err() {
                 std::future::pending::<()>().await;

@@ -14,7 +14,7 @@ use tokio::{
 use tower::ServiceExt;
 
 use super::{
-    RECENT, Shared, Slot,
+    PullSlot, PullState, RECENT, Shared, Slot,
     admission::{NotAdmitted, admit, silent_registry},
     pods_first::Leaving,
     yielding::{big_pull_yields, last_in_line},
@@ -43,6 +43,8 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
     let _leaving = Leaving(&shared, &slot);
     let mut pass = shared.breakers.pass(pull.reference.as_deref().map(ImageReference::domain));
     let mut permit = loop {
+        // Told for GetStatus; the wait behind a silent registry, only when there is one.
+        slot.set_state(if pass.registry_unanswered() { PullState::Registry } else { PullState::Slot });
         let admitted = tokio::select! {
             admitted = admit(&mut pass) => admitted,
             () = shared.unwanted(&key, &slot) => return,
@@ -50,6 +52,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         if let Err(not_admitted) = admitted {
             return shared.refuse(&key, &slot, pass, not_admitted);
         }
+        slot.set_state(PullState::Slot);
         let Some(permit) = shared.acquire_for(&key, &slot).await else {
             tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
             return;
@@ -86,8 +89,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
             Called::Yielded => {
                 tracing::info!(image = %key.image, "a big pull gave its slot to the pulls queued behind it");
                 shared.metrics.finished(PullResult::Yielded);
-                *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                slot.queued_again();
                 drop(tracker);
                 may_yield = false;
                 // Its next call is the same pull: the rate limit that let the first pass waits.
@@ -113,8 +115,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
                 let message = format!("Pre-pull of {:?} gave its slot to a pod's pull; queued again", slot.image);
                 let event = Event::new(EventType::Normal, reason::PRE_PULL_YIELDED, message);
                 shared.events.publish(Event { image: slot.image.clone(), ..event });
-                *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = None;
-                *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                slot.queued_again();
                 drop(tracker);
                 shared.not_running_pre_pull(&slot);
                 drop(permit.take());
@@ -176,6 +177,7 @@ impl Shared {
         let mut pull = pull;
         let cleared = Arc::new(watch::Sender::new(Some(Instant::now())));
         pull.cleared = Some(cleared.clone());
+        *slot.cleared.lock().unwrap_or_else(PoisonError::into_inner) = Some(cleared.clone());
         let call = self.service.clone().oneshot(pull);
         let bounded = async {
             match self.config.pull_timeout {
@@ -208,6 +210,7 @@ impl Shared {
     fn start(&self, pull: &Pull, slot: &Slot) -> Tracker {
         self.metrics.started();
         *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(SystemTime::now());
+        slot.set_state(PullState::Pulling);
         self.track(pull, slot)
     }
 
@@ -225,5 +228,15 @@ impl Shared {
         });
         *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(tracker.reports());
         tracker
+    }
+}
+
+impl PullSlot {
+    /// Its upstream call ended without a result (it gave its slot away): it waits for a slot again.
+    fn queued_again(&self) {
+        *self.started_at.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *self.cleared.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.set_state(PullState::Slot);
     }
 }

@@ -420,7 +420,7 @@ fn for_pod(image: &str, uid: &str) -> Pull {
 fn report(bytes_done: u64, stalled: Option<Duration>) -> Report {
     let progress =
         crate::pull::progress::Progress { bytes_done, bytes_total: 8 << 20, layers_done: 0, layers_total: 2 };
-    Report { progress, bytes_per_second: 0, stalled, kept: 0 }
+    Report { progress, bytes_per_second: 0, stalled, kept: 0, layers: Arc::default() }
 }
 
 #[tokio::test(start_paused = true)]
@@ -520,7 +520,7 @@ impl Serial {
     /// The `nth` tracker handed out reports `bytes_done` of `bytes_total`.
     async fn report(&self, nth: usize, bytes_done: u64, bytes_total: u64) {
         let progress = crate::pull::progress::Progress { bytes_done, bytes_total, layers_done: 0, layers_total: 4 };
-        let report = Report { progress, bytes_per_second: 0, stalled: None, kept: 0 };
+        let report = Report { progress, bytes_per_second: 0, stalled: None, kept: 0, layers: Arc::default() };
         self.tracking.reports.lock().unwrap()[nth].send_replace(Some(report));
         settle().await;
     }

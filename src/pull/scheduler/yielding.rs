@@ -29,9 +29,9 @@ pub(super) async fn big_pull_yields(above: Option<u64>, tracker: &Tracker, queue
     let (mut reports, mut queue) = (tracker.reports(), queued.subscribe());
     loop {
         // Both marked seen each time round, so that neither wakes the loop again for nothing.
-        let (report, waiting) = (*reports.borrow_and_update(), *queue.borrow_and_update() > 0);
-        if let Some(report) = report {
-            let progress = report.progress;
+        let (progress, waiting) =
+            (reports.borrow_and_update().as_ref().map(|report| report.progress), *queue.borrow_and_update() > 0);
+        if let Some(progress) = progress {
             if progress.bytes_done >= YIELD_WITHIN || progress.bytes_total < above {
                 // The total is known once the manifest is: it does not grow.
                 return std::future::pending().await;

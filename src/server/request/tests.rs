@@ -145,3 +145,28 @@ fn a_token_is_never_printed_by_the_wire_or_the_translated_request() {
     let printed = format!("{:?}", EnsureRequest::try_from(wire).expect("valid"));
     assert!(!printed.contains(secret) && printed.contains("registry.io"), "{printed}");
 }
+
+#[test]
+fn clear_backoff_takes_one_pair_or_all_and_says_why_otherwise() {
+    let clear = |pod_uid: &str, image: &str, runtime_handler: &str, all: bool| {
+        let wire = api::ClearBackoffRequest {
+            pod_uid: pod_uid.into(),
+            image: image.into(),
+            runtime_handler: runtime_handler.into(),
+            all,
+        };
+        ClearBackoff::try_from(wire).map_err(|error| (error.field(), error.to_string()))
+    };
+    let pair = ClearBackoff::Pair { pod_uid: "u1".into(), image: "busybox".into(), runtime_handler: "kata".into() };
+    assert_eq!(clear("u1", "busybox", "kata", false), Ok(pair));
+    assert_eq!(clear("", "", "", true), Ok(ClearBackoff::All));
+    let either = "give pod_uid and image (one pod's back-off for one image) or all (every back-off)";
+    assert_eq!(clear("", "", "", false), Err(("all", format!("{either}; the request gave neither"))));
+    assert_eq!(clear("u1", "busybox", "", true), Err(("all", format!("{either}, not both"))));
+    assert_eq!(clear("", "", "kata", true).map_err(|(field, _)| field), Err("all"), "a handler is part of a pair");
+    assert_eq!(
+        clear("u1", "", "", false),
+        Err(("image", "image is required with pod_uid: a back-off is one pod's pulls of one image".to_owned()))
+    );
+    assert_eq!(clear("", "busybox", "", false).map_err(|(field, _)| field), Err("pod_uid"));
+}

@@ -23,7 +23,7 @@ use tokio::{sync::watch, time::Instant};
 
 use crate::{
     api,
-    events::{self, Event, Events, Filter, Next, SUBSCRIBER_BUFFER, Subscription},
+    events::{self, Event, Events, Filter, Matcher, Next, SUBSCRIBER_BUFFER, Subscription},
 };
 
 /// How long a batch stays open after its first event, for others to go with it.
@@ -75,6 +75,7 @@ impl Batches {
     /// A watcher of the events from now on that `filter` matches. Starts the batcher if it was not
     /// running.
     pub fn watch(self: &Arc<Self>, filter: Filter) -> Watcher {
+        let filter = filter.prepare();
         let mut batching = self.batching.lock().unwrap_or_else(PoisonError::into_inner);
         let ring = self.ring.subscribe();
         if !*batching {
@@ -212,7 +213,7 @@ pub struct Watcher {
     ring: watch::Receiver<Ring>,
     /// The number of the next event this watcher has not seen.
     next: u64,
-    filter: Filter,
+    filter: Matcher,
     /// What is ready to send, in order.
     pending: VecDeque<Bytes>,
 }

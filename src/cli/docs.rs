@@ -1,0 +1,69 @@
+//! Shell completions and man pages, generated from the same clap definitions that parse the
+//! command line (so they never drift from it); the package ships both.
+
+use std::{io::Write, path::Path};
+
+use clap::CommandFactory;
+use clap_mangen::Man;
+
+use super::CliError;
+use crate::config::{Cli, client::EXIT_STATUS_HELP};
+
+/// The completion script for `shell`, on stdout.
+pub fn completion(shell: clap_complete::Shell) -> Result<(), CliError> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "cri-imaged", &mut script);
+    if shell == clap_complete::Shell::Bash {
+        // clap_complete 4.6 names a hyphenated binary's branches `cri__subcmd__imaged__…` but
+        // looks for `cri__imaged__…` (clap-rs/clap#6421): nothing past the first word would
+        // complete.
+        let text = String::from_utf8_lossy(&script).replace("cri__subcmd__imaged", "cri__imaged");
+        script = text.into_bytes();
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&script).and_then(|()| stdout.flush()).map_err(CliError::Output)
+}
+
+/// `cri-imaged.1` and a page per command (`cri-imaged-pull.1`, `cri-imaged-backoff-clear.1`, …)
+/// into `dir`, dated `date` when given (a package's pages are then the same on every build).
+pub fn man_pages(dir: &Path, date: Option<&str>) -> Result<(), CliError> {
+    let mut command = Cli::command().disable_help_subcommand(true);
+    command.build();
+    write_pages(&command, dir, date)
+        .map_err(|error| CliError::Usage(format!("cannot write the man pages into {}: {error}", dir.display())))
+}
+
+fn write_pages(command: &clap::Command, dir: &Path, date: Option<&str>) -> std::io::Result<()> {
+    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        write_pages(sub, dir, date)?;
+    }
+    // Every page says which release it documents; a command's own has no version to render.
+    let version = env!("CARGO_PKG_VERSION");
+    let mut man =
+        Man::new(command.clone().version(version)).manual("cri-imaged").source(format!("cri-imaged {version}"));
+    if let Some(date) = date {
+        man = man.date(date);
+    }
+    let mut page = Vec::new();
+    man.render_title(&mut page)?;
+    man.render_name_section(&mut page)?;
+    man.render_synopsis_section(&mut page)?;
+    man.render_description_section(&mut page)?;
+    if command.get_arguments().any(|arg| !arg.is_hide_set()) {
+        man.render_options_section(&mut page)?;
+    }
+    if command.get_subcommands().any(|sub| !sub.is_hide_set()) {
+        man.render_subcommands_section(&mut page)?;
+    }
+    // Our exit statuses under their own heading (clap_mangen would title them EXTRA).
+    if command.get_after_help().is_some() {
+        page.extend_from_slice(b".SH \"EXIT STATUS\"\n.nf\n");
+        for line in EXIT_STATUS_HELP.lines().skip(1) {
+            page.extend_from_slice(line.trim_start().as_bytes());
+            page.push(b'\n');
+        }
+        page.extend_from_slice(b".fi\n");
+    }
+    man.render_version_section(&mut page)?;
+    std::fs::write(dir.join(man.get_filename()), page)
+}

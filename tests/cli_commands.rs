@@ -1,0 +1,179 @@
+//! The commands for people, as a person meets them: the real binary against a real daemon on
+//! real containerd, in a tmux terminal of 80×24 where a person would look (the pull's progress
+//! mid-pull), and through a pipe where a script would read.
+
+mod support;
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use support::{process::DaemonProcess, stack::LocalStack, throttle::ThrottleProxy, tmux::Terminal};
+
+const MIB: u64 = 1 << 20;
+const BIN: &str = env!("CARGO_BIN_EXE_cri-imaged");
+
+/// `cri-imaged ARGS` with stdout and stderr piped (no terminal): its exit status, stdout, stderr.
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("cri-imaged runs");
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).expect("UTF-8 output");
+    (output.status.code().unwrap_or(-1), text(output.stdout), text(output.stderr))
+}
+
+fn socket_flag(socket: &Path) -> String {
+    format!("--socket={}", socket.display())
+}
+
+/// The stack, its registry behind a proxy of `rate` bytes a second, cri-imaged serving on it.
+struct Node {
+    _stack: LocalStack,
+    proxy: ThrottleProxy,
+    daemon: DaemonProcess,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    async fn start(images: &[(&str, u64)], rate: u64) -> Option<Self> {
+        let stack = LocalStack::start()?;
+        for (name, bytes) in images {
+            stack.seed_sized(name, *bytes);
+        }
+        let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
+        let proxy = ThrottleProxy::start(registry, rate).await;
+        stack.route_through(proxy.addr.port());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+        Some(Self { _stack: stack, proxy, daemon, _dir: dir })
+    }
+
+    fn socket(&self) -> String {
+        socket_flag(&self.daemon.socket)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled() {
+    let Some(node) = Node::start(&[("big:v1", 24 * MIB)], 2 * MIB).await else { return };
+    let image = node.proxy.image("big:v1");
+    let Some(terminal) = Terminal::start(&format!("{BIN} pull {} {image}", node.socket()), 80, 24, &[]) else {
+        return;
+    };
+    // Mid-pull: some of the layer's megabytes in, not all.
+    let mid_pull = terminal.wait_for("the layer's bar and the total mid-pull", Duration::from_secs(30), |screen| {
+        screen.lines().any(|line| line.contains("  [=") && line.contains(" MB / 25.2 MB"))
+    });
+    eprintln!("mid-pull at 80x24:\n{mid_pull}");
+    let lines: Vec<&str> = mid_pull.lines().collect();
+    assert!(lines.iter().any(|line| line.starts_with(&format!("Pulling {image} ("))), "{mid_pull}");
+    let layer = lines.iter().find(|line| line.starts_with("  ") && line.contains("  [")).expect("a layer's bar");
+    assert!(layer.ends_with(" MB / 25.2 MB"), "the layer's bytes of its size: {layer}\n{mid_pull}");
+    let total = lines.iter().find(|line| line.starts_with("  total [")).expect("the total");
+    assert!(total.contains("MB/s") && total.contains("left") && total.ends_with("0/1 layers"), "{total}");
+    assert!(lines.iter().all(|line| line.chars().count() <= 80), "a line wider than the terminal:\n{mid_pull}");
+
+    assert_eq!(terminal.exit_status(Duration::from_secs(60)), 0, "{}", terminal.screen());
+    let after = terminal.screen();
+    assert!(after.contains(&format!("Pulled {image} in ")) && after.contains("25.2 MB"), "{after}");
+    // The frame was drawn in place and taken away: one header at most in the history, no bar left.
+    assert!(!after.lines().any(|line| line.starts_with("  total [")), "the frame stays:\n{after}");
+    assert!(terminal.screen_with_escapes().contains("\x1b[1mPulled"), "the outcome is in bold on a terminal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_through_a_pipe_prints_plain_lines_and_json_for_scripts() {
+    let Some(node) = Node::start(&[("plain:v1", 12 * MIB), ("json:v1", 0)], 2 * MIB).await else { return };
+    let socket = node.socket();
+    let image = node.proxy.image("plain:v1");
+    let (status, stdout, stderr) = tokio::task::block_in_place(|| cli(&["pull", &socket, &image]));
+    assert_eq!(status, 0, "{stderr}");
+    assert!(!stdout.contains('\x1b'), "escapes in piped output: {stdout:?}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 2, "progress lines, then the outcome: {stdout}");
+    let progress = &lines[..lines.len() - 1];
+    assert!(progress.iter().all(|line| line.starts_with(&format!("pulling {image}"))), "{stdout}");
+    assert!(progress.iter().any(|line| line.contains(" MB / 12.")), "bytes of the total: {stdout}");
+    assert!(lines[lines.len() - 1].starts_with(&format!("Pulled {image} in ")), "{stdout}");
+
+    let image = node.proxy.image("json:v1");
+    let (status, stdout, stderr) = tokio::task::block_in_place(|| cli(&["pull", &socket, "-o", "json", &image]));
+    assert_eq!(status, 0, "{stderr}");
+    let objects: Vec<serde_json::Value> =
+        stdout.lines().map(|line| serde_json::from_str(line).expect("each line is JSON")).collect();
+    let reasons: Vec<&str> = objects.iter().filter_map(|object| object["reason"].as_str()).collect();
+    assert!(reasons.contains(&"Pulling"), "the pull's events: {stdout}");
+    let outcome = objects.last().expect("an outcome");
+    assert_eq!((outcome["image"].as_str(), outcome["pulled"].as_bool()), (Some(image.as_str()), Some(true)));
+    assert!(outcome["imageRef"].as_str().is_some_and(|id| id.starts_with("sha256:")), "{outcome}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looked_at() {
+    let Some(node) = Node::start(&[("small:v1", MIB)], 64 * MIB).await else { return };
+    let socket = node.socket();
+    let cli = |args: &[&str]| tokio::task::block_in_place(|| cli(args));
+    let missing = node.proxy.image("missing:v1");
+    let pull_for_pod = ["pull", &socket, &missing, "--pod", "team/web-1", "--pod-uid", "uid-1"];
+
+    let (status, _, stderr) = cli(&pull_for_pod);
+    assert_eq!(status, 1, "the daemon's verdict: {stderr}");
+    assert!(stderr.starts_with("cri-imaged: ErrImagePull: ") && stderr.contains("not found"), "{stderr}");
+    let (status, _, stderr) = cli(&pull_for_pod);
+    assert_eq!(status, 6, "backing off is for later: {stderr}");
+    assert!(stderr.contains("ImagePullBackOff") && stderr.contains("try again in "), "{stderr}");
+
+    let (status, stdout, stderr) = cli(&["backoff", &socket]);
+    assert_eq!(status, 0, "{stderr}");
+    let row = stdout.lines().find(|line| line.contains("uid-1")).unwrap_or_else(|| panic!("the pair: {stdout}"));
+    assert!(row.starts_with("team/web-1") && row.contains(&missing), "{row}");
+    let (status, stdout, stderr) = cli(&["backoff", "clear", &socket, "uid-1", &missing]);
+    assert_eq!(
+        (status, stdout.trim()),
+        (0, format!("cleared: pod uid-1's pulls of {missing} will be tried at once").as_str()),
+        "{stderr}"
+    );
+    let (status, _, stderr) = cli(&pull_for_pod);
+    assert_eq!(status, 1, "tried at once after the clear: {stderr}");
+
+    let small = node.proxy.image("small:v1");
+    assert_eq!(cli(&["pull", &socket, &small]).0, 0);
+    let (status, stdout, stderr) = cli(&["images", &socket, "small"]);
+    assert_eq!(status, 0, "{stderr}");
+    let header = stdout.lines().next().expect("a header");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["IMAGE", "IMAGE", "ID", "SIZE", "AGE", "LAST", "USED", "PINNED", "IN", "USE"]
+    );
+    let row: Vec<&str> = stdout.lines().nth(1).expect("the image's row").split_whitespace().collect();
+    assert_eq!((row[0], row[2], row[3]), (small.as_str(), "1.05", "MB"), "{stdout}");
+    assert_eq!(&row[row.len() - 2..], ["no", "no"], "neither pinned nor in use: {stdout}");
+
+    let (status, stdout, stderr) = cli(&["events", &socket, "--image", &missing]);
+    assert_eq!(status, 0, "{stderr}");
+    let reasons: Vec<&str> = stdout.lines().filter_map(|line| line.split_whitespace().nth(2)).collect();
+    assert_eq!(reasons, ["Pulling", "Failed", "BackOff", "BackoffCleared", "Pulling", "Failed"], "{stdout}");
+
+    let (status, stdout, stderr) = cli(&["status", &socket]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(stdout.lines().any(|line| line == "runtime        reachable"), "{stdout}");
+    assert!(stdout.lines().any(|line| line.starts_with("backoffs       1 ")), "{stdout}");
+
+    let (status, stdout, stderr) = cli(&["gc", "--dry-run", &socket]);
+    assert_eq!(status, 0, "{stderr}");
+    assert!(stdout.contains("would remove 0 images, 0 B"), "{stdout}");
+    let kept = stdout.lines().find(|line| line.starts_with(&small)).unwrap_or_else(|| panic!("kept: {stdout}"));
+    // Answered present or pulled within the hand-out window: its container is on the way.
+    assert!(kept.ends_with("held"), "why it stays: {kept}");
+
+    // NO_COLOR: the same outcome with no escape at all.
+    for (env, bold) in [(vec![], true), (vec![("NO_COLOR", "1")], false)] {
+        let command = format!("{BIN} pull {socket} {small}");
+        let Some(terminal) = Terminal::start(&command, 80, 24, &env) else { return };
+        assert_eq!(terminal.exit_status(Duration::from_secs(20)), 0, "{}", terminal.screen());
+        let screen = terminal.screen_with_escapes();
+        assert!(screen.contains(&format!("{small} is already present")), "{screen}");
+        assert_eq!(screen.contains("\x1b["), bold, "{env:?}: {screen:?}");
+    }
+}

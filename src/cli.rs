@@ -43,7 +43,7 @@ pub fn run(command: ClientCommand) -> ExitCode {
         },
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(Exit::Done as u8),
         Err(error) => {
             eprintln!("cri-imaged: {error}");
             ExitCode::from(error.exit() as u8)
@@ -70,6 +70,6 @@ async fn dispatch(command: ClientCommand) -> Result<(), CliError> {
 async fn interruptible(work: impl Future<Output = Result<(), CliError>>) -> Result<(), CliError> {
     tokio::select! {
         result = work => result,
-        _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted("")),
+        _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted),
     }
 }

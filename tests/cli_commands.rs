@@ -56,11 +56,21 @@ impl Node {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled() {
-    let Some(node) = Node::start(&[("big:v1", 24 * MIB)], 2 * MIB).await else { return };
+    let Some(node) = Node::start(&[("first:v1", 8 * MIB), ("big:v1", 24 * MIB)], 2 * MIB).await else { return };
+    // One pull at a time (the kubelet's default): big waits for first's slot.
+    let first = Command::new(BIN)
+        .args(["pull", &node.socket(), &node.proxy.image("first:v1")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("cri-imaged runs");
     let image = node.proxy.image("big:v1");
     let Some(terminal) = Terminal::start(&format!("{BIN} pull {} {image}", node.socket()), 80, 24, &[]) else {
         return;
     };
+    let waiting = terminal.wait_for("the wait for a slot", Duration::from_secs(10), |screen| {
+        screen.contains("waiting for a pull slot (1 queued)")
+    });
+    assert!(waiting.starts_with(&format!("Pulling {image} (")), "{waiting}");
     // Mid-pull: some of the layer's megabytes in, not all.
     let mid_pull = terminal.wait_for("the layer's bar and the total mid-pull", Duration::from_secs(30), |screen| {
         screen.lines().any(|line| line.contains("  [=") && line.contains(" MB / 25.2 MB"))
@@ -75,6 +85,7 @@ async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled
     assert!(lines.iter().all(|line| line.chars().count() <= 80), "a line wider than the terminal:\n{mid_pull}");
 
     assert_eq!(terminal.exit_status(Duration::from_secs(60)), 0, "{}", terminal.screen());
+    assert!(tokio::task::block_in_place(|| first.wait_with_output()).expect("the first pull ends").status.success());
     let after = terminal.screen();
     assert!(after.contains(&format!("Pulled {image} in ")) && after.contains("25.2 MB"), "{after}");
     // The frame was drawn in place and taken away: one header at most in the history, no bar left.
@@ -149,6 +160,20 @@ async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looke
     let row: Vec<&str> = stdout.lines().nth(1).expect("the image's row").split_whitespace().collect();
     assert_eq!((row[0], row[2], row[3]), (small.as_str(), "1.05", "MB"), "{stdout}");
     assert_eq!(&row[row.len() - 2..], ["no", "no"], "neither pinned nor in use: {stdout}");
+
+    // Following: the recent events, then one as it happens, until Ctrl-C (wide enough that no
+    // line wraps).
+    let Some(follow) = Terminal::start(&format!("{BIN} events -f {socket} --image {small}"), 250, 24, &[]) else {
+        return;
+    };
+    follow.wait_for("the recent events", Duration::from_secs(10), |screen| screen.contains(" Pulled "));
+    assert_eq!(cli(&["pull", &socket, &small]).0, 0);
+    let screen = follow
+        .wait_for("the new pull's event", Duration::from_secs(10), |screen| screen.matches(" Pulled ").count() == 2);
+    let reasons: Vec<&str> = screen.lines().filter_map(|line| line.split_whitespace().nth(2)).collect();
+    assert_eq!(reasons, ["Pulling", "Pulled", "Pulled"], "the first pull's events, then the second's: {screen}");
+    follow.send_keys(&["C-c"]);
+    assert_eq!(follow.exit_status(Duration::from_secs(5)), 130, "{}", follow.screen());
 
     let (status, stdout, stderr) = cli(&["events", &socket, "--image", &missing]);
     assert_eq!(status, 0, "{stderr}");

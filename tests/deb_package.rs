@@ -247,9 +247,14 @@ fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
     // As a person meets it: an interactive bash with the file sourced, as bash-completion does, in
     // an empty directory (a word the script does not complete would complete as a file name).
     let empty = tempfile::tempdir().expect("tempdir");
-    let shell = format!("env -C {} bash --norc --noprofile +o history", empty.path().display());
-    let Some(terminal) = Terminal::start(&shell, 100, 12, &[("PS1", "$ ")]) else { return };
+    // PS1 set on the shell's own command line: a non-interactive bash between tmux and it drops one
+    // from the environment.
+    let shell = format!("env -C {} PS1='$ ' bash --norc --noprofile +o history", empty.path().display());
+    let Some(terminal) = Terminal::start(&shell, 100, 12, &[]) else { return };
     terminal.send_keys(&[&format!("source {completion}"), "Enter"]);
+    // Typed only at the prompt after it (the screen drops a prompt's trailing space).
+    terminal
+        .wait_for("the prompt after source", Duration::from_secs(10), |screen| screen.lines().any(|line| line == "$"));
     // A completed word ends with a space: typed after it, the mark shows it was added.
     let completes = |typed: &str, completed: &str| {
         terminal.send_keys(&["C-u", typed, "Tab"]);

@@ -471,7 +471,8 @@ fn ensure_request(image: &str, pod_uid: &str) -> EnsureImageExistsRequest {
     }
 }
 
-/// Exec to a SERVING answer for the image manager, `runs` times.
+/// Exec to a SERVING answer for the image manager, `runs` times; with `CRI_IMAGED_BASELINE_BIN`
+/// (another build of cri-imaged), that build's too, runs alternating, and the ratio.
 async fn startup(bench: &Bench, findings: &mut Findings) {
     let runs = bench.sizes.startups;
     let (median, max) = startup_times(bench, "startup", &[]).await;
@@ -483,6 +484,59 @@ async fn startup(bench: &Bench, findings: &mut Findings) {
         target: "≤ 100 ms".into(),
         measured: format!("{} (max {})", report::duration(median), report::duration(max)),
         met: median <= Duration::from_millis(100),
+    });
+    if let Some(baseline) = std::env::var_os("CRI_IMAGED_BASELINE_BIN") {
+        startup_against(bench, findings, Path::new(&baseline)).await;
+    }
+}
+
+/// This build's start-up against `baseline`'s, runs alternating so that both see the same
+/// machine: what a change costs `serve` before it answers.
+async fn startup_against(bench: &Bench, findings: &mut Findings, baseline: &Path) {
+    let runs = bench.sizes.startups * 2;
+    let (mut ours, mut theirs) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for run in 0..runs {
+        for (times, program) in [(&mut ours, None), (&mut theirs, Some(baseline))] {
+            let side = if program.is_some() { "baseline" } else { "ours" };
+            let socket = bench.work.path().join(format!("against-{run}-{side}.sock"));
+            let exec = Instant::now();
+            let process = match program {
+                None => bench.spawn_daemon(&socket, &[]),
+                Some(program) => {
+                    let flags: Vec<&str> = bench.daemon_flags.iter().map(String::as_str).collect();
+                    DaemonProcess::spawn_program(program, &socket, &bench.stack.containerd_socket, &flags, DAEMON_LOG)
+                }
+            };
+            let time = until_serving(&socket, exec)
+                .await
+                .unwrap_or_else(|| panic!("cri-imaged did not report SERVING within 5s; log:\n{}", process.log_text()));
+            times.push(time);
+        }
+    }
+    let median = |times: &mut Vec<Duration>| {
+        times.sort_unstable();
+        times[times.len() / 2]
+    };
+    let (ours, theirs) = (median(&mut ours), median(&mut theirs));
+    let ratio = ours.as_secs_f64() / theirs.as_secs_f64();
+    let mut table = Table::new(
+        format!("Start-up against another build ({}), runs alternating", baseline.display()),
+        &["runs each", "this build", "baseline", "ratio", "target"],
+    );
+    let measured = format!("{ratio:.2}");
+    table.row(vec![
+        runs.to_string(),
+        report::duration(ours),
+        report::duration(theirs),
+        measured.clone(),
+        "≤ 1.10".into(),
+    ]);
+    findings.tables.push(table);
+    findings.verdicts.push(Verdict {
+        what: "start-up against the baseline build (median ratio)".into(),
+        target: "≤ 1.10".into(),
+        measured,
+        met: ratio <= 1.10,
     });
 }
 

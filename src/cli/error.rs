@@ -45,12 +45,12 @@ pub enum CliError {
     /// The daemon's verdict: the kubelet's reason and message.
     #[error("{reason}: {message}")]
     Refused { reason: String, message: String },
-    #[error("{reason}: {message}{}", retry_after.map(|after| format!(" (try again in {})", super::render::human::duration(after))).unwrap_or_default())]
+    #[error("{reason}: {message}{}", retry_after.map(retry_when).unwrap_or_default())]
     RetryLater { reason: String, message: String, retry_after: Option<Duration> },
     #[error("{0}")]
     Usage(String),
-    #[error("interrupted{0}")]
-    Interrupted(&'static str),
+    #[error("interrupted")]
+    Interrupted,
     #[error("cannot write the output: {0}")]
     Output(io::Error),
 }
@@ -65,7 +65,7 @@ impl CliError {
             Self::Refused { .. } | Self::Output(_) => Exit::Failed,
             Self::RetryLater { .. } => Exit::RetryLater,
             Self::Usage(_) => Exit::Usage,
-            Self::Interrupted(_) => Exit::Interrupted,
+            Self::Interrupted => Exit::Interrupted,
         }
     }
 
@@ -73,38 +73,98 @@ impl CliError {
     /// it does not know (UNIMPLEMENTED, no message, no details) means an older daemon; the caller
     /// fills in its version.
     pub fn from_status(status: &Status, socket: &std::path::Path, method: &'static str) -> Self {
-        let info = status.get_details_error_info();
-        let reason = info.as_ref().map(|info| info.reason.clone());
-        match (status.code(), reason) {
-            (Code::Unimplemented, None) if status.message().is_empty() => {
-                Self::TooOld { socket: socket.to_owned(), method, version: "unknown".to_owned() }
-            }
-            (Code::ResourceExhausted, reason) | (Code::Unavailable, reason @ Some(_))
-                if status.code() == Code::ResourceExhausted || status.get_details_retry_info().is_some() =>
-            {
-                Self::RetryLater {
-                    reason: reason.unwrap_or_else(|| "ResourceExhausted".to_owned()),
-                    message: status.message().to_owned(),
-                    retry_after: status.get_details_retry_info().and_then(|retry| retry.retry_delay),
-                }
-            }
-            (_, Some(reason)) if reason != "ShuttingDown" => {
-                Self::Refused { reason, message: status.message().to_owned() }
-            }
-            // The daemon stopping, the connection lost, or no answer in time.
-            (Code::Unavailable | Code::Unknown | Code::Cancelled, _) | (_, Some(_)) => {
-                Self::Lost { socket: socket.to_owned(), error: status.message().to_owned() }
-            }
-            (Code::DeadlineExceeded, None) => {
-                Self::Lost { socket: socket.to_owned(), error: "no answer in time (--timeout)".to_owned() }
-            }
-            (code, None) => Self::Refused { reason: format!("{code:?}"), message: status.message().to_owned() },
+        let reason = status.get_details_error_info().map(|info| info.reason);
+        let retry = status.get_details_retry_info();
+        let message = status.message().to_owned();
+        let lost = |error: String| Self::Lost { socket: socket.to_owned(), error };
+        if status.code() == Code::Unimplemented && reason.is_none() && message.is_empty() {
+            return Self::TooOld { socket: socket.to_owned(), method, version: "unknown".to_owned() };
+        }
+        if status.code() == Code::ResourceExhausted || retry.is_some() {
+            let reason = reason.unwrap_or_else(|| "ResourceExhausted".to_owned());
+            return Self::RetryLater { reason, message, retry_after: retry.and_then(|retry| retry.retry_delay) };
+        }
+        match (reason, status.code()) {
+            // The daemon stopping mid-call is the daemon going away, not its verdict.
+            (Some(reason), _) if reason != "ShuttingDown" => Self::Refused { reason, message },
+            (_, Code::DeadlineExceeded) => lost("no answer in time (--timeout)".to_owned()),
+            (Some(_), _) | (None, Code::Unavailable | Code::Unknown | Code::Cancelled) => lost(message),
+            (None, code) => Self::Refused { reason: format!("{code:?}"), message },
         }
     }
+}
+
+/// ` (try again in 9s, at 13:07:31 UTC)`: how long, and until when, a backoff lasts.
+fn retry_when(after: Duration) -> String {
+    let until = crate::duration::rfc3339(std::time::SystemTime::now() + after);
+    let clock = until.get(11..19).unwrap_or_default();
+    format!(" (try again in {}, at {clock} UTC)", super::render::human::duration(after))
 }
 
 impl From<io::Error> for CliError {
     fn from(error: io::Error) -> Self {
         Self::Output(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashMap, path::Path};
+
+    use tonic_types::ErrorDetails;
+
+    use super::*;
+
+    fn with_reason(code: Code, reason: &str, message: &str) -> Status {
+        let details = ErrorDetails::with_error_info(reason, "cri-imaged", HashMap::new());
+        Status::with_error_details(code, message, details)
+    }
+
+    fn exit_of(status: &Status) -> Exit {
+        CliError::from_status(status, Path::new("/run/s.sock"), "ListImages").exit()
+    }
+
+    #[test]
+    fn the_daemons_verdicts_keep_the_kubelets_reason_and_exit_1() {
+        let status = with_reason(Code::NotFound, "ErrImagePull", "not found");
+        let error = CliError::from_status(&status, Path::new("/run/s.sock"), "EnsureImageExists");
+        assert_eq!(error.to_string(), "ErrImagePull: not found");
+        assert_eq!(error.exit(), Exit::Failed);
+    }
+
+    #[test]
+    fn backing_off_and_the_rate_limit_are_for_later_with_the_time_left() {
+        let mut details = ErrorDetails::with_error_info("ImagePullBackOff", "cri-imaged", HashMap::new());
+        details.set_retry_info(Some(Duration::from_secs(40)));
+        let status = Status::with_error_details(Code::Unavailable, "Back-off pulling image", details);
+        let error = CliError::from_status(&status, Path::new("/s"), "EnsureImageExists");
+        assert_eq!(error.exit(), Exit::RetryLater);
+        assert!(
+            error.to_string().starts_with("ImagePullBackOff: Back-off pulling image (try again in 40s, at "),
+            "{error}"
+        );
+        assert_eq!(
+            exit_of(&with_reason(Code::ResourceExhausted, "ErrImagePull", "pull QPS exceeded")),
+            Exit::RetryLater
+        );
+    }
+
+    #[test]
+    fn a_method_the_daemon_does_not_know_means_it_is_older() {
+        let error = CliError::from_status(&Status::unimplemented(""), Path::new("/run/s.sock"), "ListImages");
+        assert_eq!(error.exit(), Exit::TooOld);
+        assert!(error.to_string().contains("does not serve ListImages"), "{error}");
+        // Our own UNIMPLEMENTED says why: the runtime lacks something, the daemon is not too old.
+        assert_eq!(exit_of(&Status::unimplemented("cri-imaged does not serve /runtime.v1.X")), Exit::Failed);
+    }
+
+    #[test]
+    fn a_daemon_going_away_is_unreachable() {
+        assert_eq!(exit_of(&Status::unavailable("transport error")), Exit::Unreachable);
+        assert_eq!(
+            exit_of(&with_reason(Code::Unavailable, "ShuttingDown", "cri-imaged is shutting down")),
+            Exit::Unreachable
+        );
+        assert_eq!(exit_of(&Status::deadline_exceeded("")), Exit::Unreachable);
     }
 }

@@ -125,7 +125,7 @@ fn waiting(status: &api::GetStatusResponse, same_image: &impl Fn(&str) -> bool) 
     };
     let state = pull_state(pull);
     match state {
-        "waiting for a slot" => format!("waiting for a pull slot ({} pulls queued)", status.pulls_queued),
+        "waiting for a slot" => format!("waiting for a pull slot ({} queued)", status.pulls_queued),
         "rate limited" => format!("waiting for the registry's rate limit ({} mode)", status.rate_limit_mode),
         "registry silent" => "waiting: its registry has not answered a pull yet".to_owned(),
         "pulling" => "resolving the manifest".to_owned(),

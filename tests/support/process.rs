@@ -67,7 +67,13 @@ impl DaemonProcess {
 
     /// Starts the daemon without waiting for it, with `RUST_LOG=rust_log`.
     pub fn spawn_logging(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str) -> Self {
-        Self::spawn_with(socket, runtime_socket, extra, rust_log, None)
+        Self::spawn_with(Path::new(env!("CARGO_BIN_EXE_cri-imaged")), socket, runtime_socket, extra, rust_log, None)
+    }
+
+    /// As [`DaemonProcess::spawn_logging`], running `program` (another build of cri-imaged, for
+    /// a comparison) instead of this build's.
+    pub fn spawn_program(program: &Path, socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str) -> Self {
+        Self::spawn_with(program, socket, runtime_socket, extra, rust_log, None)
     }
 
     /// As [`DaemonProcess::spawn_logging`], with `HOME` and the working directory set to `home`:
@@ -75,10 +81,24 @@ impl DaemonProcess {
     /// `$HOME/.docker`, `/.docker`, then `.dockercfg` in the same places with `$HOME` and `/`) then
     /// sees only what the test put there, and `/` (root's own, not the user's, on this machine).
     pub fn spawn_at_home(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str, home: &Path) -> Self {
-        Self::spawn_with(socket, runtime_socket, extra, rust_log, Some(home))
+        Self::spawn_with(
+            Path::new(env!("CARGO_BIN_EXE_cri-imaged")),
+            socket,
+            runtime_socket,
+            extra,
+            rust_log,
+            Some(home),
+        )
     }
 
-    fn spawn_with(socket: &Path, runtime_socket: &Path, extra: &[&str], rust_log: &str, home: Option<&Path>) -> Self {
+    fn spawn_with(
+        program: &Path,
+        socket: &Path,
+        runtime_socket: &Path,
+        extra: &[&str],
+        rust_log: &str,
+        home: Option<&Path>,
+    ) -> Self {
         // Beside the socket's nearest existing ancestor: the daemon creates the socket's directory.
         let log_dir = socket.ancestors().skip(1).find(|dir| dir.is_dir()).expect("an existing ancestor");
         // A file of its own: a daemon taking a socket over from another must not overwrite its log.
@@ -100,7 +120,7 @@ impl DaemonProcess {
             ("--root-dir", root_dir),
             ("--image-gc-high-threshold", "100"),
         ];
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cri-imaged"));
+        let mut command = Command::new(program);
         command
             .arg("serve")
             .arg("--listen")

@@ -38,8 +38,11 @@ impl Terminal {
             args.extend(["-e", pair.as_str()]);
         }
         // No shell start-up files: the screen holds only what the command draws.
-        let line = format!("exec {command}");
-        args.extend(["-s", "main", "sh", "-c", &line]);
+        // The status on the screen: tmux 3.3 at times leaves an exited command unreaped (a zombie,
+        // `#{pane_dead_status}` empty), so the shell that ran it tells it instead; bash, which goes
+        // on after a command that handled Ctrl-C itself.
+        let line = format!("{command}; printf '\\n[exited %d]\\n' $?");
+        args.extend(["-s", "main", "bash", "-c", &line]);
         terminal.tmux(&args);
         Some(terminal)
     }
@@ -85,20 +88,9 @@ impl Terminal {
 
     /// The command's exit status once it ended, waiting up to `limit`.
     pub fn exit_status(&self, limit: Duration) -> i32 {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let dead = self.tmux(&["display-message", "-p", "-t", "main", "#{pane_dead} #{pane_dead_status}"]);
-            let mut fields = dead.split_whitespace();
-            if fields.next() == Some("1") {
-                return fields.next().and_then(|status| status.parse().ok()).expect("a dead pane's status");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the command did not end within {limit:?}:\n{}",
-                self.screen()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let screen = self.wait_for("the command's end", limit, |screen| screen.contains("[exited "));
+        let status = screen.rsplit("[exited ").next().and_then(|rest| rest.split(']').next()?.parse().ok());
+        status.unwrap_or_else(|| panic!("no exit status on the screen:\n{screen}"))
     }
 
     /// Whether the program shows the alternate screen (a full-screen view) now.
@@ -119,7 +111,10 @@ impl Terminal {
 
 impl Drop for Terminal {
     fn drop(&mut self) {
+        let socket = self.tmux(&["display-message", "-p", "#{socket_path}"]);
         self.tmux(&["kill-server"]);
+        // tmux leaves its socket behind.
+        let _ = std::fs::remove_file(socket.trim());
         let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.conf", self.server)));
     }
 }

@@ -58,13 +58,15 @@ impl Node {
 async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled() {
     let Some(node) = Node::start(&[("first:v1", 8 * MIB), ("big:v1", 24 * MIB)], 2 * MIB).await else { return };
     // One pull at a time (the kubelet's default): big waits for first's slot.
-    let first = Command::new(BIN)
+    let mut first = Command::new(BIN)
         .args(["pull", &node.socket(), &node.proxy.image("first:v1")])
         .stdout(Stdio::null())
         .spawn()
         .expect("cri-imaged runs");
     let image = node.proxy.image("big:v1");
     let Some(terminal) = Terminal::start(&format!("{BIN} pull {} {image}", node.socket()), 80, 24, &[]) else {
+        let _ = first.kill();
+        let _ = first.wait();
         return;
     };
     let waiting = terminal.wait_for("the wait for a slot", Duration::from_secs(10), |screen| {

@@ -97,7 +97,10 @@ async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_through_a_pipe_prints_plain_lines_and_json_for_scripts() {
-    let Some(node) = Node::start(&[("plain:v1", 12 * MIB), ("json:v1", 0)], 2 * MIB).await else { return };
+    let Some(node) = Node::start(&[("plain:v1", 12 * MIB), ("json:v1", 0), ("no-color:v1", 6 * MIB)], 2 * MIB).await
+    else {
+        return;
+    };
     let socket = node.socket();
     let image = node.proxy.image("plain:v1");
     let (status, stdout, stderr) = tokio::task::block_in_place(|| cli(&["pull", &socket, &image]));
@@ -109,6 +112,18 @@ async fn a_pull_through_a_pipe_prints_plain_lines_and_json_for_scripts() {
     assert!(progress.iter().all(|line| line.starts_with(&format!("pulling {image}"))), "{stdout}");
     assert!(progress.iter().any(|line| line.contains(" MB / 12.")), "bytes of the total: {stdout}");
     assert!(lines[lines.len() - 1].starts_with(&format!("Pulled {image} in ")), "{stdout}");
+
+    // NO_COLOR on a terminal: the same plain lines, no escape at all.
+    let image = node.proxy.image("no-color:v1");
+    let command = format!("{BIN} pull {socket} {image}");
+    let Some(terminal) = Terminal::start(&command, 80, 24, &[("NO_COLOR", "1")]) else { return };
+    assert_eq!(terminal.exit_status(Duration::from_secs(30)), 0, "{}", terminal.screen());
+    let screen = terminal.screen_with_escapes();
+    assert!(!screen.contains('\x1b'), "escapes under NO_COLOR: {screen:?}");
+    assert!(
+        screen.contains(&format!("pulling {image}: ")) && screen.contains(&format!("Pulled {image} in ")),
+        "{screen}"
+    );
 
     let image = node.proxy.image("json:v1");
     let (status, stdout, stderr) = tokio::task::block_in_place(|| cli(&["pull", &socket, "-o", "json", &image]));

@@ -12,7 +12,8 @@ pub struct Style {
     pub output: Output,
     /// Stdout is a terminal: redraw in place, cut tables to its width.
     pub terminal: bool,
-    /// SGR colours allowed (a terminal, and no `NO_COLOR`).
+    /// Escapes allowed, colours and a frame redrawn in place (a terminal, and no `NO_COLOR`):
+    /// without, a terminal gets the plain lines a pipe gets.
     pub color: bool,
     /// The terminal's columns and rows (80×24 when unknown).
     pub size: (u16, u16),

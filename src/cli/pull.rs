@@ -26,7 +26,7 @@ use crate::{
 /// daemon asked what a pull that moves no bytes waits for. GetStatus probes the runtime, so no
 /// more often than this.
 const TICK: Duration = Duration::from_secs(1);
-/// How often a plain (not a terminal) output prints a progress line.
+/// How often plain output (a pipe, or `NO_COLOR`) prints a progress line.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
 pub async fn run(args: PullArgs) -> Result<(), CliError> {
@@ -155,7 +155,8 @@ fn done(image: &str, answer: &api::EnsureImageExistsResponse, style: &Style) -> 
     print_lines([style.strong(&line)])
 }
 
-/// The frame on a terminal, drawn again in place; a line every few seconds otherwise.
+/// The frame on a terminal, drawn again in place; a line every few seconds otherwise (a pipe,
+/// or `NO_COLOR`: no escape at all).
 struct Screen {
     style: Style,
     /// Lines of the frame on screen now.
@@ -172,7 +173,7 @@ impl Screen {
         if self.style.json() {
             return Ok(());
         }
-        if !self.style.terminal {
+        if !self.style.color {
             let line = plain_line(view);
             let due = self.last_plain.as_ref().is_none_or(|(at, last)| *last != line && at.elapsed() >= PLAIN_EVERY);
             if due {

@@ -45,7 +45,8 @@ pub fn run(command: ClientCommand) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(Exit::Done as u8),
         Err(error) => {
-            eprintln!("cri-imaged: {error}");
+            // The daemon's words (a registry's error, a pod's name) are in it: no escape gets through.
+            eprintln!("cri-imaged: {}", output::printable(&error.to_string()));
             ExitCode::from(error.exit() as u8)
         }
     }
@@ -64,12 +65,26 @@ async fn dispatch(command: ClientCommand) -> Result<(), CliError> {
     }
 }
 
-/// `work`, or [`CliError::Interrupted`] at Ctrl-C (the work is dropped: a pull's call ends, and
-/// the daemon cancels the pull unless someone else waits for it). Terminal state is put back by
-/// the guards `work` holds, which drop with it.
+/// `work`, or [`CliError::Interrupted`] at Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the
+/// work is dropped (a pull's call ends, and the daemon cancels the pull unless someone else waits
+/// for it), and the terminal is put back by the guards it holds, which drop with it.
 async fn interruptible(work: impl Future<Output = Result<(), CliError>>) -> Result<(), CliError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut terminate, mut hangup) = (signal(SignalKind::terminate()).ok(), signal(SignalKind::hangup()).ok());
     tokio::select! {
         result = work => result,
         _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted),
+        _ = received(&mut terminate) => Err(CliError::Interrupted),
+        _ = received(&mut hangup) => Err(CliError::Interrupted),
+    }
+}
+
+/// The next `signal`; never, when it could not be listened for.
+async fn received(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
     }
 }

@@ -216,8 +216,8 @@ impl Events {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether anyone subscribes. Only a progress event may go unmade without: every other one
-    /// is kept for `ListEvents`.
+    /// Whether anyone subscribes. Only a progress event and an image already present may go
+    /// unmade without: every other one is kept for `ListEvents`.
     pub fn watched(&self) -> bool {
         self.sender.receiver_count() > 0
     }
@@ -225,14 +225,24 @@ impl Events {
     /// Publishes `event` to every subscriber, and keeps it (progress aside) among the newest.
     /// Never waits.
     pub fn publish(&self, event: Event) {
-        let kept = worth_keeping(event.reason);
+        let keep = worth_keeping(event.reason);
+        self.send(event, keep);
+    }
+
+    /// Publishes `event` to every subscriber without keeping it: what every container start says
+    /// (an image already present) would push the failures out of the history.
+    pub fn publish_unkept(&self, event: Event) {
+        self.send(event, false);
+    }
+
+    fn send(&self, event: Event, keep: bool) {
         let watched = self.watched();
-        if !kept && !watched {
+        if !keep && !watched {
             return;
         }
         let event = Arc::new(event);
         let mut state = self.state();
-        if kept {
+        if keep {
             if state.kept.len() >= KEPT_EVENTS {
                 state.kept.pop_front();
             }

@@ -159,6 +159,13 @@ pub fn apply_default_tag(image: &str) -> Result<String, ReferenceError> {
     parse_with_default_tag(image).map(|(_, tagged)| tagged)
 }
 
+/// `image` as a full reference with the default tag, one spelling for every way of writing it:
+/// `busybox`, `busybox:latest` and `docker.io/library/busybox` are all
+/// `docker.io/library/busybox:latest`. `None` for what does not parse.
+pub fn normalized(image: &str) -> Option<String> {
+    parse_with_default_tag(image).ok().map(|(reference, _)| reference.to_string())
+}
+
 /// Parses `image` (normalised) and returns it with the default tag applied, both parsed and as
 /// written.
 pub fn parse_with_default_tag(image: &str) -> Result<(ImageReference, String), ReferenceError> {

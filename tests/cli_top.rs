@@ -43,7 +43,8 @@ async fn top_shows_a_pull_mid_way_keeps_it_through_a_daemon_restart_and_quits_cl
     let Some(stack) = LocalStack::start() else { return };
     stack.seed_sized("big:v1", 24 * MIB);
     let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
-    let proxy = ThrottleProxy::start(registry, 2 * MIB).await;
+    // 24 s for the pull: still under way, with room to spare, when the daemon is killed below.
+    let proxy = ThrottleProxy::start(registry, MIB).await;
     stack.route_through(proxy.addr.port());
     let dir = tempfile::tempdir().expect("tempdir");
     // A short path: the banner names it and must fit in 80 columns.

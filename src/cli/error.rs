@@ -84,10 +84,17 @@ impl CliError {
             let reason = reason.unwrap_or_else(|| "ResourceExhausted".to_owned());
             return Self::RetryLater { reason, message, retry_after: retry.and_then(|retry| retry.retry_delay) };
         }
+        // Past --timeout: tonic's own CANCELLED, or the daemon's answer that the caller's deadline
+        // passed (reason DeadlineExceeded).
+        let timed_out = (status.code() == Code::Cancelled && message == "Timeout expired")
+            || reason.as_deref() == Some("DeadlineExceeded")
+            || (status.code() == Code::DeadlineExceeded && reason.is_none());
+        if timed_out {
+            return lost("no answer within --timeout".to_owned());
+        }
         match (reason, status.code()) {
             // The daemon stopping mid-call is the daemon going away, not its verdict.
             (Some(reason), _) if reason != "ShuttingDown" => Self::Refused { reason, message },
-            (_, Code::DeadlineExceeded) => lost("no answer in time (--timeout)".to_owned()),
             (Some(_), _) | (None, Code::Unavailable | Code::Unknown | Code::Cancelled) => lost(message),
             (None, code) => Self::Refused { reason: format!("{code:?}"), message },
         }
@@ -166,5 +173,12 @@ mod tests {
             Exit::Unreachable
         );
         assert_eq!(exit_of(&Status::deadline_exceeded("")), Exit::Unreachable);
+        assert_eq!(exit_of(&Status::cancelled("Timeout expired")), Exit::Unreachable);
+        assert_eq!(
+            exit_of(&with_reason(Code::DeadlineExceeded, "DeadlineExceeded", "caller's deadline")),
+            Exit::Unreachable
+        );
+        // A pull that ran past --image-pull-timeout is the daemon's verdict.
+        assert_eq!(exit_of(&with_reason(Code::DeadlineExceeded, "ErrImagePull", "--image-pull-timeout")), Exit::Failed);
     }
 }

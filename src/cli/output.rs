@@ -38,19 +38,36 @@ impl Style {
 
     /// `text` in bold red, when colour is allowed.
     pub fn alert(&self, text: &str) -> String {
-        if self.color { format!("\x1b[1;31m{text}\x1b[0m") } else { text.to_owned() }
+        if self.color { format!("{ALERT}{text}{PLAIN}") } else { text.to_owned() }
     }
 
     /// `text` in bold, when colour is allowed.
     pub fn strong(&self, text: &str) -> String {
-        if self.color { format!("\x1b[1m{text}\x1b[0m") } else { text.to_owned() }
+        if self.color { format!("{STRONG}{text}{PLAIN}") } else { text.to_owned() }
     }
 }
 
-/// Prints `lines` to stdout; a closed pipe (`| head`) is not an error.
+/// Where [`Style::alert`] and [`Style::strong`] begin and end, until [`print_lines`] makes them
+/// escapes: marks of our own (private-use characters), so that every control character in a line,
+/// any of them from the daemon's text (a pod's name, a registry's error), can be made harmless.
+const ALERT: char = '\u{E000}';
+const STRONG: char = '\u{E001}';
+const PLAIN: char = '\u{E002}';
+
+/// `text` with every control character (an escape a terminal would act on) shown as Rust writes it
+/// (`\u{1b}`), tabs aside.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// Prints `lines` to stdout, made [`printable`] (then coloured where asked); a closed pipe
+/// (`| head`) is not an error.
 pub fn print_lines<I: IntoIterator<Item = String>>(lines: I) -> Result<(), CliError> {
     let mut stdout = std::io::stdout().lock();
     for line in lines {
+        let line = printable(&line).replace(ALERT, "\x1b[1;31m").replace(STRONG, "\x1b[1m").replace(PLAIN, "\x1b[0m");
         if let Err(error) = writeln!(stdout, "{line}") {
             return quiet_pipe(error);
         }
@@ -65,4 +82,15 @@ pub fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
 
 fn quiet_pipe(error: std::io::Error) -> Result<(), CliError> {
     if error.kind() == std::io::ErrorKind::BrokenPipe { Ok(()) } else { Err(CliError::Output(error)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_is_never_handed_an_escape_from_the_daemons_text() {
+        assert_eq!(printable("pod\x1b]0;owned\x07 a\tb"), "pod\\u{1b}]0;owned\\u{7} a\tb");
+        assert_eq!(printable("registry.local/app:v1 — ok"), "registry.local/app:v1 — ok");
+    }
 }

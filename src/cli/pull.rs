@@ -14,7 +14,6 @@ use super::{
         progress::{View, frame, plain_line},
     },
     secret,
-    status::pull_state,
 };
 use crate::{
     api,
@@ -112,24 +111,23 @@ fn request(args: &PullArgs) -> Result<api::EnsureImageExistsRequest, CliError> {
 /// Whether an image named in an answer is `image`, however either is spelled (`busybox`,
 /// `docker.io/library/busybox:latest`).
 fn same_image_as(image: &str) -> impl Fn(&str) -> bool + use<> {
-    let normal = |image: &str| reference::parse_with_default_tag(image).map(|(parsed, _)| parsed.to_string()).ok();
-    let wanted = normal(image);
+    let wanted = reference::normalized(image);
     let image = image.to_owned();
-    move |other: &str| other == image || (wanted.is_some() && normal(other) == wanted)
+    move |other: &str| other == image || (wanted.is_some() && reference::normalized(other) == wanted)
 }
 
-/// What the pull waits for, from the daemon's status.
+/// What the pull waits for, from the daemon's status (`PullInFlight.state`; an older daemon sends
+/// none, and then only a pull without a slot is known to wait).
 fn waiting(status: &api::GetStatusResponse, same_image: &impl Fn(&str) -> bool) -> String {
     let Some(pull) = status.pulls.iter().find(|pull| same_image(&pull.image)) else {
         return "asking the daemon".to_owned();
     };
-    let state = pull_state(pull);
-    match state {
-        "waiting for a slot" => format!("waiting for a pull slot ({} queued)", status.pulls_queued),
-        "rate limited" => format!("waiting for the registry's rate limit ({} mode)", status.rate_limit_mode),
-        "registry silent" => "waiting: its registry has not answered a pull yet".to_owned(),
-        "pulling" => "resolving the manifest".to_owned(),
-        other => other.to_owned(),
+    match pull.state.as_str() {
+        "slot" => format!("waiting for a pull slot ({} queued)", status.pulls_queued),
+        "" if pull.started.is_none() => format!("waiting for a pull slot ({} queued)", status.pulls_queued),
+        "rate-limit" => format!("waiting for the registry's rate limit ({} mode)", status.rate_limit_mode),
+        "registry" => "waiting: its registry has not answered a pull yet".to_owned(),
+        _ => "resolving the manifest".to_owned(),
     }
 }
 
@@ -194,7 +192,7 @@ impl Screen {
         // whole in their history, which would fill with old frames.
         for line in &lines {
             out.push_str("\x1b[2K");
-            out.push_str(line);
+            out.push_str(&super::output::printable(line));
             out.push('\n');
         }
         if lines.len() < self.drawn {

@@ -67,20 +67,11 @@ fn from_kubernetes_secret(
     })
 }
 
-/// A regular file's text, at most [`MOST_BYTES`].
+/// A regular file's text, at most [`MOST_BYTES`]; a FIFO or a device is refused without
+/// waiting on it.
 fn read_bounded(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|error| format!("cannot open: {error}"))?;
-    let metadata = file.metadata().map_err(|error| format!("cannot read: {error}"))?;
-    if !metadata.is_file() {
-        return Err("not a regular file".to_owned());
-    }
-    let mut text = String::new();
-    file.take(MOST_BYTES + 1).read_to_string(&mut text).map_err(|_| "not UTF-8 text".to_owned())?;
-    if text.len() as u64 > MOST_BYTES {
-        return Err(format!("larger than {MOST_BYTES} bytes"));
-    }
-    Ok(text)
+    let bytes = crate::files::read::read_named(path, MOST_BYTES).map_err(|error| format!("cannot read: {error}"))?;
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())
 }
 
 #[cfg(test)]
@@ -123,5 +114,14 @@ mod tests {
         let error = secret_from("{\"auths\": [hunter2").expect_err("broken");
         assert!(!error.to_string().contains("hunter2"), "{error}");
         assert_eq!(error.exit(), crate::cli::Exit::Usage);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_instead_of_waited_on() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fifo = dir.path().join("secret.yaml");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).expect("mkfifo");
+        let error = read(&fifo).expect_err("a FIFO");
+        assert!(error.to_string().contains("not a regular file"), "{error}");
     }
 }

@@ -92,7 +92,7 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
     let running = status.pulls.iter().filter(|pull| pull.started.is_some()).count();
     say(
         "pulls",
-        format!("{running} under way, {} queued ({} of them pre-pulls)", status.pulls_queued, status.pre_pulls_queued),
+        format!("{running} under way, {} queued, {} pre-pulls queued", status.pulls_queued, status.pre_pulls_queued),
     );
     say("backoffs", format!("{} (pod, image) pairs held", status.backoff_entries));
     if let Some(backoff) = &status.backoff {

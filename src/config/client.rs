@@ -77,7 +77,7 @@ Exit status:
   4    permission denied on the socket or its directory
   5    the daemon is too old for this command
   6    try again later (backing off, over a registry's rate limit)
-  130  interrupted";
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP)";
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = EXIT_STATUS_HELP)]

@@ -164,9 +164,16 @@ impl<R: ImageRuntime> Manager<R> {
         count.policy = request.pull_policy;
         let result = self.ensure(request, &about, &mut count).await;
         drop(count);
-        // Made whether anyone watches: ListEvents tells it later.
-        if let Some(event) = outcome_event(&about, &result) {
-            self.events.publish(event);
+        // Every container start's answer, an image already present, goes to watchers only (and is
+        // not even made without any: this is the hot path); the rest is kept for ListEvents.
+        let present = matches!(&result, Ok(outcome) if outcome.pull.is_none());
+        if present && !self.events.watched() {
+            return result;
+        }
+        match outcome_event(&about, &result) {
+            Some(event) if present => self.events.publish_unkept(event),
+            Some(event) => self.events.publish(event),
+            None => {}
         }
         result
     }

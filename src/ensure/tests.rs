@@ -354,14 +354,23 @@ async fn backoffs_are_listed_by_name_and_cleared_pair_by_pair_or_all_at_once() {
 }
 
 #[tokio::test]
-async fn every_outcome_is_kept_for_list_events_though_no_one_watches() {
+async fn outcomes_are_kept_for_list_events_though_no_one_watches_but_not_every_start_of_a_present_image() {
     let manager = manager(FakeRuntime::default().with_image("busybox:1.36", "sha256:abc", 1234));
     assert!(!manager.events.watched());
     manager.ensure_image_exists(request("busybox:1.36", None)).await.expect("present");
     manager.ensure_image_exists(request("absent:1", Some(PullPolicy::Never))).await.expect_err("never");
-    let kept = manager.events.recent(&crate::events::Filter::default().prepare(), 0);
-    let reasons: Vec<&str> = kept.iter().map(|event| event.reason).collect();
-    assert_eq!(reasons, ["Pulled", "ErrImageNeverPull"]);
+    let everything = crate::events::Filter::default().prepare();
+    let reasons = |manager: &Manager<FakeRuntime>| -> Vec<&'static str> {
+        manager.events.recent(&everything, 0).iter().map(|event| event.reason).collect()
+    };
+    assert_eq!(reasons(&manager), ["ErrImageNeverPull"]);
+
+    // A watcher is told that the image is present; the history still is not.
+    let mut watching = manager.events.subscribe(crate::events::Filter::default());
+    manager.ensure_image_exists(request("busybox:1.36", None)).await.expect("present");
+    let told = watching.try_next();
+    assert!(matches!(&told, Some(crate::events::Next::Event(event)) if event.reason == "Pulled"), "{told:?}");
+    assert_eq!(reasons(&manager), ["ErrImageNeverPull"]);
 }
 
 /// A `kubernetes.io/dockerconfigjson` secret `name` holding one login for `registry`.

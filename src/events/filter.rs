@@ -87,5 +87,5 @@ fn normalise(image: &str) -> Option<String> {
     if image.is_empty() {
         return None;
     }
-    reference::parse_with_default_tag(image).ok().map(|(reference, _)| reference.to_string())
+    reference::normalized(image)
 }

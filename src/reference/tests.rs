@@ -612,3 +612,19 @@ fn default_tag_then_normalized_display_matches_the_go_docker_ref_table() {
         assert_eq!(parse_ok(row.want).to_string(), row.want, "parse of docker ref {:?}", row.want);
     }
 }
+
+#[test]
+fn every_spelling_of_an_image_normalises_to_one() {
+    for spelling in [
+        "busybox",
+        "busybox:latest",
+        "library/busybox",
+        "docker.io/library/busybox",
+        "index.docker.io/library/busybox:latest",
+    ] {
+        assert_eq!(normalized(spelling).as_deref(), Some("docker.io/library/busybox:latest"), "{spelling}");
+    }
+    let digested = format!("registry.local:5000/app@sha256:{}", "a".repeat(64));
+    assert_eq!(normalized(&digested), Some(digested.clone()), "a digest gets no tag");
+    assert_eq!(normalized("Not A Name"), None);
+}

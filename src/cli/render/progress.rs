@@ -65,6 +65,14 @@ fn layer_line(layer: &api::LayerProgress, columns: usize) -> String {
 
 /// `  total [=====>      ] 36%  12.3 MB / 33.6 MB  2.10 MB/s  12s left  1/3 layers`
 fn total_line(progress: &api::PullProgress, columns: usize) -> String {
+    let tail = format!("{}  {}/{} layers", amounts(progress), progress.layers_done, progress.layers_total);
+    let width = columns.saturating_sub("  total ".len() + tail.len()).clamp(5, 30);
+    format!("  total {}{tail}", bar(progress.bytes_done, progress.bytes_total, width))
+}
+
+/// ` 36%  12.3 MB / 33.6 MB  2.10 MB/s  12s left`: how far, how fast, and how long still (once
+/// a rate is known).
+pub fn amounts(progress: &api::PullProgress) -> String {
     let percent = progress.bytes_done.saturating_mul(100) / progress.bytes_total.max(1);
     let left = match progress.bytes_per_second {
         0 => "".to_owned(),
@@ -73,20 +81,16 @@ fn total_line(progress: &api::PullProgress, columns: usize) -> String {
             format!("  {} left", duration(Duration::from_secs(seconds)))
         }
     };
-    let tail = format!(
-        " {percent:>3}%  {} / {}  {}{left}  {}/{} layers",
+    format!(
+        " {percent:>3}%  {} / {}  {}{left}",
         bytes(progress.bytes_done),
         bytes(progress.bytes_total),
-        rate(progress.bytes_per_second),
-        progress.layers_done,
-        progress.layers_total
-    );
-    let width = columns.saturating_sub("  total ".len() + tail.len()).clamp(5, 30);
-    format!("  total {}{tail}", bar(progress.bytes_done, progress.bytes_total, width))
+        rate(progress.bytes_per_second)
+    )
 }
 
 /// `[=====>    ]`, `width` characters in all; ASCII, so that a capture reads the same anywhere.
-fn bar(done: u64, total: u64, width: usize) -> String {
+pub fn bar(done: u64, total: u64, width: usize) -> String {
     let inner = width.saturating_sub(2);
     let filled = if total == 0 { 0 } else { (done.min(total) as u128 * inner as u128 / total as u128) as usize };
     let head = if filled < inner && filled > 0 { ">" } else { "" };

@@ -109,9 +109,7 @@ pub fn in_use<'a>(
     }
     let id_of = |name: &str| match by_name.get(name) {
         Some(id) => Some(*id),
-        None => reference::parse_with_default_tag(name)
-            .ok()
-            .and_then(|(reference, _)| by_name.get(reference.to_string().as_str()).copied()),
+        None => reference::normalized(name).and_then(|name| by_name.get(name.as_str()).copied()),
     };
     let mut keys = InUse::new();
     fn hold(keys: &mut InUse, key: String, why: Kept) {

@@ -12,7 +12,10 @@ use super::time_of_day;
 use crate::{
     api,
     cli::{
-        render::human::{age, bytes, cut_end, cut_middle, duration, moment, rate},
+        render::{
+            human::{age, bytes, cut_end, cut_middle, duration, moment},
+            progress::{amounts, bar},
+        },
         status::pull_state,
         top::model::{Model, Reply},
     },
@@ -156,7 +159,7 @@ pub fn pulls(model: &Model, now: SystemTime, width: u16) -> Pane {
     let running = status.pulls.iter().filter(|pull| pull.started.is_some()).count();
     let mut detail = format!("{running} under way, {} queued", status.pulls_queued);
     if status.pre_pulls_queued > 0 {
-        detail.push_str(&format!(" ({} of them pre-pulls)", status.pre_pulls_queued));
+        detail.push_str(&format!(", {} pre-pulls queued", status.pre_pulls_queued));
     }
     let shown: Vec<&api::PullInFlight> = status.pulls.iter().filter(|pull| model.shows(&pull.image)).collect();
     if shown.len() < status.pulls.len() {
@@ -195,38 +198,15 @@ fn state_colour(pull: &api::PullInFlight) -> Color {
     }
 }
 
-/// `    [=======>        ]  45%  12.3 MB / 33.6 MB  2.10 MB/s  8s left`
+/// `    [=======>        ]  45%  12.3 MB / 33.6 MB  2.10 MB/s  8s left`, as the pull command's.
 fn progress_line(progress: &api::PullProgress, width: usize) -> Line<'static> {
-    let percent = progress.bytes_done.saturating_mul(100) / progress.bytes_total.max(1);
-    let left = match progress.bytes_per_second {
-        0 => String::new(),
-        per_second => {
-            let seconds = progress.bytes_total.saturating_sub(progress.bytes_done).div_ceil(per_second);
-            format!("  {} left", duration(Duration::from_secs(seconds)))
-        }
-    };
-    let tail = format!(
-        " {percent:>3}%  {} / {}  {}{left}",
-        bytes(progress.bytes_done),
-        bytes(progress.bytes_total),
-        rate(progress.bytes_per_second)
-    );
+    let tail = amounts(progress);
     let bar_width = width.saturating_sub(4 + tail.chars().count()).clamp(10, 50);
     Line::from(vec![
         Span::raw("    "),
         Span::styled(bar(progress.bytes_done, progress.bytes_total, bar_width), Style::new().fg(Color::Green)),
         Span::raw(tail),
     ])
-}
-
-/// `[=====>    ]`, `width` characters in all; ASCII, as the pull command's.
-pub fn bar(done: u64, total: u64, width: usize) -> String {
-    let inner = width.saturating_sub(2);
-    let filled =
-        if total == 0 { 0 } else { (u128::from(done.min(total)) * inner as u128 / u128::from(total)) as usize };
-    let head = if filled < inner && filled > 0 { ">" } else { "" };
-    let body = if head.is_empty() { filled } else { filled - 1 };
-    format!("[{}{head}{}]", "=".repeat(body), " ".repeat(inner - body - head.len()))
 }
 
 /// The pods whose pulls back off, soonest retry first, counting down between answers.

@@ -9,7 +9,7 @@ use super::{
     CliError,
     client::Daemon,
     output::{Style, print_json, print_lines},
-    render::human::{bytes, moment, rate},
+    render::human::{bytes, rate, rfc3339},
 };
 use crate::{api, config::client::EventsArgs};
 
@@ -64,7 +64,7 @@ fn show(event: &api::Event, style: &Style) -> Result<(), CliError> {
 
 /// One line: time, type, reason, the pod, and the message.
 pub fn line(event: &api::Event, style: &Style) -> String {
-    let time = moment(event.time.as_ref()).map(crate::duration::rfc3339).unwrap_or_default();
+    let time = rfc3339(event.time.as_ref()).unwrap_or_default();
     let object = match &event.pod {
         Some(pod) if !pod.name.is_empty() => format!("pod/{}/{}", pod.namespace, pod.name),
         Some(pod) if !pod.uid.is_empty() => format!("pod/{}", pod.uid),
@@ -96,7 +96,7 @@ pub fn json_of(event: &api::Event) -> Value {
         duration.and_then(|duration| std::time::Duration::try_from(*duration).ok()).map(|d| d.as_secs_f64())
     };
     json!({
-        "time": moment(event.time.as_ref()).map(crate::duration::rfc3339),
+        "time": rfc3339(event.time.as_ref()),
         "type": event.r#type,
         "reason": event.reason,
         "message": event.message,

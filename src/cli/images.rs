@@ -9,7 +9,7 @@ use super::{
     client::Daemon,
     output::{Style, print_json, print_lines},
     render::{
-        human::{age, bytes, moment, short_id},
+        human::{age, bytes, moment, rfc3339, short_id},
         table::Table,
     },
 };
@@ -25,7 +25,6 @@ pub async fn run(args: ImagesArgs) -> Result<(), CliError> {
     }
     images.sort_by_key(|image| names(image).first().cloned().unwrap_or_default());
     if style.json() {
-        let time = |timestamp| moment(timestamp).map(crate::duration::rfc3339);
         for image in &images {
             print_json(&json!({
                 "id": image.image_id,
@@ -35,8 +34,8 @@ pub async fn run(args: ImagesArgs) -> Result<(), CliError> {
                 "runtimeHandler": image.runtime_handler,
                 "pinned": image.pinned,
                 "inUse": image.in_use,
-                "firstDetected": time(image.first_detected.as_ref()),
-                "lastUsed": time(image.last_used.as_ref()),
+                "firstDetected": rfc3339(image.first_detected.as_ref()),
+                "lastUsed": rfc3339(image.last_used.as_ref()),
             }))?;
         }
         return Ok(());

@@ -9,7 +9,7 @@ use super::{
     client::Daemon,
     output::{Style, print_json, print_lines},
     render::{
-        human::{age, bytes, cut_end, duration, moment, rate, wire_duration},
+        human::{age, bytes, cut_end, duration, moment, rate, rfc3339, wire_duration},
         table::Table,
     },
 };
@@ -185,9 +185,7 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
 }
 
 fn json_of(status: &api::GetStatusResponse) -> Value {
-    let time = |timestamp: Option<&prost_types::Timestamp>| {
-        moment(timestamp).map(crate::duration::rfc3339).map_or(Value::Null, Value::String)
-    };
+    let time = |timestamp: Option<&prost_types::Timestamp>| rfc3339(timestamp).map_or(Value::Null, Value::String);
     json!({
         "version": status.version,
         "runtimeReachable": status.runtime_reachable,

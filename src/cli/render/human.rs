@@ -58,6 +58,11 @@ pub fn moment(timestamp: Option<&prost_types::Timestamp>) -> Option<SystemTime> 
     SystemTime::try_from(*timestamp?).ok()
 }
 
+/// A wire timestamp as RFC 3339 in UTC (`2026-11-26T13:07:21Z`); `None` when unset.
+pub fn rfc3339(timestamp: Option<&prost_types::Timestamp>) -> Option<String> {
+    moment(timestamp).map(crate::duration::rfc3339)
+}
+
 /// A wire duration; zero when unset or negative.
 pub fn wire_duration(duration: Option<&prost_types::Duration>) -> Duration {
     duration.and_then(|duration| Duration::try_from(*duration).ok()).unwrap_or_default()

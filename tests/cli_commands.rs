@@ -208,8 +208,19 @@ async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looke
     let reasons: Vec<&str> = stdout.lines().filter_map(|line| line.split_whitespace().nth(2)).collect();
     assert_eq!(reasons, ["Pulling", "Failed", "BackOff", "BackoffCleared", "Pulling", "Failed"], "{stdout}");
 
-    let (status, stdout, stderr) = cli(&["status", &socket]);
-    assert_eq!(status, 0, "{stderr}");
+    // The socket from the environment, as a node's profile would set it.
+    let output = Command::new(BIN)
+        .arg("status")
+        .env("CRI_IMAGED_SOCKET", &node.daemon.socket)
+        .output()
+        .expect("cri-imaged runs");
+    let (status, stdout, stderr) =
+        (output.status.code(), String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("cri-imaged {} at {}", env!("CARGO_PKG_VERSION"), node.daemon.socket.display())),
+        "{stdout}"
+    );
     assert!(stdout.lines().any(|line| line == "runtime        reachable"), "{stdout}");
     assert!(stdout.lines().any(|line| line.starts_with("backoffs       1 ")), "{stdout}");
 

@@ -227,3 +227,43 @@ fn write_terminal(text: &str) -> Result<(), CliError> {
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).map_err(CliError::Output)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_of(pull: api::PullInFlight) -> api::GetStatusResponse {
+        api::GetStatusResponse {
+            pulls: vec![pull],
+            pulls_queued: 2,
+            rate_limit_mode: "wait".to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn pull_in(state: &str) -> api::PullInFlight {
+        api::PullInFlight {
+            image: "docker.io/library/busybox:latest".to_owned(),
+            state: state.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pull_that_moves_no_bytes_says_what_it_waits_for_however_the_image_was_spelled() {
+        let same = same_image_as("busybox");
+        assert_eq!(waiting(&status_of(pull_in("slot")), &same), "waiting for a pull slot (2 queued)");
+        assert_eq!(
+            waiting(&status_of(pull_in("rate-limit")), &same),
+            "waiting for the registry's rate limit (wait mode)"
+        );
+        assert_eq!(
+            waiting(&status_of(pull_in("registry")), &same),
+            "waiting: its registry has not answered a pull yet"
+        );
+        assert_eq!(waiting(&status_of(pull_in("pulling")), &same), "resolving the manifest");
+        // An older daemon says no state: a pull without a slot still waits for one.
+        assert_eq!(waiting(&status_of(pull_in("")), &same), "waiting for a pull slot (2 queued)");
+        assert_eq!(waiting(&status_of(pull_in("slot")), &same_image_as("nginx")), "asking the daemon");
+    }
+}

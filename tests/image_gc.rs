@@ -9,6 +9,7 @@ use std::time::Duration;
 use cri_imaged::api::{
     GarbageCollectRequest, GarbageCollectResponse, PullPolicy, image_manager_client::ImageManagerClient,
 };
+use cri_imaged::runtime::{CriClient, ImageRuntime, RuntimeEndpoint};
 use support::{
     call,
     clients::{Answer, Call, Client},
@@ -144,10 +145,16 @@ async fn over_the_threshold_the_least_recently_used_go_and_in_use_pinned_and_ens
     let mut kept: Vec<(&str, &str)> =
         dry.kept.iter().map(|image| (image.image_id.as_str(), image.reason.as_str())).collect();
     kept.sort_unstable();
-    // containerd 1.6 does not pin its sandbox image (cri-imaged keeps it as the sandbox image);
-    // 2.x pins it itself.
-    let runtime_pins_sandbox = stack.list_images().iter().any(|image| image.id == sandbox_id && image.pinned);
-    let sandbox_kept = if runtime_pins_sandbox { "pinned" } else { "sandbox image" };
+    // The sandbox image as cri-imaged learns it, from containerd's verbose Status (1.6, 1.7); 2.x's
+    // names none there, but pins it itself.
+    let endpoint = RuntimeEndpoint::parse(&stack.containerd_socket.to_string_lossy()).expect("containerd's endpoint");
+    let named = CriClient::new(&endpoint, Duration::from_secs(5)).sandbox_image().await.expect("Status answers");
+    let runtime_pins = stack.list_images().iter().any(|image| image.id == sandbox_id && image.pinned);
+    let sandbox_kept = match (named, runtime_pins) {
+        (Some(_), _) => "sandbox image",
+        (None, true) => "pinned",
+        (None, false) => panic!("the runtime neither names nor pins its sandbox image"),
+    };
     let mut expected = vec![
         (running_id.as_str(), "in use"),
         (created_id.as_str(), "in use"),

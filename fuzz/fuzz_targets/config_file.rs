@@ -56,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(cli) => cli,
         Err(error) => panic!("a file that loads gives flags clap refuses: {}", error.render()),
     };
-    let Command::Serve(serve) = cli.command;
+    let Command::Serve(serve) = cli.command else { panic!("a `serve` command line parsed as another command") };
     // Flags that clash (backoff initial above max, a GC low threshold above the high) are refused
     // when the daemon builds from them; that must answer, never panic.
     let _ = serve.manager_config();

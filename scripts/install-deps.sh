@@ -10,7 +10,8 @@
 # OpenMetrics parser reads /metrics in the tests), systemd's tools (the unit's checks), buildah and
 # a static busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian
 # package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
-# and the packaged completion in a terminal), kubernetes-validate (PyPI: the DaemonSet's check),
+# and the packaged completion in a terminal), socat (the bench's byte relay, the floor of any hop
+# in the kubelet's path), kubernetes-validate (PyPI: the DaemonSet's check),
 # cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys crate) for make
 # fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
@@ -56,6 +57,8 @@ command -v man >/dev/null && command -v groff >/dev/null || missing+=(man-db gro
 # tmux: a real terminal for the tests of the command line (tests/support/tmux.rs) and of the
 # packaged bash completion.
 command -v tmux >/dev/null || missing+=(tmux)
+# socat: a relay that copies bytes and parses nothing, beside cri-imaged in the CRI bench rows.
+command -v socat >/dev/null || missing+=(socat)
 # The image's shell for its readiness probe: busybox, static (Debian's plain busybox is not).
 command -v busybox >/dev/null && ! ldd "$(command -v busybox)" >/dev/null 2>&1 || missing+=(busybox-static)
 

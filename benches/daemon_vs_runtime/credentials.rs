@@ -203,3 +203,46 @@ pub async fn lookup_cost(
         found,
     }
 }
+
+/// What the request's bytes alone cost, in process, with no socket and no lookup: encoding it (the
+/// caller's part) and decoding it (the daemon's), against the presence call without secrets
+/// (`without_us`, its p50 at one caller). The ≤ 1.10 rows leave the secrets a tenth of that call;
+/// this says how much of it moving the bytes takes before anything reads them.
+pub fn request_bytes(request: &EnsureImageExistsRequest, without_us: u32, rounds: usize, findings: &mut Findings) {
+    use prost::Message;
+    let mut table = Table::new(
+        format!(
+            "The request's bytes alone, in process: EnsureImageExists with {SECRETS} secrets × {ENTRIES} registries"
+        ),
+        &["step", "time per request", "of the presence call without secrets"],
+    );
+    let encoded = request.encode_to_vec();
+    let started = Instant::now();
+    for _ in 0..rounds {
+        std::hint::black_box(std::hint::black_box(request).encode_to_vec());
+    }
+    let encode = started.elapsed() / rounds as u32;
+    let started = Instant::now();
+    for _ in 0..rounds {
+        let decoded = EnsureImageExistsRequest::decode(std::hint::black_box(encoded.as_slice()));
+        std::hint::black_box(decoded.expect("the bench's request decodes"));
+    }
+    let decode = started.elapsed() / rounds as u32;
+    let share = |took: Duration| format!("{:.2}", took.as_secs_f64() * 1e6 / f64::from(without_us));
+    let micros = |took: Duration| report::micros(u32::try_from(took.as_micros()).unwrap_or(u32::MAX));
+    for (step, took) in [
+        (format!("encode ({} KiB, as the caller does)", encoded.len() / 1024), encode),
+        ("decode (as the daemon does)".to_owned(), decode),
+        ("both".to_owned(), encode + decode),
+    ] {
+        table.row(vec![step, micros(took), share(took)]);
+    }
+    findings.verdicts.push(Verdict {
+        what: "the request's bytes alone (encode + decode in process) / presence p50 without secrets, concurrency 1"
+            .into(),
+        target: "reported".into(),
+        measured: format!("{} ({} vs {})", share(encode + decode), micros(encode + decode), report::micros(without_us)),
+        met: true,
+    });
+    findings.tables.push(table);
+}

@@ -699,6 +699,7 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
         ("presence (IfNotPresent, present)", request.clone(), with_secrets.clone(), false, sizes.concurrencies),
         ("pull (Always, warm)", always(&request), always(&with_secrets), true, &sizes.concurrencies[..1]),
     ];
+    let mut presence_without_us = None;
     for (path, without, with, pulled, concurrencies) in paths {
         let sides = [
             ("none", calling(&daemon.client, without, pulled)),
@@ -707,6 +708,9 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
         for &concurrency in concurrencies {
             let runs = take_turns(&sides, concurrency, sizes).await;
             let baseline = runs[0].quantile_us(0.5);
+            if !pulled && concurrency == 1 {
+                presence_without_us = Some(baseline);
+            }
             for ((label, _), run) in sides.iter().zip(&runs) {
                 let [p50, p99, per_second] = report::latency_cells(run);
                 table.row(vec![
@@ -731,6 +735,9 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
         }
     }
     findings.tables.push(table);
+    let rounds = if sizes.pairs > 1 { 1000 } else { 10 };
+    let without_us = presence_without_us.expect("the presence path is measured at one caller");
+    credentials::request_bytes(&with_secrets, without_us, rounds, findings);
     credentials::verified_presence(bench, &secrets, findings).await;
     credentials::lookup(bench, &ALLOCATOR, &secrets, findings).await;
 }

@@ -5,13 +5,12 @@
 mod support;
 
 use std::{
-    net::SocketAddr,
     path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
 
-use support::{process::DaemonProcess, stack::LocalStack, throttle::ThrottleProxy, tmux::Terminal};
+use support::{throttled_node::ThrottledNode, tmux::Terminal};
 
 const MIB: u64 = 1 << 20;
 const BIN: &str = env!("CARGO_BIN_EXE_cri-imaged");
@@ -27,44 +26,18 @@ fn socket_flag(socket: &Path) -> String {
     format!("--socket={}", socket.display())
 }
 
-/// The stack, its registry behind a proxy of `rate` bytes a second, cri-imaged serving on it.
-struct Node {
-    _stack: LocalStack,
-    proxy: ThrottleProxy,
-    daemon: DaemonProcess,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    async fn start(images: &[(&str, u64)], rate: u64) -> Option<Self> {
-        let stack = LocalStack::start()?;
-        for (name, bytes) in images {
-            stack.seed_sized(name, *bytes);
-        }
-        let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
-        let proxy = ThrottleProxy::start(registry, rate).await;
-        stack.route_through(proxy.addr.port());
-        let dir = tempfile::tempdir().expect("tempdir");
-        let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
-        Some(Self { _stack: stack, proxy, daemon, _dir: dir })
-    }
-
-    fn socket(&self) -> String {
-        socket_flag(&self.daemon.socket)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled() {
-    let Some(node) = Node::start(&[("first:v1", 8 * MIB), ("big:v1", 24 * MIB)], 2 * MIB).await else { return };
+    let images = [("first:v1", 8 * MIB), ("big:v1", 24 * MIB)];
+    let Some(node) = ThrottledNode::start(&images, 2 * MIB, &[]).await else { return };
+    let socket = socket_flag(&node.daemon.socket);
     // One pull at a time (the kubelet's default): big waits for first's slot.
     let mut first = Command::new(BIN)
-        .args(["pull", &node.socket(), &node.proxy.image("first:v1")])
+        .args(["pull", &socket, &node.proxy.image("first:v1")])
         .stdout(Stdio::null())
         .spawn()
         .expect("cri-imaged runs");
     // big is asked for only once first holds the slot.
-    let socket = node.socket();
     let first_pulling = || {
         let (_, stdout, _) = cli(&["status", &socket, "-o", "json"]);
         stdout.contains("first:v1") && stdout.contains(r#""state":"pulling""#)
@@ -74,7 +47,7 @@ async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let image = node.proxy.image("big:v1");
-    let Some(terminal) = Terminal::start(&format!("{BIN} pull {} {image}", node.socket()), 80, 24, &[]) else {
+    let Some(terminal) = Terminal::start(&format!("{BIN} pull {socket} {image}"), 80, 24, &[]) else {
         let _ = first.kill();
         let _ = first.wait();
         return;
@@ -107,11 +80,9 @@ async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_through_a_pipe_prints_plain_lines_and_json_for_scripts() {
-    let Some(node) = Node::start(&[("plain:v1", 24 * MIB), ("json:v1", 0), ("no-color:v1", 6 * MIB)], 2 * MIB).await
-    else {
-        return;
-    };
-    let socket = node.socket();
+    let images = [("plain:v1", 24 * MIB), ("json:v1", 0), ("no-color:v1", 6 * MIB)];
+    let Some(node) = ThrottledNode::start(&images, 2 * MIB, &[]).await else { return };
+    let socket = socket_flag(&node.daemon.socket);
     let image = node.proxy.image("plain:v1");
     let (status, stdout, stderr) = tokio::task::block_in_place(|| cli(&["pull", &socket, &image]));
     assert_eq!(status, 0, "{stderr}");
@@ -150,8 +121,8 @@ async fn a_pull_through_a_pipe_prints_plain_lines_and_json_for_scripts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looked_at() {
-    let Some(node) = Node::start(&[("small:v1", MIB)], 64 * MIB).await else { return };
-    let socket = node.socket();
+    let Some(node) = ThrottledNode::start(&[("small:v1", MIB)], 64 * MIB, &[]).await else { return };
+    let socket = socket_flag(&node.daemon.socket);
     let cli = |args: &[&str]| tokio::task::block_in_place(|| cli(args));
     let missing = node.proxy.image("missing:v1");
     let pull_for_pod = ["pull", &socket, &missing, "--pod", "team/web-1", "--pod-uid", "uid-1"];

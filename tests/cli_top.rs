@@ -4,12 +4,10 @@
 
 mod support;
 
-use std::{net::SocketAddr, path::Path, time::Duration};
+use std::{path::Path, time::Duration};
 
-use cri_imaged::api::{PodRef, PullPolicy, image_manager_client::ImageManagerClient};
-use support::{
-    call, ensure, process::DaemonProcess, stack::LocalStack, throttle::ThrottleProxy, tmux::Terminal, unix_channel,
-};
+use cri_imaged::api::{PodRef, PullPolicy};
+use support::{call, ensure, process::DaemonProcess, throttled_node::ThrottledNode, tmux::Terminal};
 
 const MIB: u64 = 1 << 20;
 const BIN: &str = env!("CARGO_BIN_EXE_cri-imaged");
@@ -40,26 +38,19 @@ fn bar_row(screen: &str) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_shows_a_pull_mid_way_keeps_it_through_a_daemon_restart_and_quits_cleanly() {
-    let Some(stack) = LocalStack::start() else { return };
-    stack.seed_sized("big:v1", 24 * MIB);
-    let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
     // 24 s for the pull: still under way, with room to spare, when the daemon is killed below.
-    let proxy = ThrottleProxy::start(registry, MIB).await;
-    stack.route_through(proxy.addr.port());
-    let dir = tempfile::tempdir().expect("tempdir");
-    // A short path: the banner names it and must fit in 80 columns.
-    let socket = dir.path().join("d.sock");
-    let mut daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    let Some(mut node) = ThrottledNode::start(&[("big:v1", 24 * MIB)], MIB, &[]).await else { return };
+    let socket = node.daemon.socket.clone();
     let Some(terminal) = top(&socket) else { return };
     terminal.wait_for("the daemon's answers", Duration::from_secs(10), |screen| screen.contains("runtime ok"));
     assert!(terminal.alternate_screen(), "a full-screen view");
 
-    let mut client = ImageManagerClient::new(unix_channel(&socket));
-    let mut failing = ensure(&proxy.image("missing:v1"), PullPolicy::IfNotPresent as i32);
+    let mut client = node.client();
+    let mut failing = ensure(&node.proxy.image("missing:v1"), PullPolicy::IfNotPresent as i32);
     failing.pod =
         Some(PodRef { namespace: "team".into(), name: "web-1".into(), uid: "uid-1".into(), ..Default::default() });
     assert!(call(&mut client, failing).await.is_err(), "a missing image fails, and backs off");
-    let image = proxy.image("big:v1");
+    let image = node.proxy.image("big:v1");
     let pulling = tokio::spawn(async move { call(&mut client, ensure(&image, PullPolicy::IfNotPresent as i32)).await });
 
     let mid_pull = terminal.wait_for("the pull with its bar and bytes", Duration::from_secs(20), |screen| {
@@ -85,14 +76,14 @@ async fn top_shows_a_pull_mid_way_keeps_it_through_a_daemon_restart_and_quits_cl
     terminal.send_keys(&["/", "BSpace", "BSpace", "BSpace", "Enter"]);
     terminal.wait_for("the pull back", Duration::from_secs(5), |screen| bar_row(screen).is_some());
 
-    daemon.kill_hard();
+    node.daemon.kill_hard();
     let down = terminal
         .wait_for("the reconnecting banner", Duration::from_secs(5), |screen| screen.contains(&banner(&socket)));
     eprintln!("daemon killed:\n{down}");
     assert!(down.contains("/big:v1") && down.contains("stale: as of"), "the last answers stay, marked: {down}");
     assert!(pulling.await.expect("the pull's task").is_err(), "the killed daemon's caller was cut off");
 
-    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    node.daemon = DaemonProcess::start(&socket, &node.stack.containerd_socket, &[]).await;
     terminal.wait_for("reconnected", Duration::from_secs(10), |screen| screen.contains("reconnected to the daemon"));
     let back = terminal.wait_for("fresh answers, the banner gone", Duration::from_secs(10), |screen| {
         !screen.contains("reconnect") && !screen.contains("stale") && screen.contains("runtime ok")
@@ -103,7 +94,6 @@ async fn top_shows_a_pull_mid_way_keeps_it_through_a_daemon_restart_and_quits_cl
 
     terminal.send_keys(&["q"]);
     assert_eq!(ended(&terminal), (0, true), "q quits and gives the terminal back:\n{}", terminal.screen());
-    drop(daemon);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

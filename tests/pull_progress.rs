@@ -4,19 +4,17 @@
 
 mod support;
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use cri_imaged::{
-    api::{Event, GetStatusRequest, PodRef, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient},
+    api::{Event, GetStatusRequest, PodRef, PullPolicy, WatchEventsRequest},
     runtime::{ContentStore, CriClient, RuntimeEndpoint},
 };
 use support::{
     call, ensure,
-    process::{DaemonProcess, grpcurl, require_tool},
+    process::{grpcurl, require_tool},
     reason,
-    stack::LocalStack,
-    throttle::ThrottleProxy,
-    unix_channel,
+    throttled_node::ThrottledNode,
 };
 use tokio::{task::JoinHandle, time::timeout};
 use tonic::Code;
@@ -27,33 +25,8 @@ const RATE: u64 = 2 * MIB;
 /// What the seeded layer adds to its random bytes (the sleeper binary, tar headers).
 const LAYER_OVERHEAD: u64 = 256 * 1024;
 
-/// The stack, its registry behind the proxy, and cri-imaged serving on it.
-struct Throttled {
-    stack: LocalStack,
-    proxy: ThrottleProxy,
-    daemon: DaemonProcess,
-    _dir: tempfile::TempDir,
-}
-
-impl Throttled {
-    /// Seeds `images` (name:tag, random bytes) and starts cri-imaged with `flags`.
-    async fn start(images: &[(&str, u64)], flags: &[&str]) -> Option<Self> {
-        let stack = LocalStack::start()?;
-        for (name, bytes) in images {
-            stack.seed_sized(name, *bytes);
-        }
-        let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
-        let proxy = ThrottleProxy::start(registry, RATE).await;
-        stack.route_through(proxy.addr.port());
-        let dir = tempfile::tempdir().expect("tempdir");
-        let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, flags).await;
-        Some(Self { stack, proxy, daemon, _dir: dir })
-    }
-
-    fn client(&self) -> ImageManagerClient<tonic::transport::Channel> {
-        ImageManagerClient::new(unix_channel(&self.daemon.socket))
-    }
-
+/// What these tests ask of the node (`support` is a module of this crate, so the impl may be here).
+impl ThrottledNode {
     /// EnsureImageExists of `image` for the pod `uid`, in a task.
     fn ensure(
         &self,
@@ -120,7 +93,7 @@ fn progress_of(events: &[Event]) -> Vec<(u64, u64)> {
 
 #[tokio::test]
 async fn progress_events_rise_to_the_total_of_a_throttled_pull() {
-    let Some(node) = Throttled::start(&[("big:v1", 8 * MIB)], &[]).await else { return };
+    let Some(node) = ThrottledNode::start(&[("big:v1", 8 * MIB)], RATE, &[]).await else { return };
     let image = node.proxy.image("big:v1");
     let watching = node.watch(&image).await;
     let answer = timeout(Duration::from_secs(20), node.ensure(&image, "u1")).await.expect("answered").expect("task");
@@ -169,7 +142,7 @@ async fn progress_events_rise_to_the_total_of_a_throttled_pull() {
 #[tokio::test]
 async fn two_images_pulling_at_once_each_report_their_own_bytes() {
     let images = [("large:v1", 6 * MIB), ("small:v1", 3 * MIB)];
-    let Some(node) = Throttled::start(&images, &["--max-parallel-image-pulls", "2"]).await else { return };
+    let Some(node) = ThrottledNode::start(&images, RATE, &["--max-parallel-image-pulls", "2"]).await else { return };
     let (large, small) = (node.proxy.image("large:v1"), node.proxy.image("small:v1"));
     let (watch_large, watch_small) = (node.watch(&large).await, node.watch(&small).await);
     let pulls = [node.ensure(&large, "u-large"), node.ensure(&small, "u-small")];
@@ -196,7 +169,7 @@ async fn two_images_pulling_at_once_each_report_their_own_bytes() {
 #[tokio::test]
 async fn a_pull_that_stops_moving_is_cancelled_on_containerd() {
     let flags = ["--image-pull-progress-timeout", "2s"];
-    let Some(node) = Throttled::start(&[("stuck:v1", 8 * MIB)], &flags).await else { return };
+    let Some(node) = ThrottledNode::start(&[("stuck:v1", 8 * MIB)], RATE, &flags).await else { return };
     let image = node.proxy.image("stuck:v1");
     let watching = node.watch(&image).await;
     let pulling = node.ensure(&image, "u1");
@@ -245,7 +218,7 @@ async fn a_pull_that_stops_moving_is_cancelled_on_containerd() {
 async fn grpcurl_reads_a_pulls_progress_from_get_status() {
     let Some(grpcurl_bin) = require_tool("grpcurl") else { return };
     let thresholds = ["--image-gc-high-threshold", "90", "--image-gc-low-threshold", "70"];
-    let Some(node) = Throttled::start(&[("watched:v1", 8 * MIB)], &thresholds).await else { return };
+    let Some(node) = ThrottledNode::start(&[("watched:v1", 8 * MIB)], RATE, &thresholds).await else { return };
     let image = node.proxy.image("watched:v1");
     let pulling = node.ensure(&image, "u1");
     let socket: PathBuf = node.daemon.socket.clone();

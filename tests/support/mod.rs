@@ -14,6 +14,7 @@ pub mod registry_faults;
 pub mod registry_push;
 pub mod stack;
 pub mod throttle;
+pub mod throttled_node;
 pub mod tmux;
 
 use std::{

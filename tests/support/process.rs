@@ -277,7 +277,8 @@ pub fn metric_with_label(port: u16, name: &str, label: &str) -> f64 {
         .filter_map(|rest| rest.split_once('}'))
         .filter(|(labels, _)| labels.split(',').any(|pair| pair == label))
         .filter_map(|(_, value)| value.trim().split(' ').next()?.parse::<f64>().ok())
-        .sum()
+        // Not `sum()`: an empty sum of floats is -0, printed "-0".
+        .fold(0.0, |sum, value| sum + value)
 }
 
 /// The resident memory of process `pid` now, in MiB (`VmRSS`).

@@ -10,10 +10,10 @@
 # OpenMetrics parser reads /metrics in the tests), systemd's tools (the unit's checks), buildah and
 # a static busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian
 # package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
-# and the packaged completion in a terminal), socat (the bench's byte relay, the floor of any hop
-# in the kubelet's path), kubernetes-validate (PyPI: the DaemonSet's check),
-# cargo-fuzz (crates.io) with g++ (libFuzzer's C++, built by the libfuzzer-sys crate) for make
-# fuzz, and cargo-deny (crates.io) for make lint.
+# and the packaged completion in a terminal), zsh and fish (the packaged completions in their own
+# shells), socat (the bench's byte relay, the floor of any hop in the kubelet's path),
+# kubernetes-validate (PyPI: the DaemonSet's check), cargo-fuzz (crates.io) with g++ (libFuzzer's
+# C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
 
 missing=()
@@ -57,6 +57,9 @@ command -v man >/dev/null && command -v groff >/dev/null || missing+=(man-db gro
 # tmux: a real terminal for the tests of the command line (tests/support/tmux.rs) and of the
 # packaged bash completion.
 command -v tmux >/dev/null || missing+=(tmux)
+# zsh and fish: the package's zsh and fish completions, each in its shell (tests/deb_package.rs).
+command -v zsh >/dev/null || missing+=(zsh)
+command -v fish >/dev/null || missing+=(fish)
 # socat: a relay that copies bytes and parses nothing, beside cri-imaged in the CRI bench rows.
 command -v socat >/dev/null || missing+=(socat)
 # The image's shell for its readiness probe: busybox, static (Debian's plain busybox is not).

@@ -1,8 +1,9 @@
 //! The Debian package of scripts/build-deb.sh: it holds the binary, the units, the docs, the shell
-//! completions and the man pages; the pages render without a warning and the bash completion
-//! completes in a real terminal; on this machine (root, no systemd running) `dpkg -i` installs
-//! it, the installed binary answers `--version` and serves a call socket-activated as its
-//! installed units say, and `dpkg -r` removes every file it installed.
+//! completions and the man pages; the pages render without a warning and the bash, zsh and fish
+//! completions complete in their shells (bash and zsh in a real terminal); on this machine (root,
+//! no systemd running) `dpkg -i` installs it, the installed binary answers `--version` and serves
+//! a call socket-activated as its installed units say, and `dpkg -r` removes every file it
+//! installed.
 
 mod support;
 
@@ -27,6 +28,8 @@ const SOCKET: &str = "/lib/systemd/system/cri-imaged.socket";
 /// The default config, a conffile: kept on removal, gone on purge.
 const CONFIG: &str = "/etc/cri-imaged/config.yaml";
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/cri-imaged";
+const ZSH_COMPLETION: &str = "/usr/share/zsh/vendor-completions/_cri-imaged";
+const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.fish";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
 const FILES: [&str; 19] = [
@@ -36,8 +39,8 @@ const FILES: [&str; 19] = [
     "/usr/share/doc/cri-imaged/README.md.gz",
     "/usr/share/doc/cri-imaged/copyright",
     BASH_COMPLETION,
-    "/usr/share/zsh/vendor-completions/_cri-imaged",
-    "/usr/share/fish/vendor_completions.d/cri-imaged.fish",
+    ZSH_COMPLETION,
+    FISH_COMPLETION,
     "/usr/share/man/man1/cri-imaged.1.gz",
     "/usr/share/man/man1/cri-imaged-serve.1.gz",
     "/usr/share/man/man1/cri-imaged-pull.1.gz",
@@ -268,6 +271,110 @@ fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
     completes("cri-imaged status --soc", "cri-imaged status --socket");
     completes("cri-imaged pull -o wi", "cri-imaged pull -o wide");
     completes("cri-imaged completion fi", "cri-imaged completion fish");
+}
+
+#[test]
+fn the_packaged_zsh_completion_completes_commands_in_a_terminal() {
+    if !build_tools_present() {
+        return;
+    }
+    let Some(zsh) = require_tool("zsh") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deb = build_deb(dir.path());
+    let tree = extract(&deb, &dir.path().join("tree"));
+    let completion = tree.join(ZSH_COMPLETION.trim_start_matches('/'));
+    let syntax = Command::new(&zsh).arg("-n").arg(&completion).output().expect("zsh runs");
+    assert!(syntax.status.success() && syntax.stderr.is_empty(), "zsh -n: {}", said(&syntax));
+
+    // As a person meets it: an interactive zsh whose only start-up file (-d: none of /etc/zsh) is
+    // a .zshrc that puts the packaged directory on fpath, as Debian's zsh has it, and runs compinit,
+    // which finds `_cri-imaged` there by its #compdef line. Emacs keys whatever $EDITOR says (C-u
+    // clears the line). In an empty directory: a word the script does not complete would complete
+    // as a file name.
+    let zdotdir = tempfile::tempdir().expect("tempdir");
+    let vendor_completions = completion.parent().expect("the completion's directory");
+    let zshrc = format!(
+        "fpath=({} $fpath)\nautoload -Uz compinit && compinit -u\nbindkey -e\nPS1='%% '\n",
+        vendor_completions.display()
+    );
+    std::fs::write(zdotdir.path().join(".zshrc"), zshrc).expect("the .zshrc");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let shell = format!("env -C {} ZDOTDIR={} zsh -d", empty.path().display(), zdotdir.path().display());
+    let Some(terminal) = Terminal::start(&shell, 100, 12, &[]) else { return };
+    // Typed only at the first prompt, after compinit (the screen drops a prompt's trailing space).
+    terminal.wait_for("the first prompt", Duration::from_secs(10), |screen| screen.lines().any(|line| line == "%"));
+    // A completed word ends with a space (an option's with the `=` its value follows): typed
+    // after it, the mark shows what was added.
+    let completes = |typed: &str, completed: &str| {
+        terminal.send_keys(&["C-u", typed, "Tab"]);
+        terminal.send_keys(&["#"]);
+        let wanted = format!("% {completed}#");
+        terminal.wait_for(&wanted, Duration::from_secs(10), |screen| screen.lines().any(|line| line == wanted));
+    };
+    // A command, a command of a command, an option of a command, an option's value, a positional
+    // argument's value.
+    completes("cri-imaged pu", "cri-imaged pull ");
+    completes("cri-imaged backoff cl", "cri-imaged backoff clear ");
+    completes("cri-imaged status --soc", "cri-imaged status --socket=");
+    completes("cri-imaged pull -o wi", "cri-imaged pull -o wide ");
+    completes("cri-imaged completion fi", "cri-imaged completion fish ");
+}
+
+#[test]
+fn the_packaged_fish_completion_completes_commands_where_fish_looks_for_it() {
+    if !build_tools_present() {
+        return;
+    }
+    let Some(fish) = require_tool("fish") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deb = build_deb(dir.path());
+    let tree = extract(&deb, &dir.path().join("tree"));
+    let completion = tree.join(FISH_COMPLETION.trim_start_matches('/'));
+    let syntax = Command::new(&fish).arg("--no-execute").arg(&completion).output().expect("fish runs");
+    assert!(syntax.status.success() && syntax.stderr.is_empty(), "fish --no-execute: {}", said(&syntax));
+
+    // A fish with nothing of this machine's user (an empty home, no XDG_CONFIG_HOME) and the
+    // package's tree as its data directory: it looks in vendor_completions.d there, by the
+    // command's name, as for the installed package. It loads completions only for a command it
+    // can find, so the package's binary comes first on PATH. Not interactive: `complete -C` asks
+    // fish what it would offer for a command line. In an empty directory: a word the script
+    // does not complete would complete as a file name.
+    let home = tempfile::tempdir().expect("tempdir");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let path = std::env::join_paths(
+        std::iter::once(tree.join("usr/bin"))
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("a PATH");
+    // What fish offers for `line`: the candidates, without their descriptions.
+    let offers = |line: &str| -> Vec<String> {
+        let output = Command::new(&fish)
+            .args(["-c", "complete --do-complete $LINE; functions --details __fish_cri_imaged_needs_command"])
+            .env_clear()
+            .env("PATH", &path)
+            .env("HOME", home.path())
+            .env("XDG_DATA_DIRS", tree.join("usr/share"))
+            .env("LANG", "C.UTF-8")
+            .env("LINE", line)
+            .current_dir(empty.path())
+            .stdin(Stdio::null())
+            .output()
+            .expect("fish runs");
+        assert!(output.status.success() && output.stderr.is_empty(), "complete -C '{line}': {}", said(&output));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let mut lines: Vec<&str> = stdout.lines().collect();
+        // The file that defined the script's functions: the packaged one, not one installed here.
+        assert_eq!(lines.pop().map(Path::new), Some(completion.as_path()), "complete -C '{line}':\n{stdout}");
+        lines.iter().map(|offer| offer.split('\t').next().unwrap_or_default().to_owned()).collect()
+    };
+    // A command, a command of a command, an option of a command, an option's value (short and
+    // long), a positional argument's value.
+    assert_eq!(offers("cri-imaged pu"), ["pull"]);
+    assert_eq!(offers("cri-imaged backoff cl"), ["clear"]);
+    assert_eq!(offers("cri-imaged status --soc"), ["--socket"]);
+    assert_eq!(offers("cri-imaged pull -o wi"), ["wide"]);
+    assert_eq!(offers("cri-imaged pull --output wi"), ["wide"]);
+    assert_eq!(offers("cri-imaged completion fi"), ["fish"]);
 }
 
 fn is_root() -> bool {

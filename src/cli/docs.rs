@@ -20,8 +20,38 @@ pub fn completion(shell: clap_complete::Shell) -> Result<(), CliError> {
         let text = String::from_utf8_lossy(&script).replace("cri__subcmd__imaged", "cri__imaged");
         script = text.into_bytes();
     }
+    if shell == clap_complete::Shell::Fish {
+        // clap_complete 4.6's fish script completes options and commands but no positional
+        // argument (its docs say so): `cri-imaged completion fi` offered file names, not fish.
+        script.extend_from_slice(fish_positional_values().as_bytes());
+    }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&script).and_then(|()| stdout.flush()).map_err(CliError::Output)
+}
+
+/// A fish `complete` line for each value of a command's positional argument that takes a fixed
+/// set (`completion`'s SHELL), on the condition the generated script uses for that command. The
+/// commands of cri-imaged only: none below them (`backoff clear`) has such an argument.
+fn fish_positional_values() -> String {
+    // In fish's single quotes only \ and ' are special.
+    let quote = |text: &str| format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'").replace('\n', " "));
+    let mut cli = Cli::command();
+    cli.build();
+    let mut lines = String::new();
+    for command in cli.get_subcommands().filter(|command| !command.is_hide_set()) {
+        for arg in command.get_positionals().filter(|arg| !arg.is_hide_set()) {
+            for value in arg.get_possible_values().iter().filter(|value| !value.is_hide_set()) {
+                let help = value.get_help().or(arg.get_help()).map(ToString::to_string).unwrap_or_default();
+                lines.push_str(&format!(
+                    "complete -c cri-imaged -n \"__fish_cri_imaged_using_subcommand {}\" -f -a {} -d {}\n",
+                    command.get_name(),
+                    quote(value.get_name()),
+                    quote(&help),
+                ));
+            }
+        }
+    }
+    lines
 }
 
 /// `cri-imaged.1` and a page per command (`cri-imaged-pull.1`, `cri-imaged-backoff-clear.1`, …)

@@ -171,6 +171,24 @@ fn extract(deb: &Path, tree: &Path) -> PathBuf {
     tree.to_owned()
 }
 
+/// The package built and unpacked: the tree's root, in a directory that goes with the guard.
+fn unpacked() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deb = build_deb(dir.path());
+    let tree = extract(&deb, &dir.path().join("tree"));
+    (dir, tree)
+}
+
+/// Types `typed` at `prompt` in `terminal`'s shell, then Tab, then a mark: the line must become
+/// `prompt`, `completed` and the mark (a completed word ends with a space, or an option with the
+/// `=` its value follows, so the mark shows exactly what was added).
+fn completes(terminal: &Terminal, prompt: &str, typed: &str, completed: &str) {
+    terminal.send_keys(&["C-u", typed, "Tab"]);
+    terminal.send_keys(&["#"]);
+    let wanted = format!("{prompt}{completed}#");
+    terminal.wait_for(&wanted, Duration::from_secs(10), |screen| screen.lines().any(|line| line == wanted));
+}
+
 /// 2023-11-14 22:13:20 UTC: the pages' date must come from it, not from the clock.
 const SOURCE_DATE_EPOCH: &str = "1700000000";
 
@@ -228,9 +246,7 @@ fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
         return;
     }
     let Some(bash) = require_tool("bash") else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let deb = build_deb(dir.path());
-    let tree = extract(&deb, &dir.path().join("tree"));
+    let (_dir, tree) = unpacked();
     let completion = tree.join(BASH_COMPLETION.trim_start_matches('/'));
     let completion = completion.to_str().expect("utf-8 path");
     let syntax = run(bash.to_str().expect("utf-8 path"), &["-n", completion]);
@@ -258,19 +274,12 @@ fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
     // Typed only at the prompt after it (the screen drops a prompt's trailing space).
     terminal
         .wait_for("the prompt after source", Duration::from_secs(10), |screen| screen.lines().any(|line| line == "$"));
-    // A completed word ends with a space: typed after it, the mark shows it was added.
-    let completes = |typed: &str, completed: &str| {
-        terminal.send_keys(&["C-u", typed, "Tab"]);
-        terminal.send_keys(&["#"]);
-        let wanted = format!("$ {completed} #");
-        terminal.wait_for(&wanted, Duration::from_secs(10), |screen| screen.lines().any(|line| line == wanted));
-    };
     // A command, a command of a command, an option of a command, an option's value.
-    completes("cri-imaged pu", "cri-imaged pull");
-    completes("cri-imaged backoff cl", "cri-imaged backoff clear");
-    completes("cri-imaged status --soc", "cri-imaged status --socket");
-    completes("cri-imaged pull -o wi", "cri-imaged pull -o wide");
-    completes("cri-imaged completion fi", "cri-imaged completion fish");
+    completes(&terminal, "$ ", "cri-imaged pu", "cri-imaged pull ");
+    completes(&terminal, "$ ", "cri-imaged backoff cl", "cri-imaged backoff clear ");
+    completes(&terminal, "$ ", "cri-imaged status --soc", "cri-imaged status --socket ");
+    completes(&terminal, "$ ", "cri-imaged pull -o wi", "cri-imaged pull -o wide ");
+    completes(&terminal, "$ ", "cri-imaged completion fi", "cri-imaged completion fish ");
 }
 
 #[test]
@@ -279,9 +288,7 @@ fn the_packaged_zsh_completion_completes_commands_in_a_terminal() {
         return;
     }
     let Some(zsh) = require_tool("zsh") else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let deb = build_deb(dir.path());
-    let tree = extract(&deb, &dir.path().join("tree"));
+    let (_dir, tree) = unpacked();
     let completion = tree.join(ZSH_COMPLETION.trim_start_matches('/'));
     let syntax = Command::new(&zsh).arg("-n").arg(&completion).output().expect("zsh runs");
     assert!(syntax.status.success() && syntax.stderr.is_empty(), "zsh -n: {}", said(&syntax));
@@ -303,21 +310,13 @@ fn the_packaged_zsh_completion_completes_commands_in_a_terminal() {
     let Some(terminal) = Terminal::start(&shell, 100, 12, &[]) else { return };
     // Typed only at the first prompt, after compinit (the screen drops a prompt's trailing space).
     terminal.wait_for("the first prompt", Duration::from_secs(10), |screen| screen.lines().any(|line| line == "%"));
-    // A completed word ends with a space (an option's with the `=` its value follows): typed
-    // after it, the mark shows what was added.
-    let completes = |typed: &str, completed: &str| {
-        terminal.send_keys(&["C-u", typed, "Tab"]);
-        terminal.send_keys(&["#"]);
-        let wanted = format!("% {completed}#");
-        terminal.wait_for(&wanted, Duration::from_secs(10), |screen| screen.lines().any(|line| line == wanted));
-    };
-    // A command, a command of a command, an option of a command, an option's value, a positional
-    // argument's value.
-    completes("cri-imaged pu", "cri-imaged pull ");
-    completes("cri-imaged backoff cl", "cri-imaged backoff clear ");
-    completes("cri-imaged status --soc", "cri-imaged status --socket=");
-    completes("cri-imaged pull -o wi", "cri-imaged pull -o wide ");
-    completes("cri-imaged completion fi", "cri-imaged completion fish ");
+    // A command, a command of a command, an option of a command (zsh adds the `=`), an option's
+    // value, a positional argument's value.
+    completes(&terminal, "% ", "cri-imaged pu", "cri-imaged pull ");
+    completes(&terminal, "% ", "cri-imaged backoff cl", "cri-imaged backoff clear ");
+    completes(&terminal, "% ", "cri-imaged status --soc", "cri-imaged status --socket=");
+    completes(&terminal, "% ", "cri-imaged pull -o wi", "cri-imaged pull -o wide ");
+    completes(&terminal, "% ", "cri-imaged completion fi", "cri-imaged completion fish ");
 }
 
 #[test]
@@ -326,9 +325,7 @@ fn the_packaged_fish_completion_completes_commands_where_fish_looks_for_it() {
         return;
     }
     let Some(fish) = require_tool("fish") else { return };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let deb = build_deb(dir.path());
-    let tree = extract(&deb, &dir.path().join("tree"));
+    let (_dir, tree) = unpacked();
     let completion = tree.join(FISH_COMPLETION.trim_start_matches('/'));
     let syntax = Command::new(&fish).arg("--no-execute").arg(&completion).output().expect("fish runs");
     assert!(syntax.status.success() && syntax.stderr.is_empty(), "fish --no-execute: {}", said(&syntax));

@@ -372,6 +372,9 @@ fn the_packaged_fish_completion_completes_commands_where_fish_looks_for_it() {
     assert_eq!(offers("cri-imaged pull -o wi"), ["wide"]);
     assert_eq!(offers("cri-imaged pull --output wi"), ["wide"]);
     assert_eq!(offers("cri-imaged completion fi"), ["fish"]);
+    // The package's own build step is hidden: offered neither as a command nor to help.
+    assert_eq!(offers("cri-imaged gen"), Vec::<String>::new());
+    assert!(!offers("cri-imaged help ").iter().any(|offer| offer == "generate-man"), "help offers no hidden command");
 }
 
 fn is_root() -> bool {

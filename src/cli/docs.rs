@@ -12,7 +12,7 @@ use crate::config::{Cli, client::EXIT_STATUS_HELP};
 /// The completion script for `shell`, on stdout.
 pub fn completion(shell: clap_complete::Shell) -> Result<(), CliError> {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "cri-imaged", &mut script);
+    clap_complete::generate(shell, &mut without_hidden_commands(Cli::command()), "cri-imaged", &mut script);
     if shell == clap_complete::Shell::Bash {
         // clap_complete 4.6 names a hyphenated binary's branches `cri__subcmd__imaged__…` but
         // looks for `cri__imaged__…` (clap-rs/clap#6421): nothing past the first word would
@@ -27,6 +27,19 @@ pub fn completion(shell: clap_complete::Shell) -> Result<(), CliError> {
     }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&script).and_then(|()| stdout.flush()).map_err(CliError::Output)
+}
+
+/// `root` without its hidden commands (`generate-man`, for the package's build): clap_complete
+/// 4.6 offers hidden commands too, and clap cannot take a command out, so the shown ones are put
+/// into a new command of the same name, version, description and arguments.
+fn without_hidden_commands(root: clap::Command) -> clap::Command {
+    let shown = root.get_subcommands().filter(|command| !command.is_hide_set()).cloned();
+    let copy = clap::Command::new("cri-imaged").version(env!("CARGO_PKG_VERSION"));
+    let copy = match root.get_about() {
+        Some(about) => copy.about(about.clone()),
+        None => copy,
+    };
+    copy.args(root.get_arguments().cloned()).subcommands(shown)
 }
 
 /// A fish `complete` line for each value of a command's positional argument that takes a fixed

@@ -179,6 +179,30 @@ fn unpacked() -> (tempfile::TempDir, PathBuf) {
     (dir, tree)
 }
 
+/// A shell and the package's completion for it, unpacked with the package's tree (gone with
+/// `_dir`).
+struct Packaged {
+    shell: PathBuf,
+    completion: PathBuf,
+    tree: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// The package built and unpacked, with `shell` found and its completion (installed at
+/// `installed_at`) read by it without an error (`check`: its flag to read and not run). `None`
+/// where the package cannot be built here, or (outside CI) the shell is missing.
+fn packaged_completion(shell: &str, check: &str, installed_at: &str) -> Option<Packaged> {
+    if !build_tools_present() {
+        return None;
+    }
+    let shell = require_tool(shell)?;
+    let (dir, tree) = unpacked();
+    let completion = tree.join(installed_at.trim_start_matches('/'));
+    let syntax = Command::new(&shell).arg(check).arg(&completion).output().expect("the shell runs");
+    assert!(syntax.status.success() && syntax.stderr.is_empty(), "{check}: {}", said(&syntax));
+    Some(Packaged { shell, completion, tree, _dir: dir })
+}
+
 /// Types `typed` at `prompt` in `terminal`'s shell, then Tab, then a mark: the line must become
 /// `prompt`, `completed` and the mark (a completed word ends with a space, or an option with the
 /// `=` its value follows, so the mark shows exactly what was added).
@@ -242,15 +266,11 @@ fn the_man_pages_render_without_a_warning_dated_from_source_date_epoch() {
 
 #[test]
 fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
-    if !build_tools_present() {
+    let Some(Packaged { shell: bash, completion, _dir, .. }) = packaged_completion("bash", "-n", BASH_COMPLETION)
+    else {
         return;
-    }
-    let Some(bash) = require_tool("bash") else { return };
-    let (_dir, tree) = unpacked();
-    let completion = tree.join(BASH_COMPLETION.trim_start_matches('/'));
+    };
     let completion = completion.to_str().expect("utf-8 path");
-    let syntax = run(bash.to_str().expect("utf-8 path"), &["-n", completion]);
-    assert!(syntax.status.success() && syntax.stderr.is_empty(), "bash -n: {}", said(&syntax));
     let script = format!("source {completion} && complete -p cri-imaged");
     let registered = run(bash.to_str().expect("utf-8 path"), &["--norc", "--noprofile", "-c", &script]);
     assert!(registered.status.success(), "{}", said(&registered));
@@ -284,14 +304,10 @@ fn the_packaged_bash_completion_completes_commands_in_a_terminal() {
 
 #[test]
 fn the_packaged_zsh_completion_completes_commands_in_a_terminal() {
-    if !build_tools_present() {
+    // The tree stays while `_dir` lives; `zsh` is started by name in the terminal.
+    let Some(Packaged { completion, _dir, .. }) = packaged_completion("zsh", "-n", ZSH_COMPLETION) else {
         return;
-    }
-    let Some(zsh) = require_tool("zsh") else { return };
-    let (_dir, tree) = unpacked();
-    let completion = tree.join(ZSH_COMPLETION.trim_start_matches('/'));
-    let syntax = Command::new(&zsh).arg("-n").arg(&completion).output().expect("zsh runs");
-    assert!(syntax.status.success() && syntax.stderr.is_empty(), "zsh -n: {}", said(&syntax));
+    };
 
     // As a person meets it: an interactive zsh whose only start-up file (-d: none of /etc/zsh) is
     // a .zshrc that puts the packaged directory on fpath, as Debian's zsh has it, and runs compinit,
@@ -321,14 +337,11 @@ fn the_packaged_zsh_completion_completes_commands_in_a_terminal() {
 
 #[test]
 fn the_packaged_fish_completion_completes_commands_where_fish_looks_for_it() {
-    if !build_tools_present() {
+    let Some(Packaged { shell: fish, completion, tree, _dir }) =
+        packaged_completion("fish", "--no-execute", FISH_COMPLETION)
+    else {
         return;
-    }
-    let Some(fish) = require_tool("fish") else { return };
-    let (_dir, tree) = unpacked();
-    let completion = tree.join(FISH_COMPLETION.trim_start_matches('/'));
-    let syntax = Command::new(&fish).arg("--no-execute").arg(&completion).output().expect("fish runs");
-    assert!(syntax.status.success() && syntax.stderr.is_empty(), "fish --no-execute: {}", said(&syntax));
+    };
 
     // A fish with nothing of this machine's user (an empty home, no XDG_CONFIG_HOME) and the
     // package's tree as its data directory: it looks in vendor_completions.d there, by the

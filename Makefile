@@ -56,6 +56,9 @@ lint: deps
 	cargo clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 	scripts/advisory-db.sh
+	# cargo metadata (under cargo-deny) resolves every platform's crates of the lock file, which a
+	# Linux build never downloads: fetch them first, or a machine with a fresh cargo cache fails.
+	cargo fetch --locked
 	cargo deny --offline check
 
 # A pull and then an "already present" answer, on a real local containerd and registry (root). It

@@ -449,6 +449,57 @@ async fn once_cri_imaged_has_pulled_a_preloaded_image_it_is_verified_under_the_d
     assert_eq!(secret_names(&record, &p.stack.image("preloaded/app")), names(&[("regcred-a", "uid-regcred-a")]));
 }
 
+/// Puts something that is no regular file where the file at `path` was.
+fn replace_by_no_regular_file(kind: &str, path: &Path) {
+    std::fs::remove_file(path).expect("the record was there");
+    match kind {
+        "symlink" => {
+            let elsewhere = path.parent().and_then(Path::parent).expect("image_manager").join("elsewhere");
+            std::fs::write(&elsewhere, b"{}").expect("written");
+            std::os::unix::fs::symlink(&elsewhere, path).expect("linked");
+        }
+        "directory" => std::fs::create_dir(path).expect("created"),
+        "fifo" => assert!(std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo runs").success()),
+        "/dev/zero" => std::os::unix::fs::symlink("/dev/zero", path).expect("linked"),
+        other => panic!("no such kind {other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_record_replaced_by_a_link_a_directory_a_fifo_or_dev_zero_fails_closed_after_a_restart() {
+    let Some(p) = private_registry() else { return };
+    let image = p.seed("private/app:v1");
+    let dir = p.daemon_dir("d");
+    let record_file = |image_ref: &str| RecordDirs::of(&dir.join("root")).pulled.join(file_name(image_ref));
+    for kind in ["symlink", "directory", "fifo", "/dev/zero"] {
+        // The default policy, under which an image without a record counts as preloaded.
+        let (daemon, mut client) = p.daemon(&dir, &[]).await;
+        let a = call(&mut client, for_pod("a", &image, vec![p.secret("regcred-a", ALICE)], IF_NOT_PRESENT))
+            .await
+            .expect("A pulls, or proves its secret by pulling");
+        assert_eq!(a.image_ref.len(), "sha256:".len() + 64, "{a:?}");
+        let (exit, log) = daemon.terminate().await;
+        assert!(exit.success(), "{log}");
+        replace_by_no_regular_file(kind, &record_file(&a.image_ref));
+
+        let (daemon, mut client) = p.daemon(&dir, &[]).await;
+        for policy in [IF_NOT_PRESENT, NEVER] {
+            let status = match call(&mut client, for_pod("b", &image, vec![], policy)).await {
+                Ok(answer) => panic!("{kind}: a pod with no secret was given the image: {answer:?}"),
+                Err(status) => status,
+            };
+            if policy == NEVER {
+                assert_never_pull_answer(&status, &image);
+            } else {
+                assert_unauthorized(&status);
+            }
+        }
+        let (exit, log) = daemon.terminate().await;
+        assert!(exit.success(), "{log}");
+        assert!(log.contains("quarantined"), "{kind}: the record was set aside, saying so:\n{log}");
+    }
+}
+
 #[tokio::test]
 async fn records_outlive_a_restart_and_keep_every_decision() {
     let Some(p) = private_registry() else { return };

@@ -110,12 +110,22 @@ fn kind(file_type: &std::fs::FileType) -> &'static str {
 pub const QUARANTINE_SUFFIX: &str = ".quarantined";
 
 /// Sets the file at `path` aside, renamed to `PATH.SECONDS.quarantined` beside it (a link is
-/// renamed, not followed), and returns the new path.
+/// renamed, not followed), and returns the new path. One set aside in the same second before is
+/// kept: the name gets `-1`, `-2`… after the seconds.
 pub fn quarantine(path: &Path) -> io::Result<PathBuf> {
     let seconds = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|since| since.as_secs()).unwrap_or(0);
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(format!(".{seconds}{QUARANTINE_SUFFIX}"));
-    let aside = PathBuf::from(aside);
+    let named = |suffix: String| {
+        let mut aside = path.as_os_str().to_owned();
+        aside.push(format!(".{seconds}{suffix}{QUARANTINE_SUFFIX}"));
+        PathBuf::from(aside)
+    };
+    let mut aside = named(String::new());
+    for again in 1..=1000 {
+        if std::fs::symlink_metadata(&aside).is_err() {
+            break;
+        }
+        aside = named(format!("-{again}"));
+    }
     std::fs::rename(path, &aside)?;
     Ok(aside)
 }
@@ -206,5 +216,10 @@ mod tests {
         assert!(aside.to_string_lossy().ends_with(QUARANTINE_SUFFIX), "{}", aside.display());
         assert!(!link.exists() && aside.symlink_metadata().expect("moved").file_type().is_symlink());
         assert_eq!(std::fs::read(&target).expect("untouched"), b"kept");
+        // Set aside again within the same second: both kept, the second under a name of its own.
+        std::fs::create_dir(&link).expect("created");
+        let again = quarantine(&link).expect("set aside again");
+        assert_ne!(again, aside);
+        assert!(again.is_dir() && aside.symlink_metadata().expect("still there").file_type().is_symlink());
     }
 }

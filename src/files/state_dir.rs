@@ -4,14 +4,20 @@
 //! directory's parent). The kubelet renames without the fsyncs. A temporary file is removed at
 //! start only when its writer (the pid in its name) is gone. Reads take the files as hostile
 //! ([`super::read`]): one that is not a regular file, or is larger than the directory's cap, is
-//! quarantined, counted and read as no file.
+//! quarantined, counted and read as no file. The directory remembers, across restarts (the file
+//! stays beside the others), which keys had a file set aside: a reader for whom a lost file is not
+//! the same as none (a pull record) asks [`StateDir::was_set_aside`].
 
 use std::{
+    collections::HashSet,
     fs::{self, File, OpenOptions},
     io::{self, Write},
     os::unix::fs::{DirBuilderExt, OpenOptionsExt},
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +45,8 @@ pub struct StateDir {
     limit: u64,
     /// Files set aside as unreadable.
     quarantined: Counter,
+    /// The names of the keys whose file was set aside, now or by an earlier daemon.
+    set_aside: Arc<Mutex<HashSet<String>>>,
 }
 
 impl StateDir {
@@ -61,13 +69,19 @@ impl StateDir {
             }
         }
         let mut stale = 0;
+        let mut set_aside = HashSet::new();
         for entry in fs::read_dir(&path)? {
             let entry = entry?;
-            if left_by_a_crash(&entry.file_name().to_string_lossy()) && fs::remove_file(entry.path()).is_ok() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if left_by_a_crash(&name) && fs::remove_file(entry.path()).is_ok() {
                 stale += 1;
+            } else if let Some(key_name) = set_aside_key(&name) {
+                set_aside.insert(key_name.to_owned());
             }
         }
-        Ok((Self { path, limit: STATE_FILE_LIMIT, quarantined: Counter::default() }, stale))
+        let set_aside = Arc::new(Mutex::new(set_aside));
+        Ok((Self { path, limit: STATE_FILE_LIMIT, quarantined: Counter::default(), set_aside }, stale))
     }
 
     /// Reads files of at most `limit` bytes.
@@ -113,12 +127,22 @@ impl StateDir {
         self.read_path(&self.path.join(Self::file_name(key)))
     }
 
+    /// Whether a file for `key` was ever set aside as unreadable (it stays beside the others, so a
+    /// restart still knows).
+    pub fn was_set_aside(&self, key: &str) -> bool {
+        self.set_aside.lock().unwrap_or_else(PoisonError::into_inner).contains(&Self::file_name(key))
+    }
+
     fn read_path(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
         match read::read_bounded(path, self.limit, Links::Refuse) {
             Ok(contents) => Ok(contents),
             Err(ReadError::Io(error)) => Err(error),
             Err(ReadError::Refused(refused)) => {
                 self.quarantined.inc();
+                if let Some(name) = path.file_name() {
+                    let mut set_aside = self.set_aside.lock().unwrap_or_else(PoisonError::into_inner);
+                    set_aside.insert(name.to_string_lossy().into_owned());
+                }
                 match read::quarantine(path) {
                     Ok(aside) => tracing::warn!(
                         path = %path.display(), aside = %aside.display(), "state file is {refused}; quarantined and read as none"
@@ -175,6 +199,13 @@ fn left_by_a_crash(name: &str) -> bool {
     // `{file}.{pid}.{write}`; a name without a pid is from before pids were written.
     let writer = stem.rsplit('.').nth(1).and_then(|pid| pid.parse::<u32>().ok());
     writer.is_none_or(|pid| !Path::new("/proc").join(pid.to_string()).exists())
+}
+
+/// The name of the key whose file `name` is, when it is one set aside (`NAME.SECONDS.quarantined`,
+/// or `NAME.SECONDS-N.quarantined`).
+fn set_aside_key(name: &str) -> Option<&str> {
+    let (key_name, seconds) = name.strip_suffix(QUARANTINE_SUFFIX)?.rsplit_once('.')?;
+    seconds.bytes().all(|byte| byte.is_ascii_digit() || byte == b'-').then_some(key_name)
 }
 
 /// Writes `contents` to a new file at `path`, mode 0600, and fsyncs it.
@@ -261,6 +292,11 @@ mod tests {
             .filter(|entry| entry.as_ref().expect("entry").file_name().to_string_lossy().ends_with(QUARANTINE_SUFFIX));
         assert_eq!(aside.count(), 3, "each set aside beside the others");
         assert_eq!(files(&dir).len(), 1, "and never read again");
+        let remembered =
+            |dir: &StateDir| ["large", "a directory", "zero", "kept", "never"].map(|key| dir.was_set_aside(key));
+        assert_eq!(remembered(&dir), [true, true, true, false, false]);
+        let (reopened, _) = StateDir::open(root.path().to_owned()).expect("reopens");
+        assert_eq!(remembered(&reopened), [true, true, true, false, false], "known after a restart too");
     }
 
     #[test]

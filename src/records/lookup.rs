@@ -44,15 +44,24 @@ impl PullRecords {
         Ok(())
     }
 
-    /// The record of `image_ref`, if any. A record that does not decode is an error, so that the
-    /// caller verifies rather than trusts. Answered from memory when it can be; a file is read
-    /// off the async runtime's threads.
+    /// The record of `image_ref`, if any. A record that does not decode, or whose file was set
+    /// aside as unreadable (now or before a restart), is an error, so that the caller verifies
+    /// rather than trusts. Answered from memory when it can be; a file is read off the async
+    /// runtime's threads.
     pub async fn record(self: &Arc<Self>, image_ref: &str) -> Result<Option<Arc<PulledRecord>>, RecordsError> {
-        if let Some(known) = self.record_in_memory(image_ref) {
-            return Ok(known);
+        let found = match self.record_in_memory(image_ref) {
+            Some(known) => known,
+            None => {
+                let (records, image_ref) = (self.clone(), image_ref.to_owned());
+                off_the_runtime(move || records.record_on_disk(&image_ref)).await?
+            }
+        };
+        match found {
+            None if self.pulled.was_set_aside(image_ref) => {
+                Err(RecordsError::SetAside { file: "pull record", key: image_ref.to_owned() })
+            }
+            found => Ok(found),
         }
-        let (records, image_ref) = (self.clone(), image_ref.to_owned());
-        off_the_runtime(move || records.record_on_disk(&image_ref)).await
     }
 
     /// The record of `image_ref` as memory knows it, when memory knows.
@@ -84,10 +93,14 @@ impl PullRecords {
     }
 
     /// Whether cri-imaged pulled the image: a record of `image_ref`, or an intent for `image` (as
-    /// the pod wrote it). A file is read off the async runtime's threads.
+    /// the pod wrote it). An intent set aside as unreadable is an error, as a record is. A file is
+    /// read off the async runtime's threads.
     pub async fn pulled_by_cri_imaged(self: &Arc<Self>, image: &str, image_ref: &str) -> Result<bool, RecordsError> {
         if self.state().unsettled || self.record(image_ref).await?.is_some() {
             return Ok(true);
+        }
+        if self.pulling.was_set_aside(image) {
+            return Err(RecordsError::SetAside { file: "pull intent", key: image.to_owned() });
         }
         {
             let state = self.state();

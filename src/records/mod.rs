@@ -53,6 +53,10 @@ pub enum RecordsError {
     Format { path: PathBuf, error: FormatError },
     #[error("the pull records' writer stopped: {0}")]
     Writer(String),
+    /// A file that could not be read (no regular file, too large) was set aside: whatever it said
+    /// is lost, so its image is verified, never taken for one preloaded.
+    #[error("{file} for {key} could not be read (no regular file, or too large); its image is verified")]
+    SetAside { file: &'static str, key: String },
 }
 
 struct State {
@@ -168,7 +172,7 @@ impl PullRecords {
 
     fn io_error(&self, dir: &StateDir, error: RecordsError) -> RecordsError {
         match error {
-            RecordsError::Writer(_) | RecordsError::Format { .. } => error,
+            RecordsError::Writer(_) | RecordsError::Format { .. } | RecordsError::SetAside { .. } => error,
             RecordsError::Io { error, .. } => RecordsError::Io { path: dir.path().into(), error },
         }
     }

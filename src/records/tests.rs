@@ -114,10 +114,86 @@ async fn at_start_torn_and_temporary_files_are_passed_over_others_set_aside_and_
     records.warm().expect("warms");
     assert!(records.record("sha256:app").await.expect("readable").is_some(), "a whole record is read");
     assert!(records.pulled_by_cri_imaged("torn:v1", "sha256:torn").await.is_err(), "a torn intent's image is verified");
-    assert!(records.record("sha256:unreadable").await.expect("set aside").is_none(), "no regular file: quarantined");
+    assert!(records.record("sha256:unreadable").await.is_err(), "no regular file: quarantined, and verified");
     assert!(!pulled.join(StateDir::file_name("sha256:unreadable")).exists(), "moved aside");
     assert!(!records.pulled_by_cri_imaged("other:v1", "sha256:other").await.expect("no file, no error"));
     assert!(files(&pulled).iter().chain(&files(&pulling)).all(|name| !name.ends_with(".tmp")), "removed at start");
+}
+
+/// Puts something that is no regular file where the file `name` in `dir` was: each kind an
+/// attacker or bad luck could leave.
+fn replace_by(kind: &str, dir: &Path, name: &str) {
+    let path = dir.join(name);
+    std::fs::remove_file(&path).expect("the file was there");
+    match kind {
+        "symlink" => {
+            let elsewhere = dir.join("elsewhere");
+            std::fs::write(&elsewhere, b"{}").expect("written");
+            std::os::unix::fs::symlink(&elsewhere, &path).expect("linked");
+        }
+        "directory" => std::fs::create_dir(&path).expect("created"),
+        "fifo" => assert!(std::process::Command::new("mkfifo").arg(&path).status().expect("mkfifo runs").success()),
+        "/dev/zero" => std::os::unix::fs::symlink("/dev/zero", &path).expect("linked"),
+        other => panic!("no such kind {other}"),
+    }
+}
+
+const NOT_REGULAR: [&str; 4] = ["symlink", "directory", "fifo", "/dev/zero"];
+
+#[tokio::test]
+async fn a_record_lost_to_a_file_that_is_no_regular_file_fails_closed_across_restarts_until_a_pull_heals_it() {
+    let root = tempfile::tempdir().unwrap();
+    let pulled = root.path().join("image_manager/pulled");
+    let image =
+        |kind: &str| (format!("private/{}:v1", kind.replace('/', "")), format!("sha256:{}", kind.replace('/', "")));
+    {
+        let records = open(root.path());
+        for kind in NOT_REGULAR {
+            let (name, id) = image(kind);
+            records.record_pulled(&name, &id, "docker.io/library/private", secret("s")).await.expect("written");
+        }
+    }
+    for kind in NOT_REGULAR {
+        replace_by(kind, &pulled, &StateDir::file_name(&image(kind).1));
+    }
+    // Read at start (warm), then once more after a restart that finds only the files set aside.
+    for start in ["the start that finds them", "the next start"] {
+        let records = open(root.path());
+        records.warm().expect("warms the rest");
+        for kind in NOT_REGULAR {
+            let (name, id) = image(kind);
+            assert!(records.record(&id).await.is_err(), "{kind} at {start}: an error, never \"no record\"");
+            assert!(records.pulled_by_cri_imaged(&name, &id).await.is_err(), "{kind} at {start}: never preloaded");
+        }
+        assert!(records.record("sha256:never").await.expect("no file, no error").is_none());
+    }
+    // Looked up without a warm-up (a node with more records than memory holds reads on demand).
+    let records = open(root.path());
+    let (name, id) = image("fifo");
+    assert!(records.pulled_by_cri_imaged(&name, &id).await.is_err());
+    records.record_pulled(&name, &id, "docker.io/library/private", secret("s")).await.expect("rewritten");
+    assert!(records.record(&id).await.expect("readable now").is_some(), "a pull with credentials heals it");
+}
+
+#[tokio::test]
+async fn an_intent_lost_to_a_file_that_is_no_regular_file_fails_closed() {
+    let root = tempfile::tempdir().unwrap();
+    let pulling = root.path().join("image_manager/pulling");
+    {
+        let records = open(root.path());
+        for kind in NOT_REGULAR {
+            records.record_intent(&format!("private/{}:v1", kind.replace('/', ""))).await.expect("written");
+        }
+    }
+    for kind in NOT_REGULAR {
+        replace_by(kind, &pulling, &StateDir::file_name(&format!("private/{}:v1", kind.replace('/', ""))));
+    }
+    let records = open(root.path());
+    records.warm().expect("warms");
+    for kind in NOT_REGULAR {
+        let name = format!("private/{}:v1", kind.replace('/', ""));
+        assert!(records.pulled_by_cri_imaged(&name, "sha256:x").await.is_err(), "{kind}: never preloaded");
+    }
 }
 
 /// A runtime that has the images it is given: (image name, id).

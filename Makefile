@@ -51,13 +51,13 @@ soak: deps
 
 # Formatting, clippy (clippy.toml), the docs' links, and cargo-deny's licenses, duplicate versions,
 # sources and advisories (deny.toml; the RustSec database vendored in deny/advisory-db, offline).
+# cargo-deny runs cargo metadata, which resolves every platform's crates of the lock file; a
+# Linux build never downloads the others, so they are fetched first (a fresh cargo cache has none).
 lint: deps
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 	scripts/advisory-db.sh
-	# cargo metadata (under cargo-deny) resolves every platform's crates of the lock file, which a
-	# Linux build never downloads: fetch them first, or a machine with a fresh cargo cache fails.
 	cargo fetch --locked
 	cargo deny --offline check
 

@@ -42,21 +42,25 @@ async fn until_state(client: Client, socket: &Path, id: &str, wanted: &str, limi
     last
 }
 
-// Multi-threaded: the clients block a thread while the throttling proxy runs on another.
+// Multi-threaded: the clients block a thread while the throttling proxies run on another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pods_pull_goes_before_a_running_pre_pull_which_finishes_after_and_bad_requests_say_why() {
+async fn a_pods_pull_goes_before_a_running_pre_pull_whose_download_stops_and_finishes_after_and_bad_requests_say_why() {
     let Some(stack) = LocalStack::start() else { return };
     let Some(client) = first_client() else { return };
     stack.seed_sized("prepull/big:1", 24 * MIB);
     stack.seed("prepull/small:1", "small");
     let registry: SocketAddr = stack.registry.parse().expect("the registry's address");
-    let proxy = ThrottleProxy::start(registry, 6 * MIB).await;
-    stack.route_through(proxy.addr.port());
+    // Two ways to the one registry, each held still by the test while it looks, so that no
+    // timing decides the outcome on a loaded machine: the pre-pull's, slow; the pod's.
+    let pre_pull_link = ThrottleProxy::start(registry, 2 * MIB).await;
+    let pod_link = ThrottleProxy::start(registry, 64 * MIB).await;
+    stack.route_through(pre_pull_link.addr.port());
+    stack.route_through(pod_link.addr.port());
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("cri-imaged.sock");
     // The kubelet's defaults: one pull at a time.
     let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
-    let (big, small) = (proxy.image("prepull/big:1"), proxy.image("prepull/small:1"));
+    let (big, small) = (pre_pull_link.image("prepull/big:1"), pod_link.image("prepull/small:1"));
 
     let submitted = client.ok(&socket, SUBMIT, json!({ "images": [big], "priority": 5 }));
     let pre_pull = submitted["pre_pulls"][0].clone();
@@ -66,24 +70,43 @@ async fn a_pods_pull_goes_before_a_running_pre_pull_which_finishes_after_and_bad
     let again = client.ok(&socket, SUBMIT, json!({ "images": [big] }));
     assert_eq!(again["pre_pulls"][0]["id"], json!(id), "the same image is the same pre-pull");
     support::eventually("the pre-pull downloading", Duration::from_secs(30), || {
-        state(client, &socket, &id)["progress"]["bytes_done"].as_str().is_some_and(|done| done != "0")
+        let now = state(client, &socket, &id);
+        now["state"] == "pulling" && now["progress"]["bytes_done"].as_str().is_some_and(|done| done != "0")
     })
     .await;
+    // Held mid-download (12 s from the end at this rate): it keeps its slot.
+    pre_pull_link.stall();
     // GetStatus says whose pull it is and that the runtime is pulling it.
     let status = client.ok(&socket, STATUS, json!({}));
     let pull = &status["pulls"][0];
     assert_eq!((&pull["image"], &pull["pre_pull"], &pull["state"]), (&json!(big), &json!(true), &json!("pulling")));
 
-    // A pod's pull takes the slot: answered while the pre-pull is not done.
+    // A pod's pull takes the slot (its own registry held still, so it keeps it): the pre-pull is
+    // cancelled, and the runtime's download of it ends, so that its link, open again, carries
+    // nothing.
+    pod_link.stall();
     let pod = json!({ "image": small, "pull_policy": "IF_NOT_PRESENT", "pod": { "namespace": "default", "name": "web", "uid": "uid-web" } });
-    let answer = client.ok(&socket, ENSURE, pod);
+    let pod_socket = socket.clone();
+    let answer = tokio::task::spawn_blocking(move || client.ok(&pod_socket, ENSURE, pod));
+    daemon.wait_for_log("the pre-pull preempted", |log| log.contains("a pre-pull gave its slot to a pod's pull")).await;
+    let before = pre_pull_link.bytes_forwarded();
+    pre_pull_link.resume();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let meanwhile = pre_pull_link.bytes_forwarded() - before;
+    let preempted = state(client, &socket, &id);
+    let status = client.ok(&socket, STATUS, json!({}));
+    eprintln!("preempted pre-pull: {before} bytes fetched before, {meanwhile} in the 2 s after; {preempted}; {status}");
+    let log = daemon.log_text();
+    assert!(meanwhile < MIB, "the pre-pull's download went on after it gave its slot: {meanwhile} bytes in 2 s\n{log}");
+    assert_ne!(preempted["state"], json!("done"), "{preempted}\n{log}");
+    let waiting = status["pulls"].as_array().and_then(|pulls| pulls.iter().find(|pull| pull["image"] == json!(big)));
+    assert_eq!(waiting.map(|pull| &pull["state"]), Some(&json!("slot")), "queued for a slot again: {status}");
+    pod_link.resume();
+    let answer = answer.await.expect("the pod's call");
     assert_eq!(answer["pulled"], json!(true), "{answer}");
-    let meanwhile = state(client, &socket, &id);
-    assert_ne!(meanwhile["state"], json!("done"), "the pod's pull went first: {meanwhile}");
     let done = until_state(client, &socket, &id, "done", Duration::from_secs(60)).await;
     assert!(done["image_ref"].as_str().is_some_and(|image_ref| image_ref.starts_with("sha256:")), "{done}");
-    let log = daemon.log_text();
-    assert!(log.contains("a pre-pull gave its slot to a pod's pull"), "the pre-pull was preempted:\n{log}");
+    assert!(stack.present(&big), "the pre-pull finished after the pod's pull");
 
     // Listed, and in GetStatus.
     let listed = client.ok(&socket, LIST, json!({}));
@@ -154,15 +177,24 @@ async fn a_pre_pull_cut_short_by_a_kill_goes_on_from_what_it_fetched_and_a_cance
     assert!(kept >= (SIZE / 3) as f64, "counted as kept: {kept}");
     eprintln!("resumed pre-pull: {first} bytes before the kill, {second} after, of {SIZE}; {kept} counted kept");
 
+    // The link held still but for a moment once the pull is under way, so that the cancel finds
+    // it downloading however slow the clients are on a loaded machine.
     let cancelled = proxy.image("prepull/cancelled:1");
+    proxy.stall();
     let id = client.ok(&socket, SUBMIT, json!({ "images": [cancelled] }))["pre_pulls"][0]["id"]
         .as_str()
         .expect("an id")
         .to_owned();
     until_state(client, &socket, &id, "pulling", Duration::from_secs(10)).await;
+    let before = proxy.bytes_forwarded();
+    proxy.resume();
+    support::eventually("some of it fetched", Duration::from_secs(30), || proxy.bytes_forwarded() > before + MIB / 4)
+        .await;
+    proxy.stall();
     let answer = client.ok(&socket, CANCEL, json!({ "id": id }));
     assert_eq!(answer["state"], json!("cancelled"));
     let forwarded = proxy.bytes_forwarded();
+    proxy.resume();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(proxy.bytes_forwarded() - forwarded < MIB, "the pull stopped with the cancel");
     assert!(!stack.present(&cancelled), "nothing of the cancelled image was kept");

@@ -4,7 +4,9 @@
 //! - `connect`: the socket, and what to do when it is missing, refused or closed to us.
 //! - `error`: [`CliError`], each naming the next step, and the [`Exit`] statuses.
 //! - `output`: terminal or pipe, colour or not, text or JSON.
-//! - `render`: pure formatting: sizes and ages, tables, the pull's progress frame.
+//! - `render`: pure formatting: sizes and ages, tables, the pull's progress frame, lines whose
+//!   tones are kept apart from their text (and the one function that makes text printable), JSON
+//!   lines.
 //! - one module per command: `pull`, `images`, `status`, `events`, `gc`, `backoff`, `top`, and
 //!   `docs` (completions and man pages).
 //!
@@ -46,7 +48,7 @@ pub fn run(command: ClientCommand) -> ExitCode {
         Ok(()) => ExitCode::from(Exit::Done as u8),
         Err(error) => {
             // The daemon's words (a registry's error, a pod's name) are in it: no escape gets through.
-            eprintln!("cri-imaged: {}", output::printable(&error.to_string()));
+            eprintln!("cri-imaged: {}", render::line::printable(&error.to_string()));
             ExitCode::from(error.exit() as u8)
         }
     }

@@ -9,7 +9,10 @@ use super::{
     CliError,
     client::Daemon,
     output::{Style, print_json, print_lines},
-    render::human::{bytes, rate, rfc3339},
+    render::{
+        human::{bytes, rate, rfc3339},
+        line::{Line, Tone},
+    },
 };
 use crate::{api, config::client::EventsArgs};
 
@@ -59,11 +62,11 @@ fn identity(event: &api::Event) -> String {
 }
 
 fn show(event: &api::Event, style: &Style) -> Result<(), CliError> {
-    if style.json() { print_json(&json_of(event)) } else { print_lines([line(event, style)]) }
+    if style.json() { print_json(&json_of(event)) } else { print_lines([line(event)], style) }
 }
 
-/// One line: time, type, reason, the pod, and the message.
-pub fn line(event: &api::Event, style: &Style) -> String {
+/// One line: time, type (a warning in alert), reason, the pod, and the message.
+pub fn line(event: &api::Event) -> Line {
     let time = rfc3339(event.time.as_ref()).unwrap_or_default();
     let object = match &event.pod {
         Some(pod) if !pod.name.is_empty() => format!("pod/{}/{}", pod.namespace, pod.name),
@@ -83,12 +86,10 @@ pub fn line(event: &api::Event, style: &Style) -> String {
         (None, "Lagged") => format!("{} events went by unread (this watcher fell behind)", event.dropped),
         (None, _) => event.message.clone(),
     };
-    let kind = if event.r#type == "Warning" {
-        style.alert(&format!("{:<7}", event.r#type))
-    } else {
-        format!("{:<7}", event.r#type)
-    };
-    format!("{time}  {kind}  {:<21}  {object}  {message}", event.reason)
+    let tone = if event.r#type == "Warning" { Tone::Alert } else { Tone::Plain };
+    Line::plain(format!("{time}  "))
+        .then(tone, format!("{:<7}", event.r#type))
+        .then(Tone::Plain, format!("  {:<21}  {object}  {message}", event.reason))
 }
 
 pub fn json_of(event: &api::Event) -> Value {
@@ -113,4 +114,78 @@ pub fn json_of(event: &api::Event) -> Value {
             "layersTotal": p.layers_total, "bytesPerSecond": p.bytes_per_second,
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::render::hostile::{assert_json_line, every_style, hostile, rendered, shown};
+
+    fn hostile_event(kind: &str, reason: &str) -> api::Event {
+        api::Event {
+            time: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 0 }),
+            r#type: kind.to_owned(),
+            reason: reason.to_owned(),
+            message: hostile("message"),
+            pod: Some(api::PodRef {
+                namespace: hostile("ns"),
+                name: hostile("name"),
+                uid: hostile("uid"),
+                ..Default::default()
+            }),
+            container_name: hostile("container"),
+            image: hostile("image"),
+            image_ref: hostile("ref"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_daemons_text_in_every_field_is_shown_never_acted_on_in_every_mode() {
+        // Type and reason too: the daemon names them, and an older or foreign one could say anything.
+        let events = [
+            hostile_event("Warning", "Failed"),
+            hostile_event(&hostile("type"), &hostile("reason")),
+            api::Event { progress: Some(api::PullProgress::default()), ..hostile_event("Normal", "PullProgress") },
+            api::Event {
+                pod: Some(api::PodRef { uid: hostile("uid"), ..Default::default() }),
+                ..hostile_event("Normal", "Pulling")
+            },
+        ];
+        for style in every_style() {
+            for event in &events {
+                if style.json() {
+                    let value = assert_json_line(&crate::cli::render::json::line(&json_of(event)).expect("JSON"));
+                    let pod = event.pod.clone().unwrap_or_default();
+                    assert_eq!(value["type"], event.r#type);
+                    assert_eq!(value["reason"], event.reason);
+                    assert_eq!(value["message"], event.message);
+                    assert_eq!(value["pod"]["namespace"], pod.namespace);
+                    assert_eq!(value["pod"]["name"], pod.name);
+                    assert_eq!(value["pod"]["uid"], pod.uid);
+                    assert_eq!(value["container"], event.container_name);
+                    assert_eq!(value["image"], event.image);
+                    assert_eq!(value["imageRef"], event.image_ref);
+                    continue;
+                }
+                let text = rendered(&[line(event)], &style);
+                assert_eq!(text.lines().count(), 1, "one line: {text}");
+            }
+        }
+        let text = rendered(&[line(&events[1])], &every_style()[2]);
+        for field in ["type", "reason", "ns", "name", "message"] {
+            assert!(text.contains(&shown(field)), "{field} shown whole: {text}");
+        }
+        assert!(rendered(&[line(&events[2])], &every_style()[2]).contains(&shown("image")));
+        assert!(rendered(&[line(&events[3])], &every_style()[2]).contains(&format!("pod/{}", shown("uid"))));
+    }
+
+    #[test]
+    fn a_warning_is_in_alert_on_a_terminal_with_colour_only() {
+        let event = hostile_event("Warning", "Failed");
+        let [coloured, no_color, piped] = [0, 1, 2].map(|at| rendered(&[line(&event)], &every_style()[at]));
+        assert!(coloured.contains("\x1b[1;31mWarning\x1b[0m"), "{coloured:?}");
+        assert_eq!(no_color, piped);
+        assert!(!piped.contains('\x1b'), "{piped:?}");
+    }
 }

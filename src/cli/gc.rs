@@ -11,6 +11,7 @@ use super::{
     output::{Style, print_json, print_lines},
     render::{
         human::{age, bytes, moment, short_id},
+        line::Line,
         table::Table,
     },
 };
@@ -27,25 +28,25 @@ pub async fn run(args: GcArgs) -> Result<(), CliError> {
     if style.json() {
         return print_json(&json_of(&pass));
     }
-    print_lines(lines(&pass, args.dry_run, &style, SystemTime::now()))
+    print_lines(lines(&pass, args.dry_run, &style, SystemTime::now()), &style)
 }
 
-fn lines(pass: &api::GarbageCollectResponse, dry_run: bool, style: &Style, now: SystemTime) -> Vec<String> {
+fn lines(pass: &api::GarbageCollectResponse, dry_run: bool, style: &Style, now: SystemTime) -> Vec<Line> {
     let mut lines = Vec::new();
     if let Some(usage) = &pass.usage_before {
-        lines.push(format!(
+        lines.push(Line::plain(format!(
             "image fs: {}% used ({} of {}); {} to free",
             usage.usage_percent,
             bytes(usage.capacity_bytes.saturating_sub(usage.available_bytes)),
             bytes(usage.capacity_bytes),
             bytes(pass.bytes_to_free)
-        ));
+        )));
     }
     let verb = if dry_run { "would remove" } else { "removed" };
     let count = if dry_run { pass.images.len() } else { pass.images.iter().filter(|image| image.removed).count() };
-    lines.push(format!("{verb} {count} images, {}", bytes(pass.freed_bytes)));
+    lines.push(Line::plain(format!("{verb} {count} images, {}", bytes(pass.freed_bytes))));
     if !pass.shortfall.is_empty() {
-        lines.push(style.alert(&pass.shortfall));
+        lines.push(Line::alert(pass.shortfall.clone()));
     }
     if !pass.images.is_empty() {
         let mut table = Table::new(&["IMAGE", "IMAGE ID", "SIZE", "WHY", "LAST USED", "RESULT"]);
@@ -66,7 +67,7 @@ fn lines(pass: &api::GarbageCollectResponse, dry_run: bool, style: &Style, now: 
                 result,
             ]);
         }
-        lines.push(String::new());
+        lines.push(Line::default());
         lines.extend(table.lines(style.table_width(), 0));
     }
     if !pass.kept.is_empty() {
@@ -79,7 +80,7 @@ fn lines(pass: &api::GarbageCollectResponse, dry_run: bool, style: &Style, now: 
                 image.reason.clone(),
             ]);
         }
-        lines.push(String::new());
+        lines.push(Line::default());
         lines.extend(table.lines(style.table_width(), 0));
     }
     lines
@@ -110,4 +111,78 @@ fn json_of(pass: &api::GarbageCollectResponse) -> serde_json::Value {
             "runtimeHandler": image.runtime_handler,
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::render::hostile::{assert_json_line, every_style, hostile, rendered, shown};
+
+    fn hostile_pass() -> api::GarbageCollectResponse {
+        api::GarbageCollectResponse {
+            images: vec![api::CollectedImage {
+                image_id: hostile("id"),
+                names: vec![hostile("removed")],
+                reason: hostile("reason"),
+                error: hostile("error"),
+                runtime_handler: hostile("handler"),
+                ..Default::default()
+            }],
+            kept: vec![api::KeptImage {
+                image_id: hostile("kept-id"),
+                names: vec![hostile("kept")],
+                reason: hostile("why"),
+                runtime_handler: hostile("kept-handler"),
+                ..Default::default()
+            }],
+            shortfall: hostile("shortfall"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_daemons_text_in_every_field_is_shown_never_acted_on_in_every_mode() {
+        let pass = hostile_pass();
+        for style in every_style() {
+            if style.json() {
+                let value = assert_json_line(&crate::cli::render::json::line(&json_of(&pass)).expect("JSON"));
+                assert_eq!(value["shortfall"], pass.shortfall);
+                let (removed, kept) = (&value["images"][0], &value["kept"][0]);
+                assert_eq!(
+                    (&removed["id"], &removed["reason"], &removed["error"]),
+                    (&json!(hostile("id")), &json!(hostile("reason")), &json!(hostile("error")))
+                );
+                assert_eq!(
+                    (&removed["names"], &removed["runtimeHandler"]),
+                    (&json!([hostile("removed")]), &json!(hostile("handler")))
+                );
+                assert_eq!(
+                    (&kept["id"], &kept["names"], &kept["reason"]),
+                    (&json!(hostile("kept-id")), &json!([hostile("kept")]), &json!(hostile("why")))
+                );
+                assert_eq!(kept["runtimeHandler"], hostile("kept-handler"));
+                continue;
+            }
+            for dry_run in [true, false] {
+                let text = rendered(&lines(&pass, dry_run, &style, SystemTime::now()), &style);
+                if style.table_width().is_none() {
+                    for field in ["shortfall", "removed", "reason", "error", "kept", "why"] {
+                        assert!(
+                            text.contains(&shown(field)) || (field == "error" && dry_run),
+                            "{field} in {style:?}:\n{text}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_shortfall_is_in_alert_on_a_terminal_with_colour_only() {
+        let pass = api::GarbageCollectResponse { shortfall: "could not free enough".to_owned(), ..Default::default() };
+        let [coloured, no_color] =
+            [0, 1].map(|at| rendered(&lines(&pass, true, &every_style()[at], SystemTime::now()), &every_style()[at]));
+        assert!(coloured.contains("\x1b[1;31mcould not free enough\x1b[0m"), "{coloured:?}");
+        assert!(!no_color.contains('\x1b'), "{no_color:?}");
+    }
 }

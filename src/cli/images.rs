@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{
     CliError,
@@ -25,22 +25,23 @@ pub async fn run(args: ImagesArgs) -> Result<(), CliError> {
     }
     images.sort_by_key(|image| names(image).first().cloned().unwrap_or_default());
     if style.json() {
-        for image in &images {
-            print_json(&json!({
-                "id": image.image_id,
-                "repoTags": image.repo_tags,
-                "repoDigests": image.repo_digests,
-                "sizeBytes": image.size_bytes,
-                "runtimeHandler": image.runtime_handler,
-                "pinned": image.pinned,
-                "inUse": image.in_use,
-                "firstDetected": rfc3339(image.first_detected.as_ref()),
-                "lastUsed": rfc3339(image.last_used.as_ref()),
-            }))?;
-        }
-        return Ok(());
+        return images.iter().try_for_each(|image| print_json(&json_of(image)));
     }
-    print_lines(table(&images, SystemTime::now()).lines(style.table_width(), 0))
+    print_lines(table(&images, SystemTime::now()).lines(style.table_width(), 0), &style)
+}
+
+fn json_of(image: &api::NodeImage) -> Value {
+    json!({
+        "id": image.image_id,
+        "repoTags": image.repo_tags,
+        "repoDigests": image.repo_digests,
+        "sizeBytes": image.size_bytes,
+        "runtimeHandler": image.runtime_handler,
+        "pinned": image.pinned,
+        "inUse": image.in_use,
+        "firstDetected": rfc3339(image.first_detected.as_ref()),
+        "lastUsed": rfc3339(image.last_used.as_ref()),
+    })
 }
 
 /// Its tags, else its digests, else its id: what a person calls it.
@@ -79,4 +80,45 @@ fn table(images: &[api::NodeImage], now: SystemTime) -> Table {
         }
     }
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::render::hostile::{assert_json_line, every_style, hostile, rendered, shown};
+
+    fn hostile_image() -> api::NodeImage {
+        api::NodeImage {
+            image_id: hostile("id"),
+            repo_tags: vec![hostile("tag")],
+            repo_digests: vec![hostile("digest")],
+            runtime_handler: hostile("handler"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_daemons_text_in_every_field_is_shown_never_acted_on_in_every_mode() {
+        let untagged = api::NodeImage { repo_tags: Vec::new(), ..hostile_image() };
+        let images = [hostile_image(), untagged];
+        for style in every_style() {
+            if style.json() {
+                for image in &images {
+                    let value = assert_json_line(&crate::cli::render::json::line(&json_of(image)).expect("JSON"));
+                    assert_eq!(value["id"], image.image_id);
+                    assert_eq!(value["repoTags"], json!(image.repo_tags));
+                    assert_eq!(value["repoDigests"], json!(image.repo_digests));
+                    assert_eq!(value["runtimeHandler"], image.runtime_handler);
+                }
+                continue;
+            }
+            let text = rendered(&table(&images, SystemTime::now()).lines(style.table_width(), 0), &style);
+            assert_eq!(text.lines().count(), 3, "a header and a row each: {text}");
+            if style.table_width().is_none() {
+                for field in ["tag", "digest", "handler"] {
+                    assert!(text.contains(&shown(field)), "{field} shown whole in {style:?}:\n{text}");
+                }
+            }
+        }
+    }
 }

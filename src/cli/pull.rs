@@ -3,7 +3,7 @@
 
 use std::{io::Write, time::Duration};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{
     CliError,
@@ -11,6 +11,7 @@ use super::{
     output::{Style, print_json, print_lines},
     render::{
         human::{bytes, duration, short_id, wire_duration},
+        line::{Line, printable},
         progress::{View, frame, plain_line},
     },
     secret,
@@ -133,24 +134,29 @@ fn waiting(status: &api::GetStatusResponse, same_image: &impl Fn(&str) -> bool) 
 
 /// The outcome on stdout (a pulled image's time and size), or as JSON.
 fn done(image: &str, answer: &api::EnsureImageExistsResponse, style: &Style) -> Result<(), CliError> {
-    if style.json() {
-        return print_json(&json!({
-            "image": image,
-            "imageRef": answer.image_ref,
-            "pulled": answer.pulled,
-            "message": answer.message,
-            "pullSeconds": wire_duration(answer.pull_duration.as_ref()).as_secs_f64(),
-            "imageSizeBytes": answer.image_size_bytes,
-        }));
-    }
+    if style.json() { print_json(&outcome_json(image, answer)) } else { print_lines([outcome(image, answer)], style) }
+}
+
+/// `Pulled IMAGE in 12s, 25.2 MB (image cc20811826ac)`, in bold.
+fn outcome(image: &str, answer: &api::EnsureImageExistsResponse) -> Line {
     let id = short_id(&answer.image_ref);
-    let line = if answer.pulled {
+    Line::strong(if answer.pulled {
         let took = wire_duration(answer.pull_duration.as_ref()).max(Duration::from_millis(1));
         format!("Pulled {image} in {}, {} (image {id})", duration(took), bytes(answer.image_size_bytes))
     } else {
         format!("{image} is already present (image {id})")
-    };
-    print_lines([style.strong(&line)])
+    })
+}
+
+fn outcome_json(image: &str, answer: &api::EnsureImageExistsResponse) -> Value {
+    json!({
+        "image": image,
+        "imageRef": answer.image_ref,
+        "pulled": answer.pulled,
+        "message": answer.message,
+        "pullSeconds": wire_duration(answer.pull_duration.as_ref()).as_secs_f64(),
+        "imageSizeBytes": answer.image_size_bytes,
+    })
 }
 
 /// The frame on a terminal, drawn again in place; a line every few seconds otherwise (a pipe,
@@ -176,7 +182,7 @@ impl Screen {
             let due = self.last_plain.as_ref().is_none_or(|(at, last)| *last != line && at.elapsed() >= PLAIN_EVERY);
             if due {
                 self.last_plain = Some((tokio::time::Instant::now(), line.clone()));
-                return print_lines([line]);
+                return print_lines([Line::plain(line)], &self.style);
             }
             return Ok(());
         }
@@ -192,7 +198,7 @@ impl Screen {
         // whole in their history, which would fill with old frames.
         for line in &lines {
             out.push_str("\x1b[2K");
-            out.push_str(&super::output::printable(line));
+            out.push_str(&printable(line));
             out.push('\n');
         }
         if lines.len() < self.drawn {
@@ -265,5 +271,34 @@ mod tests {
         // An older daemon says no state: a pull without a slot still waits for one.
         assert_eq!(waiting(&status_of(pull_in("")), &same), "waiting for a pull slot (2 queued)");
         assert_eq!(waiting(&status_of(pull_in("slot")), &same_image_as("nginx")), "asking the daemon");
+    }
+
+    #[test]
+    fn the_daemons_text_in_the_outcome_is_shown_never_acted_on_in_every_mode() {
+        use crate::cli::render::hostile::{assert_json_line, every_style, hostile, rendered, shown};
+        for pulled in [true, false] {
+            let answer = api::EnsureImageExistsResponse {
+                image_ref: hostile("ref"),
+                message: hostile("message"),
+                pulled,
+                ..Default::default()
+            };
+            for style in every_style() {
+                if style.json() {
+                    let line = crate::cli::render::json::line(&outcome_json(&hostile("image"), &answer)).expect("JSON");
+                    let value = assert_json_line(&line);
+                    assert_eq!(
+                        (&value["image"], &value["imageRef"]),
+                        (&json!(hostile("image")), &json!(hostile("ref")))
+                    );
+                    assert_eq!(value["message"], hostile("message"));
+                    continue;
+                }
+                let text = rendered(&[outcome(&hostile("image"), &answer)], &style);
+                let id = printable(short_id(&answer.image_ref));
+                assert!(text.contains(&shown("image")) && text.contains(&id), "{text}");
+                assert_eq!(text.starts_with("\x1b[1m"), style.color, "bold only with colour: {text:?}");
+            }
+        }
     }
 }

@@ -9,7 +9,8 @@ use super::{
     client::Daemon,
     output::{Style, print_json, print_lines},
     render::{
-        human::{age, bytes, cut_end, duration, moment, rate, rfc3339, wire_duration},
+        human::{age, bytes, duration, moment, rate, rfc3339, wire_duration},
+        line::Line,
         table::Table,
     },
 };
@@ -27,7 +28,7 @@ pub async fn run(args: StatusArgs) -> Result<(), CliError> {
     if style.json() {
         return print_json(&json_of(&status));
     }
-    print_lines(lines(&status, &daemon.socket.display().to_string(), &style, SystemTime::now()))
+    print_lines(lines(&status, &daemon.socket.display().to_string(), &style, SystemTime::now()), &style)
 }
 
 /// What a pull waits for, in words.
@@ -57,48 +58,51 @@ pub fn progress_cell(progress: Option<&api::PullProgress>) -> String {
     }
 }
 
-fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: SystemTime) -> Vec<String> {
-    let mut lines = vec![format!("cri-imaged {} at {socket}", status.version)];
-    let mut say = |what: &str, text: String| lines.push(format!("{:<15}{text}", what));
+fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: SystemTime) -> Vec<Line> {
+    let mut lines = vec![Line::plain(format!("cri-imaged {} at {socket}", status.version))];
+    let mut say = |what: &str, text: Line| lines.push(Line::plain(format!("{what:<15}")).append(text));
     say(
         "runtime",
         if status.runtime_reachable {
-            "reachable".to_owned()
+            Line::plain("reachable")
         } else {
-            style.alert(&format!("unreachable: {}", status.runtime_error))
+            Line::alert(format!("unreachable: {}", status.runtime_error))
         },
     );
     if let Some(fs) = &status.image_fs {
         say(
             "image fs",
-            format!(
+            Line::plain(format!(
                 "{} of {} used ({}%); GC from {}% down to {}%",
                 bytes(fs.capacity_bytes.saturating_sub(fs.available_bytes)),
                 bytes(fs.capacity_bytes),
                 fs.usage_percent,
                 status.gc_high_threshold_percent,
                 status.gc_low_threshold_percent
-            ),
+            )),
         );
     }
     say(
         "presence cache",
-        if status.presence_cache_watching {
+        Line::plain(if status.presence_cache_watching {
             format!("from memory, {} images", status.presence_cache_entries)
         } else {
             "asks the runtime every time".to_owned()
-        },
+        }),
     );
     let running = status.pulls.iter().filter(|pull| pull.started.is_some()).count();
     say(
         "pulls",
-        format!("{running} under way, {} queued, {} pre-pulls queued", status.pulls_queued, status.pre_pulls_queued),
+        Line::plain(format!(
+            "{running} under way, {} queued, {} pre-pulls queued",
+            status.pulls_queued, status.pre_pulls_queued
+        )),
     );
-    say("backoffs", format!("{} (pod, image) pairs held", status.backoff_entries));
+    say("backoffs", Line::plain(format!("{} (pod, image) pairs held", status.backoff_entries)));
     if let Some(backoff) = &status.backoff {
         say(
             "this pod",
-            if backoff.backing_off {
+            Line::plain(if backoff.backing_off {
                 format!(
                     "backing off: next try in {}; last error: {}",
                     duration(wire_duration(backoff.retry_after.as_ref())),
@@ -106,7 +110,7 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
                 )
             } else {
                 "not backing off".to_owned()
-            },
+            }),
         );
     }
     for bucket in &status.rate_limits {
@@ -118,10 +122,10 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
         };
         say(
             "rate limit",
-            format!(
+            Line::plain(format!(
                 "{host}: {} pulls/s, burst {}, {:.1} tokens ({}){lowered}",
                 bucket.qps, bucket.burst, bucket.tokens, status.rate_limit_mode
-            ),
+            )),
         );
     }
     for registry in &status.registries {
@@ -134,11 +138,11 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
             "{}: breaker {}{until}, {} failures in a row{silent}; last: {}",
             registry.host, registry.breaker, registry.failures, registry.last_failure
         );
-        say("registry", if registry.breaker == "closed" { text } else { style.alert(&text) });
+        say("registry", if registry.breaker == "closed" { Line::plain(text) } else { Line::alert(text) });
     }
     say(
         "image GC",
-        match &status.last_gc_pass {
+        Line::plain(match &status.last_gc_pass {
             Some(pass) => format!(
                 "last pass {} ago{}: {} images removed, {} freed{}",
                 age(moment(pass.finished.as_ref()), now),
@@ -148,23 +152,23 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
                 if pass.failure.is_empty() { String::new() } else { format!("; {}", pass.failure) }
             ),
             None => "no pass yet".to_owned(),
-        },
+        }),
     );
     if !status.pre_pulls.is_empty() {
         let count = |state: &str| status.pre_pulls.iter().filter(|pre_pull| pre_pull.state == state).count();
         say(
             "pre-pulls",
-            format!(
+            Line::plain(format!(
                 "{} queued, {} pulling, {} done, {} failed",
                 count("queued"),
                 count("pulling"),
                 count("done"),
                 count("failed")
-            ),
+            )),
         );
     }
     if !status.kubelet_image_service_warning.is_empty() {
-        say("warning", style.alert(&status.kubelet_image_service_warning));
+        say("warning", Line::alert(status.kubelet_image_service_warning.clone()));
     }
     if !status.pulls.is_empty() {
         let mut table = Table::new(&["IMAGE", "STATE", "CALLERS", "ASKED", "PROGRESS"]);
@@ -178,10 +182,13 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
                 progress_cell(pull.progress.as_ref()),
             ]);
         }
-        lines.push(String::new());
+        lines.push(Line::default());
         lines.extend(table.lines(style.table_width(), 0));
     }
-    lines.iter().map(|line| style.table_width().map_or(line.clone(), |width| cut_end(line, width))).collect()
+    match style.table_width() {
+        Some(width) => lines.into_iter().map(|line| line.cut_end(width)).collect(),
+        None => lines,
+    }
 }
 
 fn json_of(status: &api::GetStatusResponse) -> Value {
@@ -235,4 +242,108 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
         "prePulls": status.pre_pulls.len(),
         "kubeletImageServiceWarning": status.kubelet_image_service_warning,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::render::hostile::{assert_json_line, every_style, hostile, rendered, shown};
+
+    fn hostile_status() -> api::GetStatusResponse {
+        api::GetStatusResponse {
+            version: hostile("version"),
+            runtime_error: hostile("runtime"),
+            pulls: vec![api::PullInFlight {
+                image: hostile("pull"),
+                state: hostile("state"),
+                started: Some(prost_types::Timestamp::default()),
+                ..Default::default()
+            }],
+            backoff: Some(api::BackoffStatus {
+                backing_off: true,
+                last_error: hostile("backoff"),
+                ..Default::default()
+            }),
+            last_gc_pass: Some(api::GcPassStatus { failure: hostile("gc"), ..Default::default() }),
+            rate_limit_mode: hostile("mode"),
+            rate_limits: vec![api::RateLimitBucket { host: hostile("bucket"), ..Default::default() }],
+            kubelet_image_service_warning: hostile("warning"),
+            registries: vec![
+                api::RegistryHealth {
+                    host: hostile("open"),
+                    breaker: hostile("breaker"),
+                    last_failure: hostile("failure"),
+                    ..Default::default()
+                },
+                api::RegistryHealth {
+                    host: hostile("closed"),
+                    breaker: "closed".to_owned(),
+                    last_failure: hostile("last"),
+                    ..Default::default()
+                },
+            ],
+            pre_pulls: vec![api::PrePull { state: hostile("pre-pull"), ..Default::default() }],
+            image_fs: Some(api::ImageFsUsage::default()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_daemons_text_in_every_field_is_shown_never_acted_on_in_every_mode() {
+        let status = hostile_status();
+        let socket = hostile("socket");
+        for style in every_style() {
+            if style.json() {
+                let value = assert_json_line(&crate::cli::render::json::line(&json_of(&status)).expect("JSON"));
+                assert_eq!(
+                    (&value["version"], &value["runtimeError"]),
+                    (&json!(hostile("version")), &json!(hostile("runtime")))
+                );
+                assert_eq!(
+                    (&value["pulls"][0]["image"], &value["pulls"][0]["state"]),
+                    (&json!(hostile("pull")), &json!(hostile("state")))
+                );
+                assert_eq!(value["backoff"]["lastError"], hostile("backoff"));
+                assert_eq!(value["lastGcPass"]["failure"], hostile("gc"));
+                assert_eq!(
+                    (&value["rateLimitMode"], &value["rateLimits"][0]["host"]),
+                    (&json!(hostile("mode")), &json!(hostile("bucket")))
+                );
+                assert_eq!(value["kubeletImageServiceWarning"], hostile("warning"));
+                let open = &value["registries"][0];
+                assert_eq!(
+                    (&open["host"], &open["breaker"], &open["lastFailure"]),
+                    (&json!(hostile("open")), &json!(hostile("breaker")), &json!(hostile("failure")))
+                );
+                continue;
+            }
+            let text = rendered(&lines(&status, &socket, &style, SystemTime::now()), &style);
+            if style.table_width().is_none() {
+                let fields = [
+                    "socket", "version", "runtime", "backoff", "gc", "mode", "bucket", "warning", "open", "breaker",
+                    "failure", "closed", "last", "pull", "state",
+                ];
+                for field in fields {
+                    assert!(text.contains(&shown(field)), "{field} shown whole in {style:?}:\n{text}");
+                }
+            } else {
+                assert!(
+                    text.lines().all(|line| line.chars().count() <= 80 || style.color),
+                    "cut to the terminal: {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_wrong_is_in_alert_on_a_terminal_with_colour_only() {
+        let status = api::GetStatusResponse { runtime_error: "connection refused".to_owned(), ..Default::default() };
+        let [coloured, no_color] =
+            [0, 1].map(|at| rendered(&lines(&status, "/s", &every_style()[at], SystemTime::now()), &every_style()[at]));
+        assert!(coloured.contains("runtime        \x1b[1;31munreachable: connection refused\x1b[0m"), "{coloured:?}");
+        assert!(
+            no_color.contains("runtime        unreachable: connection refused") && !no_color.contains('\x1b'),
+            "{no_color:?}"
+        );
+    }
 }

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use super::human::{bytes, cut_end, duration, rate, short_id};
+use super::{
+    human::{bytes, cut_end, duration, rate, short_id},
+    line::printable,
+};
 use crate::api;
 
 /// What is known of one pull.
@@ -16,15 +19,16 @@ pub struct View {
     pub progress: Option<api::PullProgress>,
 }
 
-/// The lines to show, none wider than `columns`, at most `rows - 1` of them (so that the
-/// terminal never scrolls the frame away).
+/// The lines to show, [`printable`], none wider than `columns` (so that the terminal never wraps
+/// one, which would throw off the redraw), at most `rows - 1` of them (so that it never scrolls
+/// the frame away).
 pub fn frame(view: &View, elapsed: Duration, columns: u16, rows: u16) -> Vec<String> {
     let columns = usize::from(columns.max(20));
     let mut lines = vec![format!("Pulling {} ({})", view.image, duration_whole(elapsed))];
     let Some(progress) = view.progress.as_ref().filter(|progress| progress.bytes_total > 0) else {
         let waiting = if view.waiting.is_empty() { "asking the daemon" } else { view.waiting.as_str() };
         lines.push(format!("  {waiting}"));
-        return lines.into_iter().map(|line| cut_end(&line, columns)).collect();
+        return lines.into_iter().map(|line| cut_end(&printable(&line), columns)).collect();
     };
     if !view.waiting.is_empty() {
         lines.push(format!("  {}", view.waiting));
@@ -47,7 +51,7 @@ pub fn frame(view: &View, elapsed: Duration, columns: u16, rows: u16) -> Vec<Str
         lines.push(format!("  … and {} more layers ({done_hidden} of them done)", hidden + unlisted));
     }
     lines.push(total_line(progress, columns));
-    lines.into_iter().map(|line| cut_end(&line, columns)).collect()
+    lines.into_iter().map(|line| cut_end(&printable(&line), columns)).collect()
 }
 
 /// `  0a1b2c3d4e5f  [=====>      ]  12.3 MB / 33.6 MB`
@@ -204,5 +208,23 @@ mod tests {
         assert_eq!(bar(0, 10, 12), "[          ]");
         assert_eq!(bar(5, 10, 12), "[====>     ]");
         assert_eq!(bar(10, 10, 12), "[==========]");
+    }
+
+    #[test]
+    fn the_daemons_text_in_the_frame_is_shown_within_the_width_never_acted_on() {
+        use crate::cli::render::hostile::{assert_harmless, hostile};
+        let mut view = pulling(vec![layer(1, 20 * MB, 5 * MB)]);
+        view.image = hostile("image");
+        view.waiting = hostile("waiting");
+        if let Some(progress) = view.progress.as_mut() {
+            progress.layers[0].digest = hostile("digest");
+        }
+        for columns in [20, 80, 2000] {
+            let lines = frame(&view, Duration::ZERO, columns, 24);
+            assert!(lines.iter().all(|line| line.chars().count() <= usize::from(columns)), "{columns}: {lines:#?}");
+            assert_harmless(&lines.join("\n"), false);
+        }
+        assert!(frame(&view, Duration::ZERO, 2000, 24)[0].contains(&printable(&hostile("image"))));
+        assert_harmless(&super::super::line::Line::plain(plain_line(&view)).render(false), false);
     }
 }

@@ -16,7 +16,7 @@ use ratatui::{
 
 use self::panes::Pane;
 use super::model::{Banner, Model};
-use crate::cli::render::human::cut_middle;
+use crate::cli::render::{human::cut_middle, line::printable};
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, model: &Model, now: SystemTime) {
@@ -30,10 +30,10 @@ pub fn draw(frame: &mut Frame, model: &Model, now: SystemTime) {
         Constraint::Length(1),
     ])
     .areas(area);
-    frame.render_widget(Paragraph::new(header_line(model, now, area.width)), header);
-    frame.render_widget(Paragraph::new(banner), banner_area);
+    frame.render_widget(Paragraph::new(shown(header_line(model, now, area.width))), header);
+    frame.render_widget(Paragraph::new(banner.into_iter().map(shown).collect::<Vec<_>>()), banner_area);
     let dim = if model.stale() { Style::new().add_modifier(Modifier::DIM) } else { Style::new() };
-    frame.render_widget(Paragraph::new(panes::disk(model, disk.width)).style(dim), disk);
+    frame.render_widget(Paragraph::new(shown(panes::disk(model, disk.width))).style(dim), disk);
     let panes = [
         panes::pulls(model, now, body.width),
         panes::backoffs(model, now, body.width),
@@ -44,10 +44,21 @@ pub fn draw(frame: &mut Frame, model: &Model, now: SystemTime) {
     let mut top = body.y;
     for (pane, height) in panes.into_iter().zip(heights) {
         let area = Rect { y: top, height, ..body };
-        frame.render_widget(Paragraph::new(pane.fit(height)).style(dim), area);
+        let lines: Vec<Line> = pane.fit(height).into_iter().map(shown).collect();
+        frame.render_widget(Paragraph::new(lines).style(dim), area);
         top += height;
     }
-    frame.render_widget(Paragraph::new(footer_line(model, area.width)), footer);
+    frame.render_widget(Paragraph::new(shown(footer_line(model, area.width))), footer);
+}
+
+/// `line` with every span [`printable`]: text from the daemon (a pod's name, a registry's error)
+/// or typed into the filter is shown, never acted on (ratatui would drop control characters
+/// unseen, and pass bidirectional ones).
+fn shown(mut line: Line<'static>) -> Line<'static> {
+    for span in &mut line.spans {
+        span.content = printable(&span.content).into();
+    }
+    line
 }
 
 /// The rows each pane gets of `rows`: first its heading and one row each, then pulls (at most
@@ -80,9 +91,9 @@ fn header_line(model: &Model, now: SystemTime, width: u16) -> Line<'static> {
         Some(_) => Span::styled("runtime DOWN", bar.fg(Color::Red).add_modifier(Modifier::BOLD)),
     };
     let clock = format!("{} UTC ", time_of_day(now));
-    let name = format!(" cri-imaged {version}  ");
+    let name = printable(&format!(" cri-imaged {version}  "));
     let rest = name.chars().count() + 2 + runtime.content.chars().count() + clock.len();
-    let socket = cut_middle(&model.socket, usize::from(width).saturating_sub(rest + 1).max(10));
+    let socket = cut_middle(&printable(&model.socket), usize::from(width).saturating_sub(rest + 1).max(10));
     let used = rest + socket.chars().count();
     let gap = usize::from(width).saturating_sub(used).max(1);
     Line::from(vec![
@@ -96,6 +107,13 @@ fn header_line(model: &Model, now: SystemTime, width: u16) -> Line<'static> {
 
 fn banner_lines(model: &Model, now: SystemTime) -> Vec<Line<'static>> {
     let Some(banner) = model.banner(now) else { return Vec::new() };
+    // Shown before ratatui's Line takes it: it would split the text at a line end, unseen.
+    let banner = match banner {
+        Banner::Note(text) => Banner::Note(printable(&text)),
+        Banner::Good(text) => Banner::Good(printable(&text)),
+        Banner::Warn(text) => Banner::Warn(printable(&text)),
+        Banner::Alert { text, detail } => Banner::Alert { text: printable(&text), detail: printable(&detail) },
+    };
     match banner {
         Banner::Note(text) => vec![Line::styled(text, Style::new().fg(Color::Yellow))],
         Banner::Good(text) => vec![Line::styled(text, Style::new().fg(Color::Green).add_modifier(Modifier::BOLD))],
@@ -127,7 +145,7 @@ fn footer_line(model: &Model, width: u16) -> Line<'static> {
     ];
     let mut right = Vec::new();
     if !model.filter.is_empty() {
-        right.push(Span::styled(format!("filter: {}", model.filter), Style::new().fg(Color::Cyan)));
+        right.push(Span::styled(printable(&format!("filter: {}", model.filter)), Style::new().fg(Color::Cyan)));
     }
     if let Some(paused) = model.paused {
         right.push(Span::styled(

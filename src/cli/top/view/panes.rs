@@ -1,5 +1,6 @@
 //! Each pane's lines: the disk against the GC thresholds, the pulls with their bars, the
-//! backoffs counting down, the registries in trouble, the events.
+//! backoffs counting down, the registries in trouble, the events. The daemon's text is measured
+//! and cut as it will be shown ([`printable`]), so that columns and cuts hold whatever it holds.
 
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +15,7 @@ use crate::{
     cli::{
         render::{
             human::{age, bytes, cut_end, cut_middle, duration, moment},
+            line::printable,
             progress::{amounts, bar},
         },
         status::pull_state,
@@ -173,9 +175,10 @@ pub fn pulls(model: &Model, now: SystemTime, width: u16) -> Pane {
     let width = usize::from(width);
     for pull in shown {
         let callers = if pull.callers == 1 { "1 caller".to_owned() } else { format!("{} callers", pull.callers) };
-        let right = format!("  {}  {callers}  {}", pull_state(pull), age(moment(pull.asked.as_ref()), clock));
+        let right =
+            printable(&format!("  {}  {callers}  {}", pull_state(pull), age(moment(pull.asked.as_ref()), clock)));
         let name = if pull.pre_pull { format!("{} (pre-pull)", pull.image) } else { pull.image.clone() };
-        let name = cut_middle(&name, width.saturating_sub(right.chars().count() + 2).max(10));
+        let name = cut_middle(&printable(&name), width.saturating_sub(right.chars().count() + 2).max(10));
         let gap = width.saturating_sub(2 + name.chars().count() + right.chars().count());
         let mut lines = vec![Line::from(vec![
             Span::styled(format!("  {name}"), Style::new().add_modifier(Modifier::BOLD)),
@@ -233,19 +236,20 @@ pub fn backoffs(model: &Model, now: SystemTime, width: u16) -> Pane {
     let pods: Vec<String> = shown
         .iter()
         .map(|entry| entry.pod.as_ref().map(|pod| format!("{}/{}", pod.namespace, pod.name)).unwrap_or_default())
-        .map(|pod| cut_middle(&pod, 24))
+        .map(|pod| cut_middle(&printable(&pod), 24))
         .collect();
     let pod_width = pods.iter().map(|pod| pod.chars().count()).max().unwrap_or(0);
-    let image_width = shown.iter().map(|entry| entry.image.chars().count()).max().unwrap_or(0).min(36);
-    for (entry, pod) in shown.into_iter().zip(pods) {
+    let images: Vec<String> = shown.iter().map(|entry| printable(&entry.image)).collect();
+    let image_width = images.iter().map(|image| image.chars().count()).max().unwrap_or(0).min(36);
+    for ((entry, pod), image) in shown.into_iter().zip(pods).zip(images) {
         let left = model.retry_in(entry, now);
         let retry = if left.is_zero() { "retry due".to_owned() } else { format!("retry in {}", duration(whole(left))) };
         let text = format!(
             "  {pod:<pod_width$}  {:<image_width$}  {retry:<14}  {}",
-            cut_middle(&entry.image, image_width),
+            cut_middle(&image, image_width),
             entry.last_error
         );
-        pane.item(vec![Line::styled(cut_end(&text, usize::from(width)), Style::new().fg(Color::Yellow))]);
+        pane.item(vec![Line::styled(cut_end(&printable(&text), usize::from(width)), Style::new().fg(Color::Yellow))]);
     }
     pane
 }
@@ -276,7 +280,7 @@ pub fn registries(model: &Model, now: SystemTime, width: u16) -> Pane {
             registry.host, registry.breaker, registry.failures, registry.last_failure
         );
         let colour = if registry.breaker == "closed" { Color::Yellow } else { Color::Red };
-        pane.item(vec![Line::styled(cut_end(&text, width), Style::new().fg(colour))]);
+        pane.item(vec![Line::styled(cut_end(&printable(&text), width), Style::new().fg(colour))]);
     }
     for bucket in status.rate_limits.iter().filter(|bucket| bucket.lowered_from_qps > 0.0 || bucket.tokens < 1.0) {
         let lowered = if bucket.lowered_from_qps > 0.0 {
@@ -292,7 +296,7 @@ pub fn registries(model: &Model, now: SystemTime, width: u16) -> Pane {
             bucket.tokens,
             status.rate_limit_mode
         );
-        pane.item(vec![Line::styled(cut_end(&text, width), Style::new().fg(Color::Yellow))]);
+        pane.item(vec![Line::styled(cut_end(&printable(&text), width), Style::new().fg(Color::Yellow))]);
     }
     if pane.items.is_empty() {
         let limit = status
@@ -334,7 +338,7 @@ pub fn events(model: &Model, width: u16) -> Pane {
         };
         let colour = if event.r#type == "Warning" { Color::Red } else { Color::Reset };
         let text = format!("  {time} {:<14} {object}  {message}", event.reason);
-        pane.item(vec![Line::styled(cut_end(&text, usize::from(width)), Style::new().fg(colour))]);
+        pane.item(vec![Line::styled(cut_end(&printable(&text), usize::from(width)), Style::new().fg(colour))]);
     }
     pane
 }

@@ -232,3 +232,67 @@ fn rows_go_to_headings_first_then_pulls_backoffs_registries_and_events_the_rest(
     assert_eq!(split(19, [30, 3, 2, 4]), [9, 3, 2, 5], "pulls take at most half");
     assert_eq!(split(6, [30, 30, 30, 30]), [2, 2, 2, 0], "a tiny terminal shows what it can");
 }
+
+#[test]
+fn the_daemons_text_in_every_pane_is_shown_never_acted_on() {
+    use crate::cli::render::{
+        hostile::{hostile, shown},
+        line::acted_on,
+    };
+    let mut model = Model::new(hostile("socket"), String::new());
+    model.update(Update::Connected, at(0));
+    let status = api::GetStatusResponse {
+        version: hostile("version"),
+        pulls: vec![api::PullInFlight { image: hostile("pull"), state: hostile("state"), ..Default::default() }],
+        rate_limit_mode: hostile("mode"),
+        rate_limits: vec![api::RateLimitBucket {
+            host: hostile("bucket"),
+            lowered_from_qps: 1.0,
+            ..Default::default()
+        }],
+        registries: vec![api::RegistryHealth {
+            host: hostile("registry"),
+            breaker: hostile("breaker"),
+            last_failure: hostile("failure"),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    model.update(Update::Status(Box::new(status)), at(1));
+    let pod = api::PodRef { namespace: hostile("ns"), name: hostile("name"), ..Default::default() };
+    let backoff = api::BackoffEntry {
+        pod: Some(pod.clone()),
+        image: hostile("image"),
+        last_error: hostile("error"),
+        ..Default::default()
+    };
+    model.update(Update::Backoffs(Reply::Got(api::ListBackoffsResponse { entries: vec![backoff], total: 1 })), at(1));
+    let event = api::Event {
+        r#type: "Warning".to_owned(),
+        reason: hostile("reason"),
+        message: hostile("message"),
+        pod: Some(pod),
+        ..Default::default()
+    };
+    model.update(Update::History(Reply::Got(vec![event])), at(1));
+    let mut terminal = Terminal::new(TestBackend::new(2000, 30)).expect("a test terminal");
+    terminal.draw(|frame| draw(frame, &model, at(2))).expect("drawn");
+    let screen = rows(terminal.backend().buffer()).join("\n");
+    assert!(!screen.chars().any(|c| c != '\n' && acted_on(c)), "{screen:?}");
+    for field in ["version", "pull", "state", "mode", "bucket", "registry", "breaker", "failure", "error"] {
+        assert!(screen.contains(&shown(field)), "{field} shown whole:\n{screen}");
+    }
+    // The backoff's pod and image are cut to their columns, the event's line to the screen: their
+    // starts are shown.
+    for field in ["ns", "image", "reason", "message"] {
+        let start: String = shown(field).chars().take(16).collect();
+        assert!(screen.contains(&start), "{field} shown:\n{screen}");
+    }
+
+    model.update(Update::Lost { attempt: 1, error: hostile("lost"), retry_in: Duration::from_secs(1) }, at(3));
+    model.typing = Some(hostile("typed"));
+    terminal.draw(|frame| draw(frame, &model, at(3))).expect("drawn");
+    let screen = rows(terminal.backend().buffer()).join("\n");
+    assert!(!screen.chars().any(|c| c != '\n' && acted_on(c)), "{screen:?}");
+    assert!(screen.contains(&shown("lost")) && screen.contains(&shown("typed")), "{screen}");
+}

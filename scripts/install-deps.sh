@@ -12,7 +12,8 @@
 # package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
 # and the packaged completion in a terminal), zsh and fish (the packaged completions in their own
 # shells), socat (the bench's byte relay, the floor of any hop in the kubelet's path),
-# kubernetes-validate (PyPI: the DaemonSet's check), cargo-fuzz (crates.io) with g++ (libFuzzer's
+# kubernetes-validate (PyPI: the DaemonSet's check), cargo-nextest (crates.io, where the machine
+# lacks it), cargo-fuzz (crates.io) with g++ (libFuzzer's
 # C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
 
@@ -117,6 +118,13 @@ if ! command -v kubernetes-validate >/dev/null; then
     pip_install kubernetes-validate
     hash -r
     command -v kubernetes-validate >/dev/null || { echo "install-deps: kubernetes-validate installed but not on PATH" >&2; exit 1; }
+fi
+
+# make test's runner (.config/nextest.toml runs the abuse tests alone): the Rust machines have it;
+# from crates.io where one does not, so that make test never falls back to another runner unseen.
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "install-deps: installing cargo-nextest (cargo install)" >&2
+    cargo install --quiet --locked cargo-nextest
 fi
 
 # The fuzz targets' runner (fuzz/, scripts/fuzz.sh): it builds them with libFuzzer and, through

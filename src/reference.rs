@@ -18,6 +18,9 @@ use std::fmt;
 const NAME_TOTAL_LENGTH_MAX: usize = 255;
 /// Longest tag the grammar accepts.
 const TAG_LENGTH_MAX: usize = 128;
+/// Longest reference accepted, in bytes. The grammar bounds the path and the tag, not the domain:
+/// ours does. A 253-byte host with its port, a 255-byte path, a tag and a sha512 digest fit.
+pub const REFERENCE_LENGTH_MAX: usize = 1024;
 /// The domain short names resolve to.
 const DEFAULT_DOMAIN: &str = "docker.io";
 /// The old spelling of [`DEFAULT_DOMAIN`], normalised to it.
@@ -42,6 +45,8 @@ pub enum ReferenceError {
     NameEmpty,
     #[error("repository name must not be more than 255 characters")]
     NameTooLong,
+    #[error("invalid reference format: {0} bytes, more than {REFERENCE_LENGTH_MAX}")]
+    TooLong(usize),
     #[error("invalid reference format: repository name ({0}) must be lowercase")]
     RemoteNameNotLowercase(String),
     #[error("invalid repository name ({0}), cannot specify 64-byte hexadecimal strings")]
@@ -66,6 +71,9 @@ pub struct ImageReference {
 impl ImageReference {
     /// Parses without normalising (Go's `reference.Parse`): a name with no domain keeps domain "".
     pub fn parse(s: &str) -> Result<Self, ReferenceError> {
+        if s.len() > REFERENCE_LENGTH_MAX {
+            return Err(ReferenceError::TooLong(s.len()));
+        }
         let Some(parts) = split_reference(s) else {
             return Err(if s.is_empty() {
                 ReferenceError::NameEmpty
@@ -92,6 +100,9 @@ impl ImageReference {
     /// Parses a familiar name (Go's `reference.ParseNormalizedNamed`): short names get the
     /// `docker.io` domain and official images the `library/` prefix.
     pub fn parse_normalized(s: &str) -> Result<Self, ReferenceError> {
+        if s.len() > REFERENCE_LENGTH_MAX {
+            return Err(ReferenceError::TooLong(s.len()));
+        }
         if is_identifier(s) {
             return Err(ReferenceError::HexIdentifier(s.to_owned()));
         }

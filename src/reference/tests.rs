@@ -628,3 +628,19 @@ fn every_spelling_of_an_image_normalises_to_one() {
     assert_eq!(normalized(&digested), Some(digested.clone()), "a digest gets no tag");
     assert_eq!(normalized("Not A Name"), None);
 }
+
+#[test]
+fn a_reference_longer_than_its_bound_is_refused_with_its_length_whatever_the_domain() {
+    // The grammar bounds the path (255) and the tag (128), not the domain.
+    let long_domain = format!("{}.example/app:1", "a".repeat(REFERENCE_LENGTH_MAX));
+    assert_eq!(ImageReference::parse(&long_domain), Err(ReferenceError::TooLong(long_domain.len())));
+    assert_eq!(ImageReference::parse_normalized(&long_domain), Err(ReferenceError::TooLong(long_domain.len())));
+    let message = ReferenceError::TooLong(long_domain.len()).to_string();
+    assert!(message.ends_with(&format!("{} bytes, more than 1024", long_domain.len())), "{message}");
+    // The longest a registry can serve fits: a 253-byte host and port, a 255-byte path, a tag
+    // and a sha512 digest.
+    let host = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+    let longest = format!("{host}:65535/{}:{}@sha512:{}", "p".repeat(255), "t".repeat(128), "f".repeat(128));
+    assert!(longest.len() <= REFERENCE_LENGTH_MAX, "{}", longest.len());
+    assert!(ImageReference::parse(&longest).is_ok());
+}

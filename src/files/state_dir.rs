@@ -46,7 +46,7 @@ pub struct StateDir {
     /// Files set aside as unreadable.
     quarantined: Counter,
     /// The names of the keys whose file was set aside, now or by an earlier daemon.
-    set_aside: Arc<Mutex<HashSet<String>>>,
+    set_aside_keys: Arc<Mutex<HashSet<String>>>,
 }
 
 impl StateDir {
@@ -80,8 +80,8 @@ impl StateDir {
                 set_aside.insert(key_name.to_owned());
             }
         }
-        let set_aside = Arc::new(Mutex::new(set_aside));
-        Ok((Self { path, limit: STATE_FILE_LIMIT, quarantined: Counter::default(), set_aside }, stale))
+        let set_aside_keys = Arc::new(Mutex::new(set_aside));
+        Ok((Self { path, limit: STATE_FILE_LIMIT, quarantined: Counter::default(), set_aside_keys }, stale))
     }
 
     /// Reads files of at most `limit` bytes.
@@ -121,6 +121,46 @@ impl StateDir {
         Ok(replaced)
     }
 
+    /// Replaces the files for each key of `files` with its contents and removes those for each
+    /// key of `removed`, durably, as [`StateDir::write`] and [`StateDir::remove`] would one by one
+    /// but with one flush of the directory for them all: each file is whole and flushed before it
+    /// takes its name. On an error, what was done before it stays done; returns how many files
+    /// were written before it, and the error.
+    pub fn write_many<'a>(
+        &self,
+        files: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+        removed: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), (usize, io::Error)> {
+        let mut written = 0;
+        let mut outcome = Ok(());
+        for (key, contents) in files {
+            let name = Self::file_name(key);
+            let write = WRITES.fetch_add(1, Ordering::Relaxed);
+            let temporary = self.path.join(format!("{name}.{}.{write}{TMP_SUFFIX}", std::process::id()));
+            let done = write_synced(&temporary, contents).and_then(|()| fs::rename(&temporary, self.path.join(&name)));
+            if let Err(error) = done {
+                let _ = fs::remove_file(&temporary);
+                outcome = Err(error);
+                break;
+            }
+            written += 1;
+        }
+        if outcome.is_ok() {
+            for key in removed {
+                match fs::remove_file(self.path.join(Self::file_name(key))) {
+                    Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                        outcome = Err(error);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // What was renamed or removed before an error is made durable all the same.
+        let synced = sync_dir(&self.path);
+        outcome.and(synced).map_err(|error| (written, error))
+    }
+
     /// The file for `key`, or `None` when there is none (or it was quarantined). Blocking: call
     /// it off the async runtime's threads.
     pub fn read(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
@@ -130,7 +170,7 @@ impl StateDir {
     /// Whether a file for `key` was ever set aside as unreadable (it stays beside the others, so a
     /// restart still knows).
     pub fn was_set_aside(&self, key: &str) -> bool {
-        self.set_aside.lock().unwrap_or_else(PoisonError::into_inner).contains(&Self::file_name(key))
+        self.set_aside_keys.lock().unwrap_or_else(PoisonError::into_inner).contains(&Self::file_name(key))
     }
 
     fn read_path(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
@@ -138,21 +178,27 @@ impl StateDir {
             Ok(contents) => Ok(contents),
             Err(ReadError::Io(error)) => Err(error),
             Err(ReadError::Refused(refused)) => {
-                self.quarantined.inc();
-                if let Some(name) = path.file_name() {
-                    let mut set_aside = self.set_aside.lock().unwrap_or_else(PoisonError::into_inner);
-                    set_aside.insert(name.to_string_lossy().into_owned());
-                }
-                match read::quarantine(path) {
-                    Ok(aside) => tracing::warn!(
-                        path = %path.display(), aside = %aside.display(), "state file is {refused}; quarantined and read as none"
-                    ),
-                    Err(error) => tracing::warn!(
-                        path = %path.display(), %error, "state file is {refused}, and could not be set aside; read as none"
-                    ),
-                }
+                self.set_aside(path, &refused);
                 Ok(None)
             }
+        }
+    }
+
+    /// Sets the state file at `path` aside as unreadable for `why` (quarantined, counted,
+    /// logged), so that no later read finds it.
+    pub fn set_aside(&self, path: &Path, why: &dyn std::fmt::Display) {
+        self.quarantined.inc();
+        if let Some(name) = path.file_name() {
+            let mut set_aside = self.set_aside_keys.lock().unwrap_or_else(PoisonError::into_inner);
+            set_aside.insert(name.to_string_lossy().into_owned());
+        }
+        match read::quarantine(path) {
+            Ok(aside) => tracing::warn!(
+                path = %path.display(), aside = %aside.display(), "state file is {why}; quarantined and read as none"
+            ),
+            Err(error) => tracing::warn!(
+                path = %path.display(), %error, "state file is {why}, and could not be set aside; read as none"
+            ),
         }
     }
 

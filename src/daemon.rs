@@ -153,7 +153,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             pinned: pinned.clone(),
             presence: presence.clone(),
             events: events.clone(),
-            store: PrePullStore::open(root_dir)?,
+            store: PrePullStore::open(root_dir)?.counting_quarantined(metrics.records.quarantined("pre_pull")),
             metrics: metrics.pre_pulls.clone(),
         };
         let pre_pulls = Arc::new(PrePulls::new(pre_pull_parts, pre_pull_config));

@@ -8,7 +8,7 @@
 //! - `book`: the pre-pulls and their states, which go next, deadlines and pins (pure).
 //! - `runner`: the task that starts pre-pulls, holds what they fetch in leases, keeps their
 //!   deadlines, pins and room, and writes them down.
-//! - `store`: the pre-pulls kept across restarts, without their credentials.
+//! - `store`: the pre-pulls kept across restarts, one file each, without their credentials.
 //! - `metrics`: pre-pulls by state, bytes pre-pulled.
 
 pub mod book;
@@ -17,7 +17,7 @@ mod runner;
 pub mod store;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     hash::{BuildHasher, Hash, Hasher, RandomState},
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
@@ -30,9 +30,9 @@ use secrecy::ExposeSecret;
 use tokio::{sync::Notify, task::AbortHandle};
 
 use self::{
-    book::{Book, BookError, PrePull, Spec, State},
+    book::{Book, BookError, Cursor, PrePull, Spec, State},
     metrics::PrePullMetrics,
-    store::PrePullStore,
+    store::{PrePullStore, StoreError, Written},
 };
 use crate::{
     credentials::secrets::PullSecret,
@@ -61,6 +61,37 @@ impl Default for PrePullConfig {
     }
 }
 
+/// Why a submission or a cancellation was not done, or not kept.
+#[derive(Debug, thiserror::Error)]
+pub enum PrePullError {
+    #[error(transparent)]
+    Refused(#[from] BookError),
+    /// Done in memory, but not written down: a restart would undo it.
+    #[error("{0}; done, but not written down: a restart would undo it")]
+    NotKept(#[from] StoreError),
+}
+
+/// The most pull secrets a submission carries; they are kept in memory until its pre-pulls end.
+pub const MAX_PULL_SECRETS: usize = 16;
+
+/// The most bytes of a submission's pull secrets, in all (a node's docker config is a few KiB).
+pub const MAX_PULL_SECRETS_BYTES: usize = 64 << 10;
+
+/// A page of the list asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The most pre-pulls in it, at most [`Page::MAX_SIZE`].
+    pub size: usize,
+    /// Where the page before ended; `None` for the first.
+    pub after: Option<Cursor>,
+}
+
+impl Page {
+    /// The most pre-pulls a page holds: a page of the largest stays far under gRPC's 4 MiB
+    /// default for an answer (see `server::pre_pulls`).
+    pub const MAX_SIZE: usize = 500;
+}
+
 /// One submission over the API.
 #[derive(Debug, Default)]
 pub struct Submission {
@@ -78,8 +109,9 @@ pub struct Submission {
 /// The pre-pulls and the task running them.
 pub struct PrePulls<R> {
     book: Mutex<Book>,
-    /// The pull secrets of pre-pulls not yet ended, by id: in memory only.
-    secrets: Mutex<HashMap<String, Vec<PullSecret>>>,
+    /// The pull secrets of pre-pulls not yet ended, by id (one copy for a submission's images):
+    /// in memory only.
+    secrets: Mutex<HashMap<String, Arc<Vec<PullSecret>>>>,
     running: Mutex<HashMap<String, AbortHandle>>,
     config: Mutex<PrePullConfig>,
     /// Fingerprints credentials (never kept, never shown), so that a second submission with
@@ -87,8 +119,8 @@ pub struct PrePulls<R> {
     hasher: RandomState,
     wake: Notify,
     /// Orders writes of the store, each of the book as it is when its turn comes, and holds what
-    /// was written last: a book that did not change is not written again.
-    writing: tokio::sync::Mutex<Vec<u8>>,
+    /// is written of each pre-pull: one that did not change is not written again.
+    writing: tokio::sync::Mutex<Written>,
     /// A pre-pull was cancelled: the loop ends leases of ended pre-pulls as it comes round.
     cancelled: AtomicBool,
     parts: PrePullParts<R>,
@@ -112,11 +144,11 @@ impl<R> PrePulls<R> {
     /// declared ones.
     pub fn new(parts: PrePullParts<R>, config: PrePullConfig) -> Self {
         let now = SystemTime::now();
-        let mut book = match parts.store.load() {
-            Ok(book) => book,
+        let (mut book, written) = match parts.store.load(now) {
+            Ok(loaded) => loaded,
             Err(error) => {
                 tracing::warn!(%error, "pre-pulls not read; none is resumed");
-                Book::default()
+                (Book::default(), Written::new())
             }
         };
         for resumed in book.entries().filter(|entry| entry.state == State::Queued && entry.resumed > 0) {
@@ -132,18 +164,27 @@ impl<R> PrePulls<R> {
             config: Mutex::new(config),
             hasher: RandomState::new(),
             wake: Notify::new(),
-            writing: tokio::sync::Mutex::default(),
+            writing: tokio::sync::Mutex::new(written),
             cancelled: AtomicBool::new(false),
             parts,
         }
     }
 
-    /// Asks for the pre-pulls of `submission`: all of them, or none when one is refused.
-    pub fn submit(&self, submission: Submission) -> Result<Vec<PrePull>, BookError> {
+    /// Asks for the pre-pulls of `submission`: all of them, or none when one is refused. Returns
+    /// once they are written down (a restart finds them), or says they are not.
+    pub async fn submit(&self, submission: Submission) -> Result<Vec<PrePull>, PrePullError> {
+        let submitted = self.take(submission)?;
+        self.keep().await?;
+        Ok(submitted)
+    }
+
+    /// Puts the pre-pulls of `submission` in the book, all or none.
+    fn take(&self, submission: Submission) -> Result<Vec<PrePull>, BookError> {
         let now = SystemTime::now();
         let images =
             submission.images.iter().map(|image| book::with_default_tag(image)).collect::<Result<Vec<_>, _>>()?;
         let credentials = self.fingerprint(&submission.pull_secrets);
+        let secrets = Arc::new(submission.pull_secrets);
         let deadline = submission.timeout.and_then(|timeout| now.checked_add(timeout));
         let mut book = self.book();
         let mut changed = book.clone();
@@ -165,8 +206,8 @@ impl<R> PrePulls<R> {
             tracing::info!(id = %entry.id, image = %entry.spec.image, priority = entry.spec.priority, "pre-pull queued");
             let message = format!("Pre-pull of {:?} queued", entry.spec.image);
             self.parts.events.publish(about(entry, EventType::Normal, reason::PRE_PULL_QUEUED, message));
-            if !submission.pull_secrets.is_empty() {
-                self.secrets().insert(entry.id.clone(), submission.pull_secrets.clone());
+            if !secrets.is_empty() {
+                self.secrets().insert(entry.id.clone(), secrets.clone());
             }
         }
         *book = changed;
@@ -175,9 +216,17 @@ impl<R> PrePulls<R> {
         Ok(submitted)
     }
 
-    /// Every pre-pull, highest priority first, then oldest.
-    pub fn list(&self) -> Vec<PrePull> {
-        self.book().list().into_iter().cloned().collect()
+    /// At most `size` pre-pulls after `after` in the list's order (highest priority first, then
+    /// oldest), and where the next page starts when there are more.
+    pub fn page(&self, after: Option<&Cursor>, size: usize) -> (Vec<PrePull>, Option<Cursor>) {
+        let book = self.book();
+        let (page, next) = book.page(after, size);
+        (page.into_iter().cloned().collect(), next)
+    }
+
+    /// How many pre-pulls are in each state, every state named.
+    pub fn count_by_state(&self) -> [(&'static str, usize); 6] {
+        self.book().count_by_state()
     }
 
     pub fn get(&self, id: &str) -> Result<PrePull, BookError> {
@@ -185,13 +234,52 @@ impl<R> PrePulls<R> {
     }
 
     /// Cancels a pre-pull: a pull under way for it alone stops, and what it fetched goes (its
-    /// lease ends as the loop comes round).
-    pub fn cancel(&self, id: &str) -> Result<PrePull, BookError> {
-        let cancelled = self.book().cancel(id, SystemTime::now())?.clone();
+    /// lease ends as the loop comes round); one done and pinned is no longer pinned (image GC
+    /// sees it before this returns). Returns once that is written down, or says it is not.
+    pub async fn cancel(&self, id: &str) -> Result<PrePull, PrePullError> {
+        let now = SystemTime::now();
+        let cancelled = self.book().cancel(id, now)?;
         self.stop(id);
+        self.pin(now);
         self.cancelled.store(true, Ordering::Relaxed);
         self.changed();
+        self.keep().await?;
         Ok(cancelled)
+    }
+
+    /// Pins the images of the pre-pulls pinned now; the presence cache forgets its answers when
+    /// that changes what is pinned.
+    fn pin(&self, now: SystemTime) {
+        let images = self.book().pinned(now);
+        if self.parts.pinned.pre_pulled(images) {
+            self.parts.presence.image_changed();
+        }
+    }
+
+    /// Writes down what changed in the book, and counts its states.
+    async fn keep(&self) -> Result<(), StoreError> {
+        let mut written = self.writing.lock().await;
+        let (wanted, counts) = {
+            let book = self.book();
+            let wanted: BTreeMap<String, Vec<u8>> =
+                book.entries().map(|entry| (entry.id.clone(), store::encode(entry))).collect();
+            (wanted, book.count_by_state())
+        };
+        self.parts.metrics.states(counts);
+        let unchanged = wanted.len() == written.len() && wanted.iter().all(|(id, new)| written.get(id) == Some(new));
+        if unchanged {
+            return Ok(());
+        }
+        let store = self.parts.store.clone();
+        let mut kept = std::mem::take(&mut *written);
+        let (kept, outcome) = tokio::task::spawn_blocking(move || {
+            let outcome = store.write_changes(&wanted, &mut kept);
+            (kept, outcome)
+        })
+        .await
+        .map_err(|error| StoreError::Interrupted(error.to_string()))?;
+        *written = kept;
+        outcome
     }
 
     /// Runs with `config` from now on (a reload): the declared list is diffed.
@@ -231,7 +319,7 @@ impl<R> PrePulls<R> {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn secrets(&self) -> MutexGuard<'_, HashMap<String, Vec<PullSecret>>> {
+    fn secrets(&self) -> MutexGuard<'_, HashMap<String, Arc<Vec<PullSecret>>>> {
         self.secrets.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

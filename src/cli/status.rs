@@ -154,18 +154,13 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
             None => "no pass yet".to_owned(),
         }),
     );
-    if !status.pre_pulls.is_empty() {
-        let count = |state: &str| status.pre_pulls.iter().filter(|pre_pull| pre_pull.state == state).count();
-        say(
-            "pre-pulls",
-            Line::plain(format!(
-                "{} queued, {} pulling, {} done, {} failed",
-                count("queued"),
-                count("pulling"),
-                count("done"),
-                count("failed")
-            )),
-        );
+    let counts = pre_pull_counts(status);
+    if counts.iter().any(|(_, count)| *count > 0) {
+        let shown = counts
+            .iter()
+            .filter(|(state, count)| *count > 0 || ["queued", "pulling", "done", "failed"].contains(state));
+        let said = shown.map(|(state, count)| format!("{count} {state}")).collect::<Vec<_>>().join(", ");
+        say("pre-pulls", Line::plain(said));
     }
     if !status.kubelet_image_service_warning.is_empty() {
         say("warning", Line::alert(status.kubelet_image_service_warning.clone()));
@@ -188,6 +183,25 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
     match style.table_width() {
         Some(width) => lines.into_iter().map(|line| line.cut_end(width)).collect(),
         None => lines,
+    }
+}
+
+/// How many pre-pulls are in each state: the daemon's counts, or (from a daemon without them) the
+/// pre-pulls it listed.
+fn pre_pull_counts(status: &api::GetStatusResponse) -> [(&'static str, u32); 6] {
+    match &status.pre_pull_counts {
+        Some(counts) => [
+            ("queued", counts.queued),
+            ("pulling", counts.pulling),
+            ("held", counts.held),
+            ("done", counts.done),
+            ("failed", counts.failed),
+            ("cancelled", counts.cancelled),
+        ],
+        None => ["queued", "pulling", "held", "done", "failed", "cancelled"].map(|state| {
+            let listed = status.pre_pulls.iter().filter(|pre_pull| pre_pull.state == state).count();
+            (state, u32::try_from(listed).unwrap_or(u32::MAX))
+        }),
     }
 }
 
@@ -239,7 +253,8 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
             "lastFailure": registry.last_failure, "openUntil": time(registry.open_until.as_ref()),
             "unanswered": registry.unanswered,
         })).collect::<Vec<_>>(),
-        "prePulls": status.pre_pulls.len(),
+        "prePulls": pre_pull_counts(status).iter().map(|(_, count)| u64::from(*count)).sum::<u64>(),
+        "prePullsByState": pre_pull_counts(status).iter().map(|(state, count)| ((*state).to_owned(), json!(count))).collect::<serde_json::Map<_, _>>(),
         "kubeletImageServiceWarning": status.kubelet_image_service_warning,
     })
 }

@@ -4,16 +4,35 @@
 //! highest priority first, then the oldest.
 
 use std::{
+    cmp::Reverse,
     collections::BTreeMap,
-    time::{Duration, SystemTime},
+    fmt,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use sha2::{Digest, Sha256};
 
 use crate::reference;
 
-/// The most pre-pulls the book holds; a submission past it is refused.
+/// The most pre-pulls that may be live at once (queued, pulling, held, or done and pinned); a
+/// submission past it is refused. Ended pre-pulls no longer pinned do not count, nor declared ones.
 pub const MAX_PRE_PULLS: usize = 1024;
+
+/// The most ended pre-pulls, no longer pinned, kept for display; past it, those that ended first
+/// are forgotten first.
+pub const MAX_ENDED_KEPT: usize = 1024;
+
+/// The longest runtime handler: a DNS label, as a RuntimeClass's handler.
+pub const MAX_RUNTIME_HANDLER: usize = 63;
+
+/// The longest image ref kept (the runtime's answer; containerd's is 71 bytes).
+pub const MAX_IMAGE_REF: usize = 512;
+
+/// The longest reason kept (the kubelet's reasons are a few words).
+pub const MAX_REASON: usize = 128;
+
+/// The longest message kept: the start of a longer one, marked as cut.
+pub const MAX_MESSAGE: usize = 1024;
 
 /// How long a finished pre-pull stays listed, unless still pinned.
 pub const KEPT_AFTER_END: Duration = Duration::from_secs(3600);
@@ -59,6 +78,9 @@ pub enum State {
 }
 
 impl State {
+    /// Every state's name, as [`State::as_str`] says it.
+    pub const NAMES: [&'static str; 6] = ["queued", "pulling", "held", "done", "failed", "cancelled"];
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Queued => "queued",
@@ -73,6 +95,36 @@ impl State {
     pub fn ended(&self) -> bool {
         matches!(self, Self::Done { .. } | Self::Failed { .. } | Self::Cancelled)
     }
+
+    /// The state with its text within the book's bounds ([`MAX_IMAGE_REF`], [`MAX_REASON`],
+    /// [`MAX_MESSAGE`]): what the runtime or a pull's error says is not ours to bound.
+    pub fn clipped(self) -> Self {
+        match self {
+            Self::Done { image_ref } => Self::Done { image_ref: clip(image_ref, MAX_IMAGE_REF) },
+            Self::Held { reason, message } => {
+                Self::Held { reason: clip(reason, MAX_REASON), message: clip(message, MAX_MESSAGE) }
+            }
+            Self::Failed { reason, message } => {
+                Self::Failed { reason: clip(reason, MAX_REASON), message: clip(message, MAX_MESSAGE) }
+            }
+            other => other,
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character's boundary, marked with `…` when cut.
+pub fn clip(mut text: String, max: usize) -> String {
+    const MARK: &str = "…";
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(MARK);
+    text
 }
 
 /// One pre-pull.
@@ -98,6 +150,63 @@ impl PrePull {
             _ => None,
         }
     }
+
+    /// Whether it counts against [`MAX_PRE_PULLS`]: not declared, and not ended or still pinned.
+    pub fn counts(&self, now: SystemTime) -> bool {
+        !self.spec.declared && (!self.state.ended() || self.pinned_now(now))
+    }
+
+    /// Whether it is kept only to be shown: ended, no longer pinned, not declared.
+    fn shown_only(&self, now: SystemTime) -> bool {
+        !self.spec.declared && self.state.ended() && !self.pinned_now(now)
+    }
+
+    fn pinned_now(&self, now: SystemTime) -> bool {
+        self.pinned_until().is_some_and(|until| until > now)
+    }
+
+    /// Its place in the list: highest priority first, then oldest, then by id.
+    fn order(&self) -> (Reverse<i32>, SystemTime, &str) {
+        (Reverse(self.spec.priority), self.submitted, self.id.as_str())
+    }
+}
+
+/// Where a page of the list ended: the last pre-pull's place in the list's order, so that the
+/// next page goes on after it even if pre-pulls came or went meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    priority: i32,
+    submitted: SystemTime,
+    id: String,
+}
+
+impl Cursor {
+    fn after(entry: &PrePull) -> Self {
+        Self { priority: entry.spec.priority, submitted: entry.submitted, id: entry.id.clone() }
+    }
+
+    fn order(&self) -> (Reverse<i32>, SystemTime, &str) {
+        (Reverse(self.priority), self.submitted, self.id.as_str())
+    }
+
+    /// A cursor as [`Cursor`]'s `Display` wrote it; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.splitn(4, '.');
+        let priority = parts.next()?.parse().ok()?;
+        let seconds: u64 = parts.next()?.parse().ok()?;
+        let nanos: u32 = parts.next()?.parse().ok().filter(|nanos| *nanos < 1_000_000_000)?;
+        let id =
+            parts.next().filter(|id| id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))?;
+        let submitted = UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))?;
+        Some(Self { priority, submitted, id: id.to_owned() })
+    }
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let since = self.submitted.duration_since(UNIX_EPOCH).unwrap_or_default();
+        write!(f, "{}.{}.{}.{}", self.priority, since.as_secs(), since.subsec_nanos(), self.id)
+    }
 }
 
 /// Why a submission or a cancellation is refused.
@@ -111,7 +220,9 @@ pub enum BookError {
     DeadlinePassed,
     #[error("{image:?} is being pre-pulled with other credentials (pre-pull {id}); cancel it first")]
     OtherCredentials { image: String, id: String },
-    #[error("{MAX_PRE_PULLS} pre-pulls are listed already; cancel some or wait for them to end")]
+    #[error(
+        "{MAX_PRE_PULLS} pre-pulls are queued, pulling, held or pinned already; cancel some or wait for them to end (ended and cancelled ones do not count)"
+    )]
     Full,
     #[error("no pre-pull {0:?}")]
     NotFound(String),
@@ -147,8 +258,31 @@ impl Book {
     /// Every pre-pull, highest priority first, then oldest.
     pub fn list(&self) -> Vec<&PrePull> {
         let mut all: Vec<&PrePull> = self.entries.values().collect();
-        all.sort_by_key(|entry| (std::cmp::Reverse(entry.spec.priority), entry.submitted, entry.id.as_str()));
+        all.sort_by(|a, b| a.order().cmp(&b.order()));
         all
+    }
+
+    /// At most `size` pre-pulls of the list after `after` (from the start without), and where
+    /// the next page starts when there are more.
+    pub fn page(&self, after: Option<&Cursor>, size: usize) -> (Vec<&PrePull>, Option<Cursor>) {
+        let mut rest: Vec<&PrePull> = self.list();
+        if let Some(after) = after {
+            rest.retain(|entry| entry.order() > after.order());
+        }
+        let more = rest.len() > size;
+        rest.truncate(size);
+        let next = more.then(|| rest.last().map(|last| Cursor::after(last))).flatten();
+        (rest, next)
+    }
+
+    /// How many pre-pulls are in each state, for every state in [`State::NAMES`]' order.
+    pub fn count_by_state(&self) -> [(&'static str, usize); 6] {
+        State::NAMES.map(|state| (state, self.entries.values().filter(|entry| entry.state.as_str() == state).count()))
+    }
+
+    /// How many pre-pulls count against [`MAX_PRE_PULLS`] now.
+    fn counted(&self, now: SystemTime) -> usize {
+        self.entries.values().filter(|entry| entry.counts(now)).count()
     }
 
     /// Asks for `spec` with `credentials`: a new pre-pull, or the one of the same image already
@@ -161,12 +295,17 @@ impl Book {
             return Err(BookError::DeadlinePassed);
         }
         let id = id_of(&spec.image, &spec.runtime_handler);
+        let full = self.counted(now) >= MAX_PRE_PULLS;
         if let Some(entry) = self.entries.get_mut(&id) {
             let running = !entry.state.ended();
             if running && entry.credentials.is_some() && entry.credentials != credentials {
                 return Err(BookError::OtherCredentials { image: entry.spec.image.clone(), id });
             }
             if !running && !matches!(entry.state, State::Done { .. }) {
+                // Queued again, it counts again.
+                if full && !(entry.spec.declared || spec.declared) {
+                    return Err(BookError::Full);
+                }
                 entry.state = State::Queued;
                 entry.finished = None;
                 entry.submitted = now;
@@ -176,7 +315,7 @@ impl Book {
             entry.spec.priority = entry.spec.priority.max(spec.priority);
             return Ok(&self.entries[&id]);
         }
-        if self.entries.len() >= MAX_PRE_PULLS {
+        if full && !spec.declared {
             return Err(BookError::Full);
         }
         let entry = PrePull {
@@ -191,8 +330,10 @@ impl Book {
         Ok(self.entries.entry(id).or_insert(entry))
     }
 
-    /// Cancels a pre-pull that has not ended; one declared by the configuration cannot be.
-    pub fn cancel(&mut self, id: &str, now: SystemTime) -> Result<&PrePull, BookError> {
+    /// Cancels a pre-pull that has not ended, and ends the pin of one done and pinned (image GC
+    /// no longer keeps its image for it); either no longer counts against [`MAX_PRE_PULLS`]. One
+    /// declared by the configuration cannot be cancelled.
+    pub fn cancel(&mut self, id: &str, now: SystemTime) -> Result<PrePull, BookError> {
         let entry =
             self.entries.get_mut(id).ok_or_else(|| BookError::NotFound(crate::messages::echo(id).into_owned()))?;
         if entry.spec.declared {
@@ -201,8 +342,12 @@ impl Book {
         if !entry.state.ended() {
             entry.state = State::Cancelled;
             entry.finished = Some(now);
+        } else if entry.pinned_now(now) {
+            entry.spec.pin_for = None;
         }
-        Ok(entry)
+        let cancelled = entry.clone();
+        self.forget_past_display_cap(now);
+        Ok(cancelled)
     }
 
     /// The queued pre-pulls to start now so that `running_at_most` run, in order.
@@ -222,7 +367,7 @@ impl Book {
     /// A pre-pull's pull was stopped for want of room: it waits, held.
     pub fn held(&mut self, id: &str, reason: &str, message: String) {
         if let Some(entry) = self.entries.get_mut(id).filter(|entry| entry.state == State::Pulling) {
-            entry.state = State::Held { reason: reason.to_owned(), message };
+            entry.state = State::Held { reason: reason.to_owned(), message }.clipped();
         }
     }
 
@@ -239,9 +384,28 @@ impl Book {
     /// A pre-pull's pull ended (unless it was cancelled meanwhile).
     pub fn ended(&mut self, id: &str, state: State, now: SystemTime) {
         if let Some(entry) = self.entries.get_mut(id).filter(|entry| entry.state == State::Pulling) {
-            entry.state = state;
+            entry.state = state.clipped();
             entry.finished = Some(now);
+            self.forget_past_display_cap(now);
         }
+    }
+
+    /// Forgets the ended pre-pulls kept only to be shown past [`MAX_ENDED_KEPT`], those that
+    /// ended first first; true when it forgot any.
+    fn forget_past_display_cap(&mut self, now: SystemTime) -> bool {
+        let mut shown: Vec<(SystemTime, &str)> = self
+            .entries
+            .values()
+            .filter(|entry| entry.shown_only(now))
+            .map(|entry| (entry.finished.unwrap_or(UNIX_EPOCH), entry.id.as_str()))
+            .collect();
+        let Some(past) = shown.len().checked_sub(MAX_ENDED_KEPT).filter(|past| *past > 0) else { return false };
+        shown.sort_unstable();
+        let forgotten: Vec<String> = shown[..past].iter().map(|(_, id)| (*id).to_owned()).collect();
+        for id in forgotten {
+            self.entries.remove(&id);
+        }
+        true
     }
 
     /// Fails what is past its deadline, and forgets what ended long ago and is no longer
@@ -260,9 +424,9 @@ impl Book {
         self.entries.retain(|_, entry| {
             let kept_until = entry.finished.and_then(|finished| finished.checked_add(KEPT_AFTER_END));
             let listed = entry.spec.declared || kept_until.is_none_or(|until| until > now);
-            listed || entry.pinned_until().is_some_and(|until| until > now)
+            listed || entry.pinned_now(now)
         });
-        changed || self.entries.len() != before
+        self.forget_past_display_cap(now) || changed || self.entries.len() != before
     }
 
     /// Makes the declared pre-pulls `images` (with default tags): new ones are queued, and those
@@ -317,12 +481,12 @@ impl Book {
         times.flatten().min()
     }
 
-    /// The book as a restart finds it: what was under way is queued again and counted resumed;
-    /// no credentials survive.
-    pub fn restored(entries: Vec<PrePull>) -> Self {
+    /// The book as a restart finds it at `now`: what was under way is queued again and counted
+    /// resumed; no credentials survive; within the caps (what counts past [`MAX_PRE_PULLS`], last
+    /// in the list's order, and what is only shown past [`MAX_ENDED_KEPT`] are forgotten).
+    pub fn restored(entries: Vec<PrePull>, now: SystemTime) -> Self {
         let entries = entries
             .into_iter()
-            .take(MAX_PRE_PULLS)
             .map(|mut entry| {
                 // The id is the image's, whatever the file said.
                 entry.id = id_of(&entry.spec.image, &entry.spec.runtime_handler);
@@ -335,10 +499,20 @@ impl Book {
                     _ => {}
                 }
                 entry.credentials = None;
+                entry.state = entry.state.clipped();
                 (entry.id.clone(), entry)
             })
             .collect();
-        Self { entries }
+        let mut book = Self { entries };
+        let past_cap: Vec<String> = {
+            let counted = book.list().into_iter().filter(|entry| entry.counts(now));
+            counted.skip(MAX_PRE_PULLS).map(|entry| entry.id.clone()).collect()
+        };
+        for id in past_cap {
+            book.entries.remove(&id);
+        }
+        book.forget_past_display_cap(now);
+        book
     }
 
     /// Every entry, for keeping.

@@ -5,11 +5,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::book::Book;
 use crate::metric_labels::Labels;
-
-/// Every state a pre-pull can be in, as the `state` label says it.
-const STATES: [&str; 6] = ["queued", "pulling", "held", "done", "failed", "cancelled"];
 
 #[derive(Debug, Clone, Default)]
 pub struct PrePullMetrics {
@@ -33,9 +29,9 @@ impl PrePullMetrics {
     }
 
     /// How many pre-pulls are in each state now.
-    pub fn states(&self, counts: [(&'static str, i64); 6]) {
+    pub fn states(&self, counts: [(&'static str, usize); 6]) {
         for (state, count) in counts {
-            self.by_state.get_or_create(&vec![("state", state)]).set(count);
+            self.by_state.get_or_create(&vec![("state", state)]).set(i64::try_from(count).unwrap_or(i64::MAX));
         }
     }
 
@@ -48,9 +44,4 @@ impl PrePullMetrics {
     pub fn pre_pulled(&self, bytes: u64) {
         self.pulled_bytes.inc_by(bytes);
     }
-}
-
-/// How many pre-pulls of `book` are in each state.
-pub fn count(book: &Book) -> [(&'static str, i64); 6] {
-    STATES.map(|state| (state, book.entries().filter(|entry| entry.state.as_str() == state).count() as i64))
 }

@@ -12,7 +12,7 @@ use std::{
 
 use k8s_cri::v1::ImageSpec;
 
-use super::{PrePull, PrePulls, State, about, metrics, store::PrePullStore};
+use super::{PrePull, PrePulls, State, about};
 use crate::{
     ensure::EnsureRequest,
     events::{EventType, reason},
@@ -70,7 +70,9 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
                 self.recheck_declared().await;
                 recheck = tokio::time::Instant::now() + self.config().recheck;
             }
-            self.keep().await;
+            if let Err(error) = self.keep().await {
+                tracing::warn!(%error, "pre-pulls not kept; a restart would lose what changed");
+            }
             let until_change = next_change.and_then(|at| at.duration_since(SystemTime::now()).ok());
             let wait = until_change
                 .unwrap_or(Duration::MAX)
@@ -105,7 +107,7 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
     /// One pre-pull through the manager, as an IfNotPresent pull of a pod-less caller, what it
     /// fetches held by its lease until it is done.
     async fn pull(&self, entry: PrePull) {
-        let secrets = self.secrets().get(&entry.id).cloned().unwrap_or_default();
+        let secrets = self.secrets().get(&entry.id).map(|secrets| secrets.to_vec()).unwrap_or_default();
         let lease = lease_of(&entry.id);
         let keep_in = match self.parts.runtime.create_lease(&lease, SystemTime::now() + LEASE_LIFETIME).await {
             Ok(()) => Some(Arc::from(lease.as_str())),
@@ -220,15 +222,6 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
         }
     }
 
-    /// Pins the images of the pre-pulls pinned now; the presence cache forgets its answers when
-    /// that changes what is pinned.
-    fn pin(&self, now: SystemTime) {
-        let images = self.book().pinned(now);
-        if self.parts.pinned.pre_pulled(images) {
-            self.parts.presence.image_changed();
-        }
-    }
-
     /// Declared pre-pulls that are done and whose image is gone are queued again.
     async fn recheck_declared(&self) {
         let done: Vec<PrePull> = {
@@ -248,25 +241,6 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
                 self.book().gone(&entry.id, SystemTime::now());
                 self.wake.notify_one();
             }
-        }
-    }
-
-    /// Writes the book down if it changed, and counts its states.
-    async fn keep(&self) {
-        let mut written = self.writing.lock().await;
-        let (contents, counts) = {
-            let book = self.book();
-            (PrePullStore::encode(&book), metrics::count(&book))
-        };
-        self.parts.metrics.states(counts);
-        if *written == contents {
-            return;
-        }
-        let (store, kept) = (self.parts.store.clone(), contents.clone());
-        match tokio::task::spawn_blocking(move || store.write(&kept)).await {
-            Ok(Ok(())) => *written = contents,
-            Ok(Err(error)) => tracing::warn!(%error, "pre-pulls not kept; a restart would lose them"),
-            Err(error) => tracing::warn!(%error, "keeping the pre-pulls stopped"),
         }
     }
 }

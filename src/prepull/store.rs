@@ -1,41 +1,52 @@
-//! The pre-pulls kept across restarts: one file under `--root-dir` in `pre_pulls/`, written as
-//! the pull records are (temporary file, fsync, rename, directory fsync; mode 0600), read as
-//! hostile input (bounded, regular file only; an entry that does not hold together is dropped,
-//! a file that does not decode is reported and the book starts empty). Credentials are never
-//! written: a pre-pull resumed after a restart pulls with the node's own.
+//! The pre-pulls kept across restarts: one file per pre-pull under `--root-dir` in `pre_pulls/`,
+//! named by its id, written as the pull records are (temporary file, fsync, rename, directory
+//! fsync; mode 0600), read as hostile input. Each file is bounded ([`ENTRY_LIMIT`], several times
+//! the largest pre-pull the book holds, see [`super::book`]'s bounds); one that is not a regular
+//! file, is larger, does not decode, does not hold together or is not under its pre-pull's name is
+//! set aside (quarantined, counted) and costs only its own pre-pull. Credentials are never
+//! written: a pre-pull resumed after a restart pulls with the node's own. A book an earlier
+//! version kept in one file is read once, written as files, and removed.
 
 use std::{
+    collections::{BTreeMap, HashMap},
     io,
     path::{Path, PathBuf},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 
 use super::book::{self, Book, PrePull, Spec, State};
 use crate::files::StateDir;
 
-/// The one key the pre-pulls are stored under.
-const KEY: &str = "pre-pulls";
+/// The largest pre-pull's file read. The book bounds every field (an image 1 KiB, a message
+/// 1 KiB, ...): its largest entry is about 3 KiB.
+pub const ENTRY_LIMIT: u64 = 16 << 10;
 
-/// About 400 bytes a pre-pull: room for the book's cap many times over.
-const STORE_LIMIT: u64 = 4 << 20;
+/// The key of the one file an earlier version kept every pre-pull in.
+const LEGACY_KEY: &str = "pre-pulls";
 
-/// The longest text field kept (an image, a reason, a message).
-const MAX_FIELD: usize = 4096;
+/// The largest such file read: it had no bound of its own (a 1.5 MiB runtime handler made each
+/// entry 4.5 MiB), and it is read once, at start.
+const LEGACY_LIMIT: u64 = 64 << 20;
+
+/// What is written: each pre-pull's file contents, by id.
+pub type Written = HashMap<String, Vec<u8>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("pre-pulls in {path}: {error}")]
     Io { path: PathBuf, error: io::Error },
-    #[error("pre-pulls in {path} do not decode: {error}")]
-    Decode { path: PathBuf, error: String },
+    #[error("writing pre-pulls stopped: {0}")]
+    Interrupted(String),
 }
 
-#[derive(Serialize, Deserialize)]
+/// The file an earlier version kept: its entries are decoded one by one.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct File {
-    pre_pulls: Vec<Kept>,
+struct LegacyFile {
+    pre_pulls: Vec<serde_json::Value>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -104,8 +115,12 @@ impl From<&PrePull> for Kept {
 impl Kept {
     /// The pre-pull this entry holds, if it holds one together.
     fn restore(self) -> Option<PrePull> {
-        let fields = [&self.image, &self.runtime_handler, &self.image_ref, &self.reason, &self.message];
-        if fields.iter().any(|field| field.len() > MAX_FIELD) {
+        let bounded = self.image.len() <= crate::reference::REFERENCE_LENGTH_MAX
+            && self.runtime_handler.len() <= book::MAX_RUNTIME_HANDLER
+            && self.image_ref.len() <= book::MAX_IMAGE_REF
+            && self.reason.len() <= book::MAX_REASON
+            && self.message.len() <= book::MAX_MESSAGE;
+        if !bounded {
             return None;
         }
         // Kept with its default tag: one that changes when tagged again is not ours.
@@ -142,7 +157,7 @@ impl Kept {
     }
 }
 
-/// The pre-pulls' file.
+/// The pre-pulls' files.
 #[derive(Clone)]
 pub struct PrePullStore {
     dir: StateDir,
@@ -153,84 +168,125 @@ impl PrePullStore {
     pub fn open(root_dir: &Path) -> Result<Self, StoreError> {
         let path = root_dir.join("pre_pulls");
         let (dir, _) = StateDir::open(path.clone()).map_err(|error| StoreError::Io { path, error })?;
-        Ok(Self { dir: dir.with_limit(STORE_LIMIT) })
+        Ok(Self { dir: dir.with_limit(ENTRY_LIMIT) })
     }
 
-    pub fn path(&self) -> PathBuf {
-        self.dir.path().join(StateDir::file_name(KEY))
+    /// Counts the files set aside in `quarantined`.
+    pub fn counting_quarantined(self, quarantined: Counter) -> Self {
+        Self { dir: self.dir.counting_quarantined(quarantined) }
     }
 
-    /// The book kept, as a restart finds it (see [`Book::restored`]); an empty one when none.
-    pub fn load(&self) -> Result<Book, StoreError> {
-        let Some(contents) = self.dir.read(KEY).map_err(|error| StoreError::Io { path: self.path(), error })? else {
-            return Ok(Book::default());
-        };
-        let file: File = serde_json::from_slice(&contents)
-            .map_err(|error| StoreError::Decode { path: self.path(), error: error.to_string() })?;
-        Ok(Book::restored(file.pre_pulls.into_iter().filter_map(Kept::restore).collect()))
+    pub fn path(&self) -> &Path {
+        self.dir.path()
     }
 
-    /// The file's contents for `book` (cheap: the caller writes them off the async thread).
-    pub fn encode(book: &Book) -> Vec<u8> {
-        let file = File { pre_pulls: book.entries().map(Kept::from).collect() };
-        serde_json::to_vec(&file).unwrap_or_default()
+    /// The path of pre-pull `id`'s file.
+    pub fn path_of(&self, id: &str) -> PathBuf {
+        self.dir.path().join(StateDir::file_name(id))
     }
 
-    /// Writes contents made by [`PrePullStore::encode`], durably.
-    pub fn write(&self, contents: &[u8]) -> Result<(), StoreError> {
-        self.dir.write(KEY, contents).map(|_| ()).map_err(|error| StoreError::Io { path: self.path(), error })
+    /// The book kept, as a restart finds it at `now` (see [`Book::restored`]), and what is
+    /// written of it. A file that cannot be read whole is set aside and costs only its own
+    /// pre-pull; the files of pre-pulls the restored book no longer holds are removed; an
+    /// earlier version's single file is written as files, then removed. Blocking.
+    pub fn load(&self, now: SystemTime) -> Result<(Book, Written), StoreError> {
+        let io = |error| StoreError::Io { path: self.path().to_owned(), error };
+        self.migrate().map_err(io)?;
+        let mut found: BTreeMap<String, (PrePull, Vec<u8>)> = BTreeMap::new();
+        for (path, contents) in self.dir.read_all().map_err(io)? {
+            let decoded = contents.map_err(|error| error.to_string()).and_then(|contents| {
+                let entry = decode(&contents)?;
+                if path != self.path_of(&entry.id) {
+                    return Err(format!("not under the name of the pre-pull it holds ({})", entry.id));
+                }
+                Ok((entry, contents))
+            });
+            match decoded {
+                Ok((entry, contents)) => {
+                    found.insert(entry.id.clone(), (entry, contents));
+                }
+                Err(why) => self.dir.set_aside(&path, &format!("not a pre-pull: {why}")),
+            }
+        }
+        let mut written = Written::new();
+        let mut entries = Vec::with_capacity(found.len());
+        for (id, (entry, contents)) in found {
+            written.insert(id, contents);
+            entries.push(entry);
+        }
+        let book = Book::restored(entries, now);
+        // The files of what the restored book forgot (past its caps) go.
+        let gone: Vec<String> = written.keys().filter(|id| book.get(id).is_none()).cloned().collect();
+        for id in gone {
+            self.dir.remove(&id).map_err(io)?;
+            written.remove(&id);
+        }
+        Ok((book, written))
     }
+
+    /// Writes each pre-pull of an earlier version's single file that holds together as a file
+    /// of its own, then removes that file (a crash meanwhile does it again at the next start).
+    fn migrate(&self) -> io::Result<()> {
+        let Some(contents) = self.dir.clone().with_limit(LEGACY_LIMIT).read(LEGACY_KEY)? else { return Ok(()) };
+        let path = self.path_of(LEGACY_KEY);
+        let entries = self.decode_legacy(&path, &contents);
+        for entry in &entries {
+            self.dir.write(&entry.id, &encode(entry))?;
+        }
+        tracing::info!(path = %path.display(), pre_pulls = entries.len(), "pre-pulls kept in one file now kept one file each");
+        self.dir.remove(LEGACY_KEY)
+    }
+
+    /// The entries of an earlier version's single file that hold together, each decoded alone.
+    fn decode_legacy(&self, path: &Path, contents: &[u8]) -> Vec<PrePull> {
+        match serde_json::from_slice::<LegacyFile>(contents) {
+            Ok(file) => file
+                .pre_pulls
+                .into_iter()
+                .filter_map(|value| serde_json::from_value::<Kept>(value).ok().and_then(Kept::restore))
+                .collect(),
+            Err(error) => {
+                self.dir.set_aside(path, &format!("not a list of pre-pulls: {error}"));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Writes the files of `wanted` (each pre-pull's contents by id, made by [`encode`]) that
+    /// differ from `written`, and removes those of pre-pulls no longer wanted, durably, with one
+    /// flush of the directory for them all; `written` follows what is done, also when a write
+    /// fails. Blocking.
+    pub fn write_changes(&self, wanted: &BTreeMap<String, Vec<u8>>, written: &mut Written) -> Result<(), StoreError> {
+        let changed: Vec<(&str, &[u8])> = wanted
+            .iter()
+            .filter(|(id, contents)| written.get(*id) != Some(*contents))
+            .map(|(id, contents)| (id.as_str(), contents.as_slice()))
+            .collect();
+        let gone: Vec<String> = written.keys().filter(|id| !wanted.contains_key(*id)).cloned().collect();
+        let outcome = self.dir.write_many(changed.iter().copied(), gone.iter().map(String::as_str));
+        let done = outcome.as_ref().map_or_else(|(done, _)| *done, |()| changed.len());
+        for (id, contents) in &changed[..done] {
+            written.insert((*id).to_owned(), contents.to_vec());
+        }
+        if outcome.is_ok() {
+            gone.iter().for_each(|id| {
+                written.remove(id);
+            });
+        }
+        outcome.map_err(|(_, error)| StoreError::Io { path: self.path().to_owned(), error })
+    }
+}
+
+/// The file's contents for one pre-pull (cheap: the caller writes them off the async thread).
+pub fn encode(entry: &PrePull) -> Vec<u8> {
+    serde_json::to_vec(&Kept::from(entry)).unwrap_or_default()
+}
+
+/// One pre-pull's file, if it holds one together.
+fn decode(contents: &[u8]) -> Result<PrePull, String> {
+    let kept: Kept = serde_json::from_slice(contents).map_err(|error| error.to_string())?;
+    kept.restore().ok_or_else(|| "its fields do not hold together".to_owned())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pre_pulls_survive_a_restart_without_their_credentials_and_what_was_pulling_resumes() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let store = PrePullStore::open(root.path()).expect("opens");
-        let now = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let mut book = Book::default();
-        let spec = |image: &str| Spec {
-            image: image.into(),
-            runtime_handler: String::new(),
-            priority: 3,
-            deadline: Some(now + Duration::from_secs(600)),
-            pin_for: Some(Duration::from_secs(60)),
-            declared: false,
-        };
-        let pulling = book.submit(spec("big:1"), Some(7), now).expect("queued").id.clone();
-        book.started(&pulling);
-        let done = book.submit(spec("small:1"), None, now).expect("queued").id.clone();
-        book.started(&done);
-        book.ended(&done, State::Done { image_ref: "sha256:s".into() }, now);
-        store.write(&PrePullStore::encode(&book)).expect("written");
-        let text = std::fs::read_to_string(store.path()).expect("readable");
-        assert!(!text.contains("credentials"), "{text}");
-
-        let restored = store.load().expect("loads");
-        let resumed = restored.get(&pulling).expect("kept");
-        assert_eq!((resumed.state.as_str(), resumed.resumed, resumed.credentials), ("queued", 1, None));
-        assert_eq!(resumed.spec, book.get(&pulling).expect("listed").spec);
-        assert_eq!(restored.get(&done).expect("kept").state, State::Done { image_ref: "sha256:s".into() });
-    }
-
-    #[test]
-    fn entries_that_do_not_hold_together_are_dropped_and_a_torn_file_is_an_error_naming_it() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let store = PrePullStore::open(root.path()).expect("opens");
-        let entries = r#"{"prePulls":[
-            {"image":"busybox","state":"queued","submittedMs":1},
-            {"image":"busybox:1","state":"sleeping","submittedMs":1},
-            {"image":"busybox:2","state":"done","submittedMs":1},
-            {"image":"busybox:3","state":"queued","submittedMs":1}]}"#;
-        store.write(entries.as_bytes()).expect("written");
-        let images: Vec<String> =
-            store.load().expect("loads").entries().map(|entry| entry.spec.image.clone()).collect();
-        assert_eq!(images, ["busybox:3"], "untagged, unknown state, done without a ref: dropped");
-        store.write(b"{\"prePulls\":[{\"ima").expect("written");
-        let torn = store.load().expect_err("torn");
-        assert!(torn.to_string().contains(&store.path().display().to_string()), "{torn}");
-    }
-}
+mod tests;

@@ -11,7 +11,7 @@ use crate::{
     ensure::{self, ClearBackoff, EnsureRequest},
     events::{Events, Filter},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
-    prepull::{PrePulls, Submission},
+    prepull::{Page, PrePulls, Submission},
     presence::PresenceCache,
     pull::{
         PullClass,
@@ -96,7 +96,9 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         };
         let timestamp = |time: SystemTime| Some(prost_types::Timestamp::from(time));
         let in_flight = self.manager.pulls_in_flight();
-        let pre_pulls = super::pre_pulls::wire_all(self.pre_pulls.list(), &in_flight);
+        let (first, _) = self.pre_pulls.page(None, super::pre_pulls::IN_STATUS);
+        let pre_pulls = super::pre_pulls::wire_all(first, &in_flight);
+        let pre_pull_counts = super::pre_pulls::wire_counts(self.pre_pulls.count_by_state());
         let pulls = in_flight
             .into_iter()
             .map(|pull| api::PullInFlight {
@@ -152,6 +154,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             gc_high_threshold_percent: u32::from(policy.high_threshold_percent),
             gc_low_threshold_percent: u32::from(policy.low_threshold_percent),
             pre_pulls_queued: u32::try_from(pre_pulls_queued).unwrap_or(u32::MAX),
+            pre_pull_counts: Some(pre_pull_counts),
         }))
     }
 
@@ -159,17 +162,20 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::SubmitPrePullRequest>,
     ) -> Result<Response<api::SubmitPrePullResponse>, Status> {
-        let submitted = self.pre_pulls.submit(Submission::try_from(request.into_inner())?)?;
+        let submitted = self.pre_pulls.submit(Submission::try_from(request.into_inner())?).await?;
         let pre_pulls = super::pre_pulls::wire_all(submitted, &self.manager.pulls_in_flight());
         Ok(Response::new(api::SubmitPrePullResponse { pre_pulls }))
     }
 
     async fn list_pre_pulls(
         &self,
-        _: Request<api::ListPrePullsRequest>,
+        request: Request<api::ListPrePullsRequest>,
     ) -> Result<Response<api::ListPrePullsResponse>, Status> {
-        let pre_pulls = super::pre_pulls::wire_all(self.pre_pulls.list(), &self.manager.pulls_in_flight());
-        Ok(Response::new(api::ListPrePullsResponse { pre_pulls }))
+        let page = Page::try_from(request.into_inner())?;
+        let (listed, next) = self.pre_pulls.page(page.after.as_ref(), page.size);
+        let pre_pulls = super::pre_pulls::wire_all(listed, &self.manager.pulls_in_flight());
+        let next_page_token = next.map(|cursor| cursor.to_string()).unwrap_or_default();
+        Ok(Response::new(api::ListPrePullsResponse { pre_pulls, next_page_token }))
     }
 
     async fn get_pre_pull(&self, request: Request<api::GetPrePullRequest>) -> Result<Response<api::PrePull>, Status> {
@@ -181,7 +187,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::CancelPrePullRequest>,
     ) -> Result<Response<api::PrePull>, Status> {
-        let cancelled = self.pre_pulls.cancel(&request.into_inner().id)?;
+        let cancelled = self.pre_pulls.cancel(&request.into_inner().id).await?;
         Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }
 

@@ -1,5 +1,7 @@
 //! Pre-pulls on the wire: a pre-pull as `imagemanager.v1.PrePull`, with the progress of its pull
-//! while it runs.
+//! while it runs; how many are in each state. Every field of a pre-pull is bounded (see
+//! [`crate::prepull::book`]), so a page of them ([`crate::prepull::Page::MAX_SIZE`]) stays far
+//! under gRPC's 4 MiB default for an answer.
 
 use std::time::SystemTime;
 
@@ -8,6 +10,25 @@ use crate::{
     prepull::book::{PrePull, State},
     pull::{PullClass, scheduler::InFlight},
 };
+
+/// How many pre-pulls GetStatus shows (its counts count them all).
+pub const IN_STATUS: usize = 100;
+
+/// Counts by state (as [`crate::prepull::book::Book::count_by_state`] gives them) on the wire.
+pub fn wire_counts(counts: [(&'static str, usize); 6]) -> api::PrePullCounts {
+    let count = |name: &str| {
+        let found = counts.iter().find(|(state, _)| *state == name).map_or(0, |(_, count)| *count);
+        u32::try_from(found).unwrap_or(u32::MAX)
+    };
+    api::PrePullCounts {
+        queued: count("queued"),
+        pulling: count("pulling"),
+        held: count("held"),
+        done: count("done"),
+        failed: count("failed"),
+        cancelled: count("cancelled"),
+    }
+}
 
 /// `pre_pulls` on the wire, each with its pull's progress from `in_flight`.
 pub fn wire_all(pre_pulls: Vec<PrePull>, in_flight: &[InFlight]) -> Vec<api::PrePull> {
@@ -47,3 +68,6 @@ pub fn wire(pre_pull: PrePull, in_flight: &[InFlight]) -> api::PrePull {
         progress,
     }
 }
+
+#[cfg(test)]
+mod tests;

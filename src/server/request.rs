@@ -14,9 +14,13 @@ use crate::{
     },
     ensure::{ClearBackoff, EnsureRequest, PodRef},
     messages,
-    prepull::Submission,
+    prepull::{
+        MAX_PULL_SECRETS, MAX_PULL_SECRETS_BYTES, Page, Submission,
+        book::{Cursor, MAX_PRE_PULLS, MAX_RUNTIME_HANDLER},
+    },
     pull::{Peer, PullClass},
     pull_policy::PullPolicy,
+    reference::REFERENCE_LENGTH_MAX,
 };
 
 /// A request field that cannot be understood.
@@ -40,6 +44,20 @@ pub enum RequestError {
     BadDuration { field: &'static str, reason: String },
     #[error("images: none given")]
     NoImages,
+    #[error("{field}: {count} given, more than {max}")]
+    TooMany { field: &'static str, count: usize, max: usize },
+    #[error("images[{index}]: {bytes} bytes, more than {REFERENCE_LENGTH_MAX} (the longest image reference)")]
+    ImageTooLong { index: usize, bytes: usize },
+    #[error("runtime_handler: {0} bytes, more than {MAX_RUNTIME_HANDLER} (a RuntimeClass's handler is a DNS label)")]
+    HandlerTooLong(usize),
+    #[error(
+        "runtime_handler {0:?} is not a DNS label: lowercase letters, digits and '-', starting and ending with a letter or a digit, as a RuntimeClass's handler"
+    )]
+    HandlerNotALabel(String),
+    #[error("pull_secrets: {0} bytes in all, more than {MAX_PULL_SECRETS_BYTES}")]
+    SecretsTooLarge(usize),
+    #[error("page_token: not one ListPrePulls gave")]
+    BadPageToken,
     #[error(
         "give pod_uid and image (one pod's back-off for one image) or all (every back-off); the request gave neither"
     )]
@@ -60,7 +78,11 @@ impl RequestError {
             Self::ForeignNamespace { .. } => "service_account.namespace",
             Self::NameWithoutUid => "service_account.uid",
             Self::BadDuration { field, .. } => field,
-            Self::NoImages => "images",
+            Self::NoImages | Self::ImageTooLong { .. } => "images",
+            Self::TooMany { field, .. } => field,
+            Self::HandlerTooLong(_) | Self::HandlerNotALabel(_) => "runtime_handler",
+            Self::SecretsTooLarge(_) => "pull_secrets",
+            Self::BadPageToken => "page_token",
             Self::NothingToClear | Self::PairAndAll => "all",
             Self::HalfAPair(missing, _) => missing,
         }
@@ -108,9 +130,10 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
 impl TryFrom<api::SubmitPrePullRequest> for Submission {
     type Error = RequestError;
 
-    fn try_from(wire: api::SubmitPrePullRequest) -> Result<Self, RequestError> {
-        if wire.images.is_empty() {
-            return Err(RequestError::NoImages);
+    fn try_from(mut wire: api::SubmitPrePullRequest) -> Result<Self, RequestError> {
+        if let Err(error) = check_submission(&wire) {
+            wire.pull_secrets.iter_mut().for_each(|secret| secret.docker_config_json.zeroize());
+            return Err(error);
         }
         Ok(Self {
             timeout: duration("timeout", wire.timeout)?,
@@ -120,6 +143,65 @@ impl TryFrom<api::SubmitPrePullRequest> for Submission {
             runtime_handler: wire.runtime_handler,
             priority: wire.priority,
         })
+    }
+}
+
+/// Refuses a submission with a field out of its bounds: what is kept (images, the runtime handler)
+/// is kept for a month at most, and shown in every list.
+fn check_submission(wire: &api::SubmitPrePullRequest) -> Result<(), RequestError> {
+    if wire.images.is_empty() {
+        return Err(RequestError::NoImages);
+    }
+    if wire.images.len() > MAX_PRE_PULLS {
+        return Err(RequestError::TooMany { field: "images", count: wire.images.len(), max: MAX_PRE_PULLS });
+    }
+    if let Some((index, image)) = wire.images.iter().enumerate().find(|(_, image)| image.len() > REFERENCE_LENGTH_MAX) {
+        return Err(RequestError::ImageTooLong { index, bytes: image.len() });
+    }
+    check_runtime_handler(&wire.runtime_handler)?;
+    if wire.pull_secrets.len() > MAX_PULL_SECRETS {
+        let count = wire.pull_secrets.len();
+        return Err(RequestError::TooMany { field: "pull_secrets", count, max: MAX_PULL_SECRETS });
+    }
+    let secrets_bytes: usize = wire
+        .pull_secrets
+        .iter()
+        .map(|secret| {
+            let api::PullSecret { name, namespace, docker_config_json, uid, r#type } = secret;
+            [name, namespace, docker_config_json, uid, r#type].iter().map(|field| field.len()).sum::<usize>()
+        })
+        .sum();
+    if secrets_bytes > MAX_PULL_SECRETS_BYTES {
+        return Err(RequestError::SecretsTooLarge(secrets_bytes));
+    }
+    Ok(())
+}
+
+/// Refuses a runtime handler that is not a DNS label (RFC 1123), as Kubernetes refuses a
+/// RuntimeClass's; empty is the runtime's default.
+fn check_runtime_handler(handler: &str) -> Result<(), RequestError> {
+    if handler.len() > MAX_RUNTIME_HANDLER {
+        return Err(RequestError::HandlerTooLong(handler.len()));
+    }
+    let bytes = handler.as_bytes();
+    let inner = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-';
+    let end = |byte: Option<&u8>| byte.is_none_or(|byte| *byte != b'-');
+    if !(bytes.iter().all(inner) && end(bytes.first()) && end(bytes.last())) {
+        return Err(RequestError::HandlerNotALabel(messages::echo(handler).into_owned()));
+    }
+    Ok(())
+}
+
+impl TryFrom<api::ListPrePullsRequest> for Page {
+    type Error = RequestError;
+
+    fn try_from(wire: api::ListPrePullsRequest) -> Result<Self, RequestError> {
+        let after = match wire.page_token.as_str() {
+            "" => None,
+            token => Some(Cursor::parse(token).ok_or(RequestError::BadPageToken)?),
+        };
+        let size = usize::try_from(wire.page_size).unwrap_or(usize::MAX);
+        Ok(Self { size: if size == 0 { Page::MAX_SIZE } else { size.min(Page::MAX_SIZE) }, after })
     }
 }
 

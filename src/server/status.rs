@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::{
     ensure::EnsureError,
     gc::{GcError, plan::PlanError},
-    prepull::book::BookError,
+    prepull::{PrePullError, book::BookError},
     pull::PullError,
     runtime::RuntimeError,
 };
@@ -78,6 +78,19 @@ impl From<BookError> for Status {
         };
         let details = ErrorDetails::with_error_info(reason, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(code, error.to_string(), details)
+    }
+}
+
+impl From<PrePullError> for Status {
+    fn from(error: PrePullError) -> Self {
+        match error {
+            PrePullError::Refused(refused) => refused.into(),
+            // Done, but a restart would undo it: asking again (the same pre-pull) writes it again.
+            PrePullError::NotKept(_) => {
+                let details = ErrorDetails::with_error_info("PrePullsNotKept", ERROR_DOMAIN, HashMap::new());
+                Status::with_error_details(Code::Unavailable, error.to_string(), details)
+            }
+        }
     }
 }
 

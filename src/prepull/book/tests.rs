@@ -137,7 +137,7 @@ fn a_restart_queues_what_was_pulling_again_and_keeps_no_credentials() {
     book.started(&id);
     let mut kept: Vec<PrePull> = book.entries().cloned().collect();
     kept[0].id = "forged".into();
-    let restored = Book::restored(kept);
+    let restored = Book::restored(kept, at(1));
     let entry = restored.get(&id).expect("under its image's id");
     assert_eq!((entry.state.as_str(), entry.resumed, entry.credentials), ("queued", 1, None));
 }
@@ -150,8 +150,112 @@ fn a_pre_pull_held_for_want_of_room_waits_until_released_and_a_restart_queues_it
     book.held(&id, "DiskPressure", "DiskPressure: too big now".into());
     assert!(!book.get(&id).expect("listed").state.ended(), "held is not ended");
     assert!(book.next(1).is_empty(), "a held pre-pull does not start");
-    let restored = Book::restored(book.entries().cloned().collect());
+    let restored = Book::restored(book.entries().cloned().collect(), at(1));
     assert_eq!(restored.get(&id).expect("kept").state, State::Queued);
     assert!(book.release_held());
     assert_eq!(book.next(1), [id]);
+}
+
+fn failed(message: &str) -> State {
+    State::Failed { reason: "RegistryUnavailable".into(), message: message.into() }
+}
+
+#[test]
+fn a_flood_that_failed_leaves_room_ended_pre_pulls_stay_listed_and_do_not_count() {
+    // Issue 47: 1024 pre-pulls of images on an unreachable host all fail in seconds.
+    let mut book = Book::default();
+    for index in 0..MAX_PRE_PULLS {
+        let id =
+            book.submit(spec(&format!("unreachable.example/app-{index}:1"), 0), None, at(0)).expect("room").id.clone();
+        book.started(&id);
+        book.ended(&id, failed("dial tcp: connection refused"), at(20));
+    }
+    let next = book.submit(spec("app:2", 0), None, at(21)).expect("ended pre-pulls do not count");
+    assert_eq!(next.state, State::Queued);
+    assert_eq!(book.list().len(), MAX_PRE_PULLS + 1, "the failed ones are still shown");
+    let mut restored = Book::restored(book.entries().cloned().collect(), at(22));
+    assert!(restored.submit(spec("app:3", 0), None, at(22)).is_ok(), "nor after a restart");
+}
+
+#[test]
+fn a_full_book_says_to_cancel_and_a_cancel_makes_room_also_of_a_done_pinned_pre_pull_which_it_unpins() {
+    let mut book = Book::default();
+    let pinned = Spec { pin_for: Some(Duration::from_secs(86_400)), ..spec("pinned:1", 0) };
+    let pinned = book.submit(pinned, None, at(0)).expect("queued").id.clone();
+    book.started(&pinned);
+    book.ended(&pinned, State::Done { image_ref: "sha256:p".into() }, at(1));
+    let mut queued = Vec::new();
+    for index in 1..MAX_PRE_PULLS {
+        queued.push(book.submit(spec(&format!("image-{index}:1"), 0), None, at(2)).expect("room").id.clone());
+    }
+    let full = book.submit(spec("one-more:1", 0), None, at(3)).expect_err("full: the pinned one counts");
+    assert_eq!(full, BookError::Full);
+    assert!(full.to_string().contains("cancel some"), "{full}");
+
+    assert_eq!(book.cancel(&queued[0], at(4)).expect("cancelled").state, State::Cancelled);
+    book.submit(spec("one-more:1", 0), None, at(5)).expect("the cancel made room");
+    assert_eq!(book.submit(spec("two-more:1", 0), None, at(5)).expect_err("full again"), BookError::Full);
+    // A failed or cancelled pre-pull asked again counts again: refused while full.
+    assert_eq!(book.submit(spec("image-1:1", 0), None, at(5)).expect_err("queued again"), BookError::Full);
+
+    assert_eq!(book.pinned(at(6)), ["pinned:1", "sha256:p"]);
+    let unpinned = book.cancel(&pinned, at(6)).expect("answered");
+    assert_eq!((unpinned.state.as_str(), unpinned.pinned_until()), ("done", None), "done still, no longer pinned");
+    assert!(book.pinned(at(6)).is_empty(), "image GC no longer keeps its image for it");
+    book.submit(spec("two-more:1", 0), None, at(7)).expect("the unpin made room");
+}
+
+#[test]
+fn ended_pre_pulls_shown_are_bounded_those_that_ended_first_forgotten_first_pinned_ones_kept() {
+    let mut book = Book::default();
+    let pinned = Spec { pin_for: Some(Duration::from_secs(86_400)), ..spec("pinned:1", 0) };
+    let pinned = book.submit(pinned, None, at(0)).expect("queued").id.clone();
+    book.started(&pinned);
+    book.ended(&pinned, State::Done { image_ref: "sha256:p".into() }, at(0));
+    for index in 0..MAX_ENDED_KEPT + 10 {
+        let id = book.submit(spec(&format!("image-{index}:1"), 0), None, at(1)).expect("room").id.clone();
+        book.started(&id);
+        book.ended(&id, failed("no"), at(2 + index as u64));
+    }
+    assert_eq!(book.entries().count(), MAX_ENDED_KEPT + 1);
+    assert!(book.get(&pinned).is_some(), "a pinned one is not only shown");
+    assert!(book.get(&id_of("image-9:1", "")).is_none(), "the first ten to end are forgotten");
+    assert!(book.get(&id_of("image-10:1", "")).is_some());
+}
+
+#[test]
+fn what_the_runtime_says_is_clipped_to_the_books_bounds_on_a_characters_boundary() {
+    let mut book = Book::default();
+    let id = book.submit(spec("app:1", 0), None, at(0)).expect("queued").id.clone();
+    book.started(&id);
+    book.ended(&id, State::Failed { reason: "R".repeat(4096), message: "é".repeat(1 << 20) }, at(1));
+    let State::Failed { reason, message } = &book.get(&id).expect("listed").state else { panic!("failed") };
+    assert!(reason.len() <= MAX_REASON && message.len() <= MAX_MESSAGE, "{} {}", reason.len(), message.len());
+    assert!(message.ends_with('…') && message.starts_with("éé"), "marked as cut");
+    assert_eq!(clip("short".into(), 8), "short");
+}
+
+#[test]
+fn pages_go_on_after_the_last_pre_pull_shown_even_when_the_list_changes_between_them() {
+    let mut book = Book::default();
+    for index in 0..5 {
+        book.submit(spec(&format!("image-{index}:1"), 0), None, at(index)).expect("queued");
+    }
+    let (first, next) = book.page(None, 2);
+    let names = |page: &[&PrePull]| page.iter().map(|entry| entry.spec.image.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&first), ["image-0:1", "image-1:1"]);
+    let token = next.expect("more follow").to_string();
+    // Meanwhile one comes before the cursor and one after.
+    book.submit(spec("first:1", 9), None, at(10)).expect("queued");
+    book.submit(spec("last:1", 0), None, at(11)).expect("queued");
+    let cursor = Cursor::parse(&token).expect("a token given parses");
+    let (second, next) = book.page(Some(&cursor), 2);
+    assert_eq!(names(&second), ["image-2:1", "image-3:1"]);
+    let (third, next) = book.page(next.as_ref(), 2);
+    assert_eq!((names(&third), next), (vec!["image-4:1".to_owned(), "last:1".to_owned()], None));
+    assert_eq!(book.page(None, 500).0.len(), 7);
+    for bad in ["", "x", "0.1.2", "0.1.2.XYZ", "0.1.2000000000.0123456789abcdef", &format!("0.1.2.{}", "a".repeat(17))]
+    {
+        assert_eq!(Cursor::parse(bad), None, "{bad:?}");
+    }
 }

@@ -170,3 +170,73 @@ fn clear_backoff_takes_one_pair_or_all_and_says_why_otherwise() {
     );
     assert_eq!(clear("", "busybox", "", false).map_err(|(field, _)| field), Err("pod_uid"));
 }
+
+fn submission(images: &[&str]) -> api::SubmitPrePullRequest {
+    api::SubmitPrePullRequest { images: images.iter().map(|image| (*image).to_owned()).collect(), ..Default::default() }
+}
+
+/// The refusal of `wire`: its field and its message.
+fn refused(wire: api::SubmitPrePullRequest) -> (&'static str, String) {
+    let error = Submission::try_from(wire).expect_err("refused");
+    (error.field(), error.to_string())
+}
+
+#[test]
+fn a_submission_with_a_field_past_its_bound_is_refused_naming_the_field_and_the_bound() {
+    // Issue 47: a 1.5 MiB runtime handler was kept, listed and written down.
+    let handler = api::SubmitPrePullRequest { runtime_handler: "k".repeat(3 << 19), ..submission(&["app:1"]) };
+    assert_eq!(
+        refused(handler),
+        (
+            "runtime_handler",
+            "runtime_handler: 1572864 bytes, more than 63 (a RuntimeClass's handler is a DNS label)".into()
+        )
+    );
+    for bad in ["Kata", "kata_qemu", "-kata", "kata-", "kata.v2", "ka ta"] {
+        let wire = api::SubmitPrePullRequest { runtime_handler: bad.into(), ..submission(&["app:1"]) };
+        let (field, message) = refused(wire);
+        assert_eq!(field, "runtime_handler");
+        assert!(message.contains(&format!("{bad:?} is not a DNS label")), "{message}");
+    }
+    for good in ["", "runc", "kata-qemu", "gvisor2", &"a".repeat(63)] {
+        let wire = api::SubmitPrePullRequest { runtime_handler: good.into(), ..submission(&["app:1"]) };
+        assert_eq!(Submission::try_from(wire).expect("a DNS label").runtime_handler, good);
+    }
+
+    let long = format!("{}.example/app:1", "a".repeat(2000));
+    let (field, message) = refused(submission(&["app:1", &long]));
+    assert_eq!(
+        (field, message),
+        ("images", format!("images[1]: {} bytes, more than 1024 (the longest image reference)", long.len()))
+    );
+    let many: Vec<String> = (0..=1024).map(|index| format!("app-{index}:1")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert_eq!(refused(submission(&many)), ("images", "images: 1025 given, more than 1024".into()));
+
+    let secret = |bytes: usize| api::PullSecret {
+        name: "regcred".into(),
+        docker_config_json: "x".repeat(bytes),
+        ..Default::default()
+    };
+    let wire =
+        api::SubmitPrePullRequest { pull_secrets: (0..17).map(|_| secret(10)).collect(), ..submission(&["app:1"]) };
+    assert_eq!(refused(wire), ("pull_secrets", "pull_secrets: 17 given, more than 16".into()));
+    let wire = api::SubmitPrePullRequest { pull_secrets: vec![secret(64 << 10)], ..submission(&["app:1"]) };
+    let (field, message) = refused(wire);
+    assert_eq!((field, message.as_str()), ("pull_secrets", "pull_secrets: 65543 bytes in all, more than 65536"));
+    assert!(!message.contains("xxx"), "never quoted");
+}
+
+#[test]
+fn a_page_of_pre_pulls_is_at_most_500_and_goes_on_only_from_a_token_the_daemon_gave() {
+    let page = |page_size: u32, page_token: &str| {
+        Page::try_from(api::ListPrePullsRequest { page_size, page_token: page_token.into() })
+    };
+    assert_eq!(page(0, "").expect("the first").size, 500);
+    assert_eq!(page(10, "").expect("the first").size, 10);
+    assert_eq!(page(u32::MAX, "").expect("the first").size, 500);
+    let token = "5.1700000000.123.0123456789abcdef";
+    assert_eq!(page(0, token).expect("goes on").after.expect("after").to_string(), token);
+    let error = page(0, "not a token").expect_err("refused");
+    assert_eq!((error.field(), error.to_string().as_str()), ("page_token", "page_token: not one ListPrePulls gave"));
+}

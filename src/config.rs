@@ -5,11 +5,13 @@
 //! - [`client`]: the flags of the commands for people (`pull`, `images`, `top`, …).
 //! - [`serve`]: `serve`'s flags, and the ones a reload applies ([`RELOADABLE`]).
 //! - [`value`]: the flags' value parsers, each saying what its flag accepts.
+//! - [`access`](mod@access): `--role` and `--default-role`, names looked up at start.
 //! - [`build`]: each part's config built from the flags, and [`ConfigError`] for flags that do
 //!   not go together.
 //! - [`file`](mod@file): the config file, a field per flag.
 //! - `load`: the command line read with its file, and what changed between two reads.
 
+pub mod access;
 pub mod build;
 pub mod cli;
 pub mod client;
@@ -19,6 +21,7 @@ pub mod serve;
 pub mod value;
 
 pub use self::{
+    access::{DefaultRoleArg, RoleArg, parse_role},
     build::{ConfigError, NodeCredentialsError},
     cli::{
         Cli, Command, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, usage_error,

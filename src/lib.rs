@@ -13,6 +13,8 @@
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
 //! - [`kubelet_guard`]: the warning when the kubelet's image service is this socket, served
 //!   without systemd socket activation.
+//! - [`access`]: who may do what on the socket: the roles (read < pull < admin), the one table
+//!   of what each method needs, and which role a caller's credentials hold (pure).
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`) over
 //!   the [`server::Services`] the root builds; WatchEvents (events encoded once into batches every
 //!   watcher shares), health, reflection, caller and drain deadlines, the accept path that serves
@@ -59,6 +61,7 @@
 //! - [`telemetry`]: logging set-up.
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
 
+pub mod access;
 pub mod api;
 pub mod backoff;
 pub mod cli;

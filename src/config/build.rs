@@ -66,6 +66,10 @@ pub enum ConfigError {
     SharedRootDir(std::path::PathBuf),
     #[error("invalid configuration: --pre-pull {0}")]
     PrePull(BookError),
+    #[error("invalid configuration: --role {role}={subject}: no such name in {}", file.display())]
+    UnknownName { role: crate::access::Role, subject: String, file: std::path::PathBuf },
+    #[error("invalid configuration: --role names a user or group, and {} cannot be read: {reason}", file.display())]
+    Names { file: std::path::PathBuf, reason: String },
 }
 
 /// Why the node's credentials could not be read.

@@ -5,10 +5,10 @@ use std::{net::SocketAddr, num::NonZeroUsize, path::PathBuf, time::Duration};
 use clap::{ArgAction, Args};
 
 use super::{
-    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, parse_at_least_one, parse_burst,
-    parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit,
-    parse_listen_address, parse_path_or_empty, parse_percent, parse_positive_qps, parse_qps, parse_runtime_endpoint,
-    parse_stream_count,
+    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, DefaultRoleArg, RoleArg, parse_at_least_one,
+    parse_burst, parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit,
+    parse_listen_address, parse_path_or_empty, parse_percent, parse_positive_qps, parse_qps, parse_role,
+    parse_runtime_endpoint, parse_stream_count,
 };
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
@@ -80,6 +80,17 @@ pub struct ServeArgs {
     /// A caller besides root that may take a reserved place: the kubelet's uid, when not root.
     #[arg(long, value_name = "UID")]
     pub reserved_connection_uid: Option<u32>,
+
+    /// A role for a uid, a user, a gid or a group (repeatable): ROLE=SUBJECT, ROLE read, pull or
+    /// admin, SUBJECT uid:N, user:NAME, gid:N or group:NAME (names looked up at start). A caller
+    /// holds the highest role its matches give; root and --reserved-connection-uid are admin.
+    #[arg(long, value_name = "ROLE=SUBJECT", value_parser = parse_role)]
+    pub role: Vec<RoleArg>,
+
+    /// The role of a caller no --role names: read (status, lists, events), pull (and pulls, its
+    /// own pre-pulls), admin (everything) or none (health and reflection only).
+    #[arg(long, value_name = "ROLE", value_enum, default_value_t = DefaultRoleArg::Pull)]
+    pub default_role: DefaultRoleArg,
 
     /// The most connections one process other than root's (and --reserved-connection-uid's)
     /// holds once they have begun HTTP/2; one more is closed as it begins.

@@ -32,6 +32,10 @@ pub enum ValueError {
     NotAPositiveQps,
     #[error("expected HOST=QPS:BURST, e.g. docker.io=2:5 or registry.local:5000=20:40")]
     NotAHostLimit,
+    #[error(
+        "expected ROLE=SUBJECT: ROLE read, pull or admin; SUBJECT uid:N, user:NAME, gid:N or group:NAME, e.g. admin=group:cri-imaged"
+    )]
+    NotARole,
     #[error("the HOST before '=' is empty; expected HOST=QPS:BURST, e.g. docker.io=2:5")]
     EmptyHost,
     #[error(

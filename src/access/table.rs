@@ -1,0 +1,111 @@
+//! The one table of what each method needs. Health and reflection are anyone's who can connect
+//! (probes and grpcurl need them, and they tell nothing about pods); a path no service serves is
+//! answered UNIMPLEMENTED whoever asks, but for the CRI image service, where a method we do not
+//! know may change what is on the node: admin.
+
+use super::Role;
+
+/// What a method needs of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// This role, whatever the request says.
+    Role(Role),
+    /// GarbageCollect: read for a dry run, admin for a pass that removes ([`gc_needs`]).
+    GcPass,
+    /// CancelPrePull: pull for one's own pre-pull, admin for another's ([`cancel_needs`]).
+    Cancel,
+}
+
+impl Need {
+    /// The least a caller needs before the request is read: all of it, for a fixed role.
+    pub fn at_the_door(self) -> Role {
+        match self {
+            Self::Role(role) => role,
+            Self::GcPass => Role::Read,
+            Self::Cancel => Role::Pull,
+        }
+    }
+}
+
+/// A method as the table knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Method {
+    /// As messages write it: `ClearBackoff`, `CRI RemoveImage`.
+    pub name: &'static str,
+    /// As the metric's `method` label writes it: `ClearBackoff`, `cri_RemoveImage`.
+    pub label: &'static str,
+    pub need: Need,
+    /// Whether it may change what is on the node or what the daemon does: logged with its caller.
+    pub changes_state: bool,
+}
+
+const fn method(name: &'static str, label: &'static str, need: Need, changes_state: bool) -> Method {
+    Method { name, label, need, changes_state }
+}
+
+const READ: Need = Need::Role(Role::Read);
+const PULL: Need = Need::Role(Role::Pull);
+const ADMIN: Need = Need::Role(Role::Admin);
+
+/// Our API's methods, by name under `/imagemanager.v1.ImageManager/`.
+const IMAGE_MANAGER: [Method; 12] = [
+    method("GetStatus", "GetStatus", READ, false),
+    method("WatchEvents", "WatchEvents", READ, false),
+    method("ListImages", "ListImages", READ, false),
+    method("ListEvents", "ListEvents", READ, false),
+    method("ListBackoffs", "ListBackoffs", READ, false),
+    method("ListPrePulls", "ListPrePulls", READ, false),
+    method("GetPrePull", "GetPrePull", READ, false),
+    method("EnsureImageExists", "EnsureImageExists", PULL, true),
+    method("SubmitPrePull", "SubmitPrePull", PULL, true),
+    method("CancelPrePull", "CancelPrePull", Need::Cancel, true),
+    method("ClearBackoff", "ClearBackoff", ADMIN, true),
+    method("GarbageCollect", "GarbageCollect", Need::GcPass, true),
+];
+
+/// The CRI image service's methods, by name under `/runtime.v1.ImageService/`.
+const CRI: [Method; 5] = [
+    method("CRI ImageStatus", "cri_ImageStatus", READ, false),
+    method("CRI ListImages", "cri_ListImages", READ, false),
+    method("CRI ImageFsInfo", "cri_ImageFsInfo", READ, false),
+    method("CRI PullImage", "cri_PullImage", PULL, true),
+    method("CRI RemoveImage", "cri_RemoveImage", ADMIN, true),
+];
+
+/// A CRI image method the table does not know.
+const CRI_OTHER: Method = method("a CRI image method cri-imaged does not know", "cri_other", ADMIN, true);
+
+/// The method at a request's `path`; `None` for what anyone may call (health, reflection, a
+/// path no service serves).
+pub fn method_at(path: &str) -> Option<Method> {
+    if let Some(name) = path.strip_prefix("/imagemanager.v1.ImageManager/") {
+        return IMAGE_MANAGER.into_iter().find(|method| method.name == name);
+    }
+    let name = path.strip_prefix("/runtime.v1.ImageService/")?;
+    let known = CRI.into_iter().find(|method| method.name.strip_prefix("CRI ") == Some(name));
+    Some(known.unwrap_or(CRI_OTHER))
+}
+
+/// What a GarbageCollect needs: read to see what a pass would remove, admin to remove.
+pub fn gc_needs(dry_run: bool) -> Role {
+    if dry_run { Role::Read } else { Role::Admin }
+}
+
+/// What a CancelPrePull needs: pull for a pre-pull `caller_uid` submitted, admin for any other
+/// (one submitted before pre-pulls kept their owner has none: admin).
+pub fn cancel_needs(owner: Option<u32>, caller_uid: Option<u32>) -> Role {
+    match (owner, caller_uid) {
+        (Some(owner), Some(caller)) if owner == caller => Role::Pull,
+        _ => Role::Admin,
+    }
+}
+
+/// Every method the table knows, with its path: for tests and the README's table.
+pub fn known() -> impl Iterator<Item = (String, Method)> {
+    let ours =
+        IMAGE_MANAGER.into_iter().map(|method| (format!("/imagemanager.v1.ImageManager/{}", method.name), method));
+    let cri = CRI.into_iter().map(|method| {
+        (format!("/runtime.v1.ImageService/{}", method.name.strip_prefix("CRI ").unwrap_or(method.name)), method)
+    });
+    ours.chain(cri)
+}

@@ -170,6 +170,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             pre_pulls,
             kubelet_warning: Arc::default(),
             connections: metrics.connections.clone(),
+            calls: metrics.calls.clone(),
         };
         Ok(Self { services, metrics, records })
     }
@@ -309,6 +310,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
 
     let manager = args.manager_config()?;
     let image_gc = args.gc_config()?;
+    let access = Arc::new(args.access_policy()?);
     let pre_pulls = args.pre_pull_config()?;
     let kubelet_root_dir = args.kubelet_root_dir()?;
     let node_credentials = Arc::new(args.node_credentials()?);
@@ -397,6 +399,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
             health_probe_interval: args.health_probe_interval,
             health_probe_timeout: args.health_probe_timeout,
             limits,
+            access,
         },
         presence_cache: args.presence_cache,
         metrics,

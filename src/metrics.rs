@@ -12,9 +12,15 @@ use prometheus_client::{
 };
 
 use crate::{
-    ensure::metrics::EnsureMetrics, gc::metrics::GcMetrics, kubelet_guard::GuardMetrics,
-    prepull::metrics::PrePullMetrics, presence::metrics::PresenceMetrics, pull::metrics::PullMetrics,
-    records::metrics::RecordsMetrics, reload::metrics::ReloadMetrics, server::metrics::ConnectionMetrics,
+    ensure::metrics::EnsureMetrics,
+    gc::metrics::GcMetrics,
+    kubelet_guard::GuardMetrics,
+    prepull::metrics::PrePullMetrics,
+    presence::metrics::PresenceMetrics,
+    pull::metrics::PullMetrics,
+    records::metrics::RecordsMetrics,
+    reload::metrics::ReloadMetrics,
+    server::metrics::{CallMetrics, ConnectionMetrics},
 };
 
 /// Every metric, registered under the `cri_imaged` prefix; each part gets its own share. Those
@@ -29,6 +35,7 @@ pub struct Metrics {
     pub records: Arc<RecordsMetrics>,
     pub gc: Arc<GcMetrics>,
     pub connections: Arc<ConnectionMetrics>,
+    pub calls: Arc<CallMetrics>,
     pub reloads: Arc<ReloadMetrics>,
     pub kubelet_guard: Arc<GuardMetrics>,
     pub pre_pulls: Arc<PrePullMetrics>,
@@ -43,6 +50,7 @@ impl Default for Metrics {
         let records = Arc::new(RecordsMetrics::register(&mut registry));
         let gc = Arc::new(GcMetrics::register(&mut registry));
         let connections = Arc::new(ConnectionMetrics::register(&mut registry));
+        let calls = Arc::new(CallMetrics::register(&mut registry));
         let reloads = Arc::new(ReloadMetrics::register(&mut registry));
         let kubelet_guard = Arc::new(GuardMetrics::register(&mut registry));
         let pre_pulls = Arc::new(PrePullMetrics::register(&mut registry));
@@ -59,6 +67,7 @@ impl Default for Metrics {
             records,
             gc,
             connections,
+            calls,
             reloads,
             kubelet_guard,
             pre_pulls,

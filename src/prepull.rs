@@ -104,6 +104,8 @@ pub struct Submission {
     pub timeout: Option<Duration>,
     /// Kept from image GC for this long once done.
     pub pin_for: Option<Duration>,
+    /// The uid asking (see [`book::Spec::owner`]).
+    pub owner: Option<u32>,
 }
 
 /// The pre-pulls and the task running them.
@@ -197,6 +199,7 @@ impl<R> PrePulls<R> {
                 deadline,
                 pin_for: submission.pin_for,
                 declared: false,
+                owner: submission.owner,
             };
             ids.push(changed.submit(spec, credentials, now)?.id.clone());
         }

@@ -54,6 +54,9 @@ pub struct Spec {
     pub pin_for: Option<Duration>,
     /// Listed by `--pre-pull`: kept present while listed, pulled again if removed.
     pub declared: bool,
+    /// The uid that asked for it over the API (as the kernel named the caller), who may cancel
+    /// it with the pull role; `None` for one declared, or kept before owners were.
+    pub owner: Option<u32>,
 }
 
 /// How far a pre-pull got.
@@ -309,6 +312,8 @@ impl Book {
                 entry.state = State::Queued;
                 entry.finished = None;
                 entry.submitted = now;
+                // Asked for afresh: it is the new asker's to cancel.
+                entry.spec.owner = spec.owner.or(entry.spec.owner);
             }
             entry.credentials = credentials.or(entry.credentials);
             entry.spec.declared |= spec.declared;
@@ -443,6 +448,7 @@ impl Book {
                 deadline: None,
                 pin_for: None,
                 declared: true,
+                owner: None,
             };
             // Declared images are valid references (checked with the flags) and never over the cap.
             let _ = self.submit(spec, None, now);

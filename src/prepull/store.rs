@@ -75,6 +75,9 @@ struct Kept {
     finished_ms: Option<u64>,
     #[serde(default)]
     resumed: u32,
+    /// Who asked for it (a uid); absent in files written before owners were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<u32>,
 }
 
 fn millis(time: SystemTime) -> u64 {
@@ -108,6 +111,7 @@ impl From<&PrePull> for Kept {
             submitted_ms: millis(entry.submitted),
             finished_ms: entry.finished.map(millis),
             resumed: entry.resumed,
+            owner: entry.spec.owner,
         }
     }
 }
@@ -144,6 +148,7 @@ impl Kept {
             deadline: self.deadline_ms.map(time),
             pin_for,
             declared: self.declared,
+            owner: self.owner,
         };
         Some(PrePull {
             id: book::id_of(&spec.image, &spec.runtime_handler),

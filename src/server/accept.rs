@@ -41,6 +41,7 @@ use tokio::{
 use super::{
     authority::PREFACE,
     metrics::{Closed, ConnectionMetrics},
+    peer::ConnectedPeer,
 };
 use crate::retry::Doubling;
 
@@ -177,6 +178,8 @@ pub struct Admitted<IO> {
     handshake: Option<HandshakeWait>,
     /// Its place in its client's share, once it has begun HTTP/2.
     client: Option<ClientHold>,
+    /// The caller's supplementary groups (see [`super::peer`]).
+    groups: Arc<[u32]>,
 }
 
 struct HandshakeWait {
@@ -304,7 +307,14 @@ impl AcceptLoop {
             if let Some(slot) = self.slot(privileged).await {
                 // Only unprivileged callers have a share to keep to.
                 let pid = caller.and_then(|caller| caller.pid()).filter(|_| !privileged);
-                return self.admit(stream, slot, pid);
+                // Read once here; a kernel that cannot say leaves roles by uid and gid only.
+                let groups = super::peer::peer_groups(&stream).unwrap_or_else(|error| {
+                    tracing::debug!(%error, "the caller's supplementary groups are unknown (SO_PEERGROUPS)");
+                    Vec::new()
+                });
+                let mut admitted = self.admit(stream, slot, pid);
+                admitted.groups = groups.into();
+                return admitted;
             }
             // Dropping it closes it: the caller fails at once instead of waiting in the backlog.
             self.refused();
@@ -358,7 +368,7 @@ impl AcceptLoop {
         let mut handshake = HandshakeWait::new(self.limits.handshake_timeout, self.metrics.clone());
         handshake.client = pid.map(|pid| (self.clients.clone(), pid, self.limits.per_client));
         self.handshaking.push_back(Arc::downgrade(&handshake.shared));
-        Admitted { inner: stream, _slot: slot, handshake: Some(handshake), client: None }
+        Admitted { inner: stream, _slot: slot, handshake: Some(handshake), client: None, groups: Arc::default() }
     }
 
     fn refused(&mut self) {
@@ -413,7 +423,15 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Admitted<IO> {
     }
 }
 
-writes_pass_through!(Admitted);
+writes_pass_through!(Admitted, writes);
+
+impl tonic::transport::server::Connected for Admitted<UnixStream> {
+    type ConnectInfo = ConnectedPeer;
+
+    fn connect_info(&self) -> ConnectedPeer {
+        ConnectedPeer { uds: self.inner.connect_info(), groups: self.groups.clone() }
+    }
+}
 
 /// Whether the failure ends only the connection being accepted (the next accept may succeed).
 fn only_this_connection(error: &io::Error) -> bool {

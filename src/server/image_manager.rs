@@ -6,7 +6,9 @@ use std::{pin::Pin, sync::Arc, time::SystemTime};
 use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
+use super::{metrics::CallMetrics, roles::decide_in_handler};
 use crate::{
+    access::table,
     api::{self, image_manager_server},
     ensure::{self, ClearBackoff, EnsureRequest},
     events::{Events, Filter},
@@ -34,6 +36,7 @@ pub struct ImageManagerService<R> {
     pre_pulls: Arc<PrePulls<R>>,
     events: Arc<Events>,
     kubelet_warning: Arc<std::sync::OnceLock<String>>,
+    calls: Arc<CallMetrics>,
 }
 
 impl<R> ImageManagerService<R> {
@@ -48,9 +51,14 @@ impl<R> ImageManagerService<R> {
             pre_pulls: services.pre_pulls.clone(),
             events: services.events.clone(),
             kubelet_warning: services.kubelet_warning.clone(),
+            calls: services.calls.clone(),
         }
     }
 }
+
+/// The paths of the methods whose need depends on what they are asked.
+const CANCEL_PRE_PULL: &str = "/imagemanager.v1.ImageManager/CancelPrePull";
+const GARBAGE_COLLECT: &str = "/imagemanager.v1.ImageManager/GarbageCollect";
 
 /// How long GetStatus waits for the runtime's answer to its probe.
 const STATUS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -162,7 +170,9 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::SubmitPrePullRequest>,
     ) -> Result<Response<api::SubmitPrePullResponse>, Status> {
-        let submitted = self.pre_pulls.submit(Submission::try_from(request.into_inner())?).await?;
+        let owner = super::request::peer(&request).map(|peer| peer.uid);
+        let submission = Submission { owner, ..Submission::try_from(request.into_inner())? };
+        let submitted = self.pre_pulls.submit(submission).await?;
         let pre_pulls = super::pre_pulls::wire_all(submitted, &self.manager.pulls_in_flight());
         Ok(Response::new(api::SubmitPrePullResponse { pre_pulls }))
     }
@@ -187,6 +197,12 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::CancelPrePullRequest>,
     ) -> Result<Response<api::PrePull>, Status> {
+        let caller = super::request::peer(&request).map(|peer| peer.uid);
+        // Unknown ids and declared pre-pulls are told as they are; a pre-pull's owner decides.
+        if let Ok(pre_pull) = self.pre_pulls.get(&request.get_ref().id) {
+            let needed = table::cancel_needs(pre_pull.spec.owner, caller);
+            decide_in_handler(&request, CANCEL_PRE_PULL, needed, &self.calls)?;
+        }
         let cancelled = self.pre_pulls.cancel(&request.into_inner().id).await?;
         Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }
@@ -238,6 +254,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         &self,
         request: Request<api::GarbageCollectRequest>,
     ) -> Result<Response<api::GarbageCollectResponse>, Status> {
+        decide_in_handler(&request, GARBAGE_COLLECT, table::gc_needs(request.get_ref().dry_run), &self.calls)?;
         let api::GarbageCollectRequest { dry_run, delete_unused } = request.into_inner();
         // In a task of its own: a caller that goes away does not cut a pass between a removal and
         // what follows it (the presence cache, the pull record, the ages).

@@ -1,4 +1,5 @@
-//! The accept path's metrics: connections it closed to keep its bounds, by why.
+//! The server's metrics: connections the accept path closed to keep its bounds, by why; calls
+//! by method, the caller's role and whether it was allowed.
 
 use prometheus_client::{
     metrics::{counter::Counter, family::Family},
@@ -56,5 +57,30 @@ impl ConnectionMetrics {
     /// How many were closed for `why` so far (its series exists from then on, at 0 if none).
     pub fn closed_total(&self, why: Closed) -> u64 {
         self.closed.get_or_create(&vec![("reason", why.label())]).get()
+    }
+}
+
+/// Calls by method, the caller's role and whether it was allowed (`cri_imaged_calls_total`).
+#[derive(Debug, Clone, Default)]
+pub struct CallMetrics {
+    calls: Family<Labels, Counter>,
+}
+
+impl CallMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "calls",
+            "Calls of our API and the CRI image service by method, the caller's role (--role, --default-role) and whether it was allowed or denied",
+            metrics.calls.clone(),
+        );
+        metrics
+    }
+
+    /// One call of `method` (the table's label) by a caller holding `role`.
+    pub fn count(&self, method: &'static str, role: &'static str, allowed: bool) {
+        let result = if allowed { "allowed" } else { "denied" };
+        self.calls.get_or_create(&vec![("method", method), ("role", role), ("result", result)]).inc();
     }
 }

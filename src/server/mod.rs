@@ -1,9 +1,21 @@
 //! The gRPC server: our API, health per service, reflection, and a bounded graceful shutdown.
 
 /// `AsyncWrite` and tonic's `Connected` for a connection wrapper `$wrapper<IO>` that changes only
-/// what is read: writes go untouched to its `inner` IO.
+/// what is read: writes go untouched to its `inner` IO (`$wrapper, writes`: `AsyncWrite` alone).
 macro_rules! writes_pass_through {
     ($wrapper:ident) => {
+        writes_pass_through!($wrapper, writes);
+
+        impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for $wrapper<IO> {
+            type ConnectInfo = IO::ConnectInfo;
+
+            fn connect_info(&self) -> Self::ConnectInfo {
+                self.inner.connect_info()
+            }
+        }
+    };
+    // Writes only: the wrapper says who connected itself.
+    ($wrapper:ident, writes) => {
         impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $wrapper<IO> {
             fn poll_write(
                 self: std::pin::Pin<&mut Self>,
@@ -39,14 +51,6 @@ macro_rules! writes_pass_through {
                 std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
             }
         }
-
-        impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for $wrapper<IO> {
-            type ConnectInfo = IO::ConnectInfo;
-
-            fn connect_info(&self) -> Self::ConnectInfo {
-                self.inner.connect_info()
-            }
-        }
     };
 }
 
@@ -59,8 +63,10 @@ mod deadline;
 mod health;
 mod image_manager;
 pub mod metrics;
+mod peer;
 mod pre_pulls;
 mod request;
+mod roles;
 mod status;
 mod streams;
 mod views;
@@ -80,11 +86,13 @@ use self::{
     cri_image_service::{CRI_IMAGE_SERVICE, CriImageService},
     deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
-    metrics::ConnectionMetrics,
+    metrics::{CallMetrics, ConnectionMetrics},
+    roles::RolesLayer,
     streams::EndOnShutdown,
     watch::WithWatch,
 };
 use crate::{
+    access::Policy,
     api::{self, image_manager_server::ImageManagerServer},
     ensure,
     events::Events,
@@ -118,6 +126,8 @@ pub struct Services<R> {
     /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
     pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
     pub connections: Arc<ConnectionMetrics>,
+    /// Calls by method, role and result.
+    pub calls: Arc<CallMetrics>,
 }
 
 /// Polls a timer made only when first needed: ready once `deadline` has passed. A connection or
@@ -137,7 +147,7 @@ fn poll_deadline(
 pub const API_MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 
 /// How the server behaves, beyond what it serves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// After the shutdown signal, how long in-flight requests may take before we exit anyway.
     pub drain_timeout: Duration,
@@ -147,6 +157,8 @@ pub struct ServeOptions {
     pub health_probe_timeout: Duration,
     /// What one client may take: connections, streams, time.
     pub limits: ServeLimits,
+    /// Who may do what (`--role`, `--default-role`), fixed at start.
+    pub access: Arc<Policy>,
 }
 
 /// What one client may take of the daemon: connections, streams, time.
@@ -264,6 +276,7 @@ pub async fn serve<R: ImageRuntime>(
     let service = tower::ServiceBuilder::new()
         .layer(DeadlineLayer::new(drained, unanswered.clone()))
         .layer(BodyTimeoutLayer::new(limits.request_body_timeout))
+        .layer(RolesLayer::new(options.access.clone(), services.calls.clone()))
         .service(routes);
     let http2 = Http2Settings {
         max_concurrent_streams: limits.max_concurrent_streams,

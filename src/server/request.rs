@@ -91,8 +91,8 @@ impl RequestError {
 
 /// The calling process, from the credentials the kernel took when it connected.
 pub fn peer<T>(request: &tonic::Request<T>) -> Option<Peer> {
-    let connection = request.extensions().get::<tonic::transport::server::UdsConnectInfo>()?;
-    let credentials = connection.peer_cred?;
+    let connection = request.extensions().get::<super::peer::ConnectedPeer>()?;
+    let credentials = connection.uds.peer_cred?;
     Some(Peer { uid: credentials.uid(), gid: credentials.gid(), pid: credentials.pid() })
 }
 
@@ -142,6 +142,8 @@ impl TryFrom<api::SubmitPrePullRequest> for Submission {
             images: wire.images,
             runtime_handler: wire.runtime_handler,
             priority: wire.priority,
+            // From the connection, not the message: see [`peer`].
+            owner: None,
         })
     }
 }

@@ -19,6 +19,7 @@ use super::{
 use std::sync::Arc;
 
 use crate::{
+    access::Denied,
     ensure::EnsureError,
     gc::{GcError, plan::PlanError},
     prepull::{PrePullError, book::BookError},
@@ -166,6 +167,18 @@ impl From<StreamShutDown> for Status {
     fn from(error: StreamShutDown) -> Self {
         let details = ErrorDetails::with_error_info(SHUTTING_DOWN, ERROR_DOMAIN, HashMap::new());
         Status::with_error_details(Code::Unavailable, error.to_string(), details)
+    }
+}
+
+/// Reason for a call the caller's role does not allow.
+const ROLE_REQUIRED: &str = "RoleRequired";
+
+impl From<Denied> for Status {
+    /// PERMISSION_DENIED naming the role needed, in the message and as the `role` metadata.
+    fn from(denied: Denied) -> Self {
+        let metadata = HashMap::from([("role".to_owned(), denied.needed.as_str().to_owned())]);
+        let details = ErrorDetails::with_error_info(ROLE_REQUIRED, ERROR_DOMAIN, metadata);
+        Status::with_error_details(Code::PermissionDenied, denied.to_string(), details)
     }
 }
 
@@ -353,6 +366,27 @@ mod tests {
         );
         assert!(
             watch.get_error_details().error_info().is_none() && unserved.get_error_details().error_info().is_none()
+        );
+    }
+
+    #[test]
+    fn a_refused_call_is_permission_denied_naming_the_role_it_needs() {
+        let denied = Denied {
+            method: "ClearBackoff",
+            needed: crate::access::Role::Admin,
+            caller: Some(crate::access::Caller { uid: 1000, gid: 1000, pid: Some(7), groups: vec![997] }),
+            held: Some(crate::access::Role::Pull),
+        };
+        let status = Status::from(denied);
+        assert_eq!(status.code(), Code::PermissionDenied);
+        assert_eq!(
+            status.message(),
+            "ClearBackoff needs the admin role; uid 1000 (gid 1000, groups 997) has pull (--role and --default-role say who has which)"
+        );
+        let info = status.get_error_details().error_info().cloned().expect("an ErrorInfo");
+        assert_eq!(
+            (info.reason.as_str(), info.metadata.get("role").map(String::as_str)),
+            ("RoleRequired", Some("admin"))
         );
     }
 

@@ -89,6 +89,7 @@ impl InProcessDaemon {
                 health_probe_interval: Duration::from_millis(50),
                 health_probe_timeout: Duration::from_millis(500),
                 limits: cri_imaged::server::ServeLimits::default(),
+                access: Arc::default(),
             },
             presence_cache: true,
             metrics: None,

@@ -14,6 +14,7 @@ fn spec(image: &str, priority: i32) -> Spec {
         deadline: None,
         pin_for: None,
         declared: false,
+        owner: None,
     }
 }
 

@@ -15,6 +15,7 @@ fn spec(image: &str) -> Spec {
         deadline: Some(at(600)),
         pin_for: Some(Duration::from_secs(60)),
         declared: false,
+        owner: None,
     }
 }
 

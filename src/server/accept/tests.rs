@@ -15,7 +15,7 @@ fn admitted(metrics: &Arc<ConnectionMetrics>) -> (Admitted<tokio::io::DuplexStre
     let (ours, theirs) = tokio::io::duplex(1024);
     let slot = Arc::new(Semaphore::new(1)).try_acquire_owned().expect("a slot");
     let handshake = HandshakeWait::new(LIMITS.handshake_timeout, metrics.clone());
-    (Admitted { inner: ours, _slot: slot, handshake: Some(handshake), client: None }, theirs)
+    (Admitted { inner: ours, _slot: slot, handshake: Some(handshake), client: None, groups: Arc::default() }, theirs)
 }
 
 #[tokio::test(start_paused = true)]

@@ -26,6 +26,7 @@ fn full_book_of_the_largest() -> Book {
             deadline: Some(now + Duration::from_secs(3600)),
             pin_for: Some(Duration::from_secs(3600)),
             declared: false,
+            owner: None,
         };
         let id = book.submit(spec, None, now).expect("room").id.clone();
         if n < MAX_ENDED_KEPT {

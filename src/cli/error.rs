@@ -42,6 +42,9 @@ pub enum CliError {
         socket.display(), env!("CARGO_PKG_VERSION")
     )]
     TooOld { socket: PathBuf, method: &'static str, version: String },
+    /// The caller's role does not allow the call: the daemon's message names the role it needs.
+    #[error("{message}")]
+    RoleRequired { message: String },
     /// The daemon's verdict: the kubelet's reason and message.
     #[error("{reason}: {message}")]
     Refused { reason: String, message: String },
@@ -60,7 +63,7 @@ impl CliError {
         match self {
             Self::NoSocket { .. } | Self::NotListening { .. } | Self::Connect { .. } => Exit::Unreachable,
             Self::NoAnswer { .. } | Self::Lost { .. } => Exit::Unreachable,
-            Self::Permission { .. } => Exit::Permission,
+            Self::Permission { .. } | Self::RoleRequired { .. } => Exit::Permission,
             Self::TooOld { .. } => Exit::TooOld,
             Self::Refused { .. } | Self::Output(_) => Exit::Failed,
             Self::RetryLater { .. } => Exit::RetryLater,
@@ -91,6 +94,9 @@ impl CliError {
             || (status.code() == Code::DeadlineExceeded && reason.is_none());
         if timed_out {
             return lost("no answer within --timeout".to_owned());
+        }
+        if status.code() == Code::PermissionDenied && reason.as_deref() == Some("RoleRequired") {
+            return Self::RoleRequired { message };
         }
         match (reason, status.code()) {
             // The daemon stopping mid-call is the daemon going away, not its verdict.
@@ -163,6 +169,19 @@ mod tests {
         assert!(error.to_string().contains("does not serve ListImages"), "{error}");
         // Our own UNIMPLEMENTED says why: the runtime lacks something, the daemon is not too old.
         assert_eq!(exit_of(&Status::unimplemented("cri-imaged does not serve /runtime.v1.X")), Exit::Failed);
+    }
+
+    #[test]
+    fn a_call_the_callers_role_does_not_allow_exits_4_with_the_daemons_message() {
+        let message = "GarbageCollect needs the admin role; uid 1000 (gid 1000, groups 997) has pull (--role and --default-role say who has which)";
+        let error = CliError::from_status(
+            &with_reason(Code::PermissionDenied, "RoleRequired", message),
+            Path::new("/s"),
+            "GarbageCollect",
+        );
+        assert_eq!((error.exit(), error.to_string()), (Exit::Permission, message.to_owned()));
+        // A pull the registry refused is the daemon's verdict, not the socket's door.
+        assert_eq!(exit_of(&with_reason(Code::PermissionDenied, "ErrImagePull", "denied")), Exit::Failed);
     }
 
     #[test]

@@ -74,7 +74,8 @@ Exit status:
   1    the daemon refused or failed (the kubelet's reason and message are printed)
   2    the command line cannot be used
   3    the daemon cannot be reached (no socket, nothing listening, it stopped)
-  4    permission denied on the socket or its directory
+  4    permission denied: on the socket or its directory, or the caller's role does not allow
+       the command (the daemon names the role it needs: see --role)
   5    the daemon is too old for this command
   6    try again later (backing off, over a registry's rate limit)
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP)";

@@ -17,8 +17,18 @@ pub enum Need {
 }
 
 impl Need {
-    /// The least a caller needs before the request is read: all of it, for a fixed role.
+    /// The least a caller needs before the request is read: all of it, for a fixed role; read
+    /// for the others, so that a refusal names the role this request needs (a read caller
+    /// cancelling another's pre-pull is told it needs admin, not pull).
     pub fn at_the_door(self) -> Role {
+        match self {
+            Self::Role(role) => role,
+            Self::GcPass | Self::Cancel => Role::Read,
+        }
+    }
+
+    /// The least role any request of the method needs: what a refusal at the door names.
+    pub fn least(self) -> Role {
         match self {
             Self::Role(role) => role,
             Self::GcPass => Role::Read,
@@ -91,11 +101,13 @@ pub fn gc_needs(dry_run: bool) -> Role {
     if dry_run { Role::Read } else { Role::Admin }
 }
 
-/// What a CancelPrePull needs: pull for a pre-pull `caller_uid` submitted, admin for any other
-/// (one submitted before pre-pulls kept their owner has none: admin).
-pub fn cancel_needs(owner: Option<u32>, caller_uid: Option<u32>) -> Role {
+/// What a CancelPrePull needs: pull for a pre-pull `caller_uid` submitted (and for an id no
+/// pre-pull has: NOT_FOUND is told to those who may cancel), admin for any other; one submitted
+/// before pre-pulls kept their owner has none: admin. `owner` is `None` for an unknown id.
+pub fn cancel_needs(owner: Option<Option<u32>>, caller_uid: Option<u32>) -> Role {
     match (owner, caller_uid) {
-        (Some(owner), Some(caller)) if owner == caller => Role::Pull,
+        (None, _) => Role::Pull,
+        (Some(Some(owner)), Some(caller)) if owner == caller => Role::Pull,
         _ => Role::Admin,
     }
 }

@@ -198,11 +198,8 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         request: Request<api::CancelPrePullRequest>,
     ) -> Result<Response<api::PrePull>, Status> {
         let caller = super::request::peer(&request).map(|peer| peer.uid);
-        // Unknown ids and declared pre-pulls are told as they are; a pre-pull's owner decides.
-        if let Ok(pre_pull) = self.pre_pulls.get(&request.get_ref().id) {
-            let needed = table::cancel_needs(pre_pull.spec.owner, caller);
-            decide_in_handler(&request, CANCEL_PRE_PULL, needed, &self.calls)?;
-        }
+        let owner = self.pre_pulls.get(&request.get_ref().id).ok().map(|pre_pull| pre_pull.spec.owner);
+        decide_in_handler(&request, CANCEL_PRE_PULL, table::cancel_needs(owner, caller), &self.calls)?;
         let cancelled = self.pre_pulls.cancel(&request.into_inner().id).await?;
         Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }

@@ -75,7 +75,8 @@ where
         };
         let caller = request.extensions().get::<ConnectedPeer>().and_then(ConnectedPeer::caller);
         let role = self.policy.role_of(caller.as_ref());
-        let decided = access::allow(method.name, method.need.at_the_door(), caller.as_ref(), role);
+        let decided = access::allow(method.name, method.need.at_the_door(), caller.as_ref(), role)
+            .map_err(|denied| Denied { needed: method.need.least(), ..denied });
         // One whose need depends on the request is recorded by its handler, once it knows.
         if decided.is_err() || matches!(method.need, Need::Role(_)) {
             record(&self.calls, &method, caller.as_ref(), role, &decided);

@@ -1,6 +1,7 @@
 //! Shared test harness: a fake CRI runtime, the daemon in-process, clients over unix sockets.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod accounts;
 pub mod clients;
 pub mod containers;
 pub mod delay_line;

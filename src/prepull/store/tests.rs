@@ -167,3 +167,21 @@ fn the_bloated_single_file_of_an_earlier_version_keeps_what_holds_together_one_f
     assert_eq!(files(&store), [StateDir::file_name(&id)], "the single file is gone");
     assert_eq!(written.keys().collect::<Vec<_>>(), [&id]);
 }
+
+#[test]
+fn a_pre_pull_keeps_who_asked_for_it_across_a_restart_and_one_kept_before_owners_has_none() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = PrePullStore::open(root.path()).expect("opens");
+    let mut book = Book::default();
+    let owned = book.submit(Spec { owner: Some(1000), ..spec("owned:1") }, None, at(0)).expect("queued").id.clone();
+    let mut written = Written::new();
+    keep(&store, &book, &mut written);
+    let (restored, _) = store.load(at(1)).expect("loads");
+    assert_eq!(restored.get(&owned).expect("kept").spec.owner, Some(1000));
+    let text = std::fs::read_to_string(store.path_of(&owned)).expect("readable");
+    assert!(text.contains(r#""owner":1000"#), "{text}");
+    let earlier = text.replace(r#","owner":1000"#, "");
+    std::fs::write(store.path_of(&owned), earlier).expect("as an earlier version wrote it");
+    let (restored, _) = store.load(at(2)).expect("loads");
+    assert_eq!(restored.get(&owned).expect("kept").spec.owner, None, "no owner: only admin may cancel it");
+}

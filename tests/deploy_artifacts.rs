@@ -58,6 +58,13 @@ fn strict_validation_refuses_a_daemonset_with_an_unknown_field() {
 }
 
 #[test]
+fn the_daemonsets_agents_may_pull_and_read_but_only_root_may_remove() {
+    let args = args(&container(&daemonset()));
+    assert_eq!(flag(&args, "--default-role").as_deref(), Some("pull"), "agents pull: EnsureImageExists");
+    assert!(flag(&args, "--role").is_none(), "no caller but root is admin");
+}
+
+#[test]
 fn the_daemonset_exposes_the_metrics_port_its_daemon_listens_on() {
     let container = container(&daemonset());
     let listen = flag(&args(&container), "--metrics-listen").expect("--metrics-listen");

@@ -6,13 +6,20 @@
 use std::{
     cmp::Reverse,
     collections::BTreeMap,
-    fmt,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use sha2::{Digest, Sha256};
 
 use crate::reference;
+
+mod cursor;
+mod state;
+
+pub use self::{
+    cursor::Cursor,
+    state::{State, clip},
+};
 
 /// The most pre-pulls that may be live at once (queued, pulling, held, or done and pinned); a
 /// submission past it is refused. Ended pre-pulls no longer pinned do not count, nor declared ones.
@@ -59,77 +66,6 @@ pub struct Spec {
     pub owner: Option<u32>,
 }
 
-/// How far a pre-pull got.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    Queued,
-    Pulling,
-    /// Waits: pulled now, the image would take the image filesystem over image GC's high
-    /// threshold (`DiskPressure`). Queued again when room is looked for next.
-    Held {
-        reason: String,
-        message: String,
-    },
-    Done {
-        image_ref: String,
-    },
-    Failed {
-        reason: String,
-        message: String,
-    },
-    Cancelled,
-}
-
-impl State {
-    /// Every state's name, as [`State::as_str`] says it.
-    pub const NAMES: [&'static str; 6] = ["queued", "pulling", "held", "done", "failed", "cancelled"];
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Pulling => "pulling",
-            Self::Held { .. } => "held",
-            Self::Done { .. } => "done",
-            Self::Failed { .. } => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn ended(&self) -> bool {
-        matches!(self, Self::Done { .. } | Self::Failed { .. } | Self::Cancelled)
-    }
-
-    /// The state with its text within the book's bounds ([`MAX_IMAGE_REF`], [`MAX_REASON`],
-    /// [`MAX_MESSAGE`]): what the runtime or a pull's error says is not ours to bound.
-    pub fn clipped(self) -> Self {
-        match self {
-            Self::Done { image_ref } => Self::Done { image_ref: clip(image_ref, MAX_IMAGE_REF) },
-            Self::Held { reason, message } => {
-                Self::Held { reason: clip(reason, MAX_REASON), message: clip(message, MAX_MESSAGE) }
-            }
-            Self::Failed { reason, message } => {
-                Self::Failed { reason: clip(reason, MAX_REASON), message: clip(message, MAX_MESSAGE) }
-            }
-            other => other,
-        }
-    }
-}
-
-/// `text` cut to at most `max` bytes, at a character's boundary, marked with `…` when cut.
-pub fn clip(mut text: String, max: usize) -> String {
-    const MARK: &str = "…";
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max.saturating_sub(MARK.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text.push_str(MARK);
-    text
-}
-
 /// One pre-pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrePull {
@@ -171,44 +107,6 @@ impl PrePull {
     /// Its place in the list: highest priority first, then oldest, then by id.
     fn order(&self) -> (Reverse<i32>, SystemTime, &str) {
         (Reverse(self.spec.priority), self.submitted, self.id.as_str())
-    }
-}
-
-/// Where a page of the list ended: the last pre-pull's place in the list's order, so that the
-/// next page goes on after it even if pre-pulls came or went meanwhile.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    priority: i32,
-    submitted: SystemTime,
-    id: String,
-}
-
-impl Cursor {
-    fn after(entry: &PrePull) -> Self {
-        Self { priority: entry.spec.priority, submitted: entry.submitted, id: entry.id.clone() }
-    }
-
-    fn order(&self) -> (Reverse<i32>, SystemTime, &str) {
-        (Reverse(self.priority), self.submitted, self.id.as_str())
-    }
-
-    /// A cursor as [`Cursor`]'s `Display` wrote it; `None` for anything else.
-    pub fn parse(text: &str) -> Option<Self> {
-        let mut parts = text.splitn(4, '.');
-        let priority = parts.next()?.parse().ok()?;
-        let seconds: u64 = parts.next()?.parse().ok()?;
-        let nanos: u32 = parts.next()?.parse().ok().filter(|nanos| *nanos < 1_000_000_000)?;
-        let id =
-            parts.next().filter(|id| id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))?;
-        let submitted = UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))?;
-        Some(Self { priority, submitted, id: id.to_owned() })
-    }
-}
-
-impl fmt::Display for Cursor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let since = self.submitted.duration_since(UNIX_EPOCH).unwrap_or_default();
-        write!(f, "{}.{}.{}.{}", self.priority, since.as_secs(), since.subsec_nanos(), self.id)
     }
 }
 

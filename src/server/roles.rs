@@ -132,3 +132,33 @@ fn record(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// Answers every request it is given OK, as a route would.
+    fn routes() -> impl Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible> + Clone {
+        tower::service_fn(|_: http::Request<Body>| async { Ok(http::Response::new(Body::empty())) })
+    }
+
+    async fn grpc_status(path: &str, calls: &Arc<CallMetrics>) -> Option<String> {
+        let layer = RolesLayer::new(Arc::new(Policy::default()), calls.clone());
+        let request = http::Request::builder().uri(path).body(Body::empty()).expect("a request");
+        let response = layer.layer(routes()).oneshot(request).await.expect("infallible");
+        response.headers().get("grpc-status").map(|code| code.to_str().expect("ASCII").to_owned())
+    }
+
+    #[tokio::test]
+    async fn a_caller_the_kernel_did_not_name_reaches_health_but_no_method_of_the_table() {
+        let calls = Arc::new(CallMetrics::default());
+        assert_eq!(grpc_status("/grpc.health.v1.Health/Check", &calls).await, None, "passed on to the route");
+        let denied = Some((tonic::Code::PermissionDenied as i32).to_string());
+        for (path, _) in table::known() {
+            assert_eq!(grpc_status(&path, &calls).await, denied, "{path}");
+        }
+        assert_eq!(grpc_status("/runtime.v1.ImageService/Unknown", &calls).await, denied);
+    }
+}

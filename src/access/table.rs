@@ -45,12 +45,24 @@ pub struct Method {
     /// As the metric's `method` label writes it: `ClearBackoff`, `cri_RemoveImage`.
     pub label: &'static str,
     pub need: Need,
-    /// Whether it may change what is on the node or what the daemon does: logged with its caller.
-    pub changes_state: bool,
+    /// How an allowed call is logged with its caller (a refused one always is, at info).
+    pub audit: Audit,
 }
 
-const fn method(name: &'static str, label: &'static str, need: Need, changes_state: bool) -> Method {
-    Method { name, label, need, changes_state }
+/// How an allowed call is logged with its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audit {
+    /// It reads: not logged.
+    Read,
+    /// It may pull, and a pull is logged with its caller where it starts: at debug here, so that
+    /// an image answered present (every container start) adds no line at info.
+    Pull,
+    /// It changes what is on the node or what the daemon does: at info.
+    Change,
+}
+
+const fn method(name: &'static str, label: &'static str, need: Need, audit: Audit) -> Method {
+    Method { name, label, need, audit }
 }
 
 const READ: Need = Need::Role(Role::Read);
@@ -59,31 +71,31 @@ const ADMIN: Need = Need::Role(Role::Admin);
 
 /// Our API's methods, by name under `/imagemanager.v1.ImageManager/`.
 const IMAGE_MANAGER: [Method; 12] = [
-    method("GetStatus", "GetStatus", READ, false),
-    method("WatchEvents", "WatchEvents", READ, false),
-    method("ListImages", "ListImages", READ, false),
-    method("ListEvents", "ListEvents", READ, false),
-    method("ListBackoffs", "ListBackoffs", READ, false),
-    method("ListPrePulls", "ListPrePulls", READ, false),
-    method("GetPrePull", "GetPrePull", READ, false),
-    method("EnsureImageExists", "EnsureImageExists", PULL, true),
-    method("SubmitPrePull", "SubmitPrePull", PULL, true),
-    method("CancelPrePull", "CancelPrePull", Need::Cancel, true),
-    method("ClearBackoff", "ClearBackoff", ADMIN, true),
-    method("GarbageCollect", "GarbageCollect", Need::GcPass, true),
+    method("GetStatus", "GetStatus", READ, Audit::Read),
+    method("WatchEvents", "WatchEvents", READ, Audit::Read),
+    method("ListImages", "ListImages", READ, Audit::Read),
+    method("ListEvents", "ListEvents", READ, Audit::Read),
+    method("ListBackoffs", "ListBackoffs", READ, Audit::Read),
+    method("ListPrePulls", "ListPrePulls", READ, Audit::Read),
+    method("GetPrePull", "GetPrePull", READ, Audit::Read),
+    method("EnsureImageExists", "EnsureImageExists", PULL, Audit::Pull),
+    method("SubmitPrePull", "SubmitPrePull", PULL, Audit::Change),
+    method("CancelPrePull", "CancelPrePull", Need::Cancel, Audit::Change),
+    method("ClearBackoff", "ClearBackoff", ADMIN, Audit::Change),
+    method("GarbageCollect", "GarbageCollect", Need::GcPass, Audit::Change),
 ];
 
 /// The CRI image service's methods, by name under `/runtime.v1.ImageService/`.
 const CRI: [Method; 5] = [
-    method("CRI ImageStatus", "cri_ImageStatus", READ, false),
-    method("CRI ListImages", "cri_ListImages", READ, false),
-    method("CRI ImageFsInfo", "cri_ImageFsInfo", READ, false),
-    method("CRI PullImage", "cri_PullImage", PULL, true),
-    method("CRI RemoveImage", "cri_RemoveImage", ADMIN, true),
+    method("CRI ImageStatus", "cri_ImageStatus", READ, Audit::Read),
+    method("CRI ListImages", "cri_ListImages", READ, Audit::Read),
+    method("CRI ImageFsInfo", "cri_ImageFsInfo", READ, Audit::Read),
+    method("CRI PullImage", "cri_PullImage", PULL, Audit::Pull),
+    method("CRI RemoveImage", "cri_RemoveImage", ADMIN, Audit::Change),
 ];
 
 /// A CRI image method the table does not know.
-const CRI_OTHER: Method = method("a CRI image method cri-imaged does not know", "cri_other", ADMIN, true);
+const CRI_OTHER: Method = method("a CRI image method cri-imaged does not know", "cri_other", ADMIN, Audit::Change);
 
 /// The method at a request's `path`; `None` for what anyone may call (health, reflection, a
 /// path no service serves).

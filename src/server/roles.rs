@@ -17,7 +17,10 @@ use tonic::body::Body;
 use tower::{Layer, Service};
 
 use super::{metrics::CallMetrics, peer::ConnectedPeer};
-use crate::access::{self, Caller, Denied, Method, Need, Policy, Role, table};
+use crate::access::{
+    self, Caller, Denied, Method, Need, Policy, Role,
+    table::{self, Audit},
+};
 
 /// What the door found, in each admitted request's extensions.
 #[derive(Debug, Clone)]
@@ -119,13 +122,14 @@ fn record(
 ) {
     let allowed = decided.is_ok();
     calls.count(method.label, access::label(role), allowed);
-    if !method.changes_state && allowed {
-        return;
-    }
     let (uid, gid, pid) = (caller.map(|c| c.uid), caller.map(|c| c.gid), caller.and_then(|c| c.pid));
     let role = access::label(role);
     match decided {
-        Ok(()) => tracing::info!(method = method.name, uid, gid, pid, role, allowed, "call allowed"),
+        Ok(()) => match method.audit {
+            Audit::Read => {}
+            Audit::Pull => tracing::debug!(method = method.name, uid, gid, pid, role, allowed, "call allowed"),
+            Audit::Change => tracing::info!(method = method.name, uid, gid, pid, role, allowed, "call allowed"),
+        },
         Err(denied) => {
             let needed = denied.needed.as_str();
             tracing::info!(method = method.name, uid, gid, pid, role, needed, allowed, "call refused");

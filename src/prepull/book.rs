@@ -318,7 +318,7 @@ impl Book {
         for entry in self.entries.values_mut() {
             if !entry.state.ended() && entry.spec.deadline.is_some_and(|deadline| deadline <= now) {
                 let message = format!("pre-pull of {:?} did not end by its deadline", entry.spec.image);
-                entry.state = State::Failed { reason: "DeadlineExceeded".into(), message };
+                entry.state = State::Failed { reason: "DeadlineExceeded".into(), message }.clipped();
                 entry.finished = Some(now);
                 changed = true;
             }

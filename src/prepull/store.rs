@@ -21,7 +21,8 @@ use super::book::{self, Book, PrePull, Spec, State};
 use crate::files::StateDir;
 
 /// The largest pre-pull's file read. The book bounds every field (an image 1 KiB, a message
-/// 1 KiB, ...): its largest entry is about 3 KiB.
+/// 1 KiB, ...): an entry stays under it even when its text is all control characters, which JSON
+/// writes in six bytes each.
 pub const ENTRY_LIMIT: u64 = 16 << 10;
 
 /// The key of the one file an earlier version kept every pre-pull in.

@@ -19,8 +19,9 @@ use futures_util::FutureExt;
 use k8s_cri::v1::{PullImageRequest, PullImageResponse};
 use tonic::{Request, Response, Status, body::Body, server::NamedService};
 
-use super::{Services, status::CriPullError};
+use super::{Services, roles::Granted, status::CriPullError};
 use crate::{
+    access::Role,
     credentials::RegistryAuth,
     gc::{ImageGuard, guard::HandOut},
     pinned::PinnedImages,
@@ -135,9 +136,18 @@ fn handed_out(hand_out: &HandOut, raw: Bytes) -> Bytes {
 }
 
 impl<R: ImageRuntime> CriImageService<R> {
-    /// The runtime's answer to `method` with `request`, as bytes: remembered when it can be.
-    async fn answer(self, method: &'static str, request: Bytes) -> Result<Bytes, Status> {
+    /// The runtime's answer to `method` with `request`, as bytes: remembered when it can be. An
+    /// image's status is a hand-out, which image GC respects for a while, only to a caller that may
+    /// pull: a reader polling it must not keep an image from being collected.
+    async fn answer(self, method: &'static str, request: Bytes, hands_out: bool) -> Result<Bytes, Status> {
         match method {
+            IMAGE_STATUS if !hands_out => {
+                if rememberable_status(&request) {
+                    self.remembered(CriCall::ImageStatus, method, request).await
+                } else {
+                    Ok(self.pinned.mark(self.runtime.forward_raw(method, request).await?))
+                }
+            }
             IMAGE_STATUS => {
                 let hand_out = self.guard.handing_out();
                 let answer = if rememberable_status(&request) {
@@ -197,8 +207,10 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
         let path = request.uri().path().to_owned();
         if let Some(method) = FORWARDED.into_iter().find(|method| *method == path) {
             let service = self.clone();
+            let granted = request.extensions().get::<Granted>().and_then(|granted| granted.role);
+            let hands_out = granted.is_some_and(|role| role >= Role::Pull);
             let forward = tower::service_fn(move |call: Request<Bytes>| {
-                service.clone().answer(method, call.into_inner()).map(|answer| answer.map(Response::new))
+                service.clone().answer(method, call.into_inner(), hands_out).map(|answer| answer.map(Response::new))
             });
             let mut grpc = tonic::server::Grpc::new(RawCodec)
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));

@@ -140,6 +140,35 @@ fn the_largest_pre_pull_the_book_holds_is_written_far_under_the_read_cap_and_a_f
 }
 
 #[test]
+fn text_of_control_characters_and_a_deadline_on_the_longest_image_still_read_back() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = PrePullStore::open(root.path()).expect("opens");
+    // 986 bytes: its deadline's message, which names it, is past the 1 KiB a message may keep.
+    let host = [&["h".repeat(63)][..]; 9].concat().join(".") + "." + &"e".repeat(20);
+    let image = |path: &str| format!("{host}:5000/{}:{}", path.repeat(255), "t".repeat(128));
+    assert_eq!(image("p").len(), 986);
+    let mut book = Book::default();
+    let spec = Spec { image: image("p"), deadline: Some(at(5)), ..spec("x:1") };
+    let late = book.submit(spec, None, at(0)).expect("queued").id.clone();
+    let failing = book.submit(spec_of(&image("q")), None, at(0)).expect("queued").id.clone();
+    book.started(&failing);
+    // Each control character is six bytes of JSON (`\u0001`).
+    let failed = State::Failed { reason: "\u{1}".repeat(1 << 12), message: "\u{1}".repeat(1 << 12) };
+    book.ended(&failing, failed, at(1));
+    assert!(book.expire(at(6)), "the late one fails by its deadline");
+    let largest = book.entries().map(|entry| encode(entry).len()).max().expect("entries");
+    assert!(largest < ENTRY_LIMIT as usize, "{largest} bytes, cap {ENTRY_LIMIT}");
+    keep(&store, &book, &mut Written::new());
+    let (restored, _) = store.load(at(7)).expect("loads");
+    let states: Vec<_> = [&late, &failing].map(|id| restored.get(id).map(|entry| entry.state.as_str())).to_vec();
+    assert_eq!(states, [Some("failed"), Some("failed")], "both read back");
+}
+
+fn spec_of(image: &str) -> Spec {
+    Spec { image: image.to_owned(), ..spec("x:1") }
+}
+
+#[test]
 fn the_bloated_single_file_of_an_earlier_version_keeps_what_holds_together_one_file_each() {
     let root = tempfile::tempdir().expect("tempdir");
     let store = PrePullStore::open(root.path()).expect("opens");

@@ -290,3 +290,55 @@ async fn each_role_may_call_exactly_its_methods_and_a_refusal_names_the_role_nee
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
 }
+
+/// How a dry run that deletes every unused image (asked by root) would leave `image_id`: its
+/// reason, or `None` when it would be removed.
+fn kept_by_a_dry_run(grpcurl: &Path, socket: &Path, image_id: &str) -> Option<String> {
+    let output = Command::new(grpcurl)
+        .args(["-plaintext", "-d", r#"{"dry_run": true, "delete_unused": true}"#, "-unix"])
+        .arg(socket)
+        .arg(format!("{OURS}/GarbageCollect"))
+        .output()
+        .expect("grpcurl runs");
+    assert!(output.status.success(), "root's dry run: {}", String::from_utf8_lossy(&output.stderr));
+    let answer: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let kept = answer["kept"].as_array().cloned().unwrap_or_default();
+    kept.iter().find(|kept| kept["imageId"] == image_id).map(|kept| kept["reason"].as_str().unwrap_or("").to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_status_asked_by_a_reader_hands_nothing_out_and_one_asked_by_a_puller_holds_the_image() {
+    if !is_root() {
+        assert!(!in_ci(), "calling as another user in a group of the test's own needs root in CI");
+        eprintln!("SKIPPED: calling as another user needs root (outside CI)");
+        return;
+    }
+    if ["setpriv", "groupadd", "groupdel"].iter().any(|tool| require_tool(tool).is_none()) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let Some(grpcurl) = grpcurl_for_nobody(dir.path()) else { return };
+    let group = ThrowawayGroup::create();
+    let groups = format!("--groups={}", group.gid);
+    let service = FakeImageService::default();
+    let id = format!("sha256:{:064x}", 7);
+    service.add_image("polled:1", &id, 4096);
+    service.script.lock().unwrap().image_fs = Some(dir.path().to_owned());
+    let runtime = FakeRuntime::start_for_gc(&dir.path().join("runtime.sock"), service.clone());
+    let status = format!("{CRI}/ImageStatus");
+    let request = r#"{"image": {"image": "polled:1"}}"#;
+    for (role, held) in [("read", None), ("pull", Some("held"))] {
+        let flags = ["--default-role", role, "--minimum-image-ttl-duration", "0s"];
+        let (daemon, _) = daemon(dir.path(), role, &runtime.socket, &group, &flags).await;
+        let socket = daemon.socket.clone();
+        tokio::task::block_in_place(|| {
+            assert_eq!(kept_by_a_dry_run(&grpcurl, &socket, &id), None, "{role}: unused, nothing holds it yet");
+            let (code, said) = grpcurl_as(&groups, &grpcurl, &socket, &status, request);
+            assert_eq!(code, "OK", "{role}: {said}");
+            assert!(said.contains(&id), "{role}: the image's status: {said}");
+            assert_eq!(kept_by_a_dry_run(&grpcurl, &socket, &id).as_deref(), held, "{role}: after its ImageStatus");
+        });
+        daemon.terminate().await;
+    }
+}

@@ -239,9 +239,31 @@ impl<R> PrePulls<R> {
     /// Cancels a pre-pull: a pull under way for it alone stops, and what it fetched goes (its
     /// lease ends as the loop comes round); one done and pinned is no longer pinned (image GC
     /// sees it before this returns). Returns once that is written down, or says it is not.
-    pub async fn cancel(&self, id: &str) -> Result<PrePull, PrePullError> {
+    /// `may_cancel` is asked first, with the book held, whose the pre-pull is (`None`: no such
+    /// pre-pull; `Some(None)`: one kept before pre-pulls had owners): no submission can change
+    /// that between the question and the cancel.
+    pub async fn cancel<E>(
+        &self,
+        id: &str,
+        may_cancel: impl FnOnce(Option<Option<u32>>) -> Result<(), E>,
+    ) -> Result<Result<PrePull, PrePullError>, E> {
         let now = SystemTime::now();
-        let cancelled = self.book().cancel(id, now)?;
+        let cancelled = {
+            let mut book = self.book();
+            may_cancel(book.get(id).map(|entry| entry.spec.owner))?;
+            book.cancel(id, now)
+        };
+        Ok(self.cancelled(id, cancelled, now).await)
+    }
+
+    /// What follows a cancel in the book: the pull stops, the pin goes, the book is written down.
+    async fn cancelled(
+        &self,
+        id: &str,
+        cancelled: Result<PrePull, BookError>,
+        now: SystemTime,
+    ) -> Result<PrePull, PrePullError> {
+        let cancelled = cancelled?;
         self.stop(id);
         self.pin(now);
         self.cancelled.store(true, Ordering::Relaxed);

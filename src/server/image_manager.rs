@@ -198,9 +198,13 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         request: Request<api::CancelPrePullRequest>,
     ) -> Result<Response<api::PrePull>, Status> {
         let caller = super::request::peer(&request).map(|peer| peer.uid);
-        let owner = self.pre_pulls.get(&request.get_ref().id).ok().map(|pre_pull| pre_pull.spec.owner);
-        decide_in_handler(&request, CANCEL_PRE_PULL, table::cancel_needs(owner, caller), &self.calls)?;
-        let cancelled = self.pre_pulls.cancel(&request.into_inner().id).await?;
+        let id = &request.get_ref().id;
+        let cancelled = self
+            .pre_pulls
+            .cancel(id, |owner| {
+                decide_in_handler(&request, CANCEL_PRE_PULL, table::cancel_needs(owner, caller), &self.calls)
+            })
+            .await??;
         Ok(Response::new(super::pre_pulls::wire(cancelled, &[])))
     }
 

@@ -21,6 +21,11 @@ impl PullRecords {
         let mut complete = true;
         for (path, contents) in files {
             match decode_listed(contents, PulledRecord::decode) {
+                // Named for another ref than it holds: its lookup by name fails safe.
+                Ok(record) if path.file_name().is_some_and(|name| *name != *StateDir::file_name(&record.image_ref)) => {
+                    tracing::warn!(path = %path.display(), holds = %record.image_ref, "pull record named for another image; its image will be verified");
+                    complete = false;
+                }
                 Ok(record) => decoded.push(record),
                 Err(error) => {
                     tracing::warn!(path = %path.display(), %error, "pull record unreadable or corrupt; its image will be verified");
@@ -80,9 +85,10 @@ impl PullRecords {
             return Ok(None);
         };
         let record = PulledRecord::decode(&contents).map_err(|error| RecordsError::Format { path: path(), error })?;
-        // A file whose name collides with another ref's is not this ref's record.
+        // The file named for this ref holds another's: put there by hand or by a bug, never by a
+        // write of ours. What it says of this image is unknown, so the image is verified.
         if record.image_ref != image_ref {
-            return Ok(None);
+            return Err(RecordsError::Misplaced { path: path(), holds: record.image_ref });
         }
         let record = Arc::new(record);
         let mut state = self.state();

@@ -57,6 +57,8 @@ pub enum RecordsError {
     /// is lost, so its image is verified, never taken for one preloaded.
     #[error("{file} for {key} could not be read (no regular file, or too large); its image is verified")]
     SetAside { file: &'static str, key: String },
+    #[error("pull record {path} holds the record of {holds}, not of the image it is named for; the image is verified")]
+    Misplaced { path: PathBuf, holds: String },
 }
 
 struct State {
@@ -172,7 +174,10 @@ impl PullRecords {
 
     fn io_error(&self, dir: &StateDir, error: RecordsError) -> RecordsError {
         match error {
-            RecordsError::Writer(_) | RecordsError::Format { .. } | RecordsError::SetAside { .. } => error,
+            RecordsError::Writer(_)
+            | RecordsError::Format { .. }
+            | RecordsError::SetAside { .. }
+            | RecordsError::Misplaced { .. } => error,
             RecordsError::Io { error, .. } => RecordsError::Io { path: dir.path().into(), error },
         }
     }

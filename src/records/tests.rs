@@ -176,6 +176,31 @@ async fn a_record_lost_to_a_file_that_is_no_regular_file_fails_closed_across_res
 }
 
 #[tokio::test]
+async fn a_record_named_for_another_image_than_it_holds_fails_closed_for_both() {
+    let root = tempfile::tempdir().unwrap();
+    let pulled = root.path().join("image_manager/pulled");
+    {
+        let records = open(root.path());
+        records
+            .record_pulled("other:v1", "sha256:other", "docker.io/library/other", secret("s"))
+            .await
+            .expect("written");
+    }
+    // The other image's record, moved to where this image's would be.
+    std::fs::rename(pulled.join(StateDir::file_name("sha256:other")), pulled.join(StateDir::file_name("sha256:mine")))
+        .expect("moved");
+    for warmed in [false, true] {
+        let records = open(root.path());
+        if warmed {
+            records.warm().expect("warms");
+        }
+        assert!(records.record("sha256:mine").await.is_err(), "warmed {warmed}: never \"no record\"");
+        assert!(records.pulled_by_cri_imaged("mine:v1", "sha256:mine").await.is_err(), "warmed {warmed}");
+        assert!(records.record("sha256:other").await.expect("no file of its own").is_none(), "warmed {warmed}");
+    }
+}
+
+#[tokio::test]
 async fn an_intent_lost_to_a_file_that_is_no_regular_file_fails_closed() {
     let root = tempfile::tempdir().unwrap();
     let pulling = root.path().join("image_manager/pulling");

@@ -275,6 +275,13 @@ async fn each_role_may_call_exactly_its_methods_and_a_refusal_names_the_role_nee
             "{audit}"
         );
         assert!(audit.contains("pid="), "{audit}");
+        // A pull it was let in for is logged at info with its caller and role where it starts.
+        if holds("pull") {
+            let caller = format!("peer=uid={NOBODY} gid={NOBODY} pid=");
+            let pulled = log.lines().find(|line| line.contains("Pulling image") && line.contains(&caller));
+            let pulled = pulled.unwrap_or_else(|| panic!("{name}: no pull logged with its caller:\n{log}"));
+            assert!(pulled.contains(&format!("role={}", held.unwrap_or("none"))), "{pulled}");
+        }
         daemon.terminate().await;
     }
 

@@ -37,6 +37,7 @@ use tower::{Service, util::BoxCloneSyncService};
 
 pub use self::key::PullKey;
 use crate::{
+    access::Role,
     events::Pod,
     records::RecordTo,
     reference::{self, ImageReference},
@@ -109,6 +110,8 @@ pub struct Peer {
     pub gid: u32,
     /// `None` when the caller is in another PID namespace.
     pub pid: Option<i32>,
+    /// The role its call was let in with (see [`crate::access`]); `None`: it holds none.
+    pub role: Option<Role>,
 }
 
 impl Peer {
@@ -122,9 +125,10 @@ impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "uid={} gid={}", self.uid, self.gid)?;
         match self.pid {
-            Some(pid) => write!(f, " pid={pid}"),
-            None => write!(f, " pid=unknown"),
+            Some(pid) => write!(f, " pid={pid}")?,
+            None => write!(f, " pid=unknown")?,
         }
+        write!(f, " role={}", crate::access::label(self.role))
     }
 }
 

@@ -93,7 +93,8 @@ impl RequestError {
 pub fn peer<T>(request: &tonic::Request<T>) -> Option<Peer> {
     let connection = request.extensions().get::<super::peer::ConnectedPeer>()?;
     let credentials = connection.uds.peer_cred?;
-    Some(Peer { uid: credentials.uid(), gid: credentials.gid(), pid: credentials.pid() })
+    let role = request.extensions().get::<super::roles::Granted>().and_then(|granted| granted.role);
+    Some(Peer { uid: credentials.uid(), gid: credentials.gid(), pid: credentials.pid(), role })
 }
 
 impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {

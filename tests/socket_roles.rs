@@ -191,19 +191,26 @@ fn every_method_as_a_member(grpcurl: &Path, socket: &Path, group: &ThrowawayGrou
     assert_eq!(code, "OK", "health holding {held:?}: {said}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_role_may_call_exactly_its_methods_and_a_refusal_names_the_role_needed() {
+/// A directory `nobody` may enter, with grpcurl in it; `None` (skipped, saying why) outside CI
+/// where this process is not root or a tool is missing: in CI, a failure.
+fn as_nobody() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
     if !is_root() {
         assert!(!in_ci(), "calling as another user in a group of the test's own needs root in CI");
         eprintln!("SKIPPED: calling as another user needs root (outside CI)");
-        return;
+        return None;
     }
     if ["setpriv", "groupadd", "groupdel"].iter().any(|tool| require_tool(tool).is_none()) {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let Some(grpcurl) = grpcurl_for_nobody(dir.path()) else { return };
+    let grpcurl = grpcurl_for_nobody(dir.path())?;
+    Some((dir, grpcurl))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_may_call_exactly_its_methods_and_a_refusal_names_the_role_needed() {
+    let Some((dir, grpcurl)) = as_nobody() else { return };
     // The build may be under a home `nobody` cannot enter.
     let cli = dir.path().join("cri-imaged");
     std::fs::copy(env!("CARGO_BIN_EXE_cri-imaged"), &cli).expect("the binary copied");
@@ -315,17 +322,7 @@ fn kept_by_a_dry_run(grpcurl: &Path, socket: &Path, image_id: &str) -> Option<St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_status_asked_by_a_reader_hands_nothing_out_and_one_asked_by_a_puller_holds_the_image() {
-    if !is_root() {
-        assert!(!in_ci(), "calling as another user in a group of the test's own needs root in CI");
-        eprintln!("SKIPPED: calling as another user needs root (outside CI)");
-        return;
-    }
-    if ["setpriv", "groupadd", "groupdel"].iter().any(|tool| require_tool(tool).is_none()) {
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let Some(grpcurl) = grpcurl_for_nobody(dir.path()) else { return };
+    let Some((dir, grpcurl)) = as_nobody() else { return };
     let group = ThrowawayGroup::create();
     let groups = format!("--groups={}", group.gid);
     let service = FakeImageService::default();

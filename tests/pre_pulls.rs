@@ -130,6 +130,16 @@ async fn a_pods_pull_goes_before_a_running_pre_pull_whose_download_stops_and_fin
         let (code, message) = refused(SUBMIT, json!({ "images": ["a:1"], "pin_for": negative }));
         assert_eq!(code, "INVALID_ARGUMENT", "{message}");
         assert!(message.starts_with("pin_for:"), "{message}");
+        // Every field bounded at the API, the field and its bound named.
+        let long_handler = "h".repeat(64);
+        let (code, message) = refused(SUBMIT, json!({ "images": ["a:1"], "runtime_handler": long_handler }));
+        assert_eq!(code, "INVALID_ARGUMENT", "{message}");
+        assert!(message.starts_with("runtime_handler: 64 bytes, more than 63"), "{message}");
+        let (code, message) = refused(SUBMIT, json!({ "images": ["a:1"], "runtime_handler": "Not_A_Label" }));
+        assert_eq!(code, "INVALID_ARGUMENT", "{message}");
+        assert!(message.contains("is not a DNS label"), "{message}");
+        let (code, message) = refused(SUBMIT, json!({ "images": [format!("a:1{}", "0".repeat(2000))] }));
+        assert_eq!(code, "INVALID_ARGUMENT", "{message}");
         let (code, message) = refused(GET, json!({ "id": "0123456789abcdef" }));
         assert_eq!((code.as_str(), message.as_str()), ("NOT_FOUND", r#"no pre-pull "0123456789abcdef""#));
         assert_eq!(refused(CANCEL, json!({ "id": "nope" })).0, "NOT_FOUND");

@@ -1,6 +1,6 @@
 //! The generated `imagemanager.v1` API and its descriptors for reflection.
 
-tonic::include_proto!("imagemanager.v1");
+include!(concat!(env!("OUT_DIR"), "/imagemanager/imagemanager.v1.rs"));
 
 impl std::fmt::Debug for PullSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -60,6 +60,7 @@
 //! - `notify`: readiness and stopping notices to systemd (`Type=notify`).
 //! - [`telemetry`]: logging set-up.
 //! - [`api`]: the generated `imagemanager.v1` gRPC API and its descriptors.
+//! - [`cri`]: the generated CRI `runtime.v1` API, client and servers.
 
 pub mod access;
 pub mod api;
@@ -67,6 +68,7 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod credentials;
+pub mod cri;
 pub mod daemon;
 pub mod duration;
 pub mod ensure;

@@ -25,7 +25,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 use tokio::{
     sync::{Notify, watch},
     time::Instant,

@@ -17,7 +17,7 @@ use std::{
 };
 
 use cri_imaged::api::{GetStatusRequest, PullPolicy, image_manager_client::ImageManagerClient};
-use k8s_cri::v1::{ImageSpec, ImageStatusRequest};
+use cri_imaged::cri::{ImageSpec, ImageStatusRequest};
 use support::{
     call, ensure, h2_connection,
     process::{DaemonProcess, signal_process},

@@ -6,14 +6,14 @@ mod support;
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use bytes::Bytes;
+use cri_imaged::cri::{
+    AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
+    RemoveImageRequest, image_service_client::ImageServiceClient,
+};
 use cri_imaged::{
     api::{GarbageCollectRequest, image_manager_client::ImageManagerClient},
     ensure::ManagerConfig,
     runtime::passthrough::RawCodec,
-};
-use k8s_cri::v1::{
-    AuthConfig, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest,
-    RemoveImageRequest, image_service_client::ImageServiceClient,
 };
 use support::{
     FakeStack, InProcessDaemon,
@@ -245,7 +245,7 @@ async fn an_image_listed_for_two_runtime_handlers_is_collected_for_each_by_its_h
         // KEP-4216: the runtime lists one image id once per runtime handler it keeps it for.
         let mut script = runtime.service.script.lock().unwrap();
         script.image_fs = Some("/dev/shm".into());
-        let image = |handler: &str| k8s_cri::v1::Image {
+        let image = |handler: &str| cri_imaged::cri::Image {
             id: "sha256:aa".into(),
             repo_tags: vec!["a:1".into()],
             size: 4096,

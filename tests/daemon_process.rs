@@ -4,7 +4,7 @@ mod support;
 
 use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
 
-use k8s_cri::v1::{ImageSpec, ImageStatusRequest, image_service_client::ImageServiceClient};
+use cri_imaged::cri::{ImageSpec, ImageStatusRequest, image_service_client::ImageServiceClient};
 use support::{
     call, ensure,
     fake_runtime::{FakeImageService, FakeRuntime},
@@ -409,7 +409,7 @@ async fn each_pull_is_logged_with_the_uid_and_pid_of_the_process_that_asked() {
     assert!(answer.pulled);
     let mut cri = ImageServiceClient::new(support::unix_channel(&daemon.socket));
     let image = Some(ImageSpec { image: "alpine:3.20".into(), ..Default::default() });
-    cri.pull_image(k8s_cri::v1::PullImageRequest { image, ..Default::default() }).await.expect("pulled");
+    cri.pull_image(cri_imaged::cri::PullImageRequest { image, ..Default::default() }).await.expect("pulled");
     let (_, log) = daemon.terminate().await;
     let peer = this_process();
     for image in ["busybox:1.36", "alpine:3.20"] {

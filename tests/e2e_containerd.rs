@@ -259,9 +259,12 @@ async fn the_presence_cache_forgets_an_image_removed_behind_its_back() {
     // Removed straight on containerd, not through cri-imaged: only the event tells.
     let invalidations = metric("cri_imaged_presence_cache_invalidations_total").await;
     let mut runtime =
-        k8s_cri::v1::image_service_client::ImageServiceClient::new(unix_channel(&stack.containerd_socket));
-    let spec = k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
-    runtime.remove_image(k8s_cri::v1::RemoveImageRequest { image: Some(spec) }).await.expect("containerd removes it");
+        cri_imaged::cri::image_service_client::ImageServiceClient::new(unix_channel(&stack.containerd_socket));
+    let spec = cri_imaged::cri::ImageSpec { image: image.clone(), ..Default::default() };
+    runtime
+        .remove_image(cri_imaged::cri::RemoveImageRequest { image: Some(spec) })
+        .await
+        .expect("containerd removes it");
     for _ in 0..250 {
         if metric("cri_imaged_presence_cache_invalidations_total").await > invalidations {
             break;

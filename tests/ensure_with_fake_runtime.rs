@@ -6,8 +6,8 @@ mod support;
 use std::time::Duration;
 
 use cri_imaged::api::PullPolicy;
+use cri_imaged::cri::PodSandboxConfig;
 use cri_imaged::ensure::ManagerConfig;
-use k8s_cri::v1::PodSandboxConfig;
 use support::{FakeStack, call, ensure, fake_runtime::FakeRuntime, reason, wait_for_health};
 use tonic::{Code, Status};
 use tonic_health::pb::health_check_response::ServingStatus;

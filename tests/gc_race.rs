@@ -14,6 +14,7 @@ use std::{
     time::Duration,
 };
 
+use cri_imaged::cri::ImageSpec;
 use cri_imaged::{
     credentials::NodeCredentials,
     daemon::Parts,
@@ -22,7 +23,6 @@ use cri_imaged::{
     pull_policy::PullPolicy,
     runtime::{ContentStore, ImageFsUsage, ImageRuntime, PresentImage, PullSpec, RuntimeError, StoredImage, UsedImage},
 };
-use k8s_cri::v1::ImageSpec;
 
 const ROUNDS: u64 = 1_000;
 const IMAGES: usize = 8;

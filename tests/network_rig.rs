@@ -7,7 +7,7 @@ mod support;
 
 use std::{net::SocketAddr, time::Duration};
 
-use k8s_cri::v1::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
+use cri_imaged::cri::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
 use support::{
     netrig::{LinkShape, NetRig},
     registry_faults::{HungRegistry, RateLimitProxy, Refusal},

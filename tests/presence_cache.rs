@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use cri_imaged::api::{PullPolicy, image_manager_client::ImageManagerClient};
-use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
+use cri_imaged::cri::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use support::{
     call, ensure,
     fake_runtime::{FakeImageService, FakeRuntime},

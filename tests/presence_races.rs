@@ -14,13 +14,13 @@ use std::{
     time::Duration,
 };
 
+use cri_imaged::cri::{
+    ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest, RemoveImageRequest,
+    image_service_client::ImageServiceClient,
+};
 use cri_imaged::{
     api::{PullPolicy, image_manager_client::ImageManagerClient},
     presence::DEFAULT_MAX_STALENESS,
-};
-use k8s_cri::v1::{
-    ImageSpec, ImageStatusRequest, ListImagesRequest, PullImageRequest, RemoveImageRequest,
-    image_service_client::ImageServiceClient,
 };
 use support::{
     call, ensure,

@@ -6,8 +6,8 @@ mod support;
 
 use std::{num::NonZeroUsize, sync::Arc, time::Duration};
 
+use cri_imaged::cri::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
 use cri_imaged::{api::PullPolicy, ensure::ManagerConfig, pull::scheduler::SchedulerConfig};
-use k8s_cri::v1::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
 use support::{FakeStack, call, ensure, raw_grpc_call, reason};
 use tokio::sync::Notify;
 use tonic::Code;

@@ -17,7 +17,7 @@ use std::{
 };
 
 use cri_imaged::api::{EnsureImageExistsResponse, PullPolicy, image_manager_client::ImageManagerClient};
-use k8s_cri::v1::{
+use cri_imaged::cri::{
     AuthConfig, ImageSpec, ImageStatusRequest, PullImageRequest, RemoveImageRequest,
     image_service_client::ImageServiceClient,
 };

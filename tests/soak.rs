@@ -16,7 +16,7 @@ use std::{
 };
 
 use cri_imaged::api::{PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient};
-use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
+use cri_imaged::cri::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use support::{
     ensure,
     process::{DaemonProcess, open_fds, rss_mib},

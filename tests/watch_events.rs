@@ -220,7 +220,7 @@ async fn a_caller_that_gives_up_mid_pull_cancels_it_and_its_outcome_is_told() {
 
 #[tokio::test]
 async fn a_cri_pull_through_cri_imaged_is_told_for_the_pod_of_its_sandbox() {
-    use k8s_cri::v1::{
+    use cri_imaged::cri::{
         ImageSpec, PodSandboxConfig, PodSandboxMetadata, PullImageRequest, image_service_client::ImageServiceClient,
     };
     let stack = FakeStack::start(ManagerConfig::default()).await;

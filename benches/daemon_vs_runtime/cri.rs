@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_cri::v1::{
+use cri_imaged::cri::{
     ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListImagesRequest, image_service_client::ImageServiceClient,
 };
 use serde_json::json;

@@ -18,11 +18,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use cri_imaged::cri::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use cri_imaged::{
     api::{Event as WatchedEvent, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient},
     events::reason,
 };
-use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use prost::Message;
 use tokio::{runtime::Runtime, task::JoinHandle};
 

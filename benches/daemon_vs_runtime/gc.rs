@@ -10,6 +10,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use cri_imaged::cri::{
+    ImageFsInfoRequest, ImageSpec, ListContainersRequest, ListImagesRequest, StatusRequest,
+    image_service_client::ImageServiceClient, runtime_service_client::RuntimeServiceClient,
+};
 use cri_imaged::{
     api::GarbageCollectRequest,
     gc::{
@@ -17,10 +21,6 @@ use cri_imaged::{
         plan::{self, DiskUsage, GcPolicy, ImageRecord},
     },
     runtime::{ImageRuntime, PullSpec, StoredImage, UsedImage},
-};
-use k8s_cri::v1::{
-    ImageFsInfoRequest, ImageSpec, ListContainersRequest, ListImagesRequest, StatusRequest,
-    image_service_client::ImageServiceClient, runtime_service_client::RuntimeServiceClient,
 };
 
 use crate::{

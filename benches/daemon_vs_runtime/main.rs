@@ -57,6 +57,7 @@ use std::{
 };
 
 use clap::Parser;
+use cri_imaged::cri::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use cri_imaged::presence::DEFAULT_MAX_STALENESS;
 use cri_imaged::{
     api::{
@@ -66,7 +67,6 @@ use cri_imaged::{
     runtime::{CriClient, ImageRuntime, PullSpec, RuntimeEndpoint},
     server::IMAGE_MANAGER_SERVICE,
 };
-use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
@@ -824,7 +824,7 @@ async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
 /// the removal returned the last "present" answer was asked.
 async fn staleness(bench: &Bench, findings: &mut Findings) {
     let image = bench.stack.image("bench/removed:v1");
-    let spec = || k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
+    let spec = || cri_imaged::cri::ImageSpec { image: image.clone(), ..Default::default() };
     let mut containerd = ImageServiceClient::new(unix_channel(&bench.stack.containerd_socket));
     let mut table = Table::new(
         "Staleness: removals behind cri-imaged's back (on containerd directly), then EnsureImageExists(Never) until absent",

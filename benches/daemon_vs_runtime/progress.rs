@@ -11,8 +11,8 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use cri_imaged::cri::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use cri_imaged::{api::WatchEventsRequest, events::reason, pull::progress::manifest_layers, runtime::ContentStore};
-use k8s_cri::v1::{ImageSpec, RemoveImageRequest, image_service_client::ImageServiceClient};
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 

@@ -7,7 +7,7 @@
 use std::{future::Future, time::Duration};
 
 use cri_imaged::api::image_manager_client::ImageManagerClient;
-use k8s_cri::v1::{ImageSpec, PullImageRequest, RemoveImageRequest, image_service_client::ImageServiceClient};
+use cri_imaged::cri::{ImageSpec, PullImageRequest, RemoveImageRequest, image_service_client::ImageServiceClient};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 

@@ -13,7 +13,7 @@ use cri_imaged::{
     reference,
     runtime::PullSpec,
 };
-use k8s_cri::v1::PullImageRequest;
+use cri_imaged::cri::PullImageRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 

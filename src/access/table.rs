@@ -1,7 +1,8 @@
 //! The one table of what each method needs. Health and reflection are anyone's who can connect
 //! (probes and grpcurl need them, and they tell nothing about pods); a path no service serves is
 //! answered UNIMPLEMENTED whoever asks, but for the CRI image service, where a method we do not
-//! know may change what is on the node: admin.
+//! know is relayed to the runtime and may change what is on the node: admin. The calls Kubernetes
+//! 1.38 adds (KEP-6061's security profiles), relayed too, need what their like need.
 
 use super::Role;
 
@@ -86,12 +87,17 @@ const IMAGE_MANAGER: [Method; 12] = [
 ];
 
 /// The CRI image service's methods, by name under `/runtime.v1.ImageService/`.
-const CRI: [Method; 5] = [
+const CRI: [Method; 9] = [
     method("CRI ImageStatus", "cri_ImageStatus", READ, Audit::Read),
     method("CRI ListImages", "cri_ListImages", READ, Audit::Read),
+    method("CRI StreamImages", "cri_StreamImages", READ, Audit::Read),
+    method("CRI ListSecurityProfiles", "cri_ListSecurityProfiles", READ, Audit::Read),
     method("CRI ImageFsInfo", "cri_ImageFsInfo", READ, Audit::Read),
     method("CRI PullImage", "cri_PullImage", PULL, Audit::Pull),
+    // It pulls, as PullImage does, but is not one of our pulls: logged as a change.
+    method("CRI PullSecurityProfile", "cri_PullSecurityProfile", PULL, Audit::Change),
     method("CRI RemoveImage", "cri_RemoveImage", ADMIN, Audit::Change),
+    method("CRI RemoveSecurityProfile", "cri_RemoveSecurityProfile", ADMIN, Audit::Change),
 ];
 
 /// A CRI image method the table does not know.

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use k8s_cri::v1::AuthConfig;
+use crate::cri::AuthConfig;
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroize;
 

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 use tokio::time::Instant;
 
 pub mod backoffs;

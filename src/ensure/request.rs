@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
+use crate::cri::{ImageSpec, PodSandboxConfig};
 
 use super::EnsureError;
 use crate::{

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use k8s_cri::v1::PodSandboxConfig;
+use crate::cri::PodSandboxConfig;
 
 use super::*;
 use crate::{

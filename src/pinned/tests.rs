@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use k8s_cri::v1::{Image, ImageStatusResponse, ListImagesResponse};
+use crate::cri::{Image, ImageStatusResponse, ListImagesResponse};
 use prost::Message;
 
 use super::*;

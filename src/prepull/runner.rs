@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 
 use super::{PrePull, PrePulls, State, about};
 use crate::{

@@ -48,7 +48,7 @@ impl std::fmt::Debug for PullKey {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_cri::v1::ImageSpec;
+    use crate::cri::ImageSpec;
 
     use super::*;
     use crate::{credentials::RegistryAuth, runtime::PullSpec};

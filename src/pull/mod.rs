@@ -31,7 +31,7 @@ use std::{
     time::Duration,
 };
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 use tokio::{sync::watch, time::Instant};
 use tower::{Service, util::BoxCloneSyncService};
 

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use k8s_cri::v1::PodSandboxConfig;
+use crate::cri::PodSandboxConfig;
 use tokio::{sync::oneshot, time::Instant};
 use tower::{Layer, ServiceExt, util::BoxCloneSyncService};
 use tracing::Instrument;

@@ -79,7 +79,7 @@ impl PullRecords {
             adopted.records += 1;
         }
         for intent in intents {
-            let spec = k8s_cri::v1::ImageSpec { image: intent.image.clone(), ..Default::default() };
+            let spec = crate::cri::ImageSpec { image: intent.image.clone(), ..Default::default() };
             match runtime.image_status(spec).await {
                 Ok(Some(found)) => {
                     self.merge_unknown(&found.id).await?;

@@ -60,7 +60,7 @@ impl PullRecords {
         let orphaned: Vec<String> = self.state().orphaned.iter().cloned().collect();
         let mut answered = true;
         for image in orphaned {
-            let spec = k8s_cri::v1::ImageSpec { image: image.clone(), ..Default::default() };
+            let spec = crate::cri::ImageSpec { image: image.clone(), ..Default::default() };
             match runtime.image_status(spec).await {
                 Ok(Some(found)) => {
                     let converted = self.merge_unknown(&found.id).await;

@@ -7,21 +7,21 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
-use hyper_util::rt::TokioIo;
-use k8s_cri::v1::{
+use crate::cri::{
     ContainerStatusRequest, ImageFsInfoRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
     ListImagesRequest, PullImageRequest, RemoveImageRequest, StatusRequest, image_service_client::ImageServiceClient,
     runtime_service_client::RuntimeServiceClient,
 };
+use bytes::Bytes;
+use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use super::containerd::content::content_client::ContentClient;
 use super::forward::Forwarder;
 use super::{
-    ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError, StoredImage,
-    UsedImage,
+    ImageFsUsage, ImageRuntime, MAX_MESSAGE_BYTES, Messages, PresentImage, PullSpec, RuntimeEndpoint, RuntimeError,
+    StoredImage, UsedImage,
 };
 
 /// The containerd namespace the CRI plugin keeps images in.
@@ -262,6 +262,17 @@ impl ImageRuntime for CriClient {
             Ok(answer) => answer,
             Err(_) => Err(timed_out()),
         }
+    }
+
+    async fn forward_stream(&self, path: &'static str, message: Bytes) -> Result<Messages, tonic::Status> {
+        self.forwarder.server_stream(path, message, self.request_timeout).await
+    }
+
+    async fn relay(
+        &self,
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<tonic::body::Body>, tonic::Status> {
+        self.forwarder.relay(request).await
     }
 }
 

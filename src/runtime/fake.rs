@@ -7,7 +7,7 @@ use std::{
     time::SystemTime,
 };
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 use secrecy::ExposeSecret;
 use tokio::sync::{Notify, Semaphore};
 

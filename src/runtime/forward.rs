@@ -1,5 +1,6 @@
 //! One unary CRI call's message bytes to the runtime and its answer's bytes back, over an HTTP/2
-//! connection of its own, driven with `h2` directly.
+//! connection of its own, driven with `h2` directly; a server-streaming call's messages
+//! (`server_stream`), and any call relayed whole (`relay`).
 //!
 //! tonic's channel hands each call through a buffer task, then hyper's connection task, then a
 //! task per response: three task switches each way, on a path whose every microsecond the kubelet
@@ -10,7 +11,7 @@
 
 use std::{path::PathBuf, sync::Mutex, time::Duration};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::client::SendRequest;
 use tokio::net::UnixStream;
 
@@ -37,20 +38,20 @@ impl Forwarder {
     /// `timeout` told to it (`grpc-timeout`); its gRPC error as it sent it, or UNAVAILABLE when
     /// the connection failed. The caller bounds the wait.
     pub async fn unary(&self, path: &str, message: Bytes, timeout: Duration) -> Result<Bytes, tonic::Status> {
-        let request = http::Request::post(format!("http://localhost{path}"))
+        let (response, mut body) = self.send(self.request(path, timeout)?).await?;
+        body.send_data(server_stream::frame(message), true).map_err(broken)?;
+        let response = response.await.map_err(broken)?;
+        self.answer(response).await
+    }
+
+    /// The headers of a call of `path`, with `timeout` told to the runtime (`grpc-timeout`).
+    fn request(&self, path: &str, timeout: Duration) -> Result<http::Request<()>, tonic::Status> {
+        http::Request::post(format!("http://localhost{path}"))
             .header(http::header::CONTENT_TYPE, "application/grpc")
             .header(http::header::TE, "trailers")
             .header("grpc-timeout", format!("{}m", timeout.as_millis().max(1)))
             .body(())
-            .map_err(|error| tonic::Status::internal(format!("a request to the runtime: {error}")))?;
-        let mut framed = BytesMut::with_capacity(5 + message.len());
-        framed.put_u8(0);
-        framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
-        framed.put(message);
-        let (response, mut body) = self.send(request).await?;
-        body.send_data(framed.freeze(), true).map_err(broken)?;
-        let response = response.await.map_err(broken)?;
-        self.answer(response).await
+            .map_err(|error| tonic::Status::internal(format!("a request to the runtime: {error}")))
     }
 
     /// Sends the request's headers on the live connection, or on a new one when there is none or
@@ -156,6 +157,11 @@ fn broken(error: h2::Error) -> tonic::Status {
     }
     tonic::Status::unavailable(format!("the connection to the runtime failed: {error}"))
 }
+
+mod relay;
+mod server_stream;
+
+pub use server_stream::Messages;
 
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@
 //! - `content_client`: containerd's content and lease services, as the CRI client calls them.
 //! - `endpoint`: where the runtime listens.
 //! - `forward`: one unary call's bytes to the runtime and back, over `h2` directly (the
-//!   pass-through's hot path).
+//!   pass-through's hot path); and any call relayed whole, frames and all.
 //! - [`passthrough`]: a gRPC codec that forwards message bytes untouched.
 //! - [`containerd`]: containerd's event, content and lease services, beside its CRI plugin.
 //! - `fake`: one scripted runtime for the unit tests.
@@ -24,13 +24,14 @@ pub mod passthrough;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
+use crate::cri::{ImageSpec, PodSandboxConfig};
 use bytes::Bytes;
-use k8s_cri::v1::{ImageSpec, PodSandboxConfig};
 
 pub use self::{
     client::{CriClient, sandbox_image_from_status},
     content::{ContentStore, Held},
     endpoint::{EndpointError, RuntimeEndpoint},
+    forward::Messages,
 };
 use crate::credentials::RegistryAuth;
 
@@ -266,6 +267,33 @@ pub trait ImageRuntime: Send + Sync + 'static {
         async move {
             let _ = message;
             Err(tonic::Status::unimplemented(format!("this runtime does not forward {path}")))
+        }
+    }
+
+    /// Forwards one server-streaming `runtime.v1.ImageService` call with its message bytes
+    /// untouched; the runtime's messages come back as they come, untouched. An error before any
+    /// message is the runtime's status (UNIMPLEMENTED from a runtime without the call).
+    fn forward_stream(
+        &self,
+        path: &'static str,
+        message: Bytes,
+    ) -> impl Future<Output = Result<Messages, tonic::Status>> + Send {
+        async move {
+            let _ = message;
+            Err(tonic::Status::unimplemented(format!("this runtime does not forward {path}")))
+        }
+    }
+
+    /// Relays one whole call of a method cri-imaged does not know (unary or streaming) with its
+    /// headers and frames untouched; the runtime's answer, status and trailers come back as it
+    /// sent them. An error only when the runtime could not be asked.
+    fn relay(
+        &self,
+        request: http::Request<tonic::body::Body>,
+    ) -> impl Future<Output = Result<http::Response<tonic::body::Body>, tonic::Status>> + Send {
+        async move {
+            let path = request.uri().path().to_owned();
+            Err(tonic::Status::unimplemented(format!("this runtime does not relay {path}")))
         }
     }
 }

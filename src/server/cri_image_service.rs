@@ -14,12 +14,13 @@
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
+use crate::cri::{PullImageRequest, PullImageResponse};
 use bytes::Bytes;
-use futures_util::FutureExt;
-use k8s_cri::v1::{PullImageRequest, PullImageResponse};
+use futures_util::{FutureExt, StreamExt};
+use tokio::time::Instant;
 use tonic::{Request, Response, Status, body::Body, server::NamedService};
 
-use super::{Services, roles::Granted, status::CriPullError};
+use super::{Services, metrics::CallMetrics, roles::Granted, status::CriPullError};
 use crate::{
     access::Role,
     credentials::RegistryAuth,
@@ -28,11 +29,16 @@ use crate::{
     presence::{PresenceCache, answers::CriCall},
     pull::path::PullPath,
     runtime::passthrough::RawCodec,
-    runtime::{ImageRuntime, MAX_MESSAGE_BYTES, PullSpec},
+    runtime::{ImageRuntime, MAX_MESSAGE_BYTES, Messages, PullSpec},
 };
+
+mod stream_images;
 
 /// The service's gRPC name.
 pub const CRI_IMAGE_SERVICE: &str = "runtime.v1.ImageService";
+
+/// What every method's path starts with.
+const CRI_METHOD_PREFIX: &str = "/runtime.v1.ImageService/";
 
 /// The calls answered with the runtime's bytes.
 const FORWARDED: [&str; 4] = [LIST_IMAGES, IMAGE_STATUS, REMOVE_IMAGE, IMAGE_FS_INFO];
@@ -41,6 +47,7 @@ const IMAGE_FS_INFO: &str = "/runtime.v1.ImageService/ImageFsInfo";
 const REMOVE_IMAGE: &str = "/runtime.v1.ImageService/RemoveImage";
 const IMAGE_STATUS: &str = "/runtime.v1.ImageService/ImageStatus";
 const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
+const STREAM_IMAGES: &str = "/runtime.v1.ImageService/StreamImages";
 
 /// The service; cheap to clone.
 pub struct CriImageService<R> {
@@ -53,6 +60,8 @@ pub struct CriImageService<R> {
     pinned: Arc<PinnedImages>,
     /// Marks what ImageStatus hands out, for image GC.
     guard: Arc<ImageGuard>,
+    /// Counts the calls relayed unread.
+    calls: Arc<CallMetrics>,
 }
 
 impl<R> CriImageService<R> {
@@ -63,6 +72,7 @@ impl<R> CriImageService<R> {
             presence: services.presence.clone(),
             pinned: services.pinned.clone(),
             guard: services.guard.clone(),
+            calls: services.calls.clone(),
         }
     }
 }
@@ -75,6 +85,7 @@ impl<R> Clone for CriImageService<R> {
             presence: self.presence.clone(),
             pinned: self.pinned.clone(),
             guard: self.guard.clone(),
+            calls: self.calls.clone(),
         }
     }
 }
@@ -178,6 +189,46 @@ impl<R: ImageRuntime> CriImageService<R> {
         }
     }
 
+    /// StreamImages: the answer ListImages would give, cut into messages. Where answers are not
+    /// remembered (strict mode, or a runtime whose image events are not watched) it is the
+    /// runtime's own StreamImages, when it has one: its messages as it sent them, pins marked.
+    async fn stream_images(self, request: Bytes) -> Result<Messages, Status> {
+        let cut = |answer: Bytes| -> Messages {
+            let messages = stream_images::cut(answer, stream_images::MESSAGE_BYTES);
+            Box::pin(futures_util::stream::iter(messages.into_iter().map(Ok)))
+        };
+        if let Some(answer) = self.presence.recall_answer(CriCall::ListImages, &request, Instant::now()).await {
+            return Ok(cut(answer));
+        }
+        let ticket = self.presence.answer_ticket();
+        if ticket.is_none()
+            && let Some(messages) = self.runtimes_stream(request.clone()).await?
+        {
+            return Ok(messages);
+        }
+        let answer = self.pinned.mark(self.runtime.forward_raw(LIST_IMAGES, request.clone()).await?);
+        if let Some(ticket) = ticket {
+            self.presence.remember_answer(ticket, CriCall::ListImages, &request, &answer);
+        }
+        Ok(cut(answer))
+    }
+
+    /// The runtime's StreamImages, its pins marked; `None` from a runtime without it (it answers
+    /// UNIMPLEMENTED, at once or as its first message, as the kubelet's client expects either).
+    async fn runtimes_stream(&self, request: Bytes) -> Result<Option<Messages>, Status> {
+        let mut messages = match self.runtime.forward_stream(STREAM_IMAGES, request).await {
+            Err(status) if status.code() == tonic::Code::Unimplemented => return Ok(None),
+            answer => answer?,
+        };
+        let first = messages.next().await;
+        if matches!(&first, Some(Err(status)) if status.code() == tonic::Code::Unimplemented) {
+            return Ok(None);
+        }
+        let pinned = self.pinned.clone();
+        let all = futures_util::stream::iter(first).chain(messages);
+        Ok(Some(Box::pin(all.map(move |message| message.map(|message| pinned.mark(message))))))
+    }
+
     /// The runtime's answer to `call`, from the presence cache when it is remembered and proven
     /// current; else asked, and remembered if nothing changed meanwhile.
     async fn remembered(&self, call: CriCall, method: &'static str, request: Bytes) -> Result<Bytes, Status> {
@@ -216,6 +267,16 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
             return Box::pin(async move { Ok(grpc.unary(forward, request).await) });
         }
+        if path == STREAM_IMAGES {
+            let service = self.clone();
+            let stream = tower::service_fn(move |call: Request<Bytes>| {
+                let service = service.clone();
+                async move { service.stream_images(call.into_inner()).await.map(Response::new) }
+            });
+            let mut grpc = tonic::server::Grpc::new(RawCodec)
+                .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
+            return Box::pin(async move { Ok(grpc.server_streaming(stream, request).await) });
+        }
         if path == PULL_IMAGE {
             let pull = tower::service_fn(move |call: Request<PullImageRequest>| {
                 let pulls = pulls.clone();
@@ -233,14 +294,17 @@ impl<R: ImageRuntime> tower::Service<http::Request<Body>> for CriImageService<R>
                 .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), Some(MAX_MESSAGE_BYTES));
             return Box::pin(async move { Ok(grpc.unary(pull, request).await) });
         }
-        let status = super::status::unserved_cri_method(&path);
-        Box::pin(async move { Ok(status.into_http()) })
+        // A method we do not know (a newer CRI's): the runtime's to answer, or to refuse.
+        let method = path.strip_prefix(CRI_METHOD_PREFIX).unwrap_or(&path);
+        self.calls.relayed(method);
+        let runtime = self.runtime.clone();
+        Box::pin(async move { Ok(runtime.relay(request).await.unwrap_or_else(|status| status.into_http())) })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use k8s_cri::v1::{Image, ImageStatusResponse};
+    use crate::cri::{Image, ImageStatusResponse};
     use prost::Message;
 
     use super::*;

@@ -192,11 +192,6 @@ pub fn gc_pass_stopped(error: &tokio::task::JoinError) -> Status {
     Status::internal(format!("the garbage collection pass stopped: {error}"))
 }
 
-/// A method at `path` that the CRI image service does not serve.
-pub fn unserved_cri_method(path: &str) -> Status {
-    Status::unimplemented(format!("cri-imaged does not serve {path}"))
-}
-
 fn ensure_error_code(error: &EnsureError) -> Code {
     match error {
         EnsureError::InvalidImageName { .. } | EnsureError::InvalidPullSecret { .. } => Code::InvalidArgument,
@@ -359,14 +354,7 @@ mod tests {
     fn calls_the_daemon_does_not_serve_and_a_stopped_pass_are_answered_plainly() {
         let watch = watch_served_elsewhere();
         assert_eq!((watch.code(), watch.message()), (Code::Internal, "WatchEvents is served by the watch route"));
-        let unserved = unserved_cri_method("/runtime.v1.ImageService/RemoveImage");
-        assert_eq!(
-            (unserved.code(), unserved.message()),
-            (Code::Unimplemented, "cri-imaged does not serve /runtime.v1.ImageService/RemoveImage")
-        );
-        assert!(
-            watch.get_error_details().error_info().is_none() && unserved.get_error_details().error_info().is_none()
-        );
+        assert!(watch.get_error_details().error_info().is_none());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 // cri_calls.js: the integration tests' Node.js client (@grpc/grpc-js with @grpc/proto-loader), a
-// generic runner of unary calls; the same protocol as cri_calls.py beside it.
+// generic runner of unary and server-streaming calls; the same protocol as cri_calls.py beside it.
 //
 // Usage: node cri_calls.js SOCKET PROTO_DIR < CALLS
 //
@@ -7,12 +7,16 @@
 // proto-loader and dials unix://SOCKET with grpc-js's default options, as a node agent would.
 // CALLS (stdin) is a JSON array of
 //   {"method": "runtime.v1.ImageService/PullImage", "request": {...}, "timeout_ms": N, "cancel_after_ms": N}
-// any unary method of the protos' services; request uses the proto's field names (64-bit integers
-// as strings, enums by name); timeout_ms is the call's deadline (default 60000); with
-// cancel_after_ms the client itself cancels the call (call.cancel()) after that long. The calls
-// are made in order over one channel, each awaited before the next. Prints one JSON line per call,
-// keys sorted:
+// any unary or server-streaming method of the protos' services; request uses the proto's field
+// names (64-bit integers as strings, enums by name); timeout_ms is the call's deadline (default
+// 60000); with cancel_after_ms the client itself cancels the call (call.cancel()) after that long
+// (unary calls). Instead of request, "raw": BASE64 makes a call no proto describes: those bytes
+// are the request, and the response is printed as base64; with "stream": true it is
+// server-streaming. "metadata": {"key": "value"} is sent with the call. The calls are made in
+// order over one channel, each awaited before the next. Prints one JSON line per call, keys sorted:
 //   {"ok": RESPONSE}  or  {"error": {"code": "NOT_FOUND", "message": "..."}}
+// where a server-streaming call's RESPONSE is the list of its messages (none are printed when it
+// fails, as the kubelet keeps none of a failed stream).
 // RESPONSE is proto-loader's object (keepCase, longs: String, enums: String, bytes: String,
 // defaults: false, oneofs: false) brought to protobuf's JSON mapping as Python's json_format
 // prints it: fields at their default left out even when sent, Timestamp and Duration as RFC 3339 /
@@ -29,7 +33,8 @@ const protoLoader = require('@grpc/proto-loader');
 const protobuf = require(require.resolve('protobufjs', { paths: [require.resolve('@grpc/proto-loader')] }));
 
 const PROTOS = ['runtime/v1/api.proto', 'imagemanager/v1/image_manager.proto'];
-const KEYS = ['method', 'request', 'timeout_ms', 'cancel_after_ms'];
+const KEYS = ['method', 'request', 'timeout_ms', 'cancel_after_ms', 'raw', 'stream', 'metadata'];
+const asIs = (bytes) => bytes;
 const CODES = Object.fromEntries(Object.entries(grpc.status).map(([name, code]) => [code, name]));
 
 function fail(message) {
@@ -96,23 +101,30 @@ function stringify(value) {
   });
 }
 
-function call(client, { definition, request, timeout, cancelAfter, responseType }) {
+function call(client, { path, serialize, deserialize, request, timeout, cancelAfter, printable, streaming, metadata }) {
+  const sent = new grpc.Metadata();
+  for (const [key, value] of Object.entries(metadata)) sent.add(key, value);
+  const failed = (error) => ({ error: { code: CODES[error.code] ?? String(error.code), message: error.details ?? '' } });
   return new Promise((resolve) => {
+    if (streaming) {
+      const received = [];
+      const made = client.makeServerStreamRequest(path, serialize, deserialize, request, sent, { deadline: Date.now() + timeout });
+      made.on('data', (response) => received.push(printable(response)));
+      made.on('error', (error) => resolve(failed(error)));
+      made.on('end', () => resolve({ ok: received }));
+      return;
+    }
     let timer;
-    const made = client.makeUnaryRequest(
-      definition.path, definition.requestSerialize, definition.responseDeserialize, request,
-      new grpc.Metadata(), { deadline: Date.now() + timeout },
+    const made = client.makeUnaryRequest(path, serialize, deserialize, request, sent, { deadline: Date.now() + timeout },
       (error, response) => {
         clearTimeout(timer);
-        if (error) resolve({ error: { code: CODES[error.code] ?? String(error.code), message: error.details ?? '' } });
-        else resolve({ ok: normalize(responseType, response) });
-      },
-    );
+        resolve(error ? failed(error) : { ok: printable(response) });
+      });
     if (cancelAfter !== undefined) timer = setTimeout(() => made.cancel(), cancelAfter);
   });
 }
 
-// The calls of stdin, checked (see check): {definition, request, timeout, cancelAfter, responseType}.
+// The calls of stdin, checked (see check): what `call` makes of each.
 function parse(calls, root, definitions) {
   if (!Array.isArray(calls)) fail('the calls must be a JSON array');
   return calls.map((each, i) => {
@@ -121,28 +133,50 @@ function parse(calls, root, definitions) {
       || Object.keys(each).some((key) => !KEYS.includes(key))) {
       fail(`${where}: an object with a method and only ${KEYS} expected: ${JSON.stringify(each).slice(0, 300)}`);
     }
-    const slash = each.method.lastIndexOf('/');
-    const [serviceName, methodName] = [each.method.slice(0, slash), each.method.slice(slash + 1)];
-    const service = slash > 0 ? root.lookup(serviceName) : null;
-    const known = service instanceof protobuf.Service && service.fullName === `.${serviceName}`
-      && Object.hasOwn(service.methods, methodName);
-    const method = known ? service.methods[methodName] : null;
-    if (!method || method.requestStream || method.responseStream) {
-      fail(`${where}: no unary method '${each.method}' in ${PROTOS}`);
+    const metadata = each.metadata ?? {};
+    if (typeof metadata !== 'object' || Array.isArray(metadata) || Object.values(metadata).some((v) => typeof v !== 'string')) {
+      fail(`${where}: metadata is an object of strings`);
     }
-    const definition = definitions[serviceName][methodName];
-    const request = each.request ?? {};
-    check(method.resolvedRequestType, request, where);
-    try {
-      definition.requestSerialize(request);
-    } catch (error) {
-      fail(`${where}: bad ${method.resolvedRequestType.fullName.slice(1)}: ${error.message}`);
+    let shape;
+    if (Object.hasOwn(each, 'raw')) {
+      if (Object.hasOwn(each, 'request') || typeof each.raw !== 'string' || ![undefined, true, false].includes(each.stream)) {
+        fail(`${where}: raw is base64 in place of request, stream true or false`);
+      }
+      shape = {
+        path: `/${each.method}`, serialize: asIs, deserialize: asIs, request: Buffer.from(each.raw, 'base64'),
+        printable: (bytes) => Buffer.from(bytes).toString('base64'), streaming: each.stream === true,
+      };
+    } else {
+      if (Object.hasOwn(each, 'stream')) fail(`${where}: stream goes with raw; a proto method's shape is its own`);
+      const slash = each.method.lastIndexOf('/');
+      const [serviceName, methodName] = [each.method.slice(0, slash), each.method.slice(slash + 1)];
+      const service = slash > 0 ? root.lookup(serviceName) : null;
+      const known = service instanceof protobuf.Service && service.fullName === `.${serviceName}`
+        && Object.hasOwn(service.methods, methodName);
+      const method = known ? service.methods[methodName] : null;
+      if (!method || method.requestStream) {
+        fail(`${where}: no unary or server-streaming method '${each.method}' in ${PROTOS}`);
+      }
+      const definition = definitions[serviceName][methodName];
+      const request = each.request ?? {};
+      check(method.resolvedRequestType, request, where);
+      try {
+        definition.requestSerialize(request);
+      } catch (error) {
+        fail(`${where}: bad ${method.resolvedRequestType.fullName.slice(1)}: ${error.message}`);
+      }
+      shape = {
+        path: definition.path, serialize: definition.requestSerialize, deserialize: definition.responseDeserialize,
+        request, printable: (response) => normalize(method.resolvedResponseType, response),
+        streaming: Boolean(method.responseStream),
+      };
     }
     const [timeout = 60000, cancelAfter] = [each.timeout_ms ?? undefined, each.cancel_after_ms ?? undefined];
     if ([timeout, cancelAfter].some((ms) => ms !== undefined && !(typeof ms === 'number' && ms >= 0))) {
       fail(`${where}: timeout_ms and cancel_after_ms are numbers of milliseconds`);
     }
-    return { definition, request, timeout, cancelAfter, responseType: method.resolvedResponseType };
+    if (shape.streaming && cancelAfter !== undefined) fail(`${where}: cancel_after_ms is for unary calls`);
+    return { ...shape, timeout, cancelAfter, metadata };
   });
 }
 

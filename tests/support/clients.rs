@@ -111,8 +111,9 @@ impl Client {
     }
 }
 
-/// One unary call: `method` is `package.Service/Method`, `request` the message as JSON with the
-/// proto's field names.
+/// One call: `method` is `package.Service/Method`, `request` the message as JSON with the
+/// proto's field names (a server-streaming method's answer is the list of its messages), or raw
+/// bytes for a method no proto describes.
 #[derive(Debug, Clone)]
 pub struct Call {
     pub method: String,
@@ -121,11 +122,40 @@ pub struct Call {
     pub timeout_ms: Option<u64>,
     /// The client cancels the call itself this long after making it.
     pub cancel_after_ms: Option<u64>,
+    /// The request's bytes, for a method no proto describes; answered as base64.
+    pub raw: Option<Vec<u8>>,
+    /// A raw call whose answer is a stream.
+    pub stream: bool,
+    /// Sent with the call.
+    pub metadata: Vec<(String, String)>,
 }
 
 impl Call {
     pub fn new(method: &str, request: Value) -> Self {
-        Self { method: method.to_owned(), request, timeout_ms: None, cancel_after_ms: None }
+        Self {
+            method: method.to_owned(),
+            request,
+            timeout_ms: None,
+            cancel_after_ms: None,
+            raw: None,
+            stream: false,
+            metadata: Vec::new(),
+        }
+    }
+
+    /// A unary call of `method` with these bytes, which no proto describes.
+    pub fn raw(method: &str, request: &[u8]) -> Self {
+        Self { raw: Some(request.to_vec()), ..Self::new(method, Value::Null) }
+    }
+
+    /// A raw call whose answer is a stream of messages.
+    pub fn streaming(self) -> Self {
+        Self { stream: true, ..self }
+    }
+
+    pub fn metadata(mut self, key: &str, value: &str) -> Self {
+        self.metadata.push((key.to_owned(), value.to_owned()));
+        self
     }
 
     pub fn timeout_ms(self, ms: u64) -> Self {
@@ -137,7 +167,18 @@ impl Call {
     }
 
     fn to_json(&self) -> Value {
-        let mut call = json!({ "method": self.method, "request": self.request });
+        use base64::Engine;
+        let mut call = match &self.raw {
+            Some(raw) => json!({ "method": self.method, "raw": base64::engine::general_purpose::STANDARD.encode(raw) }),
+            None => json!({ "method": self.method, "request": self.request }),
+        };
+        if self.stream {
+            call["stream"] = true.into();
+        }
+        if !self.metadata.is_empty() {
+            call["metadata"] =
+                self.metadata.iter().map(|(key, value)| (key.clone(), Value::from(value.clone()))).collect();
+        }
         if let Some(ms) = self.timeout_ms {
             call["timeout_ms"] = ms.into();
         }

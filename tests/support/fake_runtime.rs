@@ -1,4 +1,4 @@
-//! A scripted CRI ImageService: k8s-cri's generated server on a unix socket, optionally with
+//! A scripted CRI ImageService: the generated CRI server on a unix socket, optionally with
 //! containerd's event service beside it, or the RuntimeService's ListContainers that image GC
 //! asks.
 
@@ -11,10 +11,11 @@ use std::{
     task::{Context, Poll},
 };
 
-use k8s_cri::v1::{
+use cri_imaged::cri::{
     FilesystemIdentifier, FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse, ImageSpec,
     ImageStatusRequest, ImageStatusResponse, ListContainersRequest, ListContainersResponse, ListImagesRequest,
     ListImagesResponse, PullImageRequest, PullImageResponse, RemoveImageRequest, RemoveImageResponse,
+    StreamImagesRequest, StreamImagesResponse,
     image_service_server::{ImageService, ImageServiceServer},
 };
 use tokio::{
@@ -25,7 +26,7 @@ use tokio::{
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
-use super::fake_events::FakeEvents;
+use super::{fake_events::FakeEvents, fake_runtime_methods::WithMethodsOfItsOwn};
 
 /// What the fake answers and what it saw.
 #[derive(Default)]
@@ -58,6 +59,12 @@ pub struct Script {
     pub container_fs: Option<PathBuf>,
     /// Every RemoveImage asked, in order.
     pub removals: Vec<ImageSpec>,
+    /// Serve StreamImages, this many images a message (as containerd from 2.4 and CRI-O from
+    /// 1.36); `None`: UNIMPLEMENTED, as older runtimes.
+    pub stream_images: Option<usize>,
+    /// StreamImages and ListImages calls received.
+    pub stream_calls: usize,
+    pub list_calls: usize,
 }
 
 /// Shared handle on the script.
@@ -113,8 +120,26 @@ impl FakeImageService {
 #[tonic::async_trait]
 impl ImageService for FakeImageService {
     async fn list_images(&self, _: Request<ListImagesRequest>) -> Result<Response<ListImagesResponse>, Status> {
-        let images = self.script.lock().unwrap().images.values().cloned().collect();
-        Ok(Response::new(ListImagesResponse { images }))
+        let mut script = self.script.lock().unwrap();
+        script.list_calls += 1;
+        Ok(Response::new(ListImagesResponse { images: script.images.values().cloned().collect() }))
+    }
+
+    type StreamImagesStream = tokio_stream::Iter<std::vec::IntoIter<Result<StreamImagesResponse, Status>>>;
+
+    async fn stream_images(
+        &self,
+        _: Request<StreamImagesRequest>,
+    ) -> Result<Response<Self::StreamImagesStream>, Status> {
+        let mut script = self.script.lock().unwrap();
+        script.stream_calls += 1;
+        let Some(per_message) = script.stream_images else {
+            return Err(Status::unimplemented("unknown method StreamImages for service runtime.v1.ImageService"));
+        };
+        let images: Vec<Image> = script.images.values().cloned().collect();
+        let messages =
+            images.chunks(per_message.max(1)).map(|images| Ok(StreamImagesResponse { images: images.to_vec() }));
+        Ok(Response::new(tokio_stream::iter(messages.collect::<Vec<_>>())))
     }
 
     async fn image_status(
@@ -215,7 +240,7 @@ impl FakeRuntime {
         let listener = UnixListener::bind(socket).expect("fake runtime binds its socket");
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
-            .add_service(ImageServiceServer::new(service.clone()))
+            .add_service(WithMethodsOfItsOwn(ImageServiceServer::new(service.clone())))
             .add_optional_service(with.events.then(|| service.events.server()))
             .add_optional_service(with.containers.then_some(NoContainers));
         let task = tokio::spawn(async move {

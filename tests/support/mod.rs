@@ -7,6 +7,7 @@ pub mod containers;
 pub mod delay_line;
 pub mod fake_events;
 pub mod fake_runtime;
+pub mod fake_runtime_methods;
 pub mod netrig;
 pub mod oci_image;
 pub mod private;

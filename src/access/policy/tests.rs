@@ -31,6 +31,11 @@ fn every_method_needs_the_role_the_table_gives_it() {
     }
     assert_eq!(cri("PullImage"), Some(Need::Role(Role::Pull)));
     assert_eq!(cri("RemoveImage"), Some(Need::Role(Role::Admin)));
+    // Kubernetes 1.38's, relayed: as their like.
+    assert_eq!(cri("StreamImages"), Some(Need::Role(Role::Read)));
+    assert_eq!(cri("ListSecurityProfiles"), Some(Need::Role(Role::Read)));
+    assert_eq!(cri("PullSecurityProfile"), Some(Need::Role(Role::Pull)));
+    assert_eq!(cri("RemoveSecurityProfile"), Some(Need::Role(Role::Admin)));
     assert_eq!(cri("SomethingNew"), Some(Need::Role(Role::Admin)), "an unknown CRI method");
     assert_eq!(method_at("/runtime.v1.ImageService/SomethingNew").map(|method| method.label), Some("cri_other"));
     for anyone in [
@@ -41,7 +46,7 @@ fn every_method_needs_the_role_the_table_gives_it() {
     ] {
         assert_eq!(needed(anyone), None, "{anyone}");
     }
-    assert_eq!(table::known().count(), 17, "every method of both services is in the table");
+    assert_eq!(table::known().count(), 21, "every method of both services is in the table");
 }
 
 #[test]

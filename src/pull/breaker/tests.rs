@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, num::NonZeroUsize, sync::Mutex as StdMutex};
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 use tokio::time::{Instant, sleep};
 use tower::{Layer, util::BoxCloneSyncService};
 

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 
 use super::*;
 use crate::runtime::PullSpec;

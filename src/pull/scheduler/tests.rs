@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 
-use k8s_cri::v1::ImageSpec;
+use crate::cri::ImageSpec;
 use tokio::sync::Notify;
 use tower::util::BoxCloneSyncService;
 

@@ -1,3 +1,4 @@
+use bytes::BufMut;
 use std::{convert::Infallible, path::Path};
 
 use http_body_util::StreamBody;

@@ -83,6 +83,9 @@ async fn always_pulls_a_present_image_and_never_uses_it() {
     assert!(!never.pulled);
 }
 
+/// containerd's message for a pull from a registry that refuses connections.
+const REFUSED: &str = r#"failed to pull and unpack image "docker.io/library/refused:1": failed to resolve reference "docker.io/library/refused:1": failed to do request: Head "https://registry-1.docker.io/v2/library/refused/manifests/1": dial tcp 10.0.0.2:443: connect: connection refused"#;
+
 /// Each failure, as the caller sees it: code, ErrorInfo reason, and message.
 #[tokio::test]
 async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
@@ -93,6 +96,13 @@ async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
     service.fail_pull("forbidden:1", Status::permission_denied("denied"));
     service.fail_pull("broken:1", Status::internal("disk full"));
     service.fail_pull("offline:1", Status::unknown("RegistryUnavailable: dial tcp: connection refused"));
+    // containerd's own words: a refused connection is named for it (as CRI-O names it), a reset
+    // one is not (nor by CRI-O).
+    service.fail_pull("refused:1", Status::unknown(REFUSED));
+    service.fail_pull(
+        "reset:1",
+        Status::unknown("failed to copy: read tcp 10.0.0.1:3344->10.0.0.2:443: read: connection reset by peer"),
+    );
     service.fail_pull("unsigned:1", Status::unknown("SignatureValidationFailed: no trusted signature"));
     let mut client = stack.daemon.client();
 
@@ -110,6 +120,14 @@ async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
             "RegistryUnavailable",
             "image pull failed for offline:1 because the registry is unavailable: dial tcp: connection refused",
         ),
+        (
+            "refused:1",
+            IF_NOT_PRESENT,
+            Code::Unavailable,
+            "RegistryUnavailable",
+            &format!("image pull failed for refused:1 because the registry is unavailable: {REFUSED}"),
+        ),
+        ("reset:1", IF_NOT_PRESENT, Code::Unknown, "ErrImagePull", "read: connection reset by peer"),
         ("unsigned:1", IF_NOT_PRESENT, Code::PermissionDenied, "SignatureValidationFailed", "signature validation"),
         ("busybox", 7, Code::InvalidArgument, "InvalidRequest", "pull_policy 7 is not a known PullPolicy"),
     ];

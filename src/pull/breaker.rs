@@ -223,7 +223,8 @@ impl Pass {
         let outcome = match failure {
             None => Outcome::Answered,
             Some(error) => match classify(error) {
-                Failure::Unreachable => Outcome::Unreachable(Arc::from(last_words(&error.to_string()))),
+                // Without the name: it is told inside a `RegistryUnavailable` message of its own.
+                Failure::Unreachable => Outcome::Unreachable(Arc::from(registry_unavailable_detail(error))),
                 Failure::Answered | Failure::TooManyRequests => Outcome::Answered,
                 Failure::Unknown => Outcome::NoVerdict,
             },
@@ -233,8 +234,8 @@ impl Pass {
             let mut registries = self.breakers.registries();
             let registry = registries.entry(host.clone()).or_default();
             if registry.unanswered == Some(self.id) || outcome == Outcome::Answered {
-                let told = match (&outcome, failure) {
-                    (Outcome::Unreachable(_), Some(error)) => Some(Arc::from(registry_unavailable_detail(error))),
+                let told = match &outcome {
+                    Outcome::Unreachable(detail) => Some(detail.clone()),
                     _ => None,
                 };
                 end_spell(registry, told);

@@ -5,6 +5,7 @@
 //! - [`progress`]: a pull's progress and stall from containerd's ingests (pure).
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
 //! - [`breaker`]: each registry's circuit breaker, and the wait behind a registry gone quiet.
+//! - [`unavailable`]: which failed pulls are `RegistryUnavailable`, as CRI-O names them (pure).
 //! - [`ratelimit`]: registry rate limits (lowered while a registry answers 429), a tower layer
 //!   around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
@@ -22,6 +23,7 @@ pub mod progress;
 pub mod ratelimit;
 pub mod record;
 pub mod scheduler;
+pub mod unavailable;
 
 use std::{
     future::Future,
@@ -162,9 +164,10 @@ pub enum PullError {
         crate::messages::binary_size(*.bytes_total)
     )]
     Stalled { timeout: Duration, bytes_done: u64, bytes_total: u64 },
-    /// The registry could not be reached: it did not answer within the resolve timeout, or its
-    /// breaker is open. The message starts as the CRI's errors name it, so that kubelets (1.30
-    /// and later) give the pod their own reason for it.
+    /// The registry could not be reached: it refused the connection (the runtime's message, see
+    /// [`unavailable`]), it did not answer within the resolve timeout, or its breaker is open.
+    /// The message starts as the CRI's errors name it, so that kubelets (1.30 and later) give the
+    /// pod their own reason for it.
     #[error("RegistryUnavailable: {0}")]
     RegistryUnavailable(String),
     /// The task running the pull ended without a result.
@@ -198,7 +201,8 @@ impl PullError {
     }
 
     /// The kubelet's aggregate of `failures`: a repeated message counts once, and a single
-    /// distinct one stands alone, as it is.
+    /// distinct one stands alone, as it is; distinct ones that each say the registry could not be
+    /// reached are one `RegistryUnavailable` (see [`unavailable::every_attempt`]).
     pub fn every_credential_failed(failures: Vec<Arc<PullError>>) -> Arc<PullError> {
         let mut distinct: Vec<(String, Arc<PullError>)> = Vec::with_capacity(failures.len());
         for failure in failures {
@@ -210,7 +214,10 @@ impl PullError {
         match distinct.len() {
             0 => Arc::new(PullError::Abandoned),
             1 => distinct.remove(0).1,
-            _ => Arc::new(PullError::EveryCredentialFailed(distinct.into_iter().map(|(_, error)| error).collect())),
+            _ => {
+                let failures: Vec<_> = distinct.into_iter().map(|(_, error)| error).collect();
+                Arc::new(unavailable::every_attempt(&failures).unwrap_or(PullError::EveryCredentialFailed(failures)))
+            }
         }
     }
 }
@@ -253,7 +260,7 @@ impl<R: ImageRuntime> Service<Pull> for RuntimePull<R> {
             let spec = pull.spec;
             let image = spec.image.clone();
             let started = Instant::now();
-            let image_ref = runtime.pull_image(spec).await?;
+            let image_ref = runtime.pull_image(spec).await.map_err(unavailable::pull_error)?;
             let pull_duration = started.elapsed();
             // The size is best effort, as in the kubelet: a failed look-up reports 0.
             let image_size = match runtime.image_status(image).await {

@@ -37,11 +37,8 @@ const UNREACHABLE: [&str; 14] = [
 /// Reads a pull's failure.
 pub fn classify(error: &PullError) -> Failure {
     match error {
-        PullError::Runtime(RuntimeError::Status(status)) => match status.code() {
-            // The runtime's own channel failed, not the registry.
-            tonic::Code::Unavailable | tonic::Code::Unimplemented | tonic::Code::Cancelled => Failure::Unknown,
-            _ => classify_message(status.message()),
-        },
+        PullError::Runtime(RuntimeError::Status(status)) if from_runtime_itself(status.code()) => Failure::Unknown,
+        PullError::Runtime(RuntimeError::Status(status)) => classify_message(status.message()),
         PullError::RegistryUnavailable(_) | PullError::Stalled { .. } => Failure::Unreachable,
         PullError::EveryCredentialFailed(failures) => {
             let mut seen = failures.iter().map(|failure| classify(failure));
@@ -54,6 +51,12 @@ pub fn classify(error: &PullError) -> Failure {
         | PullError::Abandoned
         | PullError::Cancelled => Failure::Unknown,
     }
+}
+
+/// Whether a runtime's status with `code` is about the runtime itself (its channel failed, it
+/// cancelled the call, it does not serve pulls), whatever its message says of a registry.
+pub fn from_runtime_itself(code: tonic::Code) -> bool {
+    matches!(code, tonic::Code::Unavailable | tonic::Code::Unimplemented | tonic::Code::Cancelled)
 }
 
 /// Reads a runtime's pull error message.

@@ -73,11 +73,14 @@ mod tests {
         RuntimeError::Status(tonic::Status::unknown(message))
     }
 
-    /// containerd's words for a registry that refused the connection, at each step of a pull.
-    const REFUSED_BY_CONTAINERD: [&str; 4] = [
-        // 1.6 and 1.7, resolving the tag.
+    /// containerd's words for a registry that refused the connection, at each step of a pull (the
+    /// first three as tests/e2e_containerd.rs saw them).
+    const REFUSED_BY_CONTAINERD: [&str; 5] = [
+        // 1.6 resolving the tag (it tries a loopback registry over plain HTTP).
+        r#"failed to pull and unpack image "127.0.0.1:1/e2e/app:v1": failed to resolve reference "127.0.0.1:1/e2e/app:v1": failed to do request: Head "http://127.0.0.1:1/v2/e2e/app/manifests/v1": dial tcp 127.0.0.1:1: connect: connection refused"#,
+        // 1.7.
         r#"failed to pull and unpack image "127.0.0.1:1/e2e/app:v1": failed to resolve reference "127.0.0.1:1/e2e/app:v1": failed to do request: Head "https://127.0.0.1:1/v2/e2e/app/manifests/v1": dial tcp 127.0.0.1:1: connect: connection refused"#,
-        // 2.x, resolving the tag.
+        // 2.1.
         r#"failed to pull and unpack image "127.0.0.1:1/e2e/app:v1": failed to resolve image: failed to do request: Head "https://127.0.0.1:1/v2/e2e/app/manifests/v1": dial tcp 127.0.0.1:1: connect: connection refused"#,
         // Gone mid-pull, fetching a layer.
         r#"failed to pull and unpack image "10.9.0.2:5000/a:1": failed to copy: httpReadSeeker: failed open: failed to do request: Get "http://10.9.0.2:5000/v2/a/blobs/sha256:ab": dial tcp 10.9.0.2:5000: connect: connection refused"#,

@@ -3,10 +3,15 @@
 
 mod support;
 
-use cri_imaged::api::{EnsureImageExistsResponse, PullPolicy, image_manager_client::ImageManagerClient};
+use std::time::Duration;
+
+use cri_imaged::api::{
+    EnsureImageExistsResponse, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient,
+};
+use k8s_cri::v1::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
 use support::{
     call, ensure,
-    process::{DaemonProcess, grpcurl, http_get, metric, metrics_listen, require_tool},
+    process::{DaemonProcess, grpcurl, http_get, metric, metric_with_label, metrics_listen, require_tool},
     reason,
     stack::LocalStack,
     unix_channel,
@@ -25,11 +30,20 @@ struct E2e {
 }
 
 async fn e2e() -> Option<E2e> {
+    e2e_with(&[]).await
+}
+
+async fn e2e_with(flags: &[&str]) -> Option<E2e> {
     let stack = LocalStack::start()?;
     let dir = tempfile::tempdir().expect("tempdir");
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, flags).await;
     let client = ImageManagerClient::new(unix_channel(&daemon.socket));
     Some(E2e { stack, daemon, client, _dir: dir })
+}
+
+/// A CRI PullImage of `image`, without credentials.
+fn cri_pull(image: &str) -> PullImageRequest {
+    PullImageRequest { image: Some(ImageSpec { image: image.into(), ..Default::default() }), ..Default::default() }
 }
 
 fn assert_pulled(response: &EnsureImageExistsResponse, image: &str) {
@@ -112,15 +126,56 @@ async fn a_missing_image_is_err_image_pull_not_found() {
     assert!(status.message().contains("not found"), "{}", status.message());
 }
 
-#[tokio::test]
-async fn a_registry_that_refuses_connections_is_err_image_pull() {
-    let Some(mut t) = e2e().await else { return };
+/// A registry that refuses the connection is `RegistryUnavailable` from the first pull, as CRI-O
+/// names it: to EnsureImageExists the kubelet's reason, and its words around containerd's own
+/// message; through CRI PullImage, containerd's answer with the name before it (UNKNOWN, the form
+/// the kubelet's CRI client hands to its prefix test); the pull's event, its metric and the CLI
+/// say so too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_refuses_connections_is_registry_unavailable_from_the_first_pull() {
+    let (port, listen) = metrics_listen();
+    let Some(mut t) = e2e_with(&["--metrics-listen", &listen]).await else { return };
     // Port 1 on loopback: nothing listens there, so the connection is refused at once.
     let image = "127.0.0.1:1/e2e/app:v1";
+    let mut containerd = ImageServiceClient::new(unix_channel(&t.stack.containerd_socket));
+    let direct = containerd.pull_image(cri_pull(image)).await.expect_err("refused straight to containerd");
+    eprintln!("containerd on a refused connection: {:?}: {}", direct.code(), direct.message());
+    assert_eq!(direct.code(), Code::Unknown, "{direct:?}");
+    assert!(direct.message().contains("connect: connection refused"), "{}", direct.message());
+    let mut events = t.client.watch_events(WatchEventsRequest::default()).await.expect("watching").into_inner();
+
     let status = call(&mut t.client, ensure(image, IF_NOT_PRESENT)).await.expect_err("refused");
-    assert_eq!(status.code(), Code::Unknown, "{status:?}");
-    assert_eq!(reason(&status), "ErrImagePull");
-    assert!(status.message().contains("connection refused"), "{}", status.message());
+    assert_eq!((status.code(), reason(&status).as_str()), (Code::Unavailable, "RegistryUnavailable"), "{status:?}");
+    let kubelets = format!("image pull failed for {image} because the registry is unavailable: {}", direct.message());
+    assert_eq!(status.message(), kubelets);
+    let failed = loop {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.message()).await;
+        let event = event.expect("an event within 5 s").expect("the stream goes on").expect("an event");
+        if event.reason == "Failed" {
+            break event;
+        }
+    };
+    assert_eq!(failed.message, format!("Failed to pull image {image:?}: RegistryUnavailable: {}", direct.message()));
+
+    let mut through = ImageServiceClient::new(unix_channel(&t.daemon.socket));
+    let cri = through.pull_image(cri_pull(image)).await.expect_err("refused through cri-imaged");
+    assert_eq!(cri.code(), Code::Unknown, "{cri:?}");
+    assert_eq!(cri.message(), format!("RegistryUnavailable: {}", direct.message()));
+
+    let socket = format!("--socket={}", t.daemon.socket.display());
+    let cli = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cri-imaged")).args(["pull", &socket, image]).output()
+    });
+    let cli = cli.await.expect("joined").expect("cri-imaged runs");
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert_eq!(cli.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim_end(), format!("cri-imaged: RegistryUnavailable: {kubelets}"));
+
+    let counted = tokio::task::spawn_blocking(move || {
+        ["registry_unavailable", "failure"]
+            .map(|result| metric_with_label(port, "cri_imaged_pulls_total", &format!(r#"result="{result}""#)))
+    });
+    assert_eq!(counted.await.expect("metrics"), [3.0, 0.0], "each of the three pulls, as registry_unavailable");
 }
 
 #[tokio::test]

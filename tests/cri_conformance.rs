@@ -11,7 +11,7 @@
 //!   (the client's, containerd's, cri-imaged's) writes it, and grpc-js names its own timings
 //!   ("Deadline exceeded after 1.002s"); its code is compared;
 //! - the message of a pull from a registry that refused the connection: through cri-imaged it is
-//!   containerd's with `RegistryUnavailable: ` before it, as CRI-O names that failure, so that the
+//!   containerd's with `RegistryUnavailable: ` before it, as cri-imaged names a network-level failure, so that the
 //!   kubelet gives the pod its `RegistryUnavailable` reason; the code is containerd's (UNKNOWN).
 //!   The prefix is taken off the answer through cri-imaged, and only there ([`as_containerd`]),
 //!   and the suite checks it was there.

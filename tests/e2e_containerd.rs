@@ -8,7 +8,7 @@ use std::time::Duration;
 use cri_imaged::api::{
     EnsureImageExistsResponse, PullPolicy, WatchEventsRequest, image_manager_client::ImageManagerClient,
 };
-use k8s_cri::v1::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
+use cri_imaged::cri::{ImageSpec, PullImageRequest, image_service_client::ImageServiceClient};
 use support::{
     call, ensure,
     process::{DaemonProcess, grpcurl, http_get, metric, metric_with_label, metrics_listen, require_tool},

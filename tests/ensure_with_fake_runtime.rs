@@ -96,12 +96,16 @@ async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
     service.fail_pull("forbidden:1", Status::permission_denied("denied"));
     service.fail_pull("broken:1", Status::internal("disk full"));
     service.fail_pull("offline:1", Status::unknown("RegistryUnavailable: dial tcp: connection refused"));
-    // containerd's own words: a refused connection is named for it (as CRI-O names it), a reset
-    // one is not (nor by CRI-O).
+    // containerd's own words: a network-level failure (refused, reset) is named for it, one the
+    // registry answered (a certificate it was refused over) is not.
     service.fail_pull("refused:1", Status::unknown(REFUSED));
     service.fail_pull(
         "reset:1",
         Status::unknown("failed to copy: read tcp 10.0.0.1:3344->10.0.0.2:443: read: connection reset by peer"),
+    );
+    service.fail_pull(
+        "untrusted:1",
+        Status::unknown("tls: failed to verify certificate: x509: certificate signed by unknown authority"),
     );
     service.fail_pull("unsigned:1", Status::unknown("SignatureValidationFailed: no trusted signature"));
     let mut client = stack.daemon.client();
@@ -127,7 +131,14 @@ async fn every_failure_reaches_the_caller_with_its_code_reason_and_message() {
             "RegistryUnavailable",
             &format!("image pull failed for refused:1 because the registry is unavailable: {REFUSED}"),
         ),
-        ("reset:1", IF_NOT_PRESENT, Code::Unknown, "ErrImagePull", "read: connection reset by peer"),
+        (
+            "reset:1",
+            IF_NOT_PRESENT,
+            Code::Unavailable,
+            "RegistryUnavailable",
+            "because the registry is unavailable: failed to copy: read tcp 10.0.0.1:3344->10.0.0.2:443: read: connection reset by peer",
+        ),
+        ("untrusted:1", IF_NOT_PRESENT, Code::Unknown, "ErrImagePull", "x509: certificate signed by unknown authority"),
         ("unsigned:1", IF_NOT_PRESENT, Code::PermissionDenied, "SignatureValidationFailed", "signature validation"),
         ("busybox", 7, Code::InvalidArgument, "InvalidRequest", "pull_policy 7 is not a known PullPolicy"),
     ];

@@ -123,7 +123,7 @@ async fn a_stopped_registry_is_unavailable_from_the_first_pull_opens_its_breaker
 
     tokio::task::block_in_place(|| rig.stop_registry());
     // Each pull, the first too, is RegistryUnavailable around containerd's own words, as CRI-O
-    // names a refused connection; the breaker counts them as before.
+    // names a network-level failure; the breaker counts them as before.
     for uid in ["a", "b"] {
         let (answer, _) = ask(&daemon.socket, &image, uid).await.expect("joined");
         let status = answer.expect_err("nothing listens");

@@ -61,7 +61,7 @@ impl EnsureError {
 /// runtime's own message whatever its code, so that a runtime answering with another code still
 /// gets the reason.
 pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
-    // Ours (a registry that refused the connection or did not answer, or whose breaker is open)
+    // Ours (a registry that could not be reached or did not answer, or whose breaker is open)
     // reads as the runtime's.
     if let PullError::RegistryUnavailable(detail) = &*error {
         let message = messages::registry_unavailable(image, &format!(": {detail}"));

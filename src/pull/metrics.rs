@@ -25,7 +25,7 @@ pub enum PullResult {
     Stalled,
     /// Cancelled because every caller went away.
     Cancelled,
-    /// Its registry refused the connection or did not answer, or its breaker was open.
+    /// Its registry could not be reached (a network-level failure) or did not answer, or its breaker was open.
     RegistryUnavailable,
     /// A big pull gave its slot to the pulls queued behind it, and was queued again.
     Yielded,

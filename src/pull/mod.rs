@@ -5,7 +5,7 @@
 //! - [`progress`]: a pull's progress and stall from containerd's ingests (pure).
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
 //! - [`breaker`]: each registry's circuit breaker, and the wait behind a registry gone quiet.
-//! - [`unavailable`]: which failed pulls are `RegistryUnavailable`, as CRI-O names them (pure).
+//! - [`unavailable`]: which failed pulls are `RegistryUnavailable`, the network-level failures (pure).
 //! - [`ratelimit`]: registry rate limits (lowered while a registry answers 429), a tower layer
 //!   around [`RuntimePull`].
 //! - [`record`]: the pull's record written before its result is shared (KEP-2535).
@@ -164,7 +164,7 @@ pub enum PullError {
         crate::messages::binary_size(*.bytes_total)
     )]
     Stalled { timeout: Duration, bytes_done: u64, bytes_total: u64 },
-    /// The registry could not be reached: it refused the connection (the runtime's message, see
+    /// The registry could not be reached: a network-level failure (the runtime's message, see
     /// [`unavailable`]), it did not answer within the resolve timeout, or its breaker is open.
     /// The message starts as the CRI's errors name it, so that kubelets (1.30 and later) give the
     /// pod their own reason for it.

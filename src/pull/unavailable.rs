@@ -1,29 +1,49 @@
-//! Which failed pulls the CRI names `RegistryUnavailable`, as CRI-O names them: read from the
-//! runtime's message (containerd passes Go's errors on as text), pure.
+//! Which failed pulls the CRI names `RegistryUnavailable`: those that never reached a registry
+//! able to answer, read from the runtime's message (containerd passes Go's errors on as text),
+//! pure.
 //!
-//! CRI-O's PullImage (`server/image_pull.go`) wraps a pull's error as `RegistryUnavailable: <the
-//! error>` when `errors.Is(err, syscall.ECONNREFUSED)`, and no other: a reset connection, an
-//! unreachable host or network, DNS, a timeout, a 5xx, TLS, 401, 404 and 429 stay its plain
-//! error, so the kubelet shows them as `ErrImagePull`. The breaker reads failures more broadly
-//! ([`super::breaker::failure`]); what is marked here is a part of what it counts as unreachable.
+//! Every network-level failure is one: the connection refused (`ECONNREFUSED`, to the registry or
+//! a proxy before it), reset (`ECONNRESET`), no route to the host or network (`EHOSTUNREACH`,
+//! `ENETUNREACH`), timed out (`ETIMEDOUT`, Go's `i/o timeout`, net/http's client timeout, a TLS
+//! handshake that timed out), the name not resolved (DNS), and a 5xx answer. What the registry
+//! answered (401, 403, 404, 429) and what no retry mends by itself (TLS and x509 verification, a
+//! full disk) stay the runtime's error, `ErrImagePull`. CRI-O's PullImage (`server/image_pull.go`)
+//! names only the first of these so (`errors.Is(err, syscall.ECONNREFUSED)`); the rest are named
+//! here too, so that a pod whose registry cannot be reached says so whatever the way it failed.
+//! The breaker reads failures more broadly still ([`super::breaker::failure`]): all of these are
+//! among what it counts as unreachable.
 
 use std::sync::Arc;
 
-use super::{PullError, breaker::failure::from_runtime_itself};
+use super::{
+    PullError,
+    breaker::failure::{from_runtime_itself, server_error},
+};
 use crate::runtime::RuntimeError;
 
-/// Go's words for `connect(2)` refused (`ECONNREFUSED`), as a dial error ends:
-/// `dial tcp 10.0.0.2:5000: connect: connection refused`. A refusal read from a DNS server
-/// (`read udp …:53: read: connection refused`) is a `net.DNSError`, whose text CRI-O's
-/// `errors.Is` does not see through, so it is not one.
-const REFUSED: &str = "connect: connection refused";
+/// Go's words for the network-level failures above, lowercased, as a dial, read or lookup error
+/// ends: `dial tcp 10.0.0.2:5000: connect: connection refused`, `lookup r.example on
+/// 127.0.0.53:53: no such host`.
+const NETWORK: [&str; 11] = [
+    "connection refused",
+    "connection reset by peer",
+    "no route to host",
+    "network is unreachable",
+    "connection timed out",
+    "i/o timeout",
+    "tls handshake timeout",
+    "client.timeout exceeded",
+    "no such host",
+    "server misbehaving",
+    "dial tcp: lookup ",
+];
 
 /// How a runtime that names it already (CRI-O) starts its message: kept as it is, not prefixed
 /// again.
 const NAMED: &str = "RegistryUnavailable: ";
 
 /// A runtime's failed pull as the pull's error: `RegistryUnavailable` with the runtime's own
-/// message when the registry refused the connection, else the runtime's error as it is.
+/// message when it failed at the network level, else the runtime's error as it is.
 pub fn pull_error(error: RuntimeError) -> PullError {
     match unavailable(&error) {
         Some(detail) => PullError::RegistryUnavailable(detail),
@@ -31,7 +51,7 @@ pub fn pull_error(error: RuntimeError) -> PullError {
     }
 }
 
-/// What follows `RegistryUnavailable: ` for a runtime's failure that CRI-O would name so: the
+/// What follows `RegistryUnavailable: ` for a runtime's failure at the network level: the
 /// runtime's whole message, or what follows the name when the runtime gave it; `None` for any
 /// other failure, and for one of the runtime itself whatever its message.
 pub fn unavailable(error: &RuntimeError) -> Option<String> {
@@ -43,7 +63,9 @@ pub fn unavailable(error: &RuntimeError) -> Option<String> {
     if let Some(detail) = message.strip_prefix(NAMED) {
         return Some(detail.to_owned());
     }
-    message.contains(REFUSED).then(|| message.to_owned())
+    let lower = message.to_ascii_lowercase();
+    let network = NETWORK.iter().any(|words| lower.contains(words)) || server_error(&lower);
+    network.then(|| message.to_owned())
 }
 
 /// Each credential's attempt failed, each as `RegistryUnavailable`, with different messages
@@ -108,23 +130,40 @@ mod tests {
     }
 
     #[test]
-    fn other_network_failures_stay_the_runtimes_error_as_in_cri_o() {
+    fn every_network_level_failure_is_registry_unavailable() {
         for message in [
             "failed to copy: read tcp 10.0.0.1:3344->10.0.0.2:443: read: connection reset by peer",
             r#"failed to do request: Head "https://10.9.0.2/v2/a/manifests/1": dial tcp 10.9.0.2:443: connect: no route to host"#,
             r#"failed to do request: Head "https://10.9.0.2/v2/a/manifests/1": dial tcp 10.9.0.2:443: connect: network is unreachable"#,
+            r#"failed to do request: Head "https://10.9.0.2/v2/a/manifests/1": dial tcp 10.9.0.2:443: connect: connection timed out"#,
             r#"failed to do request: Head "https://10.9.0.2/v2/a/manifests/1": dial tcp 10.9.0.2:443: i/o timeout"#,
             r#"failed to do request: Head "https://r.example/v2/a/manifests/1": dial tcp: lookup r.example on 127.0.0.53:53: no such host"#,
             r#"failed to do request: Head "https://r.example/v2/a/manifests/1": dial tcp: lookup r.example on 127.0.0.53:53: server misbehaving"#,
             r#"failed to do request: Head "https://r.example/v2/a/manifests/1": dial tcp: lookup r.example on 127.0.0.53:53: read udp 127.0.0.1:45530->127.0.0.53:53: read: connection refused"#,
             r#"failed to do request: Head "https://r.example/v2/a/manifests/1": net/http: request canceled (Client.Timeout exceeded while awaiting headers)"#,
-            r#"failed to do request: Head "https://r.example/v2/a/manifests/1": context deadline exceeded"#,
+            r#"failed to do request: Head "https://r.example/v2/a/manifests/1": net/http: TLS handshake timeout"#,
             r#"failed to resolve reference "r.example/a:1": unexpected status from HEAD request to https://r.example/v2/a/manifests/1: 503 Service Unavailable"#,
             r#"failed to copy: httpReadSeeker: failed open: unexpected status code https://r.example/v2/a/blobs/sha256:ab: 502 Bad Gateway"#,
+        ] {
+            assert_eq!(unavailable(&unknown(message)).as_deref(), Some(message), "{message}");
+            assert_eq!(
+                classify(&pull_error(unknown(message))),
+                Failure::Unreachable,
+                "the breaker counts it as before"
+            );
+        }
+    }
+
+    #[test]
+    fn what_the_registry_answered_and_what_no_retry_mends_stay_the_runtimes_error() {
+        for message in [
             r#"failed to do request: Head "https://r.example/v2/a/manifests/1": tls: failed to verify certificate: x509: certificate signed by unknown authority"#,
+            r#"failed to do request: Head "https://r.example/v2/a/manifests/1": http: server gave HTTP response to HTTPS client"#,
             r#"unexpected status from HEAD request to https://r.example/v2/a/manifests/1: 401 Unauthorized"#,
+            r#"unexpected status from HEAD request to https://r.example/v2/a/manifests/1: 403 Forbidden"#,
             r#"failed to resolve reference "r.example/a:1": r.example/a:1: not found"#,
             r#"unexpected status code https://r.example/v2/a/manifests/sha256:ab: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit."#,
+            "failed to extract layer sha256:5123: write /var/lib: no space left on device",
         ] {
             assert_eq!(unavailable(&unknown(message)), None, "{message}");
             assert!(matches!(pull_error(unknown(message)), PullError::Runtime(_)), "{message}");

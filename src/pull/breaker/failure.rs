@@ -72,7 +72,7 @@ pub fn classify_message(message: &str) -> Failure {
 }
 
 /// Whether the message quotes a 5xx status line (`...: 503 Service Unavailable`).
-fn server_error(lower: &str) -> bool {
+pub fn server_error(lower: &str) -> bool {
     lower.match_indices(": 5").any(|(at, _)| {
         let code = lower.as_bytes().get(at + 2..at + 5);
         let after = lower.as_bytes().get(at + 5);

@@ -122,7 +122,7 @@ async fn a_stopped_registry_is_unavailable_from_the_first_pull_opens_its_breaker
     let host = rig.registry();
 
     tokio::task::block_in_place(|| rig.stop_registry());
-    // Each pull, the first too, is RegistryUnavailable around containerd's own words, as CRI-O
+    // Each pull, the first too, is RegistryUnavailable around containerd's own words, as cri-imaged
     // names a network-level failure; the breaker counts them as before.
     for uid in ["a", "b"] {
         let (answer, _) = ask(&daemon.socket, &image, uid).await.expect("joined");

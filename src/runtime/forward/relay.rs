@@ -154,8 +154,11 @@ impl HttpBody for Relayed {
         }
     }
 
+    /// True at once for a trailers-only answer (an error, mostly), whose END_STREAM came with its
+    /// headers: the caller then gets it trailers-only too, as gRPC clients require (grpcio refuses
+    /// a stream ended by an empty DATA frame after the status).
     fn is_end_stream(&self) -> bool {
-        self.state == State::Done
+        self.state == State::Done || (self.state == State::Data && self.received.is_end_stream())
     }
 }
 

@@ -8,6 +8,9 @@ mod support;
 
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
+use base64::Engine;
+use serde_json::Value;
+
 use bytes::Bytes;
 use cri_imaged::{
     cri::{
@@ -18,8 +21,10 @@ use cri_imaged::{
 use futures_util::StreamExt;
 use support::{
     InProcessDaemon,
+    clients::{Answer, Call, Client},
     fake_runtime::{FakeImageService, FakeRuntime},
     fake_runtime_methods::CALLER_METADATA,
+    process::DaemonProcess,
     unix_channel,
 };
 use tonic::{Code, Request, codegen::http::uri::PathAndQuery, transport::Channel};
@@ -234,4 +239,38 @@ async fn a_filtered_stream_and_an_empty_one_are_what_list_images_says() {
     };
     let listed = client.list_images(filter).await.expect("list").into_inner().images;
     assert_eq!(count, listed.len(), "the same filter, the same answer");
+}
+
+/// grpcio and grpc-js through a cri-imaged process: the runtime's answers to calls of each shape
+/// they can make that cri-imaged does not know. (Not straight to the fake runtime: its h2 server
+/// resets grpcio's streams, whose `:authority` is the socket's path.)
+#[tokio::test]
+async fn real_clients_get_the_runtimes_answers_to_calls_cri_imaged_does_not_know() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &runtime.socket, &[]).await;
+    let method = |name: &str| format!("runtime.v1.ImageService/{name}");
+    let calls = vec![
+        Call::raw(&method("PullSecurityProfile"), b"\x0a\x08\x0a\x06alpine").metadata(CALLER_METADATA, "grpc"),
+        Call::raw(&method("FakeCount"), &[0x08, 3]).streaming(),
+        Call::raw(&method("FakeRefuse"), b""),
+        Call::raw(&method("NoSuchMethod"), b""),
+        Call::raw(&method("NoSuchStream"), b"").streaming(),
+    ];
+    let base64 = |bytes: &[u8]| Value::from(base64::engine::general_purpose::STANDARD.encode(bytes));
+    let expected = vec![
+        Answer::Ok(base64(b"\x0a\x08\x0a\x06alpine")),
+        Answer::Ok(Value::Array((0..3u8).map(|i| base64(&[0x08, i])).collect())),
+        Answer::Error { code: "FAILED_PRECONDITION".into(), message: "refused by the fake".into() },
+        // tonic's generated server names no method it does not have.
+        Answer::Error { code: "UNIMPLEMENTED".into(), message: String::new() },
+        Answer::Error { code: "UNIMPLEMENTED".into(), message: String::new() },
+    ];
+    let clients = Client::available();
+    for &client in &clients {
+        let (socket, calls) = (daemon.socket.clone(), calls.clone());
+        let through = tokio::task::spawn_blocking(move || client.run(&socket, &calls)).await.expect("runner");
+        assert_eq!(through, expected, "{client:?}");
+    }
+    assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
 }

@@ -33,7 +33,9 @@ def main():
         call = json.loads(call)
     except json.JSONDecodeError as error:
         cri_calls.fail(f"CALL is not JSON: {error}")
-    [(method, request, timeout, _, response_class)] = cri_calls.parse([call], cri_calls.load(proto_dir))
+    [(method, request, timeout, _, response_class, streaming, _)] = cri_calls.parse([call], cri_calls.load(proto_dir))
+    if streaming or response_class is None:
+        cri_calls.fail(f"{method}: cri_load.py makes unary calls of the protos")
     with grpc.insecure_channel(f"unix://{socket}") as channel:
         stub = channel.unary_unary(f"/{method}", type(request).SerializeToString, response_class.FromString)
         try:

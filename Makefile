@@ -15,7 +15,7 @@ deps:
 # figures mean nothing, so it prints one line with where its report is (in cargo's target dir).
 # Then the runtime sets, on the containerds install-deps puts beside Debian's 1.6: every integration
 # test again on 2.x, and a smoke set on 1.7 (pull, presence by events, progress, GC, conformance,
-# pinned images, newer kubelets' calls).
+# pinned images, image refs, newer kubelets' calls).
 test: deps
 	@status=0; \
 	if cargo nextest --version >/dev/null 2>&1; then \
@@ -34,7 +34,7 @@ test: deps
 CONTAINERD_1_7 := /opt/cri-imaged-test/containerd-trixie/usr/bin/containerd
 CONTAINERD_2 := /opt/cri-imaged-test/containerd-sid/usr/bin/containerd
 SMOKE_TESTS := --test e2e_containerd --test presence_cache --test pull_progress --test cri_conformance \
-	--test gc_stack --test image_gc --test pinned_images --test cri_newer_calls
+	--test gc_stack --test image_gc --test pinned_images --test image_ref --test cri_newer_calls
 
 # cri-imaged against containerd directly, on a release build, a real containerd and a loopback
 # registry (root). Prints the tables and writes bench/daemon_vs_runtime.md in cargo's target dir

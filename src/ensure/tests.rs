@@ -678,6 +678,41 @@ async fn never_verify_lets_any_pod_use_a_present_image() {
     assert!(outcome.pull.is_none());
 }
 
+/// The kubelet (1.36) normalises a pod's image before matching it with the allowlist; a short
+/// entry is read the same way.
+#[tokio::test]
+async fn a_pods_short_image_present_on_the_node_is_exempt_under_a_short_or_a_full_allowlist_entry() {
+    use VerificationPolicy::NeverVerifyAllowlistedImages as Allowlisted;
+    let digest = "sha256:38a8906435c4dd5f4258899d46621bfd8eea3ad6ff494ee3c2f17ef0321625bd";
+    let by_digest = format!("library/alpine@{digest}");
+    // As the runtime is asked for each: the pod's words, the default tag applied.
+    let images =
+        [("alpine:3.19", "alpine:3.19"), (&by_digest, &by_digest), ("docker.io/alpine", "docker.io/alpine:latest")];
+    for entry in ["alpine", "docker.io/library/alpine"] {
+        let allowlist = Allowlist::new(Allowlisted, &[entry.to_owned()]).expect("a valid entry");
+        let config = ManagerConfig {
+            verification: VerificationConfig { policy: Allowlisted, allowlist },
+            ..ManagerConfig::default()
+        };
+        let mut runtime = FakeRuntime::default().pulling_to(Ok("sha256:busybox"));
+        for (_, asked) in images {
+            runtime = runtime.with_image(asked, "sha256:alpine", 1);
+        }
+        let runtime = runtime.with_image("busybox:1", "sha256:busybox", 1);
+        let manager = manager_with(runtime, NodeCredentials::none(), config, tempfile::tempdir().unwrap());
+        for (image, _) in images {
+            let outcome = manager.ensure_image_exists(request(image, Some(PullPolicy::IfNotPresent))).await;
+            let outcome = outcome.unwrap_or_else(|error| panic!("{entry:?}, {image:?}: {error}"));
+            assert!(outcome.pull.is_none(), "{entry:?} exempts {image:?}: used as present");
+            assert_eq!(outcome.image_ref, "sha256:alpine");
+        }
+        assert!(manager.runtime().state().pulls.is_empty(), "{entry:?}: nothing pulled");
+        // Not on the allowlist and never pulled with credentials: the pod pulls it.
+        let outcome = manager.ensure_image_exists(request("busybox:1", Some(PullPolicy::IfNotPresent))).await;
+        assert!(outcome.expect("pulled").pull.is_some(), "{entry:?}: busybox is verified");
+    }
+}
+
 #[tokio::test]
 async fn an_image_cri_imaged_did_not_pull_is_verified_only_under_always_verify() {
     for (policy, verified) in

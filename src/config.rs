@@ -29,9 +29,9 @@ pub use self::{
     load::{Change, LoadError, Loaded, Values, load},
     serve::{RELOADABLE, RateLimitModeArg, ServeArgs},
     value::{
-        MOST_CONNECTIONS, ValueError, parse_at_least_one, parse_burst, parse_connection_count, parse_duration,
-        parse_duration_or_zero, parse_go_duration, parse_host_limit, parse_listen_address, parse_path_or_empty,
-        parse_percent, parse_positive_qps, parse_qps, parse_runtime_endpoint, parse_stream_count,
+        MOST_CONNECTIONS, ValueError, parse_allowlist_entry, parse_at_least_one, parse_burst, parse_connection_count,
+        parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit, parse_listen_address,
+        parse_path_or_empty, parse_percent, parse_positive_qps, parse_qps, parse_runtime_endpoint, parse_stream_count,
     },
 };
 

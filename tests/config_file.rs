@@ -88,6 +88,10 @@ async fn a_file_the_daemon_cannot_use_stops_the_start_naming_the_file_line_and_f
             "config.yaml:1: worker-threads: invalid value \"0\": expected a whole number, 1 or more",
         ),
         ("registry-qps: [\n", "config.yaml: not valid YAML"),
+        (
+            "preloaded-images-verification-allowlist:\n  - alpine\n  - alpine:3\n",
+            "config.yaml:1: preloaded-images-verification-allowlist: invalid value \"alpine:3\": neither tag nor digest is accepted in an image reference: alpine:3",
+        ),
     ];
     for (text, says) in cases {
         std::fs::write(&config, text).expect("config written");

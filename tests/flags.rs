@@ -130,6 +130,40 @@ async fn flags_that_parse_but_do_not_work_together_are_an_invalid_configuration_
     }
 }
 
+/// Short entries are taken as the kubelet normalises a pod's image (`alpine` is
+/// `docker.io/library/alpine`); an entry with a tag or a digest, spaces, a bare `/*` or another
+/// wildcard is refused before anything starts.
+#[tokio::test]
+async fn a_short_allowlist_entry_is_accepted_and_one_with_a_tag_or_a_digest_is_refused_at_start() {
+    const POLICY: [&str; 2] = ["--image-pull-credentials-verification-policy", "NeverVerifyAllowlistedImages"];
+    const ALLOWLIST: &str = "--preloaded-images-verification-allowlist";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut flags = POLICY.to_vec();
+    for entry in ["alpine", "myorg/app", "docker.io/library/nginx", "myorg/*", "registry.local/base/*"] {
+        flags.extend([ALLOWLIST, entry]);
+    }
+    let daemon = DaemonProcess::start(&dir.path().join("s.sock"), &dir.path().join("r.sock"), &flags).await;
+    let (status, log) = daemon.terminate().await;
+    assert!(status.success(), "served with short entries, then a clean stop: {status:?}: {log}");
+
+    let digest = "sha256:38a8906435c4dd5f4258899d46621bfd8eea3ad6ff494ee3c2f17ef0321625bd";
+    let with_digest = format!("alpine@{digest}");
+    let cases = [
+        ("alpine:3", "neither tag nor digest is accepted in an image reference: alpine:3".to_owned()),
+        (&with_digest, format!("neither tag nor digest is accepted in an image reference: {with_digest}")),
+        ("alpine ", "leading/trailing spaces are not allowed: alpine ".to_owned()),
+        ("/*", "at least registry hostname is required".to_owned()),
+        ("registry.local/base*", "only patterns ending with '/*' are allowed: registry.local/base*".to_owned()),
+    ];
+    for (entry, reason) in cases {
+        let flags = [POLICY[0], POLICY[1], ALLOWLIST, entry];
+        let (code, stderr) = refused(&flags).await;
+        assert_eq!(code, Some(USAGE_ERROR), "{entry:?}: {stderr}");
+        let names = format!("invalid value '{entry}' for '{ALLOWLIST} <IMAGE>': ");
+        assert_one_style(&flags, &stderr, &[&names, &reason, "expected a name without tag or digest, e.g. alpine"]);
+    }
+}
+
 #[tokio::test]
 async fn metrics_listen_takes_a_host_name_resolved_at_start() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -90,7 +90,7 @@ fn verification_hint(error: &PolicyError) -> &'static str {
             "--preloaded-images-verification-allowlist needs --image-pull-credentials-verification-policy NeverVerifyAllowlistedImages"
         }
         PolicyError::Pattern(_) => {
-            "--preloaded-images-verification-allowlist takes a full name without tag or digest, e.g. docker.io/library/nginx, or a prefix ending in /*, e.g. registry.local/base/*"
+            "--preloaded-images-verification-allowlist takes a name without tag or digest, e.g. alpine or docker.io/library/nginx, or a prefix ending in /*, e.g. registry.local/base/*"
         }
     }
 }

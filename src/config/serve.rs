@@ -5,10 +5,10 @@ use std::{net::SocketAddr, num::NonZeroUsize, path::PathBuf, time::Duration};
 use clap::{ArgAction, Args};
 
 use super::{
-    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, DefaultRoleArg, RoleArg, parse_at_least_one,
-    parse_burst, parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit,
-    parse_listen_address, parse_path_or_empty, parse_percent, parse_positive_qps, parse_qps, parse_role,
-    parse_runtime_endpoint, parse_stream_count,
+    DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, DefaultRoleArg, RoleArg, parse_allowlist_entry,
+    parse_at_least_one, parse_burst, parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration,
+    parse_host_limit, parse_listen_address, parse_path_or_empty, parse_percent, parse_positive_qps, parse_qps,
+    parse_role, parse_runtime_endpoint, parse_stream_count,
 };
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
@@ -272,10 +272,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = VerificationPolicy::NeverVerifyPreloadedImages)]
     pub image_pull_credentials_verification_policy: VerificationPolicy,
 
-    /// An image exempt from verification under NeverVerifyAllowlistedImages (repeatable): a full
-    /// name without tag or digest (docker.io/library/nginx), or a prefix ending in /*
+    /// An image exempt from verification under NeverVerifyAllowlistedImages (repeatable): a name
+    /// without tag or digest (docker.io/library/nginx; a short one, alpine, as the kubelet
+    /// normalises a pod's image: docker.io/library/alpine), or a prefix ending in /*
     /// (registry.local/base/*).
-    #[arg(long, value_name = "IMAGE")]
+    #[arg(long, value_name = "IMAGE", value_parser = parse_allowlist_entry)]
     pub preloaded_images_verification_allowlist: Vec<String>,
 
     /// Image GC: at or above this disk usage (percent) of the image filesystem, unused images

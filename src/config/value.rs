@@ -11,6 +11,7 @@ use super::DEFAULT_RUNTIME_ENDPOINT;
 use crate::{
     duration::{self, DurationError},
     pull::ratelimit::{RateLimit, RateLimitError},
+    records::verification::{AllowlistEntry, PatternError},
     runtime::{EndpointError, RuntimeEndpoint},
 };
 
@@ -48,6 +49,10 @@ pub enum ValueError {
     Duration(#[from] DurationError),
     #[error("{0:?} is not a duration: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h")]
     GoDuration(String),
+    #[error(
+        "{0}; expected a name without tag or digest, e.g. alpine or docker.io/library/nginx, or a prefix ending in /*, e.g. registry.local/base/*"
+    )]
+    AllowlistEntry(#[from] PatternError),
     #[error("{0}")]
     Endpoint(EndpointError),
     #[error("expected unix:///path/to.sock or an absolute socket path, e.g. {DEFAULT_RUNTIME_ENDPOINT}")]
@@ -154,6 +159,14 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, ValueError> {
 /// ([`duration::parse_go`]).
 pub fn parse_go_duration(text: &str) -> Result<Duration, ValueError> {
     duration::parse_go(text).map_err(|_| ValueError::GoDuration(text.to_owned()))
+}
+
+/// A `--preloaded-images-verification-allowlist` entry, as written: a name without tag or digest
+/// (short ones as the kubelet normalises a pod's image) or a prefix ending in `/*`
+/// ([`AllowlistEntry::parse`]).
+pub fn parse_allowlist_entry(text: &str) -> Result<String, ValueError> {
+    AllowlistEntry::parse(text)?;
+    Ok(text.to_owned())
 }
 
 /// An address to listen on: `IP:PORT`, or `HOST:PORT` with the host resolved now, to its first

@@ -89,6 +89,14 @@ async fn a_file_the_daemon_cannot_use_stops_the_start_naming_the_file_line_and_f
         ),
         ("registry-qps: [\n", "config.yaml: not valid YAML"),
         (
+            "registry-qps: 1\nminimum-image-ttl-duration: -1m\n",
+            "config.yaml:2: minimum-image-ttl-duration: invalid value \"-1m\": \"-1m\" must not be negative",
+        ),
+        (
+            "image-maximum-gc-age: -168h\n",
+            "config.yaml:1: image-maximum-gc-age: invalid value \"-168h\": \"-168h\" must not be negative",
+        ),
+        (
             "preloaded-images-verification-allowlist:\n  - alpine\n  - alpine:3\n",
             "config.yaml:1: preloaded-images-verification-allowlist: invalid value \"alpine:3\": neither tag nor digest is accepted in an image reference: alpine:3",
         ),

@@ -130,6 +130,18 @@ async fn flags_that_parse_but_do_not_work_together_are_an_invalid_configuration_
     }
 }
 
+/// The kubelet refuses a negative image GC age (1.36: `imageMinimumGCAge … must not be negative`).
+#[tokio::test]
+async fn a_negative_image_gc_age_is_refused_at_start_naming_its_flag() {
+    for (flag, value) in [("--minimum-image-ttl-duration", "-1m"), ("--image-maximum-gc-age", "-168h")] {
+        let flags = [flag, value];
+        let (code, stderr) = refused(&flags).await;
+        assert_eq!(code, Some(USAGE_ERROR), "{flags:?}: {stderr}");
+        let names = format!("invalid value '{value}' for '{flag} <DURATION>': \"{value}\" must not be negative");
+        assert_one_style(&flags, &stderr, &[&names, "expected 0 or more"]);
+    }
+}
+
 /// Short entries are taken as the kubelet normalises a pod's image (`alpine` is
 /// `docker.io/library/alpine`); an entry with a tag or a digest, spaces, a bare `/*` or another
 /// wildcard is refused before anything starts.

@@ -163,7 +163,14 @@ fn a_refused_value_names_its_flag_the_value_and_what_is_accepted() {
             &["--minimum-image-ttl-duration", "5"],
             "\"5\" is not a duration: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h",
         ),
-        (&["--image-maximum-gc-age", "-1h"], "invalid value '-1h' for '--image-maximum-gc-age <DURATION>'"),
+        (
+            &["--image-maximum-gc-age", "-1h"],
+            "invalid value '-1h' for '--image-maximum-gc-age <DURATION>': \"-1h\" must not be negative",
+        ),
+        (
+            &["--minimum-image-ttl-duration", "-1m30s"],
+            "invalid value '-1m30s' for '--minimum-image-ttl-duration <DURATION>': \"-1m30s\" must not be negative",
+        ),
         (
             &["--preloaded-images-verification-allowlist", "alpine:3"],
             "invalid value 'alpine:3' for '--preloaded-images-verification-allowlist <IMAGE>': neither tag nor digest is accepted in an image reference: alpine:3; expected a name without tag or digest, e.g. alpine",

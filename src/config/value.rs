@@ -49,6 +49,9 @@ pub enum ValueError {
     Duration(#[from] DurationError),
     #[error("{0:?} is not a duration: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h")]
     GoDuration(String),
+    /// The kubelet refuses a negative image GC age too (1.36: `must not be negative`).
+    #[error("{0:?} must not be negative: expected 0 or more as Go writes it, e.g. 0s, 90s, 2m, 1m30s or 168h")]
+    NegativeGoDuration(String),
     #[error(
         "{0}; expected a name without tag or digest, e.g. alpine or docker.io/library/nginx, or a prefix ending in /*, e.g. registry.local/base/*"
     )]
@@ -158,7 +161,10 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, ValueError> {
 /// A Go duration, 0 or more (`2m`, `1m30s`), as the kubelet takes its image GC ages
 /// ([`duration::parse_go`]).
 pub fn parse_go_duration(text: &str) -> Result<Duration, ValueError> {
-    duration::parse_go(text).map_err(|_| ValueError::GoDuration(text.to_owned()))
+    duration::parse_go(text).map_err(|error| match error {
+        DurationError::Negative(_) => ValueError::NegativeGoDuration(text.to_owned()),
+        _ => ValueError::GoDuration(text.to_owned()),
+    })
 }
 
 /// A `--preloaded-images-verification-allowlist` entry, as written: a name without tag or digest

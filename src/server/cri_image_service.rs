@@ -11,13 +11,16 @@
 //! An ImageStatus that finds the image hands it out, as EnsureImageExists does: image GC keeps it
 //! for the hand-out window, and one whose removal by image GC overlapped the call is answered
 //! absent (see [`crate::gc::guard`]).
+//! StreamImages (KEP-5825) is ListImages' answer cut into messages, or, where nothing is
+//! remembered, the runtime's own stream when it has one (see `stream_images`). A method we do not
+//! know is relayed to the runtime whole, for it to answer or refuse: a newer kubelet's call the
+//! runtime has must not be refused here.
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
 use crate::cri::{PullImageRequest, PullImageResponse};
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
-use tokio::time::Instant;
 use tonic::{Request, Response, Status, body::Body, server::NamedService};
 
 use super::{Services, metrics::CallMetrics, roles::Granted, status::CriPullError};
@@ -193,24 +196,14 @@ impl<R: ImageRuntime> CriImageService<R> {
     /// remembered (strict mode, or a runtime whose image events are not watched) it is the
     /// runtime's own StreamImages, when it has one: its messages as it sent them, pins marked.
     async fn stream_images(self, request: Bytes) -> Result<Messages, Status> {
-        let cut = |answer: Bytes| -> Messages {
-            let messages = stream_images::cut(answer, stream_images::MESSAGE_BYTES);
-            Box::pin(futures_util::stream::iter(messages.into_iter().map(Ok)))
-        };
-        if let Some(answer) = self.presence.recall_answer(CriCall::ListImages, &request, Instant::now()).await {
-            return Ok(cut(answer));
-        }
-        let ticket = self.presence.answer_ticket();
-        if ticket.is_none()
+        if self.presence.answer_ticket().is_none()
             && let Some(messages) = self.runtimes_stream(request.clone()).await?
         {
             return Ok(messages);
         }
-        let answer = self.pinned.mark(self.runtime.forward_raw(LIST_IMAGES, request.clone()).await?);
-        if let Some(ticket) = ticket {
-            self.presence.remember_answer(ticket, CriCall::ListImages, &request, &answer);
-        }
-        Ok(cut(answer))
+        let answer = self.remembered(CriCall::ListImages, LIST_IMAGES, request).await?;
+        let messages = stream_images::cut(answer, stream_images::MESSAGE_BYTES);
+        Ok(Box::pin(futures_util::stream::iter(messages.into_iter().map(Ok))))
     }
 
     /// The runtime's StreamImages, its pins marked; `None` from a runtime without it (it answers

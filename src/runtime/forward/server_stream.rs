@@ -4,7 +4,7 @@
 use std::{pin::Pin, time::Duration};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::{Forwarder, broken};
@@ -37,7 +37,8 @@ impl Forwarder {
         }
         let limit = self.max_message_bytes;
         let state = Deframing { received, buffer: BytesMut::new(), ended: false };
-        Ok(Box::pin(futures_util::stream::unfold(state, move |mut state| async move {
+        // Fused: whoever reads it may poll it again once it has ended.
+        let messages = futures_util::stream::unfold(state, move |mut state| async move {
             if state.ended {
                 return None;
             }
@@ -47,7 +48,8 @@ impl Forwarder {
             };
             state.ended = !matches!(next, Some(Ok(_)));
             next.map(|item| (item, state))
-        })))
+        });
+        Ok(Box::pin(messages.fuse()))
     }
 }
 

@@ -177,4 +177,15 @@ async fn grpcurl_streams_images_through_cri_imaged_and_gets_containerds_answer_t
     let through = grpcurl(&grpcurl_bin, &daemon.socket, &profiles, &verb);
     assert!(!direct.0 && direct.2.contains("Unimplemented"), "{direct:?}");
     assert_eq!(through, direct, "containerd's answer, as grpcurl prints it");
+
+    // A registry that refuses the connection: containerd's own words, named RegistryUnavailable
+    // through cri-imaged (UNKNOWN both ways, as grpcurl prints it).
+    let refused = json!({ "image": { "image": "127.0.0.1:1/newer/refused:v1" } }).to_string();
+    let verb = ["runtime.v1.ImageService/PullImage"];
+    let (_, _, direct) =
+        grpcurl(&grpcurl_bin, &stack.containerd_socket, &[&cri_proto[..4], &["-d", &refused]].concat(), &verb);
+    let (_, _, through) = grpcurl(&grpcurl_bin, &daemon.socket, &["-d", &refused], &verb);
+    assert!(direct.contains("Code: Unknown") && direct.contains("connection refused"), "{direct}");
+    let named = direct.replace("Message: ", "Message: RegistryUnavailable: ");
+    assert_eq!(through, named, "containerd's answer with the name before its message");
 }

@@ -1,8 +1,15 @@
 //! The generated CRI `runtime.v1` API (`proto/runtime/v1/api.proto`): the messages cri-imaged
 //! reads and writes, the client it asks the runtime with, and the servers its tests fake.
 
-// The proto's comments become the types' docs as the Kubernetes authors wrote them.
-#![allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]
+// The proto's comments become the types' docs as the Kubernetes authors wrote them: their
+// `<placeholders>` and bare URLs are not rustdoc's HTML or links.
+#![allow(
+    clippy::doc_lazy_continuation,
+    clippy::doc_overindented_list_items,
+    rustdoc::invalid_html_tags,
+    rustdoc::bare_urls,
+    rustdoc::broken_intra_doc_links
+)]
 
 tonic::include_proto!("runtime.v1");
 

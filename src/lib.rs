@@ -42,6 +42,8 @@
 //!   reported `pinned` in CRI answers, marked without re-encoding them.
 //! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers,
 //!   the newest kept for ListEvents.
+//! - [`policy`]: image policy at the node: containers-policy.json(5), a file per namespace, the
+//!   decision on an image (pure).
 //! - [`backoff`]: the per-(pod, image) backoff store, naming the newest pairs to fail (pure).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`](mod@reference): the image reference grammar and the default tag (pure).
@@ -83,6 +85,7 @@ pub mod metric_labels;
 pub mod metrics;
 mod notify;
 pub mod pinned;
+pub mod policy;
 pub mod prepull;
 pub mod presence;
 pub mod pull;

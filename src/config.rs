@@ -10,6 +10,8 @@
 //!   not go together.
 //! - [`file`](mod@file): the config file, a field per flag.
 //! - `load`: the command line read with its file, and what changed between two reads.
+//! - [`policy`](mod@policy): the image policy's files (`--signature-policy`, its per-namespace
+//!   directory), read as hostile input.
 
 pub mod access;
 pub mod build;
@@ -17,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod file;
 mod load;
+pub mod policy;
 pub mod serve;
 pub mod value;
 
@@ -27,7 +30,8 @@ pub use self::{
         Cli, Command, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, usage_error,
     },
     load::{Change, LoadError, Loaded, Values, load},
-    serve::{RELOADABLE, RateLimitModeArg, ServeArgs},
+    policy::PolicyLoadError,
+    serve::{PolicyModeArg, RELOADABLE, RateLimitModeArg, ServeArgs},
     value::{
         MOST_CONNECTIONS, ValueError, parse_allowlist_entry, parse_at_least_one, parse_burst, parse_connection_count,
         parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit, parse_listen_address,

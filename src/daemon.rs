@@ -14,7 +14,7 @@ use tokio::{
 
 use crate::{
     backoff::BackoffStore,
-    config::{ConfigError, NodeCredentialsError, ServeArgs},
+    config::{ConfigError, NodeCredentialsError, PolicyLoadError, ServeArgs},
     credentials::NodeCredentials,
     ensure::{self, ManagerConfig, ManagerParts},
     events::Events,
@@ -25,6 +25,7 @@ use crate::{
     metrics::{self, Metrics, MetricsServerError},
     notify,
     pinned::PinnedImages,
+    policy::{InForce, PolicyGate},
     prepull::{
         PrePullConfig, PrePullParts, PrePulls,
         store::{PrePullStore, StoreError},
@@ -50,6 +51,8 @@ pub enum DaemonError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     NodeCredentials(#[from] NodeCredentialsError),
+    #[error(transparent)]
+    Policy(#[from] PolicyLoadError),
     #[error(transparent)]
     RootLock(#[from] RootLockError),
     #[error(transparent)]
@@ -95,7 +98,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
     /// all counting into one set of metrics.
     pub fn build(
         runtime: Arc<R>,
-        (config, gc_config, pre_pull_config): (ManagerConfig, GcConfig, PrePullConfig),
+        (config, gc_config, pre_pull_config, policy): (ManagerConfig, GcConfig, PrePullConfig, InForce),
         node_credentials: Arc<NodeCredentials>,
         root_dir: &Path,
     ) -> Result<Self, DaemonError> {
@@ -108,6 +111,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
                 .with_fs_info_max_age(config.image_fs_info_max_age),
         );
         let limits = Arc::new(RegistryLimits::new(&config.rate_limits, metrics.pulls.clone(), events.clone()));
+        let policy = Arc::new(PolicyGate::new(policy, metrics.policy.clone()));
         let pulls = Arc::new(PullPath::over(
             runtime.clone(),
             limits.clone(),
@@ -117,6 +121,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
                 guard: guard.clone(),
                 events: events.clone(),
                 presence: presence.clone(),
+                policy: policy.clone(),
             },
             metrics.pulls.clone(),
         ));
@@ -130,6 +135,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             guard: guard.clone(),
             events: events.clone(),
             verification: config.verification,
+            policy: policy.clone(),
             metrics: metrics.ensure.clone(),
         }));
         let pinned = Arc::new(PinnedImages::default());
@@ -168,6 +174,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             events,
             limits,
             pre_pulls,
+            policy,
             kubelet_warning: Arc::default(),
             connections: metrics.connections.clone(),
             calls: metrics.calls.clone(),
@@ -193,6 +200,8 @@ pub struct Settings {
     pub manager: ManagerConfig,
     pub image_gc: GcConfig,
     pub pre_pulls: PrePullConfig,
+    /// The node's image policy, its files already read.
+    pub policy: InForce,
     /// The node's docker config and credential plugins, already read.
     pub node_credentials: Arc<NodeCredentials>,
     /// cri-imaged's state: the pull records live under `image_manager/`, image ages under
@@ -227,7 +236,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let shutdown = parts_shutdown;
     let runtime = Arc::new(CriClient::new(&settings.runtime_endpoint, settings.runtime_request_timeout));
     let started = SystemTime::now();
-    let configs = (settings.manager, settings.image_gc, settings.pre_pulls);
+    let configs = (settings.manager, settings.image_gc, settings.pre_pulls, settings.policy);
     let node_credentials = settings.node_credentials;
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
     if let Some(kubelet_root_dir) = &settings.kubelet_root_dir {
@@ -245,6 +254,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             manager: parts.services.manager.clone(),
             gc: parts.services.gc.clone(),
             pre_pulls: parts.services.pre_pulls.clone(),
+            policy: parts.services.policy.clone(),
             credentials: node_credentials,
             metrics: parts.metrics.reloads.clone(),
         };
@@ -314,6 +324,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
     let pre_pulls = args.pre_pull_config()?;
     let kubelet_root_dir = args.kubelet_root_dir()?;
     let node_credentials = Arc::new(args.node_credentials()?);
+    let policy = args.image_policy()?;
     // One daemon per root dir, before the socket is touched; one taking the socket over waits.
     let root_lock = RootLock::take(&args.root_dir, args.take_over_socket)?;
     // Socket activation: systemd's socket (its unit sets the path, mode and group), else our own.
@@ -391,6 +402,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         manager,
         image_gc,
         pre_pulls,
+        policy,
         node_credentials,
         root_dir: args.root_dir,
         kubelet_root_dir,

@@ -62,6 +62,10 @@ pub mod reason {
     pub const PRE_PULL_FAILED: &str = "PrePullFailed";
     /// Not the kubelet's: a pod's back-off for an image (or every back-off) was cleared.
     pub const BACKOFF_CLEARED: &str = "BackoffCleared";
+    /// The node's image policy refused an image (its pull failed with this reason).
+    pub const SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
+    /// The node's image policy would have refused an image audit mode let in.
+    pub const POLICY_AUDIT: &str = "PolicyAudit";
 }
 
 /// The kubelet's event types.

@@ -15,6 +15,7 @@ use crate::{
     ensure::metrics::EnsureMetrics,
     gc::metrics::GcMetrics,
     kubelet_guard::GuardMetrics,
+    policy::PolicyMetrics,
     prepull::metrics::PrePullMetrics,
     presence::metrics::PresenceMetrics,
     pull::metrics::PullMetrics,
@@ -39,6 +40,7 @@ pub struct Metrics {
     pub reloads: Arc<ReloadMetrics>,
     pub kubelet_guard: Arc<GuardMetrics>,
     pub pre_pulls: Arc<PrePullMetrics>,
+    pub policy: Arc<PolicyMetrics>,
 }
 
 impl Default for Metrics {
@@ -54,6 +56,7 @@ impl Default for Metrics {
         let reloads = Arc::new(ReloadMetrics::register(&mut registry));
         let kubelet_guard = Arc::new(GuardMetrics::register(&mut registry));
         let pre_pulls = Arc::new(PrePullMetrics::register(&mut registry));
+        let policy = Arc::new(PolicyMetrics::register(&mut registry));
         let mut kubelet_names = Registry::with_prefix("kubelet");
         ensure.register_kubelet_names(&mut kubelet_names);
         records.register_imagemanager(kubelet_names.sub_registry_with_prefix("imagemanager"));
@@ -71,6 +74,7 @@ impl Default for Metrics {
             reloads,
             kubelet_guard,
             pre_pulls,
+            policy,
         }
     }
 }

@@ -1,23 +1,27 @@
 //! Image policy at the node (issue 49): which images may run, in containers-policy.json(5), the
 //! format CRI-O, Podman and skopeo read, so that an operator brings the file they have; a file per
 //! namespace (`<dir>/<namespace>.json`, as CRI-O's `signature_policy_dir`) replaces the default
-//! policy for that namespace's pods. Pure: the files are read elsewhere, as hostile input.
+//! policy for that namespace's pods. The decision is pure; the files are read by the config, as
+//! hostile input.
 //!
 //! - `file`: the document, read strictly (an unknown field is an error), and what is refused
 //!   because it would not be honoured;
-//! - `scope`: the `docker` transport's scopes, and the keys an image is looked up under.
+//! - `scope`: the `docker` transport's scopes, and the keys an image is looked up under;
+//! - `gate`: the policies in force where images enter, swapped whole on reload; audit mode.
 //!
 //! This is the first slice: the policy read, checked and decided for `insecureAcceptAnything`
 //! and `reject`; a `sigstoreSigned` requirement is read and checked, and decided as needing a
 //! signature, which is not verified yet.
 
 mod file;
+mod gate;
 mod scope;
 
 use std::collections::BTreeMap;
 
 pub use self::{
     file::{Fulcio, PolicyFile, PolicyFileError, Requirement, SignedIdentity, SigstoreSigned, parse},
+    gate::{InForce, Mode, PolicyGate, PolicyMetrics, Refusal},
     scope::{ScopeError, lookups},
 };
 use crate::reference::ImageReference;

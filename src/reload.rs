@@ -1,7 +1,7 @@
 //! SIGHUP: the command line and its config file read again, and applied while serving where that
-//! is safe: the registry rate limits, the pull backoff, image GC's policy, pre-pulls and the credential files
-//! (the node's docker config and the credential-provider plugins, read afresh even when no flag
-//! changed). Any other flag that changed is logged as waiting for a restart. A file that does not
+//! is safe: the registry rate limits, the pull backoff, image GC's policy, pre-pulls, the credential
+//! files (the node's docker config and the credential-provider plugins) and the image policy's
+//! files (read afresh even when no flag changed). Any other flag that changed is logged as waiting for a restart. A file that does not
 //! load, or a configuration that does not validate, changes nothing: the running one is kept.
 
 use std::{ffi::OsString, sync::Arc};
@@ -9,11 +9,12 @@ use std::{ffi::OsString, sync::Arc};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    config::{self, Change, ConfigError, LoadError, NodeCredentialsError, RELOADABLE, Values},
+    config::{self, Change, ConfigError, LoadError, NodeCredentialsError, PolicyLoadError, RELOADABLE, Values},
     credentials::NodeCredentials,
     ensure,
     gc::ImageGc,
     notify,
+    policy::PolicyGate,
     prepull::PrePulls,
     pull::ratelimit::RegistryLimits,
     reload::metrics::{ReloadMetrics, ReloadResult},
@@ -39,6 +40,8 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Credentials(#[from] NodeCredentialsError),
+    #[error("{0}")]
+    Policy(#[from] PolicyLoadError),
     /// The daemon's command line names another command than `serve` (it cannot: it was read so).
     #[error("the command line no longer names `serve`")]
     NotServe,
@@ -50,6 +53,7 @@ pub struct Reloadable<R> {
     pub manager: Arc<ensure::Manager<R>>,
     pub gc: Arc<ImageGc<R>>,
     pub pre_pulls: Arc<PrePulls<R>>,
+    pub policy: Arc<PolicyGate>,
     pub credentials: Arc<NodeCredentials>,
     pub metrics: Arc<ReloadMetrics>,
 }
@@ -73,11 +77,13 @@ impl<R: ImageRuntime> Reloadable<R> {
         let gc = args.gc_config()?;
         let pre_pulls = args.pre_pull_config()?;
         let credentials = args.node_credentials()?;
+        let policy = args.image_policy()?;
         self.limits.reconfigure(&manager.rate_limits);
         self.manager.set_backoff(manager.backoff);
         self.gc.set_config(gc);
         self.pre_pulls.set_config(pre_pulls);
         self.credentials.replace(credentials);
+        self.policy.replace(policy);
         let (applied, need_restart) = source
             .running
             .changes(&loaded.values)

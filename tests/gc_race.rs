@@ -139,8 +139,13 @@ fn parts(runtime: Arc<RacingRuntime>, root: &Path) -> Parts<RacingRuntime> {
     // Old enough at once, so that a pass removes every image it may.
     let policy = GcPolicy { min_age: Duration::ZERO, ..GcPolicy::KUBELET };
     let gc = GcConfig { policy, hand_out_window: HAND_OUT_WINDOW, ..GcConfig::off() };
-    Parts::build(runtime, (ManagerConfig::default(), gc, Default::default()), Arc::new(NodeCredentials::none()), root)
-        .expect("parts")
+    Parts::build(
+        runtime,
+        (ManagerConfig::default(), gc, Default::default(), Default::default()),
+        Arc::new(NodeCredentials::none()),
+        root,
+    )
+    .expect("parts")
 }
 
 #[tokio::test(start_paused = true)]

@@ -265,6 +265,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
 
+    /// The node's image policy, a containers-policy.json(5) file: which images may enter, for pods
+    /// of a namespace without a file of its own in --signature-policy-dir. Unset: every image.
+    #[arg(long, value_name = "PATH")]
+    pub signature_policy: Option<PathBuf>,
+
+    /// A directory of per-namespace policies, as CRI-O's signature_policy_dir:
+    /// `<namespace>.json` replaces --signature-policy for that namespace's pods.
+    #[arg(long, value_name = "DIR")]
+    pub signature_policy_dir: Option<PathBuf>,
+
+    /// enforce: an image the policy does not let in fails with SignatureValidationFailed; audit:
+    /// it is logged, evented (PolicyAudit) and counted, and let in.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = PolicyModeArg::Enforce)]
+    pub signature_policy_mode: PolicyModeArg,
+
     /// Which present images a pod must hold the credentials for (KEP-2535, the kubelet's
     /// imagePullCredentialsVerificationPolicy): NeverVerify; NeverVerifyPreloadedImages (only
     /// images cri-imaged pulled); NeverVerifyAllowlistedImages (all but the allowlist's);
@@ -355,6 +370,22 @@ pub enum RateLimitModeArg {
     Wait,
 }
 
+/// `--signature-policy-mode` as typed; the gate has its own [`crate::policy::Mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyModeArg {
+    Enforce,
+    Audit,
+}
+
+impl From<PolicyModeArg> for crate::policy::Mode {
+    fn from(mode: PolicyModeArg) -> Self {
+        match mode {
+            PolicyModeArg::Enforce => Self::Enforce,
+            PolicyModeArg::Audit => Self::Audit,
+        }
+    }
+}
+
 impl From<RateLimitModeArg> for RateLimitMode {
     fn from(mode: RateLimitModeArg) -> Self {
         match mode {
@@ -367,6 +398,9 @@ impl From<RateLimitModeArg> for RateLimitMode {
 /// The flags a reload (SIGHUP) applies; the others take effect at the next start.
 /// Beside the flags, so that whoever adds one decides whether a reload applies it.
 pub const RELOADABLE: &[&str] = &[
+    "signature-policy",
+    "signature-policy-dir",
+    "signature-policy-mode",
     "registry-qps",
     "registry-burst",
     "registry-rate-limit-mode",

@@ -67,6 +67,10 @@ pub fn classify_pull_error(image: &str, error: Arc<PullError>) -> EnsureError {
         let message = messages::registry_unavailable(image, &format!(": {detail}"));
         return EnsureError::RegistryUnavailable { message, source: error };
     }
+    if let PullError::PolicyRejected(detail) = &*error {
+        let message = messages::signature_validation_failed(image, &format!(": {detail}"));
+        return EnsureError::SignatureValidationFailed { message, source: error };
+    }
     if let PullError::Runtime(runtime) = &*error {
         let runtime_message = runtime.runtime_message();
         if let Some(detail) = runtime_message.strip_prefix(waiting_reason::REGISTRY_UNAVAILABLE) {

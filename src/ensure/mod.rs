@@ -41,9 +41,10 @@ use self::{
 use crate::{
     backoff::{BackoffConfig, BackoffName, BackoffStore},
     credentials::{self, NodeCredentials, secrets::PreparedSecrets},
-    events::{Events, Subject},
+    events::{EventType, Events, Subject, reason as event_reason},
     gc::ImageGuard,
     messages,
+    policy::{PolicyGate, Refusal},
     presence::PresenceCache,
     pull::{
         Peer, Pull, PullError, Pulled,
@@ -52,6 +53,7 @@ use crate::{
     },
     pull_policy::{self, Decision, PullPolicy},
     records::PullRecords,
+    reference::ImageReference,
     runtime::{ImageRuntime, PresentImage, PullSpec},
 };
 
@@ -73,6 +75,8 @@ pub struct Manager<R> {
     /// Where each request's events go (the kubelet records them on the pod).
     events: Arc<Events>,
     verification: VerificationConfig,
+    /// The node's image policy: which images may enter, for whom.
+    policy: Arc<PolicyGate>,
     metrics: Arc<EnsureMetrics>,
 }
 
@@ -87,6 +91,7 @@ pub struct ManagerParts<R> {
     pub guard: Arc<ImageGuard>,
     pub events: Arc<Events>,
     pub verification: VerificationConfig,
+    pub policy: Arc<PolicyGate>,
     pub metrics: Arc<EnsureMetrics>,
 }
 
@@ -102,6 +107,7 @@ impl<R: ImageRuntime> Manager<R> {
             guard,
             events,
             verification,
+            policy,
             metrics,
         } = parts;
         let backoff = Mutex::new(backoff);
@@ -116,6 +122,7 @@ impl<R: ImageRuntime> Manager<R> {
             guard,
             events,
             verification,
+            policy,
             metrics,
         }
     }
@@ -186,6 +193,13 @@ impl<R: ImageRuntime> Manager<R> {
     ) -> Result<EnsureOutcome, EnsureError> {
         let image = &request.image;
         let (reference, spec) = with_default_tag(&request)?;
+        // The node's image policy, before anything else: an image it refuses is refused present
+        // or not, as a failed pull (backed off, evented), and never reaches the runtime.
+        if let Err(refusal) = self.admit(&request, &reference) {
+            let backs_off = self.check_backoff(&request.pod.uid, image, &request.runtime_handler)?;
+            let pair = backs_off.then(|| backoff_name(&request));
+            return Err(self.record_failed(image, Arc::new(PullError::PolicyRejected(refusal.message)), pair));
+        }
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
         count.policy = Some(policy);
         // A hand-out the collector's removal of the image overlapped fails: the image is absent.
@@ -220,7 +234,7 @@ impl<R: ImageRuntime> Manager<R> {
         let peer = Peer::shown(request.peer);
         tracing::info!(policy = policy.as_str(), credentials = credentials.len(), %peer, "{}", messages::pulling(image));
         let started = Instant::now();
-        let spec = PullSpec { image: spec, sandbox_config: request.sandbox_config, ..Default::default() };
+        let spec = PullSpec { image: spec, sandbox_config: request.sandbox_config.clone(), ..Default::default() };
         let pull = Pull {
             spec,
             reference: Some(Arc::new(reference)),
@@ -240,13 +254,7 @@ impl<R: ImageRuntime> Manager<R> {
         match scheduled.result {
             Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
             Err(error) => {
-                let pair = backs_off.then(|| BackoffName {
-                    namespace: request.pod.namespace.clone(),
-                    name: request.pod.name.clone(),
-                    uid: request.pod.uid.clone(),
-                    image: image.clone(),
-                    runtime_handler: request.runtime_handler.clone(),
-                });
+                let pair = backs_off.then(|| backoff_name(&request));
                 Err(self.record_failed(image, error, pair))
             }
         }
@@ -321,12 +329,34 @@ impl<R: ImageRuntime> Manager<R> {
     }
 
     /// A pull failed: logged, backed off for the pod (`pair`), and classified as the kubelet does.
+    /// The policy's word on the image for this pod: a refusal audit mode lets in is evented
+    /// (`PolicyAudit`) and let in.
+    fn admit(&self, request: &EnsureRequest, reference: &ImageReference) -> Result<(), Refusal> {
+        let namespace = Some(request.pod.namespace.as_str()).filter(|namespace| !namespace.is_empty());
+        if let Some(audited) = self.policy.check(reference, namespace)? {
+            let about = subject_of(request);
+            self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+        }
+        Ok(())
+    }
+
     fn record_failed(&self, image: &str, error: Arc<PullError>, pair: Option<BackoffName>) -> EnsureError {
         tracing::warn!("{}", messages::pull_failed(image, &error.kubelet_message()));
         if let Some(pair) = pair {
             self.back_off(pair, error.clone());
         }
         classify_pull_error(image, error)
+    }
+}
+
+/// The backoff store's name for the request's pod and image.
+fn backoff_name(request: &EnsureRequest) -> BackoffName {
+    BackoffName {
+        namespace: request.pod.namespace.clone(),
+        name: request.pod.name.clone(),
+        uid: request.pod.uid.clone(),
+        image: request.image.clone(),
+        runtime_handler: request.runtime_handler.clone(),
     }
 }
 

@@ -23,6 +23,8 @@ struct Built {
     records: Arc<crate::records::PullRecords>,
     pulls: Arc<PullPath>,
     guard: Arc<ImageGuard>,
+    /// The node's image policy, none until a test puts one in force.
+    policy: Arc<crate::policy::PolicyGate>,
     /// Where the pull records are; kept as long as the manager.
     root_dir: tempfile::TempDir,
 }
@@ -67,8 +69,14 @@ fn manager_with(
     ));
     let path_config = crate::pull::path::PathConfig { scheduler: config.scheduler, progress: config.progress };
     let presence = Arc::new(PresenceCache::new(Arc::default(), config.presence_max_staleness));
-    let shared =
-        Shared { records: records.clone(), guard: guard.clone(), events: events.clone(), presence: presence.clone() };
+    let policy = Arc::new(crate::policy::PolicyGate::default());
+    let shared = Shared {
+        records: records.clone(),
+        guard: guard.clone(),
+        events: events.clone(),
+        presence: presence.clone(),
+        policy: policy.clone(),
+    };
     let pulls = Arc::new(PullPath::over(runtime.clone(), limits, path_config, shared, pull_metrics));
     let manager = Arc::new(Manager::new(ManagerParts {
         runtime: runtime.clone(),
@@ -80,9 +88,10 @@ fn manager_with(
         guard: guard.clone(),
         events,
         verification: config.verification,
+        policy: policy.clone(),
         metrics: Arc::new(EnsureMetrics::register(&mut prometheus_client::registry::Registry::default())),
     }));
-    Built { manager, runtime, records, pulls, guard, root_dir }
+    Built { manager, runtime, records, pulls, guard, policy, root_dir }
 }
 
 fn request(image: &str, policy: Option<PullPolicy>) -> EnsureRequest {
@@ -927,3 +936,5 @@ async fn a_request_whose_caller_leaves_mid_pull_is_counted_all_the_same() {
     assert!(tokio::time::timeout(Duration::from_millis(100), ensure).await.is_err(), "the caller left mid-pull");
     assert_eq!(built.metrics.requests(Some(PullPolicy::IfNotPresent), Some(false), Some(true)), 1);
 }
+
+mod policy;

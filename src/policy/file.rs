@@ -161,7 +161,9 @@ fn requirements(raw: Vec<RawRequirement>, where_: &str) -> Result<Vec<Requiremen
         .map(|requirement| match requirement {
             RawRequirement::InsecureAcceptAnything(NoFields {}) => Ok(Requirement::InsecureAcceptAnything),
             RawRequirement::Reject(NoFields {}) => Ok(Requirement::Reject),
-            RawRequirement::SignedBy(serde::de::IgnoredAny) => Err(PolicyFileError::SignedBy { where_: where_.to_owned() }),
+            RawRequirement::SignedBy(serde::de::IgnoredAny) => {
+                Err(PolicyFileError::SignedBy { where_: where_.to_owned() })
+            }
             RawRequirement::SigstoreSigned(signed) => {
                 check_sigstore(&signed, where_)?;
                 Ok(Requirement::SigstoreSigned(signed))

@@ -180,6 +180,11 @@ pub enum PullError {
     /// distinct message once, in order.
     #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     EveryCredentialFailed(Vec<Arc<PullError>>),
+    /// The node's image policy does not let the image in (see [`crate::policy`]); nothing was
+    /// pulled. Named as the CRI names a signature's failure, so that kubelets give the pod their
+    /// own reason for it.
+    #[error("SignatureValidationFailed: {0}")]
+    PolicyRejected(String),
 }
 
 impl PullError {

@@ -29,6 +29,7 @@ use crate::{
     events::{Event, EventType, Events, Pod, PullFacts, Subject, reason as event_reason},
     gc::ImageGuard,
     messages,
+    policy::PolicyGate,
     presence::PresenceCache,
     records::{
         PullIntent, PullRecords, RecordTo, RecordsError,
@@ -44,6 +45,8 @@ pub struct PullPath {
     /// Keeps each image being pulled, and marks it pulled, so that the collector keeps it.
     guard: Arc<ImageGuard>,
     events: Arc<Events>,
+    /// The node's image policy, for CRI PullImage (EnsureImageExists asks it before its pulls).
+    policy: Arc<PolicyGate>,
 }
 
 /// A pod's pull, as EnsureImageExists decided it.
@@ -68,6 +71,7 @@ pub struct Shared {
     pub events: Arc<Events>,
     /// Emptied as each upstream pull ends, before its result reaches any caller.
     pub presence: Arc<PresenceCache>,
+    pub policy: Arc<PolicyGate>,
 }
 
 /// How the pull path's scheduler runs pulls.
@@ -87,7 +91,7 @@ impl PullPath {
         runtime: Arc<R>,
         limits: Arc<RegistryLimits>,
         config: PathConfig,
-        Shared { records, guard, events, presence }: Shared,
+        Shared { records, guard, events, presence, policy }: Shared,
         metrics: Arc<PullMetrics>,
     ) -> Self {
         let pulls = RecordPulls::new(RateLimitLayer::new(limits).layer(RuntimePull::new(runtime.clone()))).map_result(
@@ -101,7 +105,7 @@ impl PullPath {
             .map(|progress| ProgressPoller::start(runtime, progress, events.clone()) as Arc<dyn TrackPulls>);
         let service = BoxCloneSyncService::new(pulls);
         let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, progress, events.clone());
-        Self { scheduler, records, guard, events }
+        Self { scheduler, records, guard, events, policy }
     }
 
     /// The scheduler the pulls go through (for what is under way).
@@ -158,6 +162,24 @@ impl PullPath {
             None => PullCredentials { node_pods_accessible: true, ..Default::default() },
         };
         let pull = Pull { wait_for_rate_limit: true, caller: about.pod.clone(), ..Pull::of(spec) };
+        // The node's image policy, for the pod the sandbox config names (none: the default
+        // policy's). A name that does not parse is the runtime's to refuse.
+        if let Some(reference) = &pull.reference {
+            let namespace = about.pod.as_ref().map(|pod| pod.namespace.as_str()).filter(|ns| !ns.is_empty());
+            match self.policy.check(reference, namespace) {
+                Ok(None) => {}
+                Ok(Some(audited)) => {
+                    self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+                }
+                Err(refusal) => {
+                    let refused = PullError::PolicyRejected(refusal.message);
+                    let event =
+                        about.event(EventType::Warning, event_reason::SIGNATURE_VALIDATION_FAILED, refused.to_string());
+                    self.events.publish(event);
+                    return Err(Arc::new(refused));
+                }
+            }
+        }
         let name = pull.reference.as_ref().map(|reference| reference.name());
         let (scheduler, records, guard) = (self.scheduler.clone(), self.records.clone(), self.guard.clone());
         let started = Instant::now();

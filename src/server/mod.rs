@@ -98,6 +98,7 @@ use crate::{
     events::Events,
     gc::{ImageGc, ImageGuard},
     pinned::PinnedImages,
+    policy::PolicyGate,
     prepull::PrePulls,
     presence::PresenceCache,
     pull::{path::PullPath, ratelimit::RegistryLimits},
@@ -123,6 +124,8 @@ pub struct Services<R> {
     pub limits: Arc<RegistryLimits>,
     /// Pre-pulls, asked for over the API or declared.
     pub pre_pulls: Arc<PrePulls<R>>,
+    /// The node's image policy, for reloads and GetStatus.
+    pub policy: Arc<PolicyGate>,
     /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
     pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
     pub connections: Arc<ConnectionMetrics>,

@@ -130,6 +130,8 @@ impl From<CriPullError> for Status {
             PullError::RegistryUnavailable(_) => Status::unknown(error.to_string()),
             PullError::Abandoned => Status::internal(error.to_string()),
             PullError::Cancelled => Status::cancelled(error.to_string()),
+            // UNKNOWN, as CRI-O answers it: the kubelet reads the prefix only of such a status.
+            PullError::PolicyRejected(_) => Status::unknown(error.to_string()),
             PullError::EveryCredentialFailed(_) => Status::new(pull_error_code(&error), error.to_string()),
         }
     }
@@ -219,6 +221,7 @@ fn pull_error_code(error: &PullError) -> Code {
         PullError::TimedOut(_) | PullError::Stalled { .. } => Code::DeadlineExceeded,
         PullError::Abandoned => Code::Internal,
         PullError::Cancelled => Code::Cancelled,
+        PullError::PolicyRejected(_) => Code::PermissionDenied,
         // One code when every attempt agrees on it.
         PullError::EveryCredentialFailed(failures) => {
             let mut codes = failures.iter().map(|failure| pull_error_code(failure));

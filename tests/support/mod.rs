@@ -83,6 +83,7 @@ impl InProcessDaemon {
             manager: config,
             image_gc: cri_imaged::gc::GcConfig::off(),
             pre_pulls: cri_imaged::prepull::PrePullConfig::default(),
+            policy: Default::default(),
             node_credentials: Arc::new(node_credentials),
             root_dir: socket.parent().expect("the socket is in a directory").join("root"),
             kubelet_root_dir: None,

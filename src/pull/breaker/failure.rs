@@ -49,7 +49,8 @@ pub fn classify(error: &PullError) -> Failure {
         | PullError::RateLimited
         | PullError::TimedOut(_)
         | PullError::Abandoned
-        | PullError::Cancelled => Failure::Unknown,
+        | PullError::Cancelled
+        | PullError::PolicyRejected(_) => Failure::Unknown,
     }
 }
 

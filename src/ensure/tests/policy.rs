@@ -1,0 +1,59 @@
+//! The node's image policy at EnsureImageExists (and so at pre-pulls, which go through it).
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::policy::{InForce, Mode, Policies, parse};
+
+/// Rejects everything but `registry.local` (the default), and a namespace `ci` that takes anything.
+fn in_force(mode: Mode) -> InForce {
+    let default = parse(
+        br#"{"default": [{"type": "reject"}],
+             "transports": {"docker": {"registry.local": [{"type": "insecureAcceptAnything"}]}}}"#,
+    )
+    .expect("a policy");
+    let open = parse(br#"{"default": [{"type": "insecureAcceptAnything"}]}"#).expect("a policy");
+    InForce { policies: Policies { default: Some(default), namespaces: BTreeMap::from([("ci".into(), open)]) }, mode }
+}
+
+fn in_namespace(image: &str, namespace: &str) -> EnsureRequest {
+    let mut request = request(image, None);
+    request.pod.namespace = namespace.into();
+    request.pod.uid = format!("uid-in-{namespace}");
+    request
+}
+
+#[tokio::test]
+async fn an_image_the_policy_rejects_is_refused_with_the_kubelets_reason_present_or_not_and_never_pulled() {
+    let manager =
+        manager(FakeRuntime::default().with_image("busybox:1.36", "sha256:abc", 1).pulling_to(Ok("sha256:x")));
+    manager.policy.replace(in_force(Mode::Enforce));
+    for image in ["busybox:1.36", "alpine:3"] {
+        let error = manager.ensure_image_exists(request(image, None)).await.expect_err(image);
+        assert_eq!(error.reason(), "SignatureValidationFailed", "{image}");
+        let expected = format!(
+            "image pull failed for {image} because the signature validation failed: Running image docker://docker.io/library/{image} is rejected by policy (the node's policy, its default)"
+        );
+        assert_eq!(error.to_string(), expected);
+    }
+    assert!(manager.runtime().state().pulls.is_empty(), "nothing reached the runtime");
+    // A failed pull's backoff, as for any: the kubelet's ImagePullBackOff next.
+    let again = manager.ensure_image_exists(request("alpine:3", None)).await.expect_err("backed off");
+    assert_eq!(again.reason(), "ImagePullBackOff");
+    // Another registry, or the namespace with a file of its own, goes in.
+    manager.ensure_image_exists(request("registry.local/app:v1", None)).await.expect("the policy accepts it");
+    manager.ensure_image_exists(in_namespace("alpine:3", "ci")).await.expect("ci's own policy accepts it");
+    assert_eq!(manager.runtime().state().pulls.len(), 2);
+}
+
+#[tokio::test]
+async fn audit_mode_lets_a_refused_image_in_and_says_so() {
+    let manager = manager(FakeRuntime::default().pulling_to(Ok("sha256:x")));
+    manager.policy.replace(in_force(Mode::Audit));
+    manager.ensure_image_exists(request("alpine:3", None)).await.expect("audit lets it in");
+    assert_eq!(manager.runtime().state().pulls.len(), 1);
+    let kept = manager.events.recent(&crate::events::Filter::default().prepare(), 0);
+    let audit =
+        kept.iter().find(|event| event.reason == crate::events::reason::POLICY_AUDIT).expect("a PolicyAudit event");
+    assert!(audit.message.contains("docker.io/library/alpine:3 is rejected by policy"), "{}", audit.message);
+}

@@ -176,6 +176,39 @@ mod tests {
     }
 
     #[test]
+    fn every_pull_result_and_gc_outcome_is_a_series_at_zero_from_the_start() {
+        // A rate over a node's first failure sees it only if the series was there before it.
+        let text = Metrics::default().render();
+        for result in
+            ["success", "failure", "rate_limited", "timed_out", "stalled", "cancelled", "registry_unavailable"]
+        {
+            let line = format!(r#"cri_imaged_pulls_total{{result="{result}"}} 0"#);
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+        for outcome in ["success", "FreeDiskSpaceFailed", "InvalidDiskCapacity", "RuntimeFailed"] {
+            let line = format!(r#"cri_imaged_image_gc_passes_total{{outcome="{outcome}"}} 0"#);
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_measured_image_filesystem_comes_with_the_thresholds_it_was_judged_by() {
+        let metrics = Metrics::default();
+        let policy =
+            crate::gc::plan::GcPolicy::try_new(90, 70, Duration::ZERO, Duration::ZERO).expect("a valid policy");
+        metrics.gc.measured(crate::runtime::ImageFsUsage { capacity: 1000, available: 50 }, &policy);
+        let text = metrics.render();
+        for line in [
+            "cri_imaged_image_filesystem_capacity_bytes 1000",
+            "cri_imaged_image_filesystem_available_bytes 50",
+            "cri_imaged_image_gc_high_threshold_percent 90",
+            "cri_imaged_image_gc_low_threshold_percent 70",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
     fn the_kubelets_image_metrics_are_served_under_its_names_too() {
         let metrics = Metrics::default();
         let mut request = metrics.ensure.request();

@@ -230,7 +230,7 @@ impl<R: ImageRuntime> ImageGc<R> {
             .image_fs_usage()
             .await
             .map_err(|source| GcError::Runtime { what: "get imageFs stats", source })?;
-        self.parts.metrics.measured(usage);
+        self.parts.metrics.measured(usage, &self.config().policy);
         Ok(usage)
     }
 

@@ -9,7 +9,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::plan::Reason;
+use super::plan::{GcPolicy, Reason};
 use crate::{metric_labels::Labels, runtime::ImageFsUsage};
 
 /// A pass lists, plans and removes; removals take from milliseconds to minutes.
@@ -30,6 +30,9 @@ pub enum PassOutcome {
 }
 
 impl PassOutcome {
+    /// Every outcome, each series made at 0 at start (a rate then sees a node's first failure).
+    const ALL: [Self; 4] = [Self::Success, Self::FreeDiskSpaceFailed, Self::InvalidDiskCapacity, Self::RuntimeFailed];
+
     fn label(self) -> &'static str {
         match self {
             Self::Success => "success",
@@ -55,6 +58,10 @@ pub struct GcMetrics {
     repeated_failures: Counter,
     capacity: Gauge,
     available: Gauge,
+    /// `--image-gc-high-threshold` and `--image-gc-low-threshold` when the filesystem was measured
+    /// (a reload may change them), so that usage can be set against them.
+    high_threshold: Gauge,
+    low_threshold: Gauge,
 }
 
 impl GcMetrics {
@@ -74,7 +81,12 @@ impl GcMetrics {
             repeated_failures: Counter::default(),
             capacity: Gauge::default(),
             available: Gauge::default(),
+            high_threshold: Gauge::default(),
+            low_threshold: Gauge::default(),
         };
+        for outcome in PassOutcome::ALL {
+            let _ = metrics.passes.get_or_create(&vec![("outcome", outcome.label())]);
+        }
         registry.register("image_garbage_collected", "Images removed by garbage collection, by reason", family);
         registry.register("image_gc_freed_bytes", "Bytes freed by removing images", metrics.freed_bytes.clone());
         registry.register("image_gc_passes", "Garbage collection passes, by outcome", metrics.passes.clone());
@@ -97,6 +109,16 @@ impl GcMetrics {
             "image_filesystem_available_bytes",
             "Bytes available on the filesystem holding the runtime's images, as last measured",
             metrics.available.clone(),
+        );
+        registry.register(
+            "image_gc_high_threshold_percent",
+            "Image GC's high threshold (--image-gc-high-threshold) when the image filesystem was last measured; 100: GC for space is off",
+            metrics.high_threshold.clone(),
+        );
+        registry.register(
+            "image_gc_low_threshold_percent",
+            "Image GC's low threshold (--image-gc-low-threshold) when the image filesystem was last measured",
+            metrics.low_threshold.clone(),
         );
         metrics
     }
@@ -123,8 +145,11 @@ impl GcMetrics {
         self.repeated_failures.inc();
     }
 
-    pub fn measured(&self, usage: ImageFsUsage) {
+    /// The image filesystem as measured, and the thresholds GC judged it by then.
+    pub fn measured(&self, usage: ImageFsUsage, policy: &GcPolicy) {
         self.capacity.set(i64::try_from(usage.capacity).unwrap_or(i64::MAX));
         self.available.set(i64::try_from(usage.available).unwrap_or(i64::MAX));
+        self.high_threshold.set(i64::from(policy.high_threshold_percent));
+        self.low_threshold.set(i64::from(policy.low_threshold_percent));
     }
 }

@@ -34,6 +34,20 @@ pub enum PullResult {
 }
 
 impl PullResult {
+    /// Every result, so that each series exists at 0 from the start: a rate over the first
+    /// failure of a node then sees it (a series made by it would start at 1, and show no rise).
+    const ALL: [Self; 9] = [
+        Self::Success,
+        Self::Failure,
+        Self::RateLimited,
+        Self::TimedOut,
+        Self::Stalled,
+        Self::Cancelled,
+        Self::RegistryUnavailable,
+        Self::Yielded,
+        Self::Preempted,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             Self::Success => "success",
@@ -88,6 +102,9 @@ impl PullMetrics {
             lowered_rate: Family::default(),
             too_many_requests: Counter::default(),
         };
+        for result in PullResult::ALL {
+            let _ = metrics.pulls.get_or_create(&vec![("result", result.label())]);
+        }
         registry.register("pulls", "Upstream PullImage calls, by result", metrics.pulls.clone());
         registry.register("pulls_in_flight", "Upstream pulls running now", metrics.in_flight.clone());
         registry.register(

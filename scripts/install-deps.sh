@@ -12,7 +12,8 @@
 # package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
 # and the packaged completion in a terminal), zsh and fish (the packaged completions in their own
 # shells), socat (the bench's byte relay, the floor of any hop in the kubelet's path),
-# kubernetes-validate (PyPI: the DaemonSet's check), cargo-nextest (crates.io, where the machine
+# kubernetes-validate (PyPI: the DaemonSet's check), prometheus (promtool and a server for
+# tests/monitoring.rs; a server the package starts is stopped), cargo-nextest (crates.io, where the machine
 # lacks it), cargo-fuzz (crates.io) with g++ (libFuzzer's
 # C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
@@ -65,15 +66,41 @@ command -v fish >/dev/null || missing+=(fish)
 command -v socat >/dev/null || missing+=(socat)
 # The image's shell for its readiness probe: busybox, static (Debian's plain busybox is not).
 command -v busybox >/dev/null && ! ldd "$(command -v busybox)" >/dev/null 2>&1 || missing+=(busybox-static)
+# promtool and prometheus (Debian 12: 2.42) check and unit-test deploy/prometheus's rules, and a
+# real Prometheus scrapes a daemon in tests/monitoring.rs. The package enables prometheus.service;
+# see below for the server it may start.
+command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# The pids of /usr/bin/prometheus servers running now.
+prometheus_pids() {
+    local pid
+    for pid in $(pgrep -x prometheus || true); do
+        [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = /usr/bin/prometheus ] && echo "$pid"
+    done
+}
+
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}" >&2
+    prometheus_before=$(prometheus_pids)
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # prometheus's postinst starts its server where an init system runs services (systemd, or
+    # invoke-rc.d with a runlevel and no policy-rc.d refusing it): the tests need only the
+    # binaries, and a server on :9090 with the machine's own data would be left behind. Stop and
+    # disable what the install started (by pid: never a server that was running before).
+    for pid in $(prometheus_pids); do
+        if ! grep -qx "$pid" <<<"$prometheus_before"; then
+            echo "install-deps: stopping the prometheus server (pid $pid) the package started" >&2
+            if [ -d /run/systemd/system ]; then
+                as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+            fi
+            as_root kill "$pid" 2>/dev/null || true
+        fi
+    done
 fi
 
 # Debian's own python3 refuses pip installs outside a venv (PEP 668); these are test tools only.

@@ -30,14 +30,25 @@ const CONFIG: &str = "/etc/cri-imaged/config.yaml";
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/cri-imaged";
 const ZSH_COMPLETION: &str = "/usr/share/zsh/vendor-completions/_cri-imaged";
 const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.fish";
+/// The Prometheus rules (README, Monitoring), with their unit tests in `tests/` beside them.
+const PROMETHEUS_RULES: &str = "/usr/share/doc/cri-imaged/prometheus/cri-imaged.rules.yml";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
-const FILES: [&str; 19] = [
+const FILES: [&str; 28] = [
     BINARY,
     SERVICE,
     SOCKET,
     "/usr/share/doc/cri-imaged/README.md.gz",
     "/usr/share/doc/cri-imaged/copyright",
+    PROMETHEUS_RULES,
+    "/usr/share/doc/cri-imaged/prometheus/scrape-config.yml",
+    "/usr/share/doc/cri-imaged/prometheus/scrape-config-kubernetes.yml",
+    "/usr/share/doc/cri-imaged/prometheus/podmonitor.yaml",
+    "/usr/share/doc/cri-imaged/prometheus/tests/availability.test.yml",
+    "/usr/share/doc/cri-imaged/prometheus/tests/image-gc.test.yml",
+    "/usr/share/doc/cri-imaged/prometheus/tests/pulls.test.yml",
+    "/usr/share/doc/cri-imaged/prometheus/tests/registries.test.yml",
+    "/usr/share/doc/cri-imaged/grafana/cri-imaged.json",
     BASH_COMPLETION,
     ZSH_COMPLETION,
     FISH_COMPLETION,
@@ -162,6 +173,33 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     assert!(control.status.success(), "{}", said(&control));
     let conffiles = std::fs::read_to_string(conffiles.join("conffiles")).expect("a conffiles list");
     assert_eq!(conffiles, format!("{CONFIG}\n"), "the config is a conffile: an admin's edits survive upgrades");
+}
+
+#[test]
+fn the_packaged_prometheus_rules_pass_their_unit_tests_where_they_are_installed() {
+    if !build_tools_present() {
+        return;
+    }
+    let Some(promtool) = require_tool("promtool") else { return };
+    let (_dir, tree) = unpacked();
+    let rules = tree.join(PROMETHEUS_RULES.trim_start_matches('/'));
+    let directory = rules.parent().expect("a directory");
+    let check = Command::new(&promtool).args(["check", "rules"]).arg(&rules).output().expect("promtool runs");
+    assert!(check.status.success(), "{}", said(&check));
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(directory.join("tests"))
+        .expect("the unit tests are packaged")
+        .map(|entry| entry.expect("entry").path())
+        .collect();
+    tests.sort();
+    assert_eq!(tests.len(), 4, "{tests:?}");
+    let run = Command::new(&promtool)
+        .args(["test", "rules"])
+        .args(&tests)
+        .current_dir(directory)
+        .output()
+        .expect("promtool runs");
+    assert!(run.status.success(), "{}", said(&run));
+    assert_eq!(said(&run).matches("SUCCESS").count(), 4, "{}", said(&run));
 }
 
 /// The package's files, extracted into `tree` (returned).

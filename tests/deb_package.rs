@@ -34,7 +34,7 @@ const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.f
 const PROMETHEUS_RULES: &str = "/usr/share/doc/cri-imaged/prometheus/cri-imaged.rules.yml";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
-const FILES: [&str; 28] = [
+const FILES: [&str; 29] = [
     BINARY,
     SERVICE,
     SOCKET,
@@ -46,6 +46,7 @@ const FILES: [&str; 28] = [
     "/usr/share/doc/cri-imaged/prometheus/podmonitor.yaml",
     "/usr/share/doc/cri-imaged/prometheus/tests/availability.test.yml",
     "/usr/share/doc/cri-imaged/prometheus/tests/image-gc.test.yml",
+    "/usr/share/doc/cri-imaged/prometheus/tests/policy.test.yml",
     "/usr/share/doc/cri-imaged/prometheus/tests/pulls.test.yml",
     "/usr/share/doc/cri-imaged/prometheus/tests/registries.test.yml",
     "/usr/share/doc/cri-imaged/grafana/cri-imaged.json",
@@ -191,7 +192,9 @@ fn the_packaged_prometheus_rules_pass_their_unit_tests_where_they_are_installed(
         .map(|entry| entry.expect("entry").path())
         .collect();
     tests.sort();
-    assert_eq!(tests.len(), 4, "{tests:?}");
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests");
+    let in_repo = std::fs::read_dir(shipped).expect("deploy/prometheus/tests").count();
+    assert_eq!(tests.len(), in_repo, "every unit test of the rules is packaged: {tests:?}");
     let run = Command::new(&promtool)
         .args(["test", "rules"])
         .args(&tests)
@@ -199,7 +202,7 @@ fn the_packaged_prometheus_rules_pass_their_unit_tests_where_they_are_installed(
         .output()
         .expect("promtool runs");
     assert!(run.status.success(), "{}", said(&run));
-    assert_eq!(said(&run).matches("SUCCESS").count(), 4, "{}", said(&run));
+    assert_eq!(said(&run).matches("SUCCESS").count(), in_repo, "{}", said(&run));
 }
 
 /// The package's files, extracted into `tree` (returned).

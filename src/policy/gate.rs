@@ -63,6 +63,13 @@ impl PolicyMetrics {
             "Images judged by the node's image policy where they enter, by result (accepted; rejected; audited: rejected but let in by audit mode) and policy (default, namespace, none)",
             metrics.decisions.clone(),
         );
+        // Every series from the start at 0: a rate sees a node's first refusal, and the family is
+        // listed before any (the shipped alerts name it).
+        for result in ["accepted", "rejected", "audited"] {
+            for policy in ["default", "namespace", "none"] {
+                metrics.total(result, policy);
+            }
+        }
         metrics
     }
 

@@ -344,6 +344,37 @@ CONFIG_FILES = [
     "a: &x [1, 2]\nb: *x\n",
 ]
 
+# src/policy/tests.rs: containers-policy.json(5) documents, each after an image to judge.
+POLICY_EXAMPLE = """{
+    "default": [{"type": "reject"}],
+    "transports": {
+        "docker": {
+            "docker.io/library/busybox": [{"type": "insecureAcceptAnything"}],
+            "registry.example.com": [{"type": "insecureAcceptAnything"}],
+            "registry.example.com/legacy": [{"type": "reject"}],
+            "registry.example.com/legacy/tool:v2": [{"type": "insecureAcceptAnything"}],
+            "*.trusted.example": [{"type": "insecureAcceptAnything"}],
+            "registry.signed.example": [
+                {"type": "sigstoreSigned", "keyPath": "/etc/pki/signed.pub", "signedIdentity": {"type": "matchRepository"}}
+            ]
+        },
+        "docker-daemon": {"": [{"type": "insecureAcceptAnything"}]}
+    }
+}"""
+POLICY_FILES = [
+    "busybox:1.36\n" + POLICY_EXAMPLE,
+    "registry.example.com/legacy/tool:v2\n" + POLICY_EXAMPLE,
+    "eu.trusted.example/app\n" + POLICY_EXAMPLE,
+    "registry.signed.example/app@" + SHA256_FF + "\n" + POLICY_EXAMPLE,
+    'alpine\n{"default": [{"type": "reject"}], "transports": {"docker": {"": [{"type": "insecureAcceptAnything"}]}}}',
+    'localhost:5000/app\n{"default": [{"type": "insecureAcceptAnything"}, {"type": "reject"}]}',
+    'a.example.com/x\n{"default": [{"type": "reject"}], "transports": {"docker": {"a.example.com": [{"type": "sigstoreSigned", "fulcio": {"caData": "YQ==", "oidcIssuer": "https://i", "subjectEmail": "a@b"}, "rekorPublicKeyData": "YQ=="}]}}}',
+    'b.example.com/x\n{"default": [{"type": "sigstoreSigned", "keyDatas": ["YQ=="], "signedIdentity": {"type": "remapIdentity", "prefix": "b.example.com", "signedPrefix": "m.example/b"}}]}',
+    'busybox\n{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "/k.gpg"}]}',
+    'busybox\n{"default": [{"type": "reject"}], "transports": {"docker": {"busybox": [{"type": "reject"}]}}}',
+    'busybox\n{"default": []}',
+]
+
 
 def main():
     write("reference", REFERENCES)
@@ -354,6 +385,7 @@ def main():
     write("records", RECORDS)
     write("authority", AUTHORITY)
     write("config_file", CONFIG_FILES)
+    write("policy_file", POLICY_FILES)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::scope::{self, ScopeError};
+use crate::messages;
 
 /// Why a policy file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -142,7 +143,8 @@ pub fn parse(text: &[u8]) -> Result<PolicyFile, PolicyFileError> {
     let mut docker = BTreeMap::new();
     for (transport, scopes) in raw.transports {
         for (scope, listed) in scopes {
-            let where_ = format!("transports.{transport}.{scope:?}");
+            // Bounded: a file of 1 MiB may name a scope of 1 MiB.
+            let where_ = format!("transports.{}.{:?}", messages::echo(&transport), messages::echo(&scope));
             let listed = requirements(listed, &where_)?;
             if transport == "docker" {
                 scope::validate(&scope)?;

@@ -1,7 +1,7 @@
 //! The scopes of containers-policy.json(5)'s `docker` transport: which keys a policy may have, and
 //! the keys an image is looked up under, most specific first, as containers/image looks them up.
 
-use crate::reference::ImageReference;
+use crate::{messages, reference::ImageReference};
 
 /// Why a scope cannot be a key of `transports.docker`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,23 +26,28 @@ pub fn validate(scope: &str) -> Result<(), ScopeError> {
             && domain.split('.').all(|label| {
                 !label.is_empty() && label.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
             });
-        return if labels_ok { Ok(()) } else { Err(ScopeError::Wildcard(scope.to_owned())) };
+        return if labels_ok { Ok(()) } else { Err(ScopeError::Wildcard(shown(scope))) };
     }
     let host = scope.split('/').next().unwrap_or_default();
     if !looks_like_registry(host) {
         let suggested = ImageReference::parse_normalized(scope)
             .map(|reference| reference.name())
             .unwrap_or_else(|_| format!("docker.io/{scope}"));
-        return Err(ScopeError::NotFullName { scope: scope.to_owned(), suggested });
+        return Err(ScopeError::NotFullName { scope: shown(scope), suggested: shown(&suggested) });
     }
     if !scope.contains('/') {
-        return valid_host(host).then_some(()).ok_or_else(|| ScopeError::Invalid(scope.to_owned()));
+        return valid_host(host).then_some(()).ok_or_else(|| ScopeError::Invalid(shown(scope)));
     }
     // A namespace or a repository, with a tag or a digest or neither: the reference grammar's.
     match ImageReference::parse(scope) {
         Ok(reference) if reference.domain() == host => Ok(()),
-        _ => Err(ScopeError::Invalid(scope.to_owned())),
+        _ => Err(ScopeError::Invalid(shown(scope))),
     }
+}
+
+/// A scope as an error quotes it: bounded.
+fn shown(scope: &str) -> String {
+    messages::echo(scope).into_owned()
 }
 
 /// Whether the first component of a name is a registry, as the reference grammar decides it: a

@@ -328,7 +328,6 @@ impl<R: ImageRuntime> Manager<R> {
         EnsureOutcome { image_ref: pulled.image_ref, message, pull: Some(times), image_size: pulled.image_size }
     }
 
-    /// A pull failed: logged, backed off for the pod (`pair`), and classified as the kubelet does.
     /// The policy's word on the image for this pod: a refusal audit mode lets in is evented
     /// (`PolicyAudit`) and let in.
     fn admit(&self, request: &EnsureRequest, reference: &ImageReference) -> Result<(), Refusal> {
@@ -340,6 +339,7 @@ impl<R: ImageRuntime> Manager<R> {
         Ok(())
     }
 
+    /// A pull failed: logged, backed off for the pod (`pair`), and classified as the kubelet does.
     fn record_failed(&self, image: &str, error: Arc<PullError>, pair: Option<BackoffName>) -> EnsureError {
         tracing::warn!("{}", messages::pull_failed(image, &error.kubelet_message()));
         if let Some(pair) = pair {

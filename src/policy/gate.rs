@@ -60,13 +60,13 @@ impl PolicyMetrics {
         let metrics = Self::default();
         registry.register(
             "policy_decisions",
-            "Images judged by the node's image policy where they enter, by result (accepted; rejected; audited: rejected but let in by audit mode) and policy (default, namespace, none)",
+            "Images judged by the node's image policy where they enter, by result (accepted; rejected; audited: rejected but let in by audit mode) and policy (default, or a namespace's own)",
             metrics.decisions.clone(),
         );
         // Every series from the start at 0: a rate sees a node's first refusal, and the family is
         // listed before any (the shipped alerts name it).
         for result in ["accepted", "rejected", "audited"] {
-            for policy in ["default", "namespace", "none"] {
+            for policy in ["default", "namespace"] {
                 metrics.total(result, policy);
             }
         }
@@ -108,7 +108,8 @@ impl PolicyGate {
         let in_force = self.in_force();
         let verdict = in_force.policies.decide(reference, namespace.filter(|namespace| !namespace.is_empty()));
         let policy = match &verdict.policy {
-            PolicySource::None => "none",
+            // No policy: nothing judged, nothing counted (every container start asks).
+            PolicySource::None => return Ok(None),
             PolicySource::Default => "default",
             PolicySource::Namespace(_) => "namespace",
         };

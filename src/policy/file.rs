@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::scope::{self, ScopeError};
-use crate::messages;
+use super::scope::{self, ScopeError, shown};
 
 /// Why a policy file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +143,7 @@ pub fn parse(text: &[u8]) -> Result<PolicyFile, PolicyFileError> {
     for (transport, scopes) in raw.transports {
         for (scope, listed) in scopes {
             // Bounded: a file of 1 MiB may name a scope of 1 MiB.
-            let where_ = format!("transports.{}.{:?}", messages::echo(&transport), messages::echo(&scope));
+            let where_ = format!("transports.{}.{}", shown(&transport), shown(&scope));
             let listed = requirements(listed, &where_)?;
             if transport == "docker" {
                 scope::validate(&scope)?;

@@ -6,11 +6,11 @@ use crate::{messages, reference::ImageReference};
 /// Why a scope cannot be a key of `transports.docker`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScopeError {
-    #[error("scope {0:?}: a wildcard is `*.` and a domain (`*.example.com`), with no port, path, tag or digest")]
+    #[error("scope {0}: a wildcard is `*.` and a domain (`*.example.com`), with no port, path, tag or digest")]
     Wildcard(String),
-    #[error("scope {scope:?} names no registry: scopes are full names, as images are looked up (here {suggested:?})")]
+    #[error("scope {scope} names no registry: scopes are full names, as images are looked up (here {suggested})")]
     NotFullName { scope: String, suggested: String },
-    #[error("scope {0:?} is not an image reference, a namespace or a registry")]
+    #[error("scope {0} is not an image reference, a namespace or a registry")]
     Invalid(String),
 }
 
@@ -45,9 +45,9 @@ pub fn validate(scope: &str) -> Result<(), ScopeError> {
     }
 }
 
-/// A scope as an error quotes it: bounded.
-fn shown(scope: &str) -> String {
-    messages::echo(scope).into_owned()
+/// A value as an error quotes it: escaped, then bounded (an escape may take 10 characters a byte).
+pub(super) fn shown(value: &str) -> String {
+    messages::echo(&format!("{value:?}")).into_owned()
 }
 
 /// Whether the first component of a name is a registry, as the reference grammar decides it: a

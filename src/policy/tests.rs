@@ -166,13 +166,24 @@ fn what_the_format_does_not_have_or_cri_imaged_would_not_honour_is_refused_namin
         ),
         (
             r#"{"default": [{"type": "reject"}], "transports": {"docker-daemon": {"": [{"type": "signedBy"}]}}}"#,
-            r#"transports.docker-daemon."": signedBy"#,
+            r#"transports."docker-daemon"."": signedBy"#,
         ),
         ("not json", "not a containers-policy.json document"),
     ] {
         let message = refused(json);
         assert!(message.contains(says), "{json}\n  said: {message}\n  not: {says}");
     }
+}
+
+#[test]
+fn an_error_quotes_a_scope_escaped_and_bounded() {
+    // A scope of escapes: each byte is six characters quoted (as the fuzzer found).
+    let scope = format!("re{}/{}.example.com", r"\u007f".repeat(20_000), r"\u007f".repeat(20_000));
+    let message = refused(&format!(
+        r#"{{"default": [{{"type": "reject"}}], "transports": {{"docker": {{"{scope}": [{{"type": "reject"}}]}}}}}}"#
+    ));
+    assert!(message.len() < 1000, "{} bytes: {message}", message.len());
+    assert!(message.contains(r"\u{7f}") && message.contains("bytes)"), "{message}");
 }
 
 #[test]

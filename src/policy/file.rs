@@ -7,12 +7,14 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::scope::{self, ScopeError, shown};
+use crate::messages;
 
 /// Why a policy file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyFileError {
+    /// serde's words, escaped and bounded: they may quote an unknown field of any size.
     #[error("not a containers-policy.json document: {0}")]
-    Parse(#[from] serde_json::Error),
+    Parse(String),
     #[error("{where_}: a list of requirements must not be empty")]
     NoRequirements { where_: String },
     #[error(
@@ -137,7 +139,9 @@ pub struct PolicyFile {
 
 /// Reads a containers-policy.json document.
 pub fn parse(text: &[u8]) -> Result<PolicyFile, PolicyFileError> {
-    let raw: RawPolicy = serde_json::from_slice(text)?;
+    let raw: RawPolicy = serde_json::from_slice(text).map_err(|error| {
+        PolicyFileError::Parse(messages::echo(&error.to_string().escape_debug().to_string()).into_owned())
+    })?;
     let default = requirements(raw.default, "default")?;
     let mut docker = BTreeMap::new();
     for (transport, scopes) in raw.transports {

@@ -184,6 +184,9 @@ fn an_error_quotes_a_scope_escaped_and_bounded() {
     ));
     assert!(message.len() < 1000, "{} bytes: {message}", message.len());
     assert!(message.contains(r"\u{7f}") && message.contains("bytes)"), "{message}");
+    // serde's own words quote an unknown field whole: bounded too (the fuzzer's second find).
+    let message = refused(&format!(r#"{{"default": [{{"type": "reject"}}], "{}": 1}}"#, "0".repeat(100_000)));
+    assert!(message.len() < 400 && message.contains("unknown field"), "{} bytes: {message}", message.len());
 }
 
 #[test]

@@ -12,7 +12,7 @@
 # package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
 # and the packaged completion in a terminal), zsh and fish (the packaged completions in their own
 # shells), socat (the bench's byte relay, the floor of any hop in the kubelet's path),
-# kubernetes-validate (PyPI: the DaemonSet's check), prometheus (promtool and a server for
+# kubernetes-validate (PyPI: the DaemonSet's check), cosign (from Debian trixie: signs test images), prometheus (promtool and a server for
 # tests/monitoring.rs; a server the package starts is stopped), cargo-nextest (crates.io, where the machine
 # lacks it), cargo-fuzz (crates.io) with g++ (libFuzzer's
 # C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
@@ -169,34 +169,37 @@ if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $cargo_deny_version" ]
     cargo install --quiet --locked cargo-deny --version "$cargo_deny_version"
 fi
 
-# containerd 1.7 and 2.x beside Debian 12's 1.6, for the runtime sets of make test: each .deb from a
-# newer suite of the Debian archive this machine's apt sources name (trixie: 1.7, sid: 2.x), fetched
+# containerd 1.7 and 2.x beside Debian 12's 1.6, for the runtime sets of make test, and cosign (which
+# Debian 12 lacks) for the image-signature tests: each .deb from a newer suite of the Debian archive
+# this machine's apt sources name (trixie: containerd 1.7 and cosign 2.5, sid: containerd 2.x), fetched
 # with an apt state of its own (its own lists and cache under the prefix, an empty status), so that
-# nothing on the machine's apt changes, and extracted with dpkg -x into /opt/cri-imaged-test/containerd-SUITE.
-# make test names them in CONTAINERD_BIN, by which local-stack.sh runs one.
-newer_containerd_prefix=/opt/cri-imaged-test
-newer_containerd() {
-    local suite=$1 dir="$newer_containerd_prefix/containerd-$1"
-    [ -x "$dir/usr/bin/containerd" ] && return 0
+# nothing on the machine's apt changes, and extracted with dpkg -x into /opt/cri-imaged-test/NAME-SUITE.
+# make test names containerd's in CONTAINERD_BIN, by which local-stack.sh runs one; the signature
+# tests find cosign at /opt/cri-imaged-test/cosign-trixie/usr/bin/cosign.
+newer_prefix=/opt/cri-imaged-test
+from_suite() {
+    local package=$1 suite=$2 dir="$newer_prefix/$1-$2"
+    [ -x "$dir/usr/bin/$package" ] && return 0
     local archive
     # The first Debian archive named (deb822 `URIs:`, or a one-line `deb [options] URI suite`).
     archive=$(awk '/^(URIs:|deb )/ {for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) {print $i; exit}}' \
         /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true)
     [ -n "$archive" ] || { echo "install-deps: no Debian archive in this machine's apt sources" >&2; exit 1; }
-    echo "install-deps: fetching containerd from Debian $suite ($archive) into $dir" >&2
-    local apt="$newer_containerd_prefix/apt-$suite"
+    echo "install-deps: fetching $package from Debian $suite ($archive) into $dir" >&2
+    local apt="$newer_prefix/apt-$package-$suite"
     as_root mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs"
     printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
         "$archive" "$suite" | as_root tee "$apt/newer.sources" >/dev/null
     local options=(-o "Dir::Etc::sourcelist=$apt/newer.sources" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt/lists"
         -o "Dir::Cache=$apt/cache" -o Dir::State::status=/dev/null -o APT::Sandbox::User=root)
     as_root apt-get "${options[@]}" update -qq
-    (cd "$apt/debs" && as_root apt-get "${options[@]}" download -qq "containerd/$suite")
+    (cd "$apt/debs" && as_root apt-get "${options[@]}" download -qq "$package/$suite")
     as_root rm -rf "$dir.partial"
-    as_root dpkg -x "$apt/debs"/containerd_*.deb "$dir.partial"
+    as_root dpkg -x "$apt/debs/${package}"_*.deb "$dir.partial"
     as_root mv "$dir.partial" "$dir"
     as_root rm -rf "$apt"
-    "$dir/usr/bin/containerd" --version >&2
+    "$dir/usr/bin/$package" version >/dev/null 2>&1 || "$dir/usr/bin/$package" --version >&2
 }
-newer_containerd trixie
-newer_containerd sid
+from_suite containerd trixie
+from_suite containerd sid
+from_suite cosign trixie

@@ -42,6 +42,7 @@ use crate::{
     runtime::{ContentStore, CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
     server::{self, ServeError, ServeOptions, Services},
     shutdown::{self, Shutdown},
+    signatures::{FetchLimits, Signatures},
 };
 
 /// Why the daemon stopped with an error.
@@ -122,6 +123,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
                 events: events.clone(),
                 presence: presence.clone(),
                 policy: policy.clone(),
+                signatures: Arc::new(Signatures::new(FetchLimits::default(), metrics.signatures.clone())),
             },
             metrics.pulls.clone(),
         ));

@@ -64,6 +64,8 @@ pub mod reason {
     pub const BACKOFF_CLEARED: &str = "BackoffCleared";
     /// The node's image policy refused an image (its pull failed with this reason).
     pub const SIGNATURE_VALIDATION_FAILED: &str = "SignatureValidationFailed";
+    /// An image's signatures met the policy of the pod that pulled it.
+    pub const SIGNATURE_VERIFIED: &str = "SignatureVerified";
     /// The node's image policy would have refused an image audit mode let in.
     pub const POLICY_AUDIT: &str = "PolicyAudit";
 }

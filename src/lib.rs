@@ -44,6 +44,11 @@
 //!   the newest kept for ListEvents.
 //! - [`policy`]: image policy at the node: containers-policy.json(5), a file per namespace, the
 //!   decision on an image (pure).
+//! - [`registry`]: a registry's manifests and blobs over the distribution API, bounded and
+//!   checked, with the pull's credentials: what the runtime does not fetch (signatures).
+//! - [`signatures`]: an image's signatures for a policy that requires them: the digest that
+//!   will run, cosign's signatures for it read from its repository, verified, kept by digest
+//!   and requirement.
 //! - [`backoff`]: the per-(pod, image) backoff store, naming the newest pairs to fail (pure).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`](mod@reference): the image reference grammar and the default tag (pure).
@@ -92,10 +97,12 @@ pub mod pull;
 pub mod pull_policy;
 pub mod records;
 pub mod reference;
+pub mod registry;
 pub mod reload;
 pub mod retry;
 pub mod root_lock;
 pub mod runtime;
 pub mod server;
 pub mod shutdown;
+pub mod signatures;
 pub mod telemetry;

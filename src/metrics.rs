@@ -22,6 +22,7 @@ use crate::{
     records::metrics::RecordsMetrics,
     reload::metrics::ReloadMetrics,
     server::metrics::{CallMetrics, ConnectionMetrics},
+    signatures::SignatureMetrics,
 };
 
 /// Every metric, registered under the `cri_imaged` prefix; each part gets its own share. Those
@@ -41,6 +42,7 @@ pub struct Metrics {
     pub kubelet_guard: Arc<GuardMetrics>,
     pub pre_pulls: Arc<PrePullMetrics>,
     pub policy: Arc<PolicyMetrics>,
+    pub signatures: Arc<SignatureMetrics>,
 }
 
 impl Default for Metrics {
@@ -57,6 +59,7 @@ impl Default for Metrics {
         let kubelet_guard = Arc::new(GuardMetrics::register(&mut registry));
         let pre_pulls = Arc::new(PrePullMetrics::register(&mut registry));
         let policy = Arc::new(PolicyMetrics::register(&mut registry));
+        let signatures = Arc::new(SignatureMetrics::register(&mut registry));
         let mut kubelet_names = Registry::with_prefix("kubelet");
         ensure.register_kubelet_names(&mut kubelet_names);
         records.register_imagemanager(kubelet_names.sub_registry_with_prefix("imagemanager"));
@@ -75,6 +78,7 @@ impl Default for Metrics {
             kubelet_guard,
             pre_pulls,
             policy,
+            signatures,
         }
     }
 }

@@ -16,14 +16,16 @@
 mod file;
 mod gate;
 mod scope;
+pub mod sigstore;
 
 use std::collections::BTreeMap;
 
 pub use self::{
     file::{Fulcio, PolicyFile, PolicyFileError, Requirement, SignedIdentity, SigstoreSigned, parse},
-    gate::{InForce, Mode, PolicyGate, PolicyMetrics, Refusal},
+    gate::{Admission, InForce, Mode, Pending, PolicyGate, PolicyMetrics, Refusal, canonical},
     scope::{ScopeError, lookups},
 };
+use self::sigstore::LoadedSigstore;
 use crate::reference::ImageReference;
 
 /// The node's policies: the default one and those of the namespaces that have their own.
@@ -60,7 +62,7 @@ pub enum Decision {
     /// A `reject` requirement applies.
     Rejected,
     /// Signatures are required (these requirements); not verified in this slice.
-    NeedsSignature(Vec<SigstoreSigned>),
+    NeedsSignature(Vec<LoadedSigstore>),
 }
 
 impl Policies {
@@ -88,10 +90,10 @@ fn decide(requirements: &[Requirement]) -> Decision {
     if requirements.contains(&Requirement::Reject) {
         return Decision::Rejected;
     }
-    let signed: Vec<SigstoreSigned> = requirements
+    let signed: Vec<LoadedSigstore> = requirements
         .iter()
         .filter_map(|requirement| match requirement {
-            Requirement::SigstoreSigned(signed) => Some((**signed).clone()),
+            Requirement::SigstoreSigned(signed) => Some(LoadedSigstore((**signed).clone())),
             _ => None,
         })
         .collect();

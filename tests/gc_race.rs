@@ -74,7 +74,7 @@ impl ImageRuntime for RacingRuntime {
         self.jitter().await;
         let found = self.images.lock().unwrap().get(&image.image).cloned();
         self.jitter().await;
-        Ok(found.map(|id| PresentImage { id, size: 1 }))
+        Ok(found.map(|id| PresentImage { id, size: 1, repo_digests: Vec::new() }))
     }
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {

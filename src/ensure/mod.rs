@@ -40,16 +40,17 @@ use self::{
 };
 use crate::{
     backoff::{BackoffConfig, BackoffName, BackoffStore},
-    credentials::{self, NodeCredentials, secrets::PreparedSecrets},
+    credentials::{self, Credential, NodeCredentials, secrets::PreparedSecrets},
     events::{EventType, Events, Subject, reason as event_reason},
     gc::ImageGuard,
     messages,
-    policy::{PolicyGate, Refusal},
+    policy::{Admission, Pending, PolicyGate, Refusal},
     presence::PresenceCache,
     pull::{
         Peer, Pull, PullError, Pulled,
         path::{PodPull, PullPath},
         scheduler::InFlight,
+        signed,
     },
     pull_policy::{self, Decision, PullPolicy},
     records::PullRecords,
@@ -195,11 +196,10 @@ impl<R: ImageRuntime> Manager<R> {
         let (reference, spec) = with_default_tag(&request)?;
         // The node's image policy, before anything else: an image it refuses is refused present
         // or not, as a failed pull (backed off, evented), and never reaches the runtime.
-        if let Err(refusal) = self.admit(&request, &reference) {
-            let backs_off = self.check_backoff(&request.pod.uid, image, &request.runtime_handler)?;
-            let pair = backs_off.then(|| backoff_name(&request));
-            return Err(self.record_failed(image, Arc::new(PullError::PolicyRejected(refusal.message)), pair));
-        }
+        let mut pending = match self.admit(&request, &reference) {
+            Ok(pending) => pending,
+            Err(refusal) => return Err(self.refused(&request, PullError::PolicyRejected(refusal.message))),
+        };
         let policy = request.pull_policy.unwrap_or_else(|| PullPolicy::default_for(&reference));
         count.policy = Some(policy);
         // A hand-out the collector's removal of the image overlapped fails: the image is absent.
@@ -211,7 +211,12 @@ impl<R: ImageRuntime> Manager<R> {
         // The kubelet's keyring lookup and records are by the normalised repository, without tag
         // or digest.
         let repository = reference.name();
+        let present_digest = present.as_ref().and_then(|found| signed::present_digest(found, &reference)).map(str::to_owned);
         if let Some(outcome) = self.decide(&request, &repository, (policy, present), count).await? {
+            // The present image runs: its own digest is what the policy's signatures must cover.
+            if let Some(pending) = pending.take() {
+                self.verify_present(&request, (&reference, present_digest), pending, about).await?;
+            }
             if hand_out.complete(&outcome.image_ref, Instant::now()) {
                 return Ok(outcome);
             }
@@ -224,20 +229,22 @@ impl<R: ImageRuntime> Manager<R> {
         }
         drop(hand_out);
         let backs_off = self.check_backoff(&request.pod.uid, image, &request.runtime_handler)?;
-        let pod_keyring = self.prepared_secrets.keyring_for(&repository, &request.pull_secrets).map_err(|source| {
-            tracing::warn!(error = %source, "pull secret refused");
-            EnsureError::InvalidPullSecret { source }
-        })?;
-        let credentials =
-            credentials::for_pull(&repository, &pod_keyring, &self.node_credentials, request.service_account.as_ref())
-                .await;
+        let credentials = self.credentials(&request, &repository).await?;
+        // The tag resolved once, its digest's signatures verified; the pull is bound to it below.
+        let verified = match pending {
+            Some(pending) => {
+                let verified = self.pulls.signed().verify(&reference, pending, None, &credentials, about).await;
+                verified.map_err(|refused| self.refused(&request, refused))?
+            }
+            None => None,
+        };
         let peer = Peer::shown(request.peer);
         tracing::info!(policy = policy.as_str(), credentials = credentials.len(), %peer, "{}", messages::pulling(image));
         let started = Instant::now();
         let spec = PullSpec { image: spec, sandbox_config: request.sandbox_config.clone(), ..Default::default() };
         let pull = Pull {
             spec,
-            reference: Some(Arc::new(reference)),
+            reference: Some(Arc::new(reference.clone())),
             // Not under Always: the same pull that ended since the presence check serves it.
             absent_since: (policy != PullPolicy::Always).then_some(checked_at),
             caller: about.pod.clone(),
@@ -251,7 +258,18 @@ impl<R: ImageRuntime> Manager<R> {
             tracing::warn!("{message}");
             EnsureError::RecordIntent { message, source }
         })?;
-        match scheduled.result {
+        let bound = match (&scheduled.result, &verified) {
+            (Ok(pulled), Some(verified)) => {
+                let signed = self.pulls.signed();
+                let bound = signed.bind(pulled, &reference, verified, &request.runtime_handler).await;
+                if bound.is_ok() {
+                    signed.announce(&reference, verified, about);
+                }
+                bound.map_err(Arc::new)
+            }
+            _ => Ok(()),
+        };
+        match scheduled.result.and_then(|pulled| bound.map(|()| pulled)) {
             Ok(pulled) => Ok(self.record_pulled(image, pulled, started, scheduled.joined)),
             Err(error) => {
                 let pair = backs_off.then(|| backoff_name(&request));
@@ -329,14 +347,67 @@ impl<R: ImageRuntime> Manager<R> {
     }
 
     /// The policy's word on the image for this pod: a refusal audit mode lets in is evented
-    /// (`PolicyAudit`) and let in.
-    fn admit(&self, request: &EnsureRequest, reference: &ImageReference) -> Result<(), Refusal> {
+    /// (`PolicyAudit`) and let in; signatures it requires are to be verified.
+    fn admit(&self, request: &EnsureRequest, reference: &ImageReference) -> Result<Option<Pending>, Refusal> {
         let namespace = Some(request.pod.namespace.as_str()).filter(|namespace| !namespace.is_empty());
-        if let Some(audited) = self.policy.check(reference, namespace)? {
-            let about = subject_of(request);
-            self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+        match self.policy.check(reference, namespace)? {
+            Admission::Admit => Ok(None),
+            Admission::Audited(audited) => {
+                let about = subject_of(request);
+                self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+                Ok(None)
+            }
+            Admission::Verify(pending) => Ok(Some(pending)),
         }
-        Ok(())
+    }
+
+    /// A present image's signatures, at its own digest: from memory when that digest met these
+    /// requirements before (no credential is looked up), else read with the pod's credentials.
+    async fn verify_present(
+        &self,
+        request: &EnsureRequest,
+        (reference, digest): (&ImageReference, Option<String>),
+        pending: Pending,
+        about: &Subject,
+    ) -> Result<(), EnsureError> {
+        let signed = self.pulls.signed();
+        let Some(digest) = digest else {
+            let why = format!(
+                "the present image has no digest in {} (it was not pulled from there), so its signatures cannot be checked",
+                reference.name()
+            );
+            return match signed.settle_unverifiable(reference, pending, &why, about) {
+                Ok(()) => Ok(()),
+                Err(refused) => Err(self.refused(request, refused)),
+            };
+        };
+        let credentials = match signed.is_verified(&digest, &pending.requirements) {
+            true => Vec::new(),
+            false => self.credentials(request, &reference.name()).await?,
+        };
+        match signed.verify(reference, pending, Some(&digest), &credentials, about).await {
+            Ok(_) => Ok(()),
+            Err(refused) => Err(self.refused(request, refused)),
+        }
+    }
+
+    /// The pull credentials for the pod: its secrets, then the node's.
+    async fn credentials(&self, request: &EnsureRequest, repository: &str) -> Result<Vec<Arc<Credential>>, EnsureError> {
+        let pod_keyring = self.prepared_secrets.keyring_for(repository, &request.pull_secrets).map_err(|source| {
+            tracing::warn!(error = %source, "pull secret refused");
+            EnsureError::InvalidPullSecret { source }
+        })?;
+        Ok(credentials::for_pull(repository, &pod_keyring, &self.node_credentials, request.service_account.as_ref()).await)
+    }
+
+    /// The policy refused the image for this pod: a failed pull, backed off.
+    fn refused(&self, request: &EnsureRequest, refused: PullError) -> EnsureError {
+        let backs_off = match self.check_backoff(&request.pod.uid, &request.image, &request.runtime_handler) {
+            Ok(backs_off) => backs_off,
+            Err(backing_off) => return backing_off,
+        };
+        let pair = backs_off.then(|| backoff_name(request));
+        self.record_failed(&request.image, Arc::new(refused), pair)
     }
 
     /// A pull failed: logged, backed off for the pod (`pair`), and classified as the kubelet does.

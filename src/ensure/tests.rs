@@ -76,6 +76,7 @@ fn manager_with(
         events: events.clone(),
         presence: presence.clone(),
         policy: policy.clone(),
+        signatures: Arc::new(crate::signatures::Signatures::new(Default::default(), Arc::default())),
     };
     let pulls = Arc::new(PullPath::over(runtime.clone(), limits, path_config, shared, pull_metrics));
     let manager = Arc::new(Manager::new(ManagerParts {

@@ -9,7 +9,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Decision, Policies, PolicySource, Verdict};
+use super::{Decision, Policies, PolicySource, Verdict, sigstore::LoadedSigstore};
 use crate::{metric_labels::Labels, reference::ImageReference};
 
 /// Whether a refusal refuses.
@@ -46,6 +46,34 @@ pub struct Refusal {
     pub message: String,
     /// Audit mode: the image goes in anyway.
     pub audited: bool,
+}
+
+/// What the policy says where an image enters, short of a refusal.
+#[derive(Debug)]
+pub enum Admission {
+    /// Accepted, or no policy.
+    Admit,
+    /// Refused, and let in by audit mode.
+    Audited(Refusal),
+    /// Accepted if its signatures meet these requirements: [`PolicyGate::settle`] says.
+    Verify(Pending),
+}
+
+/// A decision waiting on the image's signatures.
+#[derive(Debug)]
+pub struct Pending {
+    verdict: Verdict,
+    /// Every one must be met.
+    pub requirements: Vec<LoadedSigstore>,
+    mode: Mode,
+    policy: &'static str,
+}
+
+impl Pending {
+    /// Which policy and scope required the signatures, for events and messages.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
 }
 
 /// Images judged, by result and policy (`cri_imaged_policy_decisions_total`).
@@ -102,33 +130,65 @@ impl PolicyGate {
         *self.in_force.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(in_force);
     }
 
-    /// Judges `reference` for a pod of `namespace`: `Ok` to let it in, with the refusal audit mode
-    /// let through; `Err` with the refusal in enforce mode.
-    pub fn check(&self, reference: &ImageReference, namespace: Option<&str>) -> Result<Option<Refusal>, Refusal> {
+    /// Judges `reference` for a pod of `namespace`: `Ok` to let it in (with the refusal audit
+    /// mode let through) or to verify its signatures first; `Err` with the refusal in enforce
+    /// mode.
+    pub fn check(&self, reference: &ImageReference, namespace: Option<&str>) -> Result<Admission, Refusal> {
         let in_force = self.in_force();
         let verdict = in_force.policies.decide(reference, namespace.filter(|namespace| !namespace.is_empty()));
         let policy = match &verdict.policy {
             // No policy: nothing judged, nothing counted (every container start asks).
-            PolicySource::None => return Ok(None),
+            PolicySource::None => return Ok(Admission::Admit),
             PolicySource::Default => "default",
             PolicySource::Namespace(_) => "namespace",
         };
-        let refused = match &verdict.decision {
-            Decision::Accepted => None,
-            Decision::Rejected => Some("is rejected by policy"),
-            Decision::NeedsSignature(_) => Some("needs a sigstore signature, which cri-imaged does not verify yet"),
+        match &verdict.decision {
+            Decision::Accepted => {
+                self.count("accepted", policy);
+                Ok(Admission::Admit)
+            }
+            Decision::Rejected => {
+                let message = format!("Running image docker://{} is rejected by policy ({})", canonical(reference), where_(&verdict));
+                self.refuse(verdict, message, in_force.mode, policy).map(Admission::Audited)
+            }
+            Decision::NeedsSignature(requirements) => {
+                let requirements = requirements.clone();
+                Ok(Admission::Verify(Pending { verdict, requirements, mode: in_force.mode, policy }))
+            }
+        }
+    }
+
+    /// The verdict on an image whose signatures were checked: `verified`, or why not.
+    pub fn settle(
+        &self,
+        reference: &ImageReference,
+        pending: Pending,
+        verified: Result<(), &dyn std::fmt::Display>,
+    ) -> Result<Option<Refusal>, Refusal> {
+        let Pending { verdict, mode, policy, .. } = pending;
+        let why = match verified {
+            Ok(()) => {
+                self.count("accepted", policy);
+                return Ok(None);
+            }
+            Err(why) => why,
         };
-        let Some(why) = refused else {
-            self.count("accepted", policy);
-            return Ok(None);
-        };
-        let audited = in_force.mode == Mode::Audit;
+        let message = format!(
+            "Running image docker://{} is rejected by policy ({}): {why}",
+            canonical(reference),
+            where_(&verdict)
+        );
+        self.refuse(verdict, message, mode, policy).map(Some)
+    }
+
+    /// A refusal: in audit mode logged and let through, else returned.
+    fn refuse(&self, verdict: Verdict, message: String, mode: Mode, policy: &'static str) -> Result<Refusal, Refusal> {
+        let audited = mode == Mode::Audit;
         self.count(if audited { "audited" } else { "rejected" }, policy);
-        let message = format!("Running image docker://{} {why} ({})", canonical(reference), where_(&verdict));
         let refusal = Refusal { verdict, message, audited };
         if audited {
             tracing::warn!(mode = "audit", "{}; let in (audit mode)", refusal.message);
-            return Ok(Some(refusal));
+            return Ok(refusal);
         }
         tracing::info!("{}", refusal.message);
         Err(refusal)
@@ -141,7 +201,7 @@ impl PolicyGate {
 
 /// The reference as containers/image names it: in full, its digest rather than its tag when it
 /// has both.
-fn canonical(reference: &ImageReference) -> String {
+pub fn canonical(reference: &ImageReference) -> String {
     match (reference.digest(), reference.tag()) {
         (Some(digest), _) => format!("{}@{digest}", reference.name()),
         (None, Some(tag)) => format!("{}:{tag}", reference.name()),

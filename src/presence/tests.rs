@@ -5,7 +5,7 @@ fn spec(image: &str) -> ImageSpec {
 }
 
 fn present(id: &str) -> PresentImage {
-    PresentImage { id: id.into(), size: 1 }
+    PresentImage { id: id.into(), size: 1, repo_digests: Vec::new() }
 }
 
 pub(super) const STALENESS: Duration = Duration::from_millis(100);

@@ -23,6 +23,7 @@ pub mod progress;
 pub mod ratelimit;
 pub mod record;
 pub mod scheduler;
+pub mod signed;
 pub mod unavailable;
 
 use std::{

@@ -23,13 +23,16 @@ use super::{
     ratelimit::{RateLimitLayer, RegistryLimits},
     record::RecordPulls,
     scheduler::{PullScheduler, Scheduled, SchedulerConfig},
+    signed::SignedPulls,
 };
 use crate::{
     credentials::{self, AccountCoordinates, Credential, CredentialSource, RegistryAuth, SecretCoordinates},
     events::{Event, EventType, Events, Pod, PullFacts, Subject, reason as event_reason},
     gc::ImageGuard,
     messages,
-    policy::PolicyGate,
+    policy::{Admission, PolicyGate},
+    reference::ImageReference,
+    signatures::{Signatures, Verified},
     presence::PresenceCache,
     records::{
         PullIntent, PullRecords, RecordTo, RecordsError,
@@ -47,6 +50,8 @@ pub struct PullPath {
     events: Arc<Events>,
     /// The node's image policy, for CRI PullImage (EnsureImageExists asks it before its pulls).
     policy: Arc<PolicyGate>,
+    /// A policy's signatures verified, and the pulled image bound to the digest verified.
+    signed: Arc<SignedPulls>,
 }
 
 /// A pod's pull, as EnsureImageExists decided it.
@@ -72,6 +77,7 @@ pub struct Shared {
     /// Emptied as each upstream pull ends, before its result reaches any caller.
     pub presence: Arc<PresenceCache>,
     pub policy: Arc<PolicyGate>,
+    pub signatures: Arc<Signatures>,
 }
 
 /// How the pull path's scheduler runs pulls.
@@ -91,9 +97,10 @@ impl PullPath {
         runtime: Arc<R>,
         limits: Arc<RegistryLimits>,
         config: PathConfig,
-        Shared { records, guard, events, presence, policy }: Shared,
+        Shared { records, guard, events, presence, policy, signatures }: Shared,
         metrics: Arc<PullMetrics>,
     ) -> Self {
+        let signed = Arc::new(SignedPulls::new(runtime.clone(), signatures, policy.clone(), events.clone()));
         let pulls = RecordPulls::new(RateLimitLayer::new(limits).layer(RuntimePull::new(runtime.clone()))).map_result(
             move |pulled| {
                 presence.image_changed();
@@ -105,7 +112,13 @@ impl PullPath {
             .map(|progress| ProgressPoller::start(runtime, progress, events.clone()) as Arc<dyn TrackPulls>);
         let service = BoxCloneSyncService::new(pulls);
         let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, progress, events.clone());
-        Self { scheduler, records, guard, events, policy }
+        Self { scheduler, records, guard, events, policy, signed }
+    }
+
+    /// Signature checks and the binding of a pull to the digest verified (EnsureImageExists
+    /// asks them itself).
+    pub fn signed(&self) -> &SignedPulls {
+        &self.signed
     }
 
     /// The scheduler the pulls go through (for what is under way).
@@ -164,22 +177,12 @@ impl PullPath {
         let pull = Pull { wait_for_rate_limit: true, caller: about.pod.clone(), ..Pull::of(spec) };
         // The node's image policy, for the pod the sandbox config names (none: the default
         // policy's). A name that does not parse is the runtime's to refuse.
-        if let Some(reference) = &pull.reference {
-            let namespace = about.pod.as_ref().map(|pod| pod.namespace.as_str()).filter(|ns| !ns.is_empty());
-            match self.policy.check(reference, namespace) {
-                Ok(None) => {}
-                Ok(Some(audited)) => {
-                    self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
-                }
-                Err(refusal) => {
-                    let refused = PullError::PolicyRejected(refusal.message);
-                    let event =
-                        about.event(EventType::Warning, event_reason::SIGNATURE_VALIDATION_FAILED, refused.to_string());
-                    self.events.publish(event);
-                    return Err(Arc::new(refused));
-                }
-            }
-        }
+        let verified = match &pull.reference {
+            Some(reference) => self.admit(reference, &about, pull.spec.auth.as_ref()).await?,
+            None => None,
+        };
+        let bind_to = verified.zip(pull.reference.clone());
+        let handler = pull.spec.image.runtime_handler.clone();
         let name = pull.reference.as_ref().map(|reference| reference.name());
         let (scheduler, records, guard) = (self.scheduler.clone(), self.records.clone(), self.guard.clone());
         let started = Instant::now();
@@ -219,6 +222,9 @@ impl PullPath {
             Ok(done) => done,
             Err(_) => return Err(Arc::new(PullError::Abandoned)),
         };
+        if let (Ok(pulled), Some((verified, reference))) = (&scheduled.result, &bind_to) {
+            self.signed.bind(pulled, reference, verified, &handler).await.map_err(Arc::new)?;
+        }
         match &scheduled.result {
             Ok(pulled) => {
                 let message = messages::pulled(&shown, pulled.pull_duration, started.elapsed(), pulled.image_size);
@@ -227,6 +233,40 @@ impl PullPath {
             Err(error) => tracing::warn!(image = %shown, "{}", messages::pull_failed(&shown, error)),
         }
         scheduled.result
+    }
+
+    /// The policy's word on a CRI pull for the pod `about` names: refused (evented), let in, or
+    /// let in once its signatures are verified with the caller's credentials.
+    async fn admit(
+        &self,
+        reference: &Arc<ImageReference>,
+        about: &Subject,
+        auth: Option<&Arc<RegistryAuth>>,
+    ) -> Result<Option<Verified>, Arc<PullError>> {
+        let namespace = about.pod.as_ref().map(|pod| pod.namespace.as_str()).filter(|ns| !ns.is_empty());
+        let refused = |refused: PullError| {
+            let event = about.event(EventType::Warning, event_reason::SIGNATURE_VALIDATION_FAILED, refused.to_string());
+            self.events.publish(event);
+            Arc::new(refused)
+        };
+        let pending = match self.policy.check(reference, namespace) {
+            Ok(Admission::Admit) => return Ok(None),
+            Ok(Admission::Audited(audited)) => {
+                self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+                return Ok(None);
+            }
+            Ok(Admission::Verify(pending)) => pending,
+            Err(refusal) => return Err(refused(PullError::PolicyRejected(refusal.message))),
+        };
+        let credentials: Vec<Arc<Credential>> = auth
+            .map(|auth| Arc::new(Credential { auth: auth.clone(), source: CredentialSource::NodeConfig }))
+            .into_iter()
+            .collect();
+        let verified = self.signed.verify(reference, pending, None, &credentials, about).await.map_err(refused)?;
+        if let Some(verified) = &verified {
+            self.signed.announce(reference, verified, about);
+        }
+        Ok(verified)
     }
 }
 

@@ -173,7 +173,11 @@ impl ImageRuntime for FakeRuntime {
             return Err(status.into());
         }
         let found = state.images.iter().find(|stored| stored.id == name || stored.names.contains(&name));
-        Ok(found.map(|stored| PresentImage { id: stored.id.clone(), size: stored.size }))
+        Ok(found.map(|stored| PresentImage {
+            id: stored.id.clone(),
+            size: stored.size,
+            repo_digests: stored.names.iter().filter(|name| name.contains('@')).cloned().collect(),
+        }))
     }
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {

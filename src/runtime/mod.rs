@@ -131,6 +131,8 @@ pub struct PresentImage {
     pub id: String,
     /// Size in bytes, as the runtime reports it.
     pub size: u64,
+    /// `repository@digest` names: which manifest digests the image was pulled as.
+    pub repo_digests: Vec<String>,
 }
 
 /// An image as the runtime lists it, for garbage collection.

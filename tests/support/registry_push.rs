@@ -104,3 +104,51 @@ fn request(
     reader.read_to_string(&mut body)?;
     Ok(Answer { status, headers, body })
 }
+
+/// Pushes `blobs` and then `manifest` (of `media_type`) as `repository:tag`, as an artifact
+/// (a signature) is pushed; returns the manifest digest the registry answered with.
+pub fn push_raw(
+    registry: SocketAddr,
+    repository: &str,
+    tag: &str,
+    blobs: &[&[u8]],
+    manifest: &[u8],
+    media_type: &str,
+) -> io::Result<String> {
+    for blob in blobs {
+        let digest = sha256_digest(blob);
+        upload(registry, repository, &digest, blob.len() as u64, &mut |out| out.write_all(blob))?;
+    }
+    let path = format!("/v2/{repository}/manifests/{tag}");
+    let answer =
+        request(registry, "PUT", &path, media_type, manifest.len() as u64, &mut |out| out.write_all(manifest))?;
+    answer.expect(201, "PUT manifest")?;
+    answer.header("docker-content-digest").ok_or_else(|| io::Error::other("no Docker-Content-Digest for the manifest"))
+}
+
+/// GET `path` with `accept`: the status and the body.
+pub fn fetch(registry: SocketAddr, path: &str, accept: &str) -> io::Result<(u16, Vec<u8>)> {
+    let stream = TcpStream::connect(registry)?;
+    let mut out = stream.try_clone()?;
+    write!(out, "GET {path} HTTP/1.1\r\nHost: {registry}\r\nConnection: close\r\nAccept: {accept}\r\n\r\n")?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let status = line.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+            break;
+        }
+    }
+    let mut body = Vec::new();
+    reader.read_to_end(&mut body)?;
+    Ok((status, body))
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    let hash = sha2::Sha256::digest(bytes);
+    format!("sha256:{}", hash.iter().map(|byte| format!("{byte:02x}")).collect::<String>())
+}

@@ -1,0 +1,150 @@
+//! A policy's signature requirement where images enter: the signatures verified (from memory
+//! when this digest met this requirement before), the verdict settled (audit mode lets a failure
+//! in), and after the pull, the pulled image bound to the digest verified: a tag that moved
+//! between the two leaves no unverified image behind.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use super::{PullError, Pulled};
+use crate::{
+    credentials::Credential,
+    events::{EventType, Events, Subject, reason as event_reason},
+    policy::{Pending, PolicyGate, canonical, sigstore::LoadedSigstore},
+    reference::ImageReference,
+    cri::ImageSpec,
+    runtime::{ImageRuntime, PresentImage, RuntimeError},
+    signatures::{Signatures, Verified},
+};
+
+type Status = dyn Fn(ImageSpec) -> BoxFuture<'static, Result<Option<PresentImage>, RuntimeError>> + Send + Sync;
+type Remove = dyn Fn(String, String) -> BoxFuture<'static, Result<(), RuntimeError>> + Send + Sync;
+
+/// Verifies and binds; shared by EnsureImageExists and CRI PullImage.
+pub struct SignedPulls {
+    signatures: Arc<Signatures>,
+    policy: Arc<PolicyGate>,
+    events: Arc<Events>,
+    status: Box<Status>,
+    remove: Box<Remove>,
+}
+
+impl SignedPulls {
+    /// Over `runtime`, whose answers say which digest a pulled image is.
+    pub fn new<R: ImageRuntime>(
+        runtime: Arc<R>,
+        signatures: Arc<Signatures>,
+        policy: Arc<PolicyGate>,
+        events: Arc<Events>,
+    ) -> Self {
+        let asked = runtime.clone();
+        let status = Box::new(move |spec: ImageSpec| {
+            let runtime = asked.clone();
+            Box::pin(async move { runtime.image_status(spec).await }) as BoxFuture<'static, _>
+        });
+        let remove = Box::new(move |id: String, handler: String| {
+            let runtime = runtime.clone();
+            Box::pin(async move { runtime.remove_image(&id, &handler).await }) as BoxFuture<'static, _>
+        });
+        Self { signatures, policy, events, status, remove }
+    }
+
+    /// The policy's verdict on `reference` once its signatures are checked, at `digest` when the
+    /// digest that will run is known: `Ok` with what was verified (`None`: audit mode let a
+    /// failure in), `Err` with the refusal, as a pull's error.
+    pub async fn verify(
+        &self,
+        reference: &ImageReference,
+        pending: Pending,
+        digest: Option<&str>,
+        credentials: &[Arc<Credential>],
+        about: &Subject,
+    ) -> Result<Option<Verified>, PullError> {
+        let checked = self.signatures.verify(reference, digest, &pending.requirements, credentials).await;
+        let why = checked.as_ref().err().map(|error| error.to_string());
+        let settled = self.policy.settle(reference, pending, why.as_ref().map_or(Ok(()), |why| Err(why)));
+        match (settled, checked) {
+            (Ok(None), Ok(verified)) => Ok(Some(verified)),
+            (Ok(audited), _) => {
+                if let Some(audited) = audited {
+                    self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+                }
+                Ok(None)
+            }
+            (Err(refusal), _) => Err(PullError::PolicyRejected(refusal.message)),
+        }
+    }
+
+    /// Whether `digest` met these requirements before (a verification would be answered from
+    /// memory, needing no credentials).
+    pub fn is_verified(&self, digest: &str, requirements: &[LoadedSigstore]) -> bool {
+        self.signatures.cached(digest, requirements).is_some()
+    }
+
+    /// The verdict on an image whose signatures cannot be checked at all, and why.
+    pub fn settle_unverifiable(
+        &self,
+        reference: &ImageReference,
+        pending: Pending,
+        why: &str,
+        about: &Subject,
+    ) -> Result<(), PullError> {
+        match self.policy.settle(reference, pending, Err(&why)) {
+            Ok(audited) => {
+                if let Some(audited) = audited {
+                    self.events.publish(about.event(EventType::Warning, event_reason::POLICY_AUDIT, audited.message));
+                }
+                Ok(())
+            }
+            Err(refusal) => Err(PullError::PolicyRejected(refusal.message)),
+        }
+    }
+
+    /// The event of an image pulled after its signatures were verified.
+    pub fn announce(&self, reference: &ImageReference, verified: &Verified, about: &Subject) {
+        let keys: Vec<&str> = verified.by.iter().map(|(key, _)| key.as_str()).collect();
+        let message = format!(
+            "Verified the signature of image docker://{} at {} (key {})",
+            canonical(reference),
+            verified.digest,
+            keys.join(", ")
+        );
+        self.events.publish(about.event(EventType::Normal, event_reason::SIGNATURE_VERIFIED, message));
+    }
+
+    /// The image `pulled` is the digest verified in `repository`, or it is removed (unless a
+    /// container uses it, which the runtime refuses) and the pull fails.
+    pub async fn bind(
+        &self,
+        pulled: &Pulled,
+        reference: &ImageReference,
+        verified: &Verified,
+        runtime_handler: &str,
+    ) -> Result<(), PullError> {
+        let wanted = format!("{}@{}", reference.name(), verified.digest);
+        let spec = ImageSpec { image: pulled.image_ref.clone(), runtime_handler: runtime_handler.to_owned(), ..Default::default() };
+        let found = (self.status)(spec).await.map_err(|error| {
+            PullError::PolicyRejected(format!("the pulled image's digest could not be read: {error}"))
+        })?;
+        if found.as_ref().is_some_and(|image| image.repo_digests.contains(&wanted)) {
+            return Ok(());
+        }
+        let removed = (self.remove)(pulled.image_ref.clone(), runtime_handler.to_owned()).await;
+        if let Err(error) = &removed {
+            tracing::warn!(image_ref = %pulled.image_ref, %error, "the image pulled after its tag moved was not removed");
+        }
+        Err(PullError::PolicyRejected(format!(
+            "Running image docker://{} is rejected by policy: the image pulled is not {} whose signature was verified (its tag moved during the pull){}",
+            canonical(reference),
+            verified.digest,
+            if removed.is_ok() { "; it was removed" } else { "" }
+        )))
+    }
+}
+
+/// The digest of `present` in `reference`'s repository, as the runtime records it.
+pub fn present_digest<'a>(present: &'a PresentImage, reference: &ImageReference) -> Option<&'a str> {
+    let prefix = format!("{}@", reference.name());
+    present.repo_digests.iter().find_map(|name| name.strip_prefix(&prefix))
+}

@@ -1,0 +1,132 @@
+//! An image's signatures, for a policy that requires them (issue 49): the digest that will run
+//! (the present image's, the reference's own, or its tag resolved once at the registry), cosign's
+//! signatures for that digest read from the image's repository with the pull's credentials, and
+//! the policy's requirements checked against them ([`crate::policy::sigstore`]). A result is kept
+//! by (digest, requirement), so a present image verified once is answered from memory, and a
+//! policy reload that changes a requirement leaves what it covered behind; verifications of one
+//! image under way at once are one.
+//!
+//! - `fetch`: the tag resolved, the signature manifest and its payloads read, bounded;
+//! - `cache`: verified digests by requirement, and the verifications under way;
+//! - `metrics`: verifications by result, their time, signatures fetched, cache hits.
+
+mod cache;
+mod fetch;
+mod metrics;
+
+use std::{sync::Arc, time::Duration};
+
+use futures_util::{FutureExt, future::BoxFuture};
+
+pub use self::{fetch::FetchLimits, metrics::SignatureMetrics};
+use self::{cache::Flights, cache::VerifiedCache};
+use crate::{
+    credentials::Credential,
+    policy::sigstore::{self, LoadedSigstore},
+    reference::ImageReference,
+    registry::RegistryError,
+};
+
+/// An image whose signatures met every requirement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// The manifest digest verified: the one that may run.
+    pub digest: String,
+    /// Per requirement, the key (fingerprint) and the signature (its layer's digest) that met it.
+    pub by: Vec<(String, String)>,
+}
+
+/// Why an image's signatures were not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    #[error("the image's manifest {0} was not found at its registry")]
+    NoManifest(String),
+    #[error("no signature for {digest} in {repository} (no cosign signature manifest {tag})")]
+    NoSignatures { digest: String, repository: String, tag: String },
+    #[error("the signature manifest for {digest}: {reason}")]
+    BadArtifact { digest: String, reason: String },
+    #[error("{0}")]
+    Rejected(String),
+    #[error("reading signatures: {0}")]
+    Registry(#[from] RegistryError),
+    #[error("reading signatures took longer than {0:?}")]
+    TimedOut(Duration),
+}
+
+/// The signature checks of the node; shared by every entry point.
+pub struct Signatures {
+    limits: FetchLimits,
+    cache: VerifiedCache,
+    flights: Flights,
+    metrics: Arc<SignatureMetrics>,
+}
+
+impl Signatures {
+    pub fn new(limits: FetchLimits, metrics: Arc<SignatureMetrics>) -> Self {
+        Self { limits, cache: VerifiedCache::default(), flights: Flights::default(), metrics }
+    }
+
+    /// What `digest` was verified as under exactly these requirements, if it was.
+    pub fn cached(&self, digest: &str, requirements: &[LoadedSigstore]) -> Option<Verified> {
+        self.cache.get(digest, requirements)
+    }
+
+    /// Verifies `reference` under `requirements` (each must be met): at `digest` when the digest
+    /// that will run is known (a present image's, or the reference's own), else at the digest
+    /// its tag names now. `credentials` are tried in turn, as the pull tries them.
+    pub async fn verify(
+        &self,
+        reference: &ImageReference,
+        digest: Option<&str>,
+        requirements: &[LoadedSigstore],
+        credentials: &[Arc<Credential>],
+    ) -> Result<Verified, Arc<SignatureError>> {
+        let digest = digest.or(reference.digest());
+        if let Some(digest) = digest
+            && let Some(verified) = self.cache.get(digest, requirements)
+        {
+            self.metrics.cache_hit();
+            return Ok(verified);
+        }
+        let key = format!("{}|{}|{requirements:?}", reference.name(), digest.unwrap_or(reference.tag().unwrap_or("")));
+        let work = {
+            let (reference, digest) = (reference.clone(), digest.map(str::to_owned));
+            let (requirements, credentials) = (requirements.to_vec(), credentials.to_vec());
+            let (limits, metrics) = (self.limits.clone(), self.metrics.clone());
+            async move {
+                let started = tokio::time::Instant::now();
+                let fetched = tokio::time::timeout(
+                    limits.deadline,
+                    fetch::signatures(&reference, digest.as_deref(), &credentials, &limits, &metrics),
+                )
+                .await
+                .unwrap_or(Err(SignatureError::TimedOut(limits.deadline)));
+                let result = fetched.and_then(|found| check(&reference, &requirements, found));
+                metrics.verified(&result, started.elapsed());
+                result.map_err(Arc::new)
+            }
+            .boxed()
+        };
+        let result = self.flights.join(key, work as BoxFuture<'static, _>).await;
+        if let Ok(verified) = &result {
+            self.cache.put(&verified.digest, requirements, verified.clone());
+        }
+        result
+    }
+}
+
+/// Every requirement met by some signature of the digest fetched.
+fn check(
+    reference: &ImageReference,
+    requirements: &[LoadedSigstore],
+    found: fetch::Found,
+) -> Result<Verified, SignatureError> {
+    let mut by = Vec::with_capacity(requirements.len());
+    for requirement in requirements {
+        match sigstore::verify(requirement, reference, &found.digest, &found.signatures) {
+            Ok(accepted) => by.push((accepted.key, accepted.signature)),
+            Err(rejected) => return Err(SignatureError::Rejected(rejected.to_string())),
+        }
+    }
+    Ok(Verified { digest: found.digest, by })
+}

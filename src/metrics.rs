@@ -161,7 +161,7 @@ mod tests {
             (Some(PullPolicy::IfNotPresent), Some(false), Some(true));
         drop(request);
         metrics.pulls.started();
-        metrics.pulls.finished(PullResult::Success);
+        metrics.pulls.finished(Some("registry.example:5000"), PullResult::Success);
         metrics.ensure.pulled_for_request(Duration::from_millis(1500), 700);
         metrics.pulls.joined();
         metrics.presence.watching(true);
@@ -169,6 +169,7 @@ mod tests {
         for line in [
             r#"cri_imaged_ensure_image_requests_total{pull_policy="ifnotpresent",present_locally="false",pull_required="true"} 1"#,
             r#"cri_imaged_pulls_total{result="success"} 1"#,
+            r#"cri_imaged_registry_pulls_total{registry="registry.example:5000",result="success"} 1"#,
             r#"cri_imaged_image_pull_duration_seconds_bucket{le="5.0",image_size_in_bytes="0-10MB"} 1"#,
             r#"cri_imaged_image_pull_duration_seconds_bucket{le="1.0",image_size_in_bytes="0-10MB"} 0"#,
             "cri_imaged_pull_joins_total 1",

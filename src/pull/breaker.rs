@@ -150,6 +150,11 @@ pub struct Pass {
 }
 
 impl Pass {
+    /// The pull's registry: its reference's host, port included; `None` without one.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
     /// Whether the pull may go on at `stage`; refused, the error to answer with.
     pub fn admit(&mut self, stage: Stage) -> Result<(), PullError> {
         let Some(host) = &self.host else { return Ok(()) };

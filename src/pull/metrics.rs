@@ -1,6 +1,11 @@
 //! The pull path's metrics: upstream pulls by result, in flight, queued, joined, throttled; and
 //! the registries in trouble (an open breaker, a lowered rate), one series each, for as long as
 //! they are: the daemon follows a bounded number of registries, so the series stay few.
+//!
+//! - `by_registry`: pulls by registry and result, and their durations (the first 32 registries
+//!   named, the rest `other`).
+
+mod by_registry;
 
 use std::{sync::atomic::AtomicU64, time::Duration};
 
@@ -9,6 +14,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use self::by_registry::ByRegistry;
 use crate::metric_labels::Labels;
 
 /// Queue waits are usually short; these buckets see milliseconds to minutes.
@@ -77,6 +83,7 @@ pub struct PullMetrics {
     breaker_openings: Counter,
     lowered_rate: Family<RegistryLabel, Gauge<f64, AtomicU64>>,
     too_many_requests: Counter,
+    by_registry: ByRegistry,
 }
 
 /// A registry's series: its host.
@@ -101,6 +108,7 @@ impl PullMetrics {
             breaker_openings: Counter::default(),
             lowered_rate: Family::default(),
             too_many_requests: Counter::default(),
+            by_registry: ByRegistry::register(registry),
         };
         for result in PullResult::ALL {
             let _ = metrics.pulls.get_or_create(&vec![("result", result.label())]);
@@ -176,9 +184,11 @@ impl PullMetrics {
         self.too_many_requests.inc();
     }
 
-    /// Counts a pull that ended before it reached the runtime (no slot was taken).
-    pub fn refused(&self, result: PullResult) {
+    /// Counts a pull from `host` (`None` without a registry) that ended before it reached the
+    /// runtime (no slot was taken).
+    pub fn refused(&self, host: Option<&str>, result: PullResult) {
         self.pulls.get_or_create(&vec![("result", result.label())]).inc();
+        self.by_registry.ended(host, result);
     }
 
     pub fn queued(&self) {
@@ -203,9 +213,16 @@ impl PullMetrics {
         self.in_flight.inc();
     }
 
-    pub fn finished(&self, result: PullResult) {
+    /// An upstream pull from `host` (`None` without a registry) ended with `result`.
+    pub fn finished(&self, host: Option<&str>, result: PullResult) {
         self.in_flight.dec();
         self.pulls.get_or_create(&vec![("result", result.label())]).inc();
+        self.by_registry.ended(host, result);
+    }
+
+    /// A pull from `host` succeeded, `took` after it first had a slot.
+    pub fn pulled(&self, host: Option<&str>, took: Duration) {
+        self.by_registry.pulled(host, took);
     }
 
     pub fn joined(&self) {
@@ -219,6 +236,12 @@ impl PullMetrics {
     /// Upstream pulls that ended with `result` so far.
     pub fn pulls_total(&self, result: PullResult) -> u64 {
         self.pulls.get_or_create(&vec![("result", result.label())]).get()
+    }
+
+    /// Upstream pulls from `host` that ended with `result` so far (`other`'s, once `host` is
+    /// past the named registries).
+    pub fn registry_pulls_total(&self, host: Option<&str>, result: PullResult) -> u64 {
+        self.by_registry.total(host, result)
     }
 
     /// Requests that joined a pull under way so far.

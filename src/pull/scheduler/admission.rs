@@ -36,6 +36,7 @@ pub(super) async fn admit(pass: &mut Pass) -> Result<(), NotAdmitted> {
 impl Shared {
     /// Ends a pull that never reached the runtime: its callers get the error.
     pub(super) fn refuse(&self, key: &PullKey, slot: &Slot, pass: Pass, not_admitted: NotAdmitted) {
+        self.metrics.refused(pass.host(), PullResult::RegistryUnavailable);
         let error = match not_admitted {
             NotAdmitted::Refused(error) => error,
             NotAdmitted::Failed(error) => {
@@ -45,7 +46,6 @@ impl Shared {
         };
         tracing::info!(image = %key.image, %error, "the pull did not start");
         self.in_flight().remove(key);
-        self.metrics.refused(PullResult::RegistryUnavailable);
         slot.result.send_replace(Some(Err(Arc::new(error))));
     }
 }

@@ -71,6 +71,9 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
     if let Some(room) = shared.room.get() {
         room.make_room().await;
     }
+    // A registry's pull duration counts from the first slot: the queue before it is ours, not
+    // the registry's (a yielded pull's wait for its next slot is in: its callers waited it).
+    let pulling_since = Instant::now();
     let (mut tracker, mut may_yield) = (shared.start(&pull, &slot), true);
     let result = loop {
         pull.wait_for_rate_limit |= slot.waits_for_rate_limit.load(Ordering::Relaxed);
@@ -80,7 +83,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
             called = shared.call(pull.clone(), (&tracker, &slot), &pass, &mut permit, may_yield) => called,
             () = shared.unwanted(&key, &slot) => {
                 tracing::info!(image = %key.image, "every caller went away; the pull was cancelled");
-                shared.metrics.finished(PullResult::Cancelled);
+                shared.metrics.finished(pass.host(), PullResult::Cancelled);
                 return;
             }
         };
@@ -88,7 +91,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
             Called::Ended(result) => result,
             Called::Yielded => {
                 tracing::info!(image = %key.image, "a big pull gave its slot to the pulls queued behind it");
-                shared.metrics.finished(PullResult::Yielded);
+                shared.metrics.finished(pass.host(), PullResult::Yielded);
                 slot.queued_again();
                 drop(tracker);
                 may_yield = false;
@@ -111,7 +114,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
             }
             Called::Preempted => {
                 tracing::info!(image = %key.image, "a pre-pull gave its slot to a pod's pull; queued again");
-                shared.metrics.finished(PullResult::Preempted);
+                shared.metrics.finished(pass.host(), PullResult::Preempted);
                 let message = format!("Pre-pull of {:?} gave its slot to a pod's pull; queued again", slot.image);
                 let event = Event::new(EventType::Normal, reason::PRE_PULL_YIELDED, message);
                 shared.events.publish(Event { image: slot.image.clone(), ..event });
@@ -143,14 +146,20 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         }
         break result;
     };
-    shared.metrics.finished(match &result {
-        Ok(_) => PullResult::Success,
-        Err(PullError::RateLimited) => PullResult::RateLimited,
-        Err(PullError::TimedOut(_)) => PullResult::TimedOut,
-        Err(PullError::Stalled { .. }) => PullResult::Stalled,
-        Err(PullError::RegistryUnavailable(_)) => PullResult::RegistryUnavailable,
-        Err(_) => PullResult::Failure,
-    });
+    if result.is_ok() {
+        shared.metrics.pulled(pass.host(), pulling_since.elapsed());
+    }
+    shared.metrics.finished(
+        pass.host(),
+        match &result {
+            Ok(_) => PullResult::Success,
+            Err(PullError::RateLimited) => PullResult::RateLimited,
+            Err(PullError::TimedOut(_)) => PullResult::TimedOut,
+            Err(PullError::Stalled { .. }) => PullResult::Stalled,
+            Err(PullError::RegistryUnavailable(_)) => PullResult::RegistryUnavailable,
+            Err(_) => PullResult::Failure,
+        },
+    );
     pass.ended(result.as_ref().err());
     shared.not_running_pre_pull(&slot);
     drop(permit);

@@ -116,6 +116,7 @@ async fn a_thousand_identical_pulls_share_one_upstream_call() {
     assert_eq!(joined, 999);
     let metrics = &scheduler.shared.metrics;
     assert_eq!((metrics.joins_total(), metrics.pulls_total(PullResult::Success)), (999, 1));
+    assert_eq!(metrics.registry_pulls_total(Some("docker.io"), PullResult::Success), 1, "by its registry too");
 }
 
 #[tokio::test(start_paused = true)]
@@ -292,6 +293,7 @@ async fn an_expired_pull_timeout_cancels_the_upstream_call() {
     }
     assert_eq!(upstream.cancelled.load(SeqCst), 1, "the upstream future was dropped");
     assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::TimedOut), 1);
+    assert_eq!(scheduler.shared.metrics.registry_pulls_total(Some("docker.io"), PullResult::TimedOut), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -106,7 +106,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
         let metrics = Arc::new(Metrics::default());
         let records = Arc::new(PullRecords::open(root_dir, metrics.records.clone())?);
         let guard = Arc::new(ImageGuard::default());
-        let events = Arc::new(Events::default());
+        let events = Arc::new(Events::default().counted(metrics.events.clone()));
         let presence = Arc::new(
             PresenceCache::new(metrics.presence.clone(), config.presence_max_staleness)
                 .with_fs_info_max_age(config.image_fs_info_max_age),

@@ -9,8 +9,10 @@
 //! the image, the pod, the runtime's answers and the kubelet's messages only.
 //!
 //! - `filter`: which events a subscriber wants ([`Filter`], made ready to match as a [`Matcher`]).
+//! - [`metrics`]: the events counted by reason and type.
 
 mod filter;
+pub mod metrics;
 
 use std::{
     collections::VecDeque,
@@ -21,6 +23,7 @@ use std::{
 use tokio::sync::broadcast;
 
 pub use self::filter::{Filter, Matcher, NormalisedImage};
+use self::metrics::EventMetrics;
 
 /// How many events a subscriber may fall behind before it loses the oldest.
 pub const SUBSCRIBER_BUFFER: usize = 4096;
@@ -197,6 +200,7 @@ pub struct Events {
     sender: broadcast::Sender<Arc<Event>>,
     /// Held while sending, so that a subscriber can tell which events came after a moment.
     state: Mutex<State>,
+    metrics: Arc<EventMetrics>,
 }
 
 #[derive(Default)]
@@ -215,7 +219,12 @@ impl Default for Events {
 
 impl Events {
     pub fn with_buffer(buffer: usize) -> Self {
-        Self { sender: broadcast::channel(buffer.max(1)).0, state: Mutex::default() }
+        Self { sender: broadcast::channel(buffer.max(1)).0, state: Mutex::default(), metrics: Arc::default() }
+    }
+
+    /// Counts what it publishes in `metrics`.
+    pub fn counted(self, metrics: Arc<EventMetrics>) -> Self {
+        Self { metrics, ..self }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -232,6 +241,11 @@ impl Events {
     /// Never waits.
     pub fn publish(&self, event: Event) {
         let keep = worth_keeping(event.reason);
+        // Counted as kept: progress reports are made only for watchers, so their count would
+        // say how many watched, not what happened.
+        if keep {
+            self.metrics.published(event.kind, event.reason);
+        }
         self.send(event, keep);
     }
 

@@ -1,5 +1,5 @@
 //! Prometheus metrics (`cri_imaged_*`): one registry that each concern registers its own metrics
-//! in (`ensure`, `pull`, `presence`, `records`, `gc`, the server's connections), and the HTTP endpoint that serves them.
+//! in (`ensure`, `pull`, `presence`, `records`, `gc`, `events`, the server's connections), and the HTTP endpoint that serves them.
 //!
 //! Labels never carry image names or pods ([`crate::metric_labels`]), so the series count stays
 //! small on any node.
@@ -13,6 +13,7 @@ use prometheus_client::{
 
 use crate::{
     ensure::metrics::EnsureMetrics,
+    events::metrics::EventMetrics,
     gc::metrics::GcMetrics,
     kubelet_guard::GuardMetrics,
     policy::PolicyMetrics,
@@ -43,6 +44,7 @@ pub struct Metrics {
     pub pre_pulls: Arc<PrePullMetrics>,
     pub policy: Arc<PolicyMetrics>,
     pub signatures: Arc<SignatureMetrics>,
+    pub events: Arc<EventMetrics>,
 }
 
 impl Default for Metrics {
@@ -60,6 +62,7 @@ impl Default for Metrics {
         let pre_pulls = Arc::new(PrePullMetrics::register(&mut registry));
         let policy = Arc::new(PolicyMetrics::register(&mut registry));
         let signatures = Arc::new(SignatureMetrics::register(&mut registry));
+        let events = Arc::new(EventMetrics::register(&mut registry));
         let mut kubelet_names = Registry::with_prefix("kubelet");
         ensure.register_kubelet_names(&mut kubelet_names);
         records.register_imagemanager(kubelet_names.sub_registry_with_prefix("imagemanager"));
@@ -79,6 +82,7 @@ impl Default for Metrics {
             pre_pulls,
             policy,
             signatures,
+            events,
         }
     }
 }

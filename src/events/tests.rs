@@ -159,3 +159,19 @@ fn an_image_filter_matches_every_spelling_of_the_same_reference() {
     assert!(by_id.matches(&removed), "an image ref, exactly");
     assert!(!by_id.matches(&about("busybox")));
 }
+
+#[test]
+fn published_events_are_counted_by_reason_and_type_but_progress_and_unkept_ones_are_not() {
+    let metrics = Arc::new(EventMetrics::default());
+    let events = Events::default().counted(metrics.clone());
+    let _watcher = events.subscribe(Filter::default());
+    events.publish(for_pod("u1", "default", "busybox:1.36"));
+    events.publish(for_pod("u2", "default", "busybox:1.36"));
+    events.publish(Event::new(EventType::Warning, reason::FAILED, "no such image".into()));
+    events.publish(Event::new(EventType::Normal, reason::PULL_PROGRESS, "half way".into()));
+    events.publish_unkept(Event::new(EventType::Normal, reason::PULLED, "already present".into()));
+    assert_eq!(metrics.total(EventType::Normal, reason::PULLING), 2);
+    assert_eq!(metrics.total(EventType::Warning, reason::FAILED), 1);
+    assert_eq!(metrics.total(EventType::Normal, reason::PULL_PROGRESS), 0, "made only for watchers");
+    assert_eq!(metrics.total(EventType::Normal, reason::PULLED), 0, "made only for watchers");
+}

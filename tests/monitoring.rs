@@ -2,8 +2,9 @@
 //! Prometheus itself: `promtool` checks the rules and runs their unit tests; a real Prometheus
 //! scrapes a real daemon (real containerd and registry) through a pull, failed pulls, a breaker
 //! opening and a GC pass, and then knows every metric a rule or a dashboard panel names, loads
-//! every rule without an error, and records the failure ratio the test caused; every dashboard
-//! query parses on it.
+//! every rule without an error, and records what the test caused: the failure ratios, per node
+//! and by registry, a registry's pull duration, the events by reason; every dashboard query
+//! parses on it.
 
 mod support;
 
@@ -492,19 +493,88 @@ fn pulls(metrics_port: u16, results: &[&str]) -> f64 {
         .sum()
 }
 
+/// The daemon's one series of `name` with exactly `labels` (in any order); 0 when none.
+fn served_value(metrics_port: u16, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut wanted: Vec<String> = labels.iter().map(|(key, value)| format!(r#"{key}="{value}""#)).collect();
+    wanted.sort();
+    http_get(metrics_port, "/metrics")
+        .lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix('{')?.split_once('}'))
+        .find(|(found, _)| {
+            let mut found: Vec<&str> = found.split(',').collect();
+            found.sort_unstable();
+            found == wanted
+        })
+        .and_then(|(_, value)| value.trim().split(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The daemon's `cri_imaged_registry_pulls_total` of `registry` that ended with `result`.
+fn registry_pulls(metrics_port: u16, registry: &str, result: &str) -> f64 {
+    served_value(metrics_port, "cri_imaged_registry_pulls_total", &[("registry", registry), ("result", result)])
+}
+
+/// The daemon's `cri_imaged_events_total` of `reason` and `kind`.
+fn events(metrics_port: u16, reason: &str, kind: &str) -> f64 {
+    served_value(metrics_port, "cri_imaged_events_total", &[("reason", reason), ("type", kind)])
+}
+
+/// The finite buckets of `registry`'s pull duration histogram: each bound and its count, lowest first.
+fn registry_duration_buckets(metrics_port: u16, registry: &str) -> Vec<(f64, f64)> {
+    let text = http_get(metrics_port, "/metrics");
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("cri_imaged_registry_pull_duration_seconds_bucket{"))
+        .filter_map(|rest| rest.split_once('}'))
+        .filter(|(labels, _)| labels.split(',').any(|pair| pair == format!(r#"registry="{registry}""#)))
+        .filter_map(|(labels, count)| {
+            let bound = labels.split(',').find_map(|pair| pair.strip_prefix("le=\""))?.trim_end_matches('"');
+            Some((bound.parse::<f64>().ok().filter(|bound| bound.is_finite())?, count.trim().parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(!buckets.is_empty(), "no duration buckets of {registry}:\n{text}");
+    buckets
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_prometheus_scraping_the_daemon_knows_every_metric_the_rules_and_dashboard_name_and_records_its_failures()
  {
     let (Some(prometheus), Some(_)) = (require_tool("prometheus"), require_tool("promtool")) else { return };
     let Some(stack) = LocalStack::start() else { return };
-    let image = format!("{}:1", stack.image("monitored"));
     stack.seed("monitored:1", "watched");
+    stack.seed("monitored:2", "watched again");
     let dir = tempfile::tempdir().expect("tempdir");
     let (metrics_port, listen) = metrics_listen();
     // GC for space on (the harness turns it off), at thresholds only a full disk reaches: the
     // stack's containerd holds only this test's images, and the rules see a threshold to compare.
     let flags = ["--metrics-listen", &listen, "--image-gc-high-threshold", "99", "--image-gc-low-threshold", "98"];
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
+    let registry = stack.registry.clone();
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    // A pull from `registry` (each its own image and pod, so that no backoff refuses one).
+    let pull = |image: String, uid: &str| {
+        let mut request = ensure(&image, PullPolicy::IfNotPresent as i32);
+        request.pod.as_mut().expect("a pod").uid = uid.to_owned();
+        request
+    };
+
+    // Before Prometheus looks: each registry's first pulls, one of each result the test causes.
+    // A registry's series are made by its first pull, already counting it, and a rate sees no
+    // rise from a series' first sample; a series first sampled at 0 and one first sampled at 1
+    // are extrapolated differently. So every series the test raises is sampled above 0 first,
+    // and the rates below are exact ratios of what the test did while watched.
+    let monitored = |tag: u32| format!("{}:{tag}", stack.image("monitored"));
+    let absent = |i: u32| format!("{}:1", stack.image(&format!("never-pushed-{i}")));
+    call(&mut client, pull(monitored(1), "uid-warm")).await.expect("the image is pulled");
+    call(&mut client, pull(absent(0), "uid-warm")).await.expect_err("the registry has no such image");
+    call(&mut client, pull(format!("{nowhere}/gone-warm:1"), "uid-warm")).await.expect_err("nothing listens there");
+    assert_eq!(registry_pulls(metrics_port, &registry, "success"), 1.0);
+    assert_eq!(registry_pulls(metrics_port, &registry, "failure"), 1.0);
+    assert_eq!(registry_pulls(metrics_port, &nowhere, "registry_unavailable"), 1.0);
+    let durations_before = registry_duration_buckets(metrics_port, &registry);
+
     let server = Prometheus::start(&prometheus, metrics_port);
     eventually("Prometheus scrapes the daemon", Duration::from_secs(30), || {
         server.api("query", &[("query", "up")]).is_ok() && server.value(r#"up{job="cri-imaged"}"#) == Some(1.0)
@@ -513,25 +583,35 @@ async fn a_real_prometheus_scraping_the_daemon_knows_every_metric_the_rules_and_
 
     // A pull, a pull of an image the registry does not have, five pulls of a registry nothing
     // listens on (its breaker opens), and a GC pass.
-    let mut client = ImageManagerClient::new(unix_channel(&daemon.socket));
-    call(&mut client, ensure(&image, PullPolicy::IfNotPresent as i32)).await.expect("the image is pulled");
-    let absent = format!("{}:1", stack.image("never-pushed"));
-    call(&mut client, ensure(&absent, PullPolicy::IfNotPresent as i32))
-        .await
-        .expect_err("the registry has no such image");
-    let nowhere = format!("127.0.0.1:{}", free_port());
+    call(&mut client, pull(monitored(2), "uid-0")).await.expect("the image is pulled");
+    call(&mut client, pull(absent(1), "uid-0")).await.expect_err("the registry has no such image");
     for i in 0..5 {
-        let mut request = ensure(&format!("{nowhere}/gone-{i}:1"), PullPolicy::IfNotPresent as i32);
-        request.pod.as_mut().expect("a pod").uid = format!("uid-{i}");
-        call(&mut client, request).await.expect_err("nothing listens there");
+        call(&mut client, pull(format!("{nowhere}/gone-{i}:1"), &format!("uid-{i}")))
+            .await
+            .expect_err("nothing listens there");
     }
     client.garbage_collect(GarbageCollectRequest { dry_run: false, delete_unused: false }).await.expect("a GC pass");
-    assert_eq!(pulls(metrics_port, &["success"]), 1.0);
-    assert_eq!(pulls(metrics_port, &["failure"]), 1.0);
-    assert_eq!(pulls(metrics_port, &["registry_unavailable"]), 5.0);
+    assert_eq!(pulls(metrics_port, &["success"]), 2.0);
+    assert_eq!(pulls(metrics_port, &["failure"]), 2.0);
+    assert_eq!(pulls(metrics_port, &["registry_unavailable"]), 6.0);
+    // The same by registry, each labelled with its reference's host and port.
+    assert_eq!(registry_pulls(metrics_port, &registry, "success"), 2.0);
+    assert_eq!(registry_pulls(metrics_port, &registry, "failure"), 2.0);
+    assert_eq!(registry_pulls(metrics_port, &registry, "registry_unavailable"), 0.0);
+    assert_eq!(registry_pulls(metrics_port, &nowhere, "registry_unavailable"), 6.0);
+    assert_eq!(registry_pulls(metrics_port, &nowhere, "success"), 0.0);
+    // The bucket the watched pull's time fell in: the lowest whose count rose.
+    let durations_after = registry_duration_buckets(metrics_port, &registry);
+    let rose = durations_after.iter().zip(&durations_before).position(|((_, after), (_, before))| after > before);
+    let rose = rose.expect("the watched pull was timed");
+    let upper = durations_after[rose].0;
+    let lower = rose.checked_sub(1).map_or(0.0, |below| durations_after[below].0);
+    // Each event the pulls made, by reason: every request pulled, two pulled an image.
+    assert_eq!(events(metrics_port, "Pulling", "Normal"), 10.0);
+    assert_eq!(events(metrics_port, "Pulled", "Normal"), 2.0);
 
-    // The recording rules show the failures: 6 of the 7 ended pulls failed, and one was the
-    // registry's answer `failure`.
+    // The recording rules show the failures: 6 of the 7 pulls that ended while watched failed,
+    // and one was the registry's answer `failure`.
     let ratio = r#"instance:cri_imaged_pulls_failed:ratio_rate15m{job="cri-imaged",node="test-node"}"#;
     eventually("the failure ratio is recorded", Duration::from_secs(30), || {
         server.value(ratio).is_some_and(|value| (value - 6.0 / 7.0).abs() < 1e-9)
@@ -540,6 +620,40 @@ async fn a_real_prometheus_scraping_the_daemon_knows_every_metric_the_rules_and_
     let by_result = r#"instance_result:cri_imaged_pulls:ratio_rate15m{node="test-node",result="failure"}"#;
     let failure_share = server.value(by_result).expect("the failure's share is recorded");
     assert!((failure_share - 1.0 / 7.0).abs() < 1e-9, "{failure_share}");
+    // By registry: half the test registry's pulls failed, all of the registry nowhere's, on the
+    // node and over the job; the test registry's median pull time is in the bucket of the
+    // watched pull's time (its middle, or near it where the buckets' first samples differ).
+    for (rule, host, expected) in [
+        ("instance_registry:cri_imaged_registry_pulls_failed:ratio_rate15m", &registry, 0.5),
+        ("instance_registry:cri_imaged_registry_pulls_failed:ratio_rate15m", &nowhere, 1.0),
+        ("job_registry:cri_imaged_registry_pulls_failed:ratio_rate15m", &registry, 0.5),
+        ("job_registry:cri_imaged_registry_pulls_failed:ratio_rate15m", &nowhere, 1.0),
+    ] {
+        let query = format!(r#"{rule}{{job="cri-imaged",registry="{host}"}}"#);
+        eventually(&format!("{query} is recorded as {expected}"), Duration::from_secs(30), || {
+            server.value(&query).is_some_and(|value| (value - expected).abs() < 1e-9)
+        })
+        .await;
+    }
+    let ended = format!(r#"instance_registry:cri_imaged_registry_pulls_ended:increase15m{{registry="{nowhere}"}}"#);
+    let ended = server.value(&ended).expect("the registry's ended pulls are recorded");
+    assert!((5.0..=7.0).contains(&ended), "{ended}: 5 pulls ended while watched, extrapolated");
+    let by_registry_result = format!(
+        r#"instance_registry_result:cri_imaged_registry_pulls:ratio_rate15m{{registry="{registry}",result="success"}}"#
+    );
+    let success_share = server.value(&by_registry_result).expect("the registry's success share is recorded");
+    assert!((success_share - 0.5).abs() < 1e-9, "{success_share}");
+    let median = format!(
+        r#"instance_registry:cri_imaged_registry_pull_duration_seconds:p50_rate15m{{node="test-node",registry="{registry}"}}"#
+    );
+    eventually(&format!("{median} is in ({lower}, {upper}]"), Duration::from_secs(30), || {
+        server.value(&median).is_some_and(|value| value > lower && value <= upper)
+    })
+    .await;
+    eventually("the events are scraped by reason", Duration::from_secs(10), || {
+        server.value(r#"cri_imaged_events_total{reason="Pulled",type="Normal"}"#) == Some(2.0)
+    })
+    .await;
     eventually("the breaker's series is scraped", Duration::from_secs(10), || {
         server.value(&format!(r#"cri_imaged_registry_breaker_open{{registry="{nowhere}"}}"#)) == Some(1.0)
     })

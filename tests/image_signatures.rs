@@ -138,7 +138,7 @@ async fn cosign_and_cri_imaged_agree_on_every_signature_and_a_refused_image_neve
     let digest = |name: &str| stack.seed(&format!("sig/{name}:v1"), name);
     let signed = digest("signed");
     sign(&cosign, &ours, &format!("{}@{signed}", stack.image("sig/signed")));
-    let unsigned = digest("unsigned");
+    digest("unsigned");
     let other_key = digest("otherkey");
     sign(&cosign, &theirs, &format!("{}@{other_key}", stack.image("sig/otherkey")));
     // The signed image's signature, copied as the signature of another digest.

@@ -43,7 +43,7 @@
 //! - [`events`]: the node's image events in the kubelet's reasons, for WatchEvents subscribers,
 //!   the newest kept for ListEvents.
 //! - [`policy`]: image policy at the node: containers-policy.json(5), a file per namespace, the
-//!   decision on an image (pure).
+//!   decision on an image, cosign signatures verified by public key (`policy::sigstore`) (pure).
 //! - [`registry`]: a registry's manifests and blobs over the distribution API, bounded and
 //!   checked, with the pull's credentials: what the runtime does not fetch (signatures).
 //! - [`signatures`]: an image's signatures for a policy that requires them: the digest that

@@ -7,25 +7,27 @@
 //! - `file`: the document, read strictly (an unknown field is an error), and what is refused
 //!   because it would not be honoured;
 //! - `scope`: the `docker` transport's scopes, and the keys an image is looked up under;
-//! - `gate`: the policies in force where images enter, swapped whole on reload; audit mode.
+//! - `gate`: the policies in force where images enter, swapped whole on reload; audit mode;
+//! - [`sigstore`]: cosign signatures verified by public key (the keys loaded with the file; the
+//!   signature artifact and payload read as hostile input; `signedIdentity`), pure.
 //!
-//! This is the first slice: the policy read, checked and decided for `insecureAcceptAnything`
-//! and `reject`; a `sigstoreSigned` requirement is read and checked, and decided as needing a
-//! signature, which is not verified yet.
+//! `insecureAcceptAnything` and `reject` are decided here; a `sigstoreSigned` requirement is
+//! decided as needing a signature, which [`sigstore::verify`] judges once the caller has fetched
+//! the image's signatures. Its `fulcio` certificates and Rekor's proofs are not verified yet, and
+//! refuse.
 
 mod file;
 mod gate;
 mod scope;
 pub mod sigstore;
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 pub use self::{
-    file::{Fulcio, PolicyFile, PolicyFileError, Requirement, SignedIdentity, SigstoreSigned, parse},
+    file::{Fulcio, PolicyFile, PolicyFileError, Requirement, SignedIdentity, SigstoreSigned, parse, parse_with_keys},
     gate::{Admission, InForce, Mode, Pending, PolicyGate, PolicyMetrics, Refusal, canonical},
     scope::{ScopeError, lookups},
 };
-use self::sigstore::LoadedSigstore;
 use crate::reference::ImageReference;
 
 /// The node's policies: the default one and those of the namespaces that have their own.
@@ -61,8 +63,9 @@ pub enum Decision {
     Accepted,
     /// A `reject` requirement applies.
     Rejected,
-    /// Signatures are required (these requirements); not verified in this slice.
-    NeedsSignature(Vec<LoadedSigstore>),
+    /// Signatures are required: each of these requirements must accept one
+    /// ([`sigstore::verify`]); they hold their keys, loaded with the file.
+    NeedsSignature(Vec<Arc<SigstoreSigned>>),
 }
 
 impl Policies {
@@ -90,10 +93,10 @@ fn decide(requirements: &[Requirement]) -> Decision {
     if requirements.contains(&Requirement::Reject) {
         return Decision::Rejected;
     }
-    let signed: Vec<LoadedSigstore> = requirements
+    let signed: Vec<Arc<SigstoreSigned>> = requirements
         .iter()
         .filter_map(|requirement| match requirement {
-            Requirement::SigstoreSigned(signed) => Some(LoadedSigstore((**signed).clone())),
+            Requirement::SigstoreSigned(signed) => Some(Arc::clone(signed)),
             _ => None,
         })
         .collect();

@@ -18,11 +18,11 @@ use std::{sync::Arc, time::Duration};
 
 use futures_util::{FutureExt, future::BoxFuture};
 
-pub use self::{fetch::FetchLimits, metrics::SignatureMetrics};
 use self::{cache::Flights, cache::VerifiedCache};
+pub use self::{fetch::FetchLimits, metrics::SignatureMetrics};
 use crate::{
     credentials::Credential,
-    policy::sigstore::{self, LoadedSigstore},
+    policy::{SigstoreSigned, sigstore},
     reference::ImageReference,
     registry::RegistryError,
 };
@@ -67,7 +67,7 @@ impl Signatures {
     }
 
     /// What `digest` was verified as under exactly these requirements, if it was.
-    pub fn cached(&self, digest: &str, requirements: &[LoadedSigstore]) -> Option<Verified> {
+    pub fn cached(&self, digest: &str, requirements: &[Arc<SigstoreSigned>]) -> Option<Verified> {
         self.cache.get(digest, requirements)
     }
 
@@ -78,7 +78,7 @@ impl Signatures {
         &self,
         reference: &ImageReference,
         digest: Option<&str>,
-        requirements: &[LoadedSigstore],
+        requirements: &[Arc<SigstoreSigned>],
         credentials: &[Arc<Credential>],
     ) -> Result<Verified, Arc<SignatureError>> {
         let digest = digest.or(reference.digest());
@@ -118,13 +118,13 @@ impl Signatures {
 /// Every requirement met by some signature of the digest fetched.
 fn check(
     reference: &ImageReference,
-    requirements: &[LoadedSigstore],
+    requirements: &[Arc<SigstoreSigned>],
     found: fetch::Found,
 ) -> Result<Verified, SignatureError> {
     let mut by = Vec::with_capacity(requirements.len());
     for requirement in requirements {
         match sigstore::verify(requirement, reference, &found.digest, &found.signatures) {
-            Ok(accepted) => by.push((accepted.key, accepted.signature)),
+            Ok(accepted) => by.push((accepted.key, accepted.layer)),
             Err(rejected) => return Err(SignatureError::Rejected(rejected.to_string())),
         }
     }

@@ -156,7 +156,14 @@ async fn cosign_and_cri_imaged_agree_on_every_signature_and_a_refused_image_neve
     let (manifest, _) = signature_of(registry, "sig/signed", &signed);
     put_signature(registry, "sig/huge", &huge, manifest, &vec![b'{'; 100 << 20]);
 
-    let cases = [("signed", true), ("unsigned", false), ("otherkey", false), ("moved", false), ("tampered", false), ("huge", false)];
+    let cases = [
+        ("signed", true),
+        ("unsigned", false),
+        ("otherkey", false),
+        ("moved", false),
+        ("tampered", false),
+        ("huge", false),
+    ];
     for (name, expected) in cases {
         let image = stack.image(&format!("sig/{name}:v1"));
         assert_eq!(cosign_accepts(&cosign, &ours, &image), expected, "cosign's verdict on {name}");

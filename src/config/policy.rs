@@ -1,13 +1,14 @@
 //! The image policy's files, read at start and on reload as hostile input: regular files (links
-//! followed: a ConfigMap mounts links), each bounded, a bounded number of them; a file that does
-//! not read or parse, or a namespace file's name that is no namespace, refuses the whole policy.
+//! followed: a ConfigMap mounts links), each bounded, a bounded number of them, and so are the key
+//! files they name; a file that does not read or parse, a key that does not load, or a namespace
+//! file's name that is no namespace, refuses the whole policy.
 
 use std::path::{Path, PathBuf};
 
 use super::ServeArgs;
 use crate::{
     files::read::read_named,
-    policy::{InForce, Policies, PolicyFile, PolicyFileError},
+    policy::{InForce, Policies, PolicyFile, PolicyFileError, sigstore::KEY_FILE_LIMIT},
 };
 
 /// The largest policy file read: containers-policy.json files are a few KiB.
@@ -53,7 +54,20 @@ fn read_policy(flag: &'static str, path: &Path) -> Result<PolicyFile, PolicyLoad
         path: path.into(),
         source,
     })?;
-    crate::policy::parse(&text).map_err(|source| PolicyLoadError::Parse { flag, path: path.into(), source })
+    crate::policy::parse_with_keys(&text, &read_key).map_err(|source| PolicyLoadError::Parse {
+        flag,
+        path: path.into(),
+        source,
+    })
+}
+
+/// A public key file a policy names: a regular file (a link to one followed) of at most
+/// [`KEY_FILE_LIMIT`] bytes.
+fn read_key(path: &Path) -> Result<Vec<u8>, String> {
+    read_named(path, KEY_FILE_LIMIT).map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound => "no such file".to_owned(),
+        _ => error.to_string(),
+    })
 }
 
 /// Each `<namespace>.json` of `dir`; other names are left alone.
@@ -82,4 +96,34 @@ fn is_namespace(name: &str) -> bool {
         && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A policy naming `key`, the key file written as `contents` (none: no file).
+    fn loaded(contents: Option<&[u8]>) -> Result<PolicyFile, String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = dir.path().join("cosign.pub");
+        if let Some(contents) = contents {
+            std::fs::write(&key, contents).expect("written");
+        }
+        let policy = dir.path().join("policy.json");
+        let json = format!(r#"{{"default": [{{"type": "sigstoreSigned", "keyPath": {:?}}}]}}"#, key.display());
+        std::fs::write(&policy, json).expect("written");
+        read_policy("signature-policy", &policy).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn a_policys_key_files_are_read_bounded_and_a_bad_one_refuses_it() {
+        let key = include_bytes!("../policy/sigstore/testdata/p256.pub");
+        assert!(loaded(Some(key)).is_ok());
+        let error = loaded(None).expect_err("refused");
+        assert!(error.contains("default: keyPath") && error.contains("cannot be read: no such file"), "{error}");
+        let mut huge = key.to_vec();
+        huge.resize(KEY_FILE_LIMIT as usize + 1, b'\n');
+        let error = loaded(Some(&huge)).expect_err("refused");
+        assert!(error.contains("cannot be read: larger than 65536 bytes"), "{error}");
+    }
 }

@@ -211,7 +211,8 @@ impl<R: ImageRuntime> Manager<R> {
         // The kubelet's keyring lookup and records are by the normalised repository, without tag
         // or digest.
         let repository = reference.name();
-        let present_digest = present.as_ref().and_then(|found| signed::present_digest(found, &reference)).map(str::to_owned);
+        let present_digest =
+            present.as_ref().and_then(|found| signed::present_digest(found, &reference)).map(str::to_owned);
         if let Some(outcome) = self.decide(&request, &repository, (policy, present), count).await? {
             // The present image runs: its own digest is what the policy's signatures must cover.
             if let Some(pending) = pending.take() {
@@ -392,12 +393,17 @@ impl<R: ImageRuntime> Manager<R> {
     }
 
     /// The pull credentials for the pod: its secrets, then the node's.
-    async fn credentials(&self, request: &EnsureRequest, repository: &str) -> Result<Vec<Arc<Credential>>, EnsureError> {
+    async fn credentials(
+        &self,
+        request: &EnsureRequest,
+        repository: &str,
+    ) -> Result<Vec<Arc<Credential>>, EnsureError> {
         let pod_keyring = self.prepared_secrets.keyring_for(repository, &request.pull_secrets).map_err(|source| {
             tracing::warn!(error = %source, "pull secret refused");
             EnsureError::InvalidPullSecret { source }
         })?;
-        Ok(credentials::for_pull(repository, &pod_keyring, &self.node_credentials, request.service_account.as_ref()).await)
+        Ok(credentials::for_pull(repository, &pod_keyring, &self.node_credentials, request.service_account.as_ref())
+            .await)
     }
 
     /// The policy refused the image for this pod: a failed pull, backed off.

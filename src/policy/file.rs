@@ -2,11 +2,14 @@
 //! containers/image, and so is what cri-imaged cannot honour (a GPG `signedBy`), naming the
 //! requirement and the scope, so that an operator never runs a policy that says more than is done.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use serde::Deserialize;
 
-use super::scope::{self, ScopeError, shown};
+use super::{
+    scope::{self, ScopeError, shown},
+    sigstore::{KeyLoadError, KeyReader, PublicKey, load_keys},
+};
 use crate::messages;
 
 /// Why a policy file was refused.
@@ -33,6 +36,9 @@ pub enum PolicyFileError {
     FulcioWithoutRekor { where_: String },
     #[error("{where_}: {what} must not be empty")]
     Empty { where_: String, what: &'static str },
+    /// A key that cannot be read, is no public key, or is of an algorithm not verified.
+    #[error("{where_}: {source}")]
+    Key { where_: String, source: KeyLoadError },
     #[error(transparent)]
     Scope(#[from] ScopeError),
 }
@@ -78,6 +84,12 @@ pub struct SigstoreSigned {
     pub rekor_public_key_data: Option<String>,
     pub rekor_public_key_datas: Option<Vec<String>>,
     pub signed_identity: Option<SignedIdentity>,
+    /// The keys of `keyPath`, `keyPaths`, `keyData` and `keyDatas`, loaded with the file.
+    #[serde(skip)]
+    pub keys: Vec<PublicKey>,
+    /// Rekor's keys (`rekorPublicKey…`), loaded with the file.
+    #[serde(skip)]
+    pub rekor_keys: Vec<PublicKey>,
 }
 
 /// Fulcio's CA and the identity a certificate must carry.
@@ -113,7 +125,8 @@ pub enum SignedIdentity {
 pub enum Requirement {
     InsecureAcceptAnything,
     Reject,
-    SigstoreSigned(Box<SigstoreSigned>),
+    /// Shared: each decision that needs it hands it on without copying its keys.
+    SigstoreSigned(Arc<SigstoreSigned>),
 }
 
 impl Requirement {
@@ -137,18 +150,24 @@ pub struct PolicyFile {
     pub docker: BTreeMap<String, Vec<Requirement>>,
 }
 
-/// Reads a containers-policy.json document.
+/// Reads a containers-policy.json document that names no key file (its keys, if any, are
+/// `keyData`): a `keyPath` is refused as unreadable. The config reads with [`parse_with_keys`].
 pub fn parse(text: &[u8]) -> Result<PolicyFile, PolicyFileError> {
+    parse_with_keys(text, &|_| Err("key files are not read here".to_owned()))
+}
+
+/// Reads a containers-policy.json document; the key files it names are read with `read_key`.
+pub fn parse_with_keys(text: &[u8], read_key: &KeyReader) -> Result<PolicyFile, PolicyFileError> {
     let raw: RawPolicy = serde_json::from_slice(text).map_err(|error| {
         PolicyFileError::Parse(messages::echo(&error.to_string().escape_debug().to_string()).into_owned())
     })?;
-    let default = requirements(raw.default, "default")?;
+    let default = requirements(raw.default, "default", read_key)?;
     let mut docker = BTreeMap::new();
     for (transport, scopes) in raw.transports {
         for (scope, listed) in scopes {
             // Bounded: a file of 1 MiB may name a scope of 1 MiB.
             let where_ = format!("transports.{}.{}", shown(&transport), shown(&scope));
-            let listed = requirements(listed, &where_)?;
+            let listed = requirements(listed, &where_, read_key)?;
             if transport == "docker" {
                 scope::validate(&scope)?;
                 docker.insert(scope, listed);
@@ -158,7 +177,11 @@ pub fn parse(text: &[u8]) -> Result<PolicyFile, PolicyFileError> {
     Ok(PolicyFile { default, docker })
 }
 
-fn requirements(raw: Vec<RawRequirement>, where_: &str) -> Result<Vec<Requirement>, PolicyFileError> {
+fn requirements(
+    raw: Vec<RawRequirement>,
+    where_: &str,
+    read_key: &KeyReader,
+) -> Result<Vec<Requirement>, PolicyFileError> {
     if raw.is_empty() {
         return Err(PolicyFileError::NoRequirements { where_: where_.to_owned() });
     }
@@ -169,9 +192,11 @@ fn requirements(raw: Vec<RawRequirement>, where_: &str) -> Result<Vec<Requiremen
             RawRequirement::SignedBy(serde::de::IgnoredAny) => {
                 Err(PolicyFileError::SignedBy { where_: where_.to_owned() })
             }
-            RawRequirement::SigstoreSigned(signed) => {
+            RawRequirement::SigstoreSigned(mut signed) => {
                 check_sigstore(&signed, where_)?;
-                Ok(Requirement::SigstoreSigned(signed))
+                load_keys(&mut signed, read_key)
+                    .map_err(|source| PolicyFileError::Key { where_: where_.to_owned(), source })?;
+                Ok(Requirement::SigstoreSigned(Arc::from(signed)))
             }
         })
         .collect()

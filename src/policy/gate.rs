@@ -9,7 +9,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Decision, Policies, PolicySource, Verdict, sigstore::LoadedSigstore};
+use super::{Decision, Policies, PolicySource, SigstoreSigned, Verdict};
 use crate::{metric_labels::Labels, reference::ImageReference};
 
 /// Whether a refusal refuses.
@@ -64,7 +64,7 @@ pub enum Admission {
 pub struct Pending {
     verdict: Verdict,
     /// Every one must be met.
-    pub requirements: Vec<LoadedSigstore>,
+    pub requirements: Vec<Arc<SigstoreSigned>>,
     mode: Mode,
     policy: &'static str,
 }
@@ -148,7 +148,11 @@ impl PolicyGate {
                 Ok(Admission::Admit)
             }
             Decision::Rejected => {
-                let message = format!("Running image docker://{} is rejected by policy ({})", canonical(reference), where_(&verdict));
+                let message = format!(
+                    "Running image docker://{} is rejected by policy ({})",
+                    canonical(reference),
+                    where_(&verdict)
+                );
                 self.refuse(verdict, message, in_force.mode, policy).map(Admission::Audited)
             }
             Decision::NeedsSignature(requirements) => {

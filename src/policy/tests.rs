@@ -4,12 +4,19 @@ fn reference(image: &str) -> ImageReference {
     ImageReference::parse_normalized(image).expect("a reference")
 }
 
+/// A P-256 public key, whatever the path (made with openssl; see sigstore/testdata/README.md).
+const KEY: &[u8] = include_bytes!("sigstore/testdata/p256.pub");
+
+fn any_path_is_the_test_key(_: &std::path::Path) -> Result<Vec<u8>, String> {
+    Ok(KEY.to_vec())
+}
+
 fn policy(json: &str) -> PolicyFile {
-    parse(json.as_bytes()).unwrap_or_else(|error| panic!("{error}: {json}"))
+    parse_with_keys(json.as_bytes(), &any_path_is_the_test_key).unwrap_or_else(|error| panic!("{error}: {json}"))
 }
 
 fn refused(json: &str) -> String {
-    match parse(json.as_bytes()) {
+    match parse_with_keys(json.as_bytes(), &any_path_is_the_test_key) {
         Ok(file) => panic!("accepted: {file:?}"),
         Err(error) => error.to_string(),
     }
@@ -85,7 +92,7 @@ fn the_most_specific_scope_decides_and_the_default_covers_the_rest() {
     assert_eq!(decided("registry.example.com.evil.test/app"), (None, Decision::Rejected));
     let (scope_of, decision) = decided(&format!("registry.signed.example/app@sha256:{}", "b".repeat(64)));
     assert_eq!(scope_of, scope("registry.signed.example"));
-    let key = |signed: &[SigstoreSigned]| signed[0].key_path.clone();
+    let key = |signed: &[Arc<SigstoreSigned>]| signed[0].key_path.clone();
     assert!(
         matches!(decision, Decision::NeedsSignature(ref signed) if key(signed).as_deref() == Some("/etc/pki/signed.pub"))
     );
@@ -191,8 +198,10 @@ fn an_error_quotes_a_scope_escaped_and_bounded() {
 
 #[test]
 fn every_kind_of_scope_and_signed_identity_the_man_page_has_is_read() {
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD.encode(KEY);
     let file = policy(
-        r#"{
+        &r#"{
         "default": [{"type": "reject"}],
         "transports": {"docker": {
             "": [{"type": "reject"}],
@@ -204,7 +213,10 @@ fn every_kind_of_scope_and_signed_identity_the_man_page_has_is_read() {
             "d.example.com": [{"type": "sigstoreSigned", "fulcio": {"caData": "YQ==", "oidcIssuer": "https://issuer.example", "subjectEmail": "dev@example.com"}, "rekorPublicKeyPath": "/rekor.pub"}],
             "*.example.org": [{"type": "insecureAcceptAnything"}]
         }}
-    }"#,
+    }"#
+        .replace("YQ==", &data),
     );
     assert_eq!(file.docker.len(), 8);
+    let Requirement::SigstoreSigned(signed) = &file.docker["a.example.com"][0] else { panic!("sigstoreSigned") };
+    assert_eq!(signed.keys.len(), 2, "each of keyPaths loaded");
 }

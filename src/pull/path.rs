@@ -31,14 +31,14 @@ use crate::{
     gc::ImageGuard,
     messages,
     policy::{Admission, PolicyGate},
-    reference::ImageReference,
-    signatures::{Signatures, Verified},
     presence::PresenceCache,
     records::{
         PullIntent, PullRecords, RecordTo, RecordsError,
         format::{PullCredentials, SecretRecord, ServiceAccountRecord},
     },
+    reference::ImageReference,
     runtime::{ContentStore, ImageRuntime, PullSpec},
+    signatures::{Signatures, Verified},
 };
 
 /// Pulls through the scheduler, with the records and the GC guard kept step by step.

@@ -10,10 +10,10 @@ use futures_util::future::BoxFuture;
 use super::{PullError, Pulled};
 use crate::{
     credentials::Credential,
-    events::{EventType, Events, Subject, reason as event_reason},
-    policy::{Pending, PolicyGate, canonical, sigstore::LoadedSigstore},
-    reference::ImageReference,
     cri::ImageSpec,
+    events::{EventType, Events, Subject, reason as event_reason},
+    policy::{Pending, PolicyGate, SigstoreSigned, canonical},
+    reference::ImageReference,
     runtime::{ImageRuntime, PresentImage, RuntimeError},
     signatures::{Signatures, Verified},
 };
@@ -78,7 +78,7 @@ impl SignedPulls {
 
     /// Whether `digest` met these requirements before (a verification would be answered from
     /// memory, needing no credentials).
-    pub fn is_verified(&self, digest: &str, requirements: &[LoadedSigstore]) -> bool {
+    pub fn is_verified(&self, digest: &str, requirements: &[Arc<SigstoreSigned>]) -> bool {
         self.signatures.cached(digest, requirements).is_some()
     }
 
@@ -123,7 +123,11 @@ impl SignedPulls {
         runtime_handler: &str,
     ) -> Result<(), PullError> {
         let wanted = format!("{}@{}", reference.name(), verified.digest);
-        let spec = ImageSpec { image: pulled.image_ref.clone(), runtime_handler: runtime_handler.to_owned(), ..Default::default() };
+        let spec = ImageSpec {
+            image: pulled.image_ref.clone(),
+            runtime_handler: runtime_handler.to_owned(),
+            ..Default::default()
+        };
         let found = (self.status)(spec).await.map_err(|error| {
             PullError::PolicyRejected(format!("the pulled image's digest could not be read: {error}"))
         })?;

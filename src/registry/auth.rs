@@ -18,7 +18,8 @@ pub fn parse(header: &str) -> Option<Challenge> {
         return None;
     }
     let params = parameters(rest);
-    let get = |name: &str| params.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.clone());
+    let get =
+        |name: &str| params.iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value.clone());
     Some(Challenge::Bearer { realm: get("realm")?, service: get("service"), scope: get("scope") })
 }
 

@@ -132,11 +132,8 @@ impl<'a> RegistryClient<'a> {
         if answer.status() != StatusCode::UNAUTHORIZED || self.authorization.is_some() {
             return Ok(answer);
         }
-        let challenge = answer
-            .headers()
-            .get(header::WWW_AUTHENTICATE)
-            .and_then(|value| value.to_str().ok())
-            .and_then(auth::parse);
+        let challenge =
+            answer.headers().get(header::WWW_AUTHENTICATE).and_then(|value| value.to_str().ok()).and_then(auth::parse);
         self.authorization = Some(match challenge {
             Some(Challenge::Basic) => self.basic().ok_or_else(|| self.unauthorized(what, "the pull has none"))?,
             Some(Challenge::Bearer { realm, service, scope }) => self.token(&realm, service, scope, what).await?,
@@ -242,7 +239,11 @@ impl<'a> RegistryClient<'a> {
             if error.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                 too_large()
             } else {
-                RegistryError::Connection { registry: registry.clone(), what: what.to_owned(), reason: error.to_string() }
+                RegistryError::Connection {
+                    registry: registry.clone(),
+                    what: what.to_owned(),
+                    reason: error.to_string(),
+                }
             }
         })?;
         let body = body.to_bytes();
@@ -263,7 +264,8 @@ async fn send(
     if !endpoint.plain_http {
         return Err(RegistryError::Https { registry });
     }
-    let failed = |reason: String| RegistryError::Connection { registry: registry.clone(), what: what.to_owned(), reason };
+    let failed =
+        |reason: String| RegistryError::Connection { registry: registry.clone(), what: what.to_owned(), reason };
     let stream = TcpStream::connect((endpoint.connect_host(), endpoint.port))
         .await
         .map_err(|error| failed(error.to_string()))?;

@@ -164,7 +164,11 @@ impl ImageRuntime for CriClient {
     async fn image_status(&self, image: ImageSpec) -> Result<Option<PresentImage>, RuntimeError> {
         let request = self.request(ImageStatusRequest { image: Some(image), verbose: false });
         let response = self.bounded(self.client.clone().image_status(request)).await?;
-        Ok(response.image.map(|image| PresentImage { id: image.id, size: image.size, repo_digests: image.repo_digests }))
+        Ok(response.image.map(|image| PresentImage {
+            id: image.id,
+            size: image.size,
+            repo_digests: image.repo_digests,
+        }))
     }
 
     async fn pull_image(&self, spec: PullSpec) -> Result<String, RuntimeError> {

@@ -11,7 +11,7 @@ use futures_util::{
 };
 
 use super::{SignatureError, Verified};
-use crate::policy::sigstore::LoadedSigstore;
+use crate::policy::SigstoreSigned;
 
 /// Digests kept: a node runs a few hundred images; each entry is a few hundred bytes.
 const KEPT: usize = 4096;
@@ -25,18 +25,18 @@ pub struct VerifiedCache {
 
 #[derive(Default)]
 struct Kept {
-    by_digest: HashMap<String, Vec<(Vec<LoadedSigstore>, Verified)>>,
+    by_digest: HashMap<String, Vec<(Vec<Arc<SigstoreSigned>>, Verified)>>,
     order: VecDeque<String>,
 }
 
 impl VerifiedCache {
-    pub fn get(&self, digest: &str, requirements: &[LoadedSigstore]) -> Option<Verified> {
+    pub fn get(&self, digest: &str, requirements: &[Arc<SigstoreSigned>]) -> Option<Verified> {
         let kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let entries = kept.by_digest.get(digest)?;
         entries.iter().find(|(met, _)| met.as_slice() == requirements).map(|(_, verified)| verified.clone())
     }
 
-    pub fn put(&self, digest: &str, requirements: &[LoadedSigstore], verified: Verified) {
+    pub fn put(&self, digest: &str, requirements: &[Arc<SigstoreSigned>], verified: Verified) {
         let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let Kept { by_digest, order } = &mut *kept;
         let entries = by_digest.entry(digest.to_owned()).or_default();

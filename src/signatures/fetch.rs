@@ -31,7 +31,7 @@ impl Default for FetchLimits {
             deadline: Duration::from_secs(60),
             manifest: 4 << 20,
             signature_manifest: sigstore::MANIFEST_LIMIT,
-            payload: sigstore::PAYLOAD_LIMIT,
+            payload: sigstore::PAYLOAD_LIMIT as usize,
         }
     }
 }
@@ -96,15 +96,19 @@ async fn read(
         }
     };
     let Some(hex) = digest.strip_prefix("sha256:") else {
-        return Err(SignatureError::BadArtifact { digest, reason: "only sha256 digests are signed by cosign's tag scheme".into() });
+        return Err(SignatureError::BadArtifact {
+            digest,
+            reason: "only sha256 digests are signed by cosign's tag scheme".into(),
+        });
     };
     let tag = format!("sha256-{hex}.sig");
     metrics.fetched();
     let Some(manifest) = client.manifest(&tag, limits.signature_manifest).await? else {
         return Err(SignatureError::NoSignatures { digest, repository: reference.name(), tag });
     };
-    let layers = sigstore::parse_signature_manifest(&manifest.body)
-        .map_err(|error| SignatureError::BadArtifact { digest: digest.clone(), reason: error.to_string() })?;
+    let layers = sigstore::parse_artifact(&manifest.body)
+        .map_err(|error| SignatureError::BadArtifact { digest: digest.clone(), reason: error.to_string() })?
+        .layers;
     let mut signatures = Vec::with_capacity(layers.len());
     for layer in layers {
         if layer.size > limits.payload as u64 {

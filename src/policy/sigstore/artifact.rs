@@ -1,0 +1,183 @@
+//! cosign's signature artifact as a registry serves it, read as hostile input: the image manifest
+//! at the tag `sha256-<hex>.sig`, each of whose layers of cosign's simple-signing type is one
+//! signature (the layer's blob is the signed payload; its annotations carry the signature and,
+//! for keyless signing, the certificate, its chain and Rekor's bundle). Every size is bounded.
+
+use serde::{
+    Deserialize,
+    de::{SeqAccess, Visitor},
+};
+
+use crate::policy::scope::shown;
+
+/// The largest signature manifest read: cosign's are a few KiB (a certificate and a chain per
+/// layer at most).
+pub const MANIFEST_LIMIT: usize = 4 * 1024 * 1024;
+
+/// The most signature layers considered; those beyond are counted, not read.
+pub const LAYER_LIMIT: usize = 32;
+
+/// The largest payload (a layer's blob) read. cosign's are about 250 bytes plus the signer's
+/// `-a key=value` annotations, which CI pipelines fill with repositories, commits and run URLs:
+/// 64 KiB leaves them room, and bounds one image's signatures at 2 MiB ([`LAYER_LIMIT`] of them;
+/// containers/image allows 4 MiB for each).
+pub const PAYLOAD_LIMIT: u64 = 64 * 1024;
+
+/// The media type of a layer that is a cosign signature.
+pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+
+/// Why a signature manifest was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("the signature manifest is {0} bytes, more than {MANIFEST_LIMIT}")]
+    TooLarge(usize),
+    /// serde's words, escaped and bounded: they may quote what the registry sent.
+    #[error("the signature manifest is not an image manifest: {0}")]
+    Parse(String),
+    #[error("the signature manifest's schemaVersion is {0}, not 2")]
+    SchemaVersion(u64),
+    #[error("the signature manifest is a {0}, not an image manifest")]
+    MediaType(String),
+    #[error("a signature layer's digest {0} is not sha256:<64 hex digits>")]
+    Digest(String),
+}
+
+/// One signature layer: where its payload is, and the annotations verification reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    /// `sha256:<64 lowercase hex digits>`, checked: the payload's digest, and safe in a blob URL.
+    pub digest: String,
+    /// The payload's size as the manifest states it; one over [`PAYLOAD_LIMIT`] need not be
+    /// fetched (pass it with an empty payload: verification refuses it for its size).
+    pub size: u64,
+    /// `dev.cosignproject.cosign/signature`: the signature, base64.
+    pub signature: Option<String>,
+    /// `dev.sigstore.cosign/certificate`: the signer's certificate (keyless signing), PEM.
+    pub certificate: Option<String>,
+    /// `dev.sigstore.cosign/chain`: the certificate's chain, PEM.
+    pub chain: Option<String>,
+    /// `dev.sigstore.cosign/bundle`: Rekor's signed entry timestamp and entry, JSON.
+    pub bundle: Option<String>,
+}
+
+/// A signature manifest, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    /// The first [`LAYER_LIMIT`] signature layers, in the manifest's order.
+    pub layers: Vec<Layer>,
+    /// Signature layers beyond those, not considered.
+    pub not_considered: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawManifest {
+    schema_version: u64,
+    media_type: Option<String>,
+    layers: Layers,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawLayer {
+    media_type: String,
+    digest: String,
+    size: u64,
+    annotations: Option<RawAnnotations>,
+}
+
+/// The annotations read; others are passed over unread.
+#[derive(Deserialize)]
+struct RawAnnotations {
+    #[serde(rename = "dev.cosignproject.cosign/signature")]
+    signature: Option<String>,
+    #[serde(rename = "dev.sigstore.cosign/certificate")]
+    certificate: Option<String>,
+    #[serde(rename = "dev.sigstore.cosign/chain")]
+    chain: Option<String>,
+    #[serde(rename = "dev.sigstore.cosign/bundle")]
+    bundle: Option<String>,
+}
+
+/// The signature layers, at most [`LAYER_LIMIT`] kept however many the list has: one layer is
+/// held at a time, so a manifest of a million small layers costs no more than one of 32.
+struct Layers {
+    kept: Vec<RawLayer>,
+    beyond: usize,
+}
+
+impl<'de> Deserialize<'de> for Layers {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Bounded;
+        impl<'de> Visitor<'de> for Bounded {
+            type Value = Layers;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a list of layers")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Layers, A::Error> {
+                let mut layers = Layers { kept: Vec::new(), beyond: 0 };
+                while let Some(layer) = seq.next_element::<RawLayer>()? {
+                    if layer.media_type != SIGNATURE_MEDIA_TYPE {
+                        continue;
+                    }
+                    if layers.kept.len() < LAYER_LIMIT {
+                        layers.kept.push(layer);
+                    } else {
+                        layers.beyond += 1;
+                    }
+                }
+                Ok(layers)
+            }
+        }
+        deserializer.deserialize_seq(Bounded)
+    }
+}
+
+/// The media types a signature manifest may have: OCI's, or Docker's schema 2 (a registry may
+/// convert).
+const MANIFEST_TYPES: [&str; 2] =
+    ["application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json"];
+
+/// Reads a signature manifest's bytes. Layers of other media types are passed over (cosign puts
+/// only signatures there; other attachments are not signatures).
+pub fn parse_artifact(manifest: &[u8]) -> Result<Artifact, ArtifactError> {
+    if manifest.len() > MANIFEST_LIMIT {
+        return Err(ArtifactError::TooLarge(manifest.len()));
+    }
+    let raw: RawManifest = serde_json::from_slice(manifest).map_err(|error| {
+        ArtifactError::Parse(crate::messages::echo(&error.to_string().escape_debug().to_string()).into_owned())
+    })?;
+    if raw.schema_version != 2 {
+        return Err(ArtifactError::SchemaVersion(raw.schema_version));
+    }
+    if let Some(media_type) = raw.media_type.filter(|media_type| !MANIFEST_TYPES.contains(&media_type.as_str())) {
+        return Err(ArtifactError::MediaType(shown(&media_type)));
+    }
+    let layers = raw.layers.kept.into_iter().map(layer).collect::<Result<_, _>>()?;
+    Ok(Artifact { layers, not_considered: raw.layers.beyond })
+}
+
+fn layer(raw: RawLayer) -> Result<Layer, ArtifactError> {
+    if !is_sha256(&raw.digest) {
+        return Err(ArtifactError::Digest(shown(&raw.digest)));
+    }
+    let annotations =
+        raw.annotations.unwrap_or(RawAnnotations { signature: None, certificate: None, chain: None, bundle: None });
+    Ok(Layer {
+        digest: raw.digest,
+        size: raw.size,
+        signature: annotations.signature,
+        certificate: annotations.certificate,
+        chain: annotations.chain,
+        bundle: annotations.bundle,
+    })
+}
+
+/// `sha256:` and 64 lowercase hex digits, as go-digest validates a SHA-256 digest.
+pub fn is_sha256(digest: &str) -> bool {
+    digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64 && hex.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+    })
+}

@@ -156,15 +156,16 @@ async fn cosign_and_cri_imaged_agree_on_every_signature_and_a_refused_image_neve
     let (manifest, _) = signature_of(registry, "sig/signed", &signed);
     put_signature(registry, "sig/huge", &huge, manifest, &vec![b'{'; 100 << 20]);
 
+    // Each case, whether it goes in, and the reason a person reads when it does not.
     let cases = [
-        ("signed", true),
-        ("unsigned", false),
-        ("otherkey", false),
-        ("moved", false),
-        ("tampered", false),
-        ("huge", false),
+        ("signed", true, ""),
+        ("unsigned", false, "no signature for sha256:"),
+        ("otherkey", false, "not signed by the policy's ECDSA P-256 key"),
+        ("moved", false, "signed for another image"),
+        ("tampered", false, "not signed by the policy's ECDSA P-256 key"),
+        ("huge", false, "a payload of 104857600 bytes, more than 65536"),
     ];
-    for (name, expected) in cases {
+    for (name, expected, _) in cases {
         let image = stack.image(&format!("sig/{name}:v1"));
         assert_eq!(cosign_accepts(&cosign, &ours, &image), expected, "cosign's verdict on {name}");
     }
@@ -185,7 +186,7 @@ async fn cosign_and_cri_imaged_agree_on_every_signature_and_a_refused_image_neve
 
     let clients = Client::available();
     for (i, &client) in clients.iter().enumerate() {
-        for (name, expected) in cases {
+        for (name, expected, reason) in cases {
             let image = stack.image(&format!("sig/{name}:v1"));
             let answers = run(
                 client,
@@ -201,6 +202,7 @@ async fn cosign_and_cri_imaged_agree_on_every_signature_and_a_refused_image_neve
             assert_eq!(code, "PERMISSION_DENIED", "{client:?} {name}: {message}");
             let prefix = format!("image pull failed for {image} because the signature validation failed: ");
             assert!(message.starts_with(&prefix), "{client:?} {name}: {message}");
+            assert!(message.contains(reason), "{client:?} {name}: {message}");
             let Answer::Error { code, message } = &answers[1] else { panic!("{client:?} CRI let {name} in") };
             assert_eq!(code, "UNKNOWN");
             assert!(message.starts_with("SignatureValidationFailed: "), "{client:?} {name}: {message}");

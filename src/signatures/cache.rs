@@ -23,9 +23,12 @@ pub struct VerifiedCache {
     inner: Mutex<Kept>,
 }
 
+/// The requirements a digest met, and how.
+type Met = (Vec<Arc<SigstoreSigned>>, Verified);
+
 #[derive(Default)]
 struct Kept {
-    by_digest: HashMap<String, Vec<(Vec<Arc<SigstoreSigned>>, Verified)>>,
+    by_digest: HashMap<String, Vec<Met>>,
     order: VecDeque<String>,
 }
 
@@ -79,5 +82,71 @@ impl Flights {
             under_way.remove(&key);
         }
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::policy::SigstoreSigned;
+
+    fn requirement(key: &str) -> Vec<Arc<SigstoreSigned>> {
+        let text = format!(r#"{{"type": "sigstoreSigned", "keyData": "{key}"}}"#);
+        vec![Arc::new(serde_json::from_str(&text).expect("a requirement"))]
+    }
+
+    fn verified(digest: &str) -> Verified {
+        Verified { digest: digest.into(), by: vec![("0123".into(), "sha256:sig".into())] }
+    }
+
+    #[test]
+    fn a_digest_is_verified_only_under_the_requirement_it_met() {
+        let cache = VerifiedCache::default();
+        cache.put("sha256:a", &requirement("one"), verified("sha256:a"));
+        assert_eq!(cache.get("sha256:a", &requirement("one")), Some(verified("sha256:a")));
+        // A reload that changed the key: what the old one covered does not count.
+        assert_eq!(cache.get("sha256:a", &requirement("two")), None);
+        assert_eq!(cache.get("sha256:b", &requirement("one")), None);
+    }
+
+    #[test]
+    fn the_oldest_entries_go_past_the_bound() {
+        let cache = VerifiedCache::default();
+        for n in 0..=KEPT {
+            let digest = format!("sha256:{n}");
+            cache.put(&digest, &requirement("one"), verified(&digest));
+        }
+        assert_eq!(cache.get("sha256:0", &requirement("one")), None);
+        assert!(cache.get(&format!("sha256:{KEPT}"), &requirement("one")).is_some());
+        assert!(cache.get("sha256:1", &requirement("one")).is_some());
+    }
+
+    #[tokio::test]
+    async fn verifications_of_one_image_under_way_at_once_are_one() {
+        let flights = Arc::new(Flights::default());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (release, held) = tokio::sync::watch::channel(false);
+        let waiters: Vec<_> = (0..50)
+            .map(|_| {
+                let (flights, runs, mut held) = (flights.clone(), runs.clone(), held.clone());
+                let work = async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    let _ = held.wait_for(|released| *released).await;
+                    Ok(verified("sha256:a"))
+                };
+                tokio::spawn(async move { flights.join("image".into(), Box::pin(work)).await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        release.send(true).expect("waiters");
+        for waiter in waiters {
+            assert_eq!(waiter.await.expect("task").expect("verified"), verified("sha256:a"));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "one verification for fifty callers");
+        // Ended: the next one verifies again (its result is the cache's to keep).
+        let again = flights.join("image".into(), Box::pin(async { Ok(verified("sha256:b")) })).await;
+        assert_eq!(again.expect("verified"), verified("sha256:b"));
     }
 }

@@ -1,6 +1,7 @@
 //! The node's image policy: any bytes read as a containers-policy.json(5) file
-//! (`policy::parse`), then an arbitrary image judged under it, for a namespace with that file and
-//! for one without (`Policies::decide`).
+//! (`policy::parse_with_keys`, every key file a P-256 test key, a `keyData` whatever it holds),
+//! then an arbitrary image judged under it, for a namespace with that file and for one without
+//! (`Policies::decide`).
 //!
 //! Input: the image up to the first newline, then the document.
 #![no_main]
@@ -8,10 +9,13 @@
 use std::collections::BTreeMap;
 
 use cri_imaged::{
-    policy::{Policies, PolicySource, lookups, parse},
+    policy::{Policies, PolicySource, lookups, parse_with_keys},
     reference::ImageReference,
 };
 use libfuzzer_sys::fuzz_target;
+
+/// What every key file holds (src/policy/sigstore/testdata/p256.pub).
+const KEY: &[u8] = include_bytes!("../../src/policy/sigstore/testdata/p256.pub");
 
 /// The longest error a document may give: it quotes at most 100 characters of a scope.
 const MAX_ERROR: usize = 1500;
@@ -21,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
         Some(newline) => (&data[..newline], &data[newline + 1..]),
         None => (data, &[][..]),
     };
-    let file = match parse(document) {
+    let file = match parse_with_keys(document, &|_| Ok(KEY.to_vec())) {
         Ok(file) => file,
         Err(error) => {
             assert!(error.to_string().len() <= MAX_ERROR, "an error quotes a bounded scope: {error}");

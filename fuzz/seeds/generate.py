@@ -6,6 +6,7 @@ input format (see each fuzz_targets/<target>.rs). Run it again after changing a 
 files it writes are committed, the corpora that fuzzing grows are not.
 """
 
+import base64
 import hashlib
 import json
 import pathlib
@@ -344,6 +345,10 @@ CONFIG_FILES = [
     "a: &x [1, 2]\nb: *x\n",
 ]
 
+# src/policy/sigstore/testdata: the test keys and the openssl-made test vector.
+TESTDATA = SEEDS.parent.parent / "src" / "policy" / "sigstore" / "testdata"
+P256_DATA = base64.b64encode((TESTDATA / "p256.pub").read_bytes()).decode()
+
 # src/policy/tests.rs: containers-policy.json(5) documents, each after an image to judge.
 POLICY_EXAMPLE = """{
     "default": [{"type": "reject"}],
@@ -368,11 +373,51 @@ POLICY_FILES = [
     "registry.signed.example/app@" + SHA256_FF + "\n" + POLICY_EXAMPLE,
     'alpine\n{"default": [{"type": "reject"}], "transports": {"docker": {"": [{"type": "insecureAcceptAnything"}]}}}',
     'localhost:5000/app\n{"default": [{"type": "insecureAcceptAnything"}, {"type": "reject"}]}',
-    'a.example.com/x\n{"default": [{"type": "reject"}], "transports": {"docker": {"a.example.com": [{"type": "sigstoreSigned", "fulcio": {"caData": "YQ==", "oidcIssuer": "https://i", "subjectEmail": "a@b"}, "rekorPublicKeyData": "YQ=="}]}}}',
-    'b.example.com/x\n{"default": [{"type": "sigstoreSigned", "keyDatas": ["YQ=="], "signedIdentity": {"type": "remapIdentity", "prefix": "b.example.com", "signedPrefix": "m.example/b"}}]}',
+    'a.example.com/x\n{"default": [{"type": "reject"}], "transports": {"docker": {"a.example.com": [{"type": "sigstoreSigned", "fulcio": {"caData": "YQ==", "oidcIssuer": "https://i", "subjectEmail": "a@b"}, "rekorPublicKeyData": "' + P256_DATA + '"}]}}}',
+    'b.example.com/x\n{"default": [{"type": "sigstoreSigned", "keyDatas": ["' + P256_DATA + '"], "signedIdentity": {"type": "remapIdentity", "prefix": "b.example.com", "signedPrefix": "m.example/b"}}]}',
     'busybox\n{"default": [{"type": "signedBy", "keyType": "GPGKeys", "keyPath": "/k.gpg"}]}',
     'busybox\n{"default": [{"type": "reject"}], "transports": {"docker": {"busybox": [{"type": "reject"}]}}}',
     'busybox\n{"default": []}',
+    'busybox\n{"default": [{"type": "sigstoreSigned", "keyPath": "/k.pub", "rekorPublicKeyPath": "/r.pub"}]}',
+]
+
+# src/policy/sigstore/tests.rs: a .sig manifest, NUL, a payload, NUL, a signature (base64).
+PAYLOAD = (TESTDATA / "payload.json").read_text()
+RSA_SIGNATURE = (TESTDATA / "rsa-2048.sig").read_text().strip()
+P384_SIGNATURE = (TESTDATA / "p384-sha256.sig").read_text().strip()
+MANIFEST_DIGEST = "sha256:a8e87c3b20f50688f5156a664736f33dcc8a81e83c63156df15bb00d01f2c758"
+
+
+def sig_manifest(layers, media_type="application/vnd.oci.image.manifest.v1+json"):
+    return json.dumps({
+        "schemaVersion": 2,
+        "mediaType": media_type,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": MANIFEST_DIGEST, "size": 233},
+        "layers": layers,
+    })
+
+
+def cosign_layer(payload, signature, **annotations):
+    digest = "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+    annotations = {"dev.cosignproject.cosign/signature": signature, **annotations}
+    return {"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": digest, "size": len(payload),
+            "annotations": annotations}
+
+
+OTHER_LAYER = {"mediaType": "application/vnd.in-toto+json", "digest": SHA256_FF, "size": 1}
+TAGGED_PAYLOAD = PAYLOAD.replace('team/app"', 'team/app:v1"')
+ANNOTATED_PAYLOAD = PAYLOAD.replace('"optional":null', '"optional":{"creator":"ci","timestamp":1700000000}')
+SIGNATURE_ARTIFACTS = [
+    sig_manifest([cosign_layer(PAYLOAD, RSA_SIGNATURE)]) + "\0" + PAYLOAD + "\0" + RSA_SIGNATURE,
+    sig_manifest([OTHER_LAYER, cosign_layer(PAYLOAD, P384_SIGNATURE, **{"dev.sigstore.cosign/bundle": "{}"})])
+    + "\0" + PAYLOAD + "\0" + P384_SIGNATURE,
+    sig_manifest([cosign_layer(TAGGED_PAYLOAD, "MEUCIQ==")] * 3, "application/vnd.docker.distribution.manifest.v2+json")
+    + "\0" + TAGGED_PAYLOAD + "\0MEUCIQ==",
+    sig_manifest([cosign_layer(ANNOTATED_PAYLOAD, RSA_SIGNATURE)]) + "\0" + ANNOTATED_PAYLOAD + "\0" + RSA_SIGNATURE,
+    sig_manifest([], "application/vnd.oci.image.index.v1+json") + "\0\0",
+    '{"schemaVersion": 2, "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", "digest": "sha256:..", "size": 1}]}\0{}\0',
+    "\0" + (TESTDATA / "p384.pub").read_text() + "\0",
+    "\0" + (TESTDATA / "rsa-2048.pub").read_text() + "\0",
 ]
 
 
@@ -386,6 +431,7 @@ def main():
     write("authority", AUTHORITY)
     write("config_file", CONFIG_FILES)
     write("policy_file", POLICY_FILES)
+    write("signature_artifact", SIGNATURE_ARTIFACTS)
 
 
 if __name__ == "__main__":

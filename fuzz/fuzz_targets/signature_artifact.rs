@@ -1,0 +1,97 @@
+//! cosign's signature artifact as a registry would serve it: any bytes read as the `.sig`
+//! manifest (`policy::sigstore::parse_artifact`), as a payload (`parse_payload`), as a public key
+//! (`PublicKey::from_pem`, `from_spki`), and as a signature, then judged by `verify` under fixed
+//! keys (the RSA-2048 test vector's and a P-256 one) for the test vector's image and digest.
+//!
+//! Input: the manifest, a NUL byte, the payload, a NUL byte, the signature annotation (base64);
+//! missing parts are empty.
+#![no_main]
+
+use cri_imaged::{
+    policy::{
+        SigstoreSigned,
+        sigstore::{LAYER_LIMIT, Layer, PublicKey, Rejected, load_keys, parse_artifact, parse_payload, verify},
+    },
+    reference::ImageReference,
+};
+use libfuzzer_sys::fuzz_target;
+use sha2::{Digest, Sha256};
+
+/// The test vector's manifest digest (src/policy/sigstore/testdata/README.md).
+const MANIFEST: &str = "sha256:a8e87c3b20f50688f5156a664736f33dcc8a81e83c63156df15bb00d01f2c758";
+const RSA: &str = include_str!("../../src/policy/sigstore/testdata/rsa-2048.pub");
+const P256: &str = include_str!("../../src/policy/sigstore/testdata/p256.pub");
+
+/// The longest error of a parser: what it quotes is escaped and bounded.
+const MAX_ERROR: usize = 1500;
+/// The longest refusal: eight signatures' reasons shown, each bounded.
+const MAX_REFUSAL: usize = 8 * 1000;
+
+fn requirement(identity: &str) -> SigstoreSigned {
+    let b64 = |pem: &str| base64(pem.as_bytes());
+    let json = format!(r#"{{"keyDatas": ["{}", "{}"], "signedIdentity": {identity}}}"#, b64(RSA), b64(P256));
+    let mut signed: SigstoreSigned = serde_json::from_str(&json).expect("a requirement");
+    load_keys(&mut signed, &|_| Err("no files".into())).expect("the test keys load");
+    signed
+}
+
+fn base64(bytes: &[u8]) -> String {
+    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut parts = data.splitn(3, |&b| b == 0);
+    let (manifest, payload, signature) =
+        (parts.next().unwrap_or_default(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+
+    let mut layers = Vec::new();
+    match parse_artifact(manifest) {
+        Ok(artifact) => {
+            assert!(artifact.layers.len() <= LAYER_LIMIT);
+            for layer in &artifact.layers {
+                // Safe in a blob URL: the client fetches by it.
+                let hex = layer.digest.strip_prefix("sha256:").expect("a sha256 digest");
+                assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+            }
+            layers.extend(artifact.layers.into_iter().map(|layer| (layer, payload.to_vec())));
+        }
+        Err(error) => assert!(error.to_string().len() <= MAX_ERROR, "{error}"),
+    }
+    if let Err(error) = parse_payload(payload) {
+        assert!(error.to_string().len() <= MAX_ERROR, "{error}");
+    }
+    for key in [PublicKey::from_pem(payload), PublicKey::from_spki(payload)] {
+        if let Err(error) = key {
+            assert!(error.to_string().len() <= MAX_ERROR, "{error}");
+        }
+    }
+
+    // The payload as a layer of its own, signed by the third part: the test vector's seed verifies.
+    let digest: String = Sha256::digest(payload).iter().map(|b| format!("{b:02x}")).collect();
+    let own = Layer {
+        digest: format!("sha256:{digest}"),
+        size: payload.len() as u64,
+        signature: Some(String::from_utf8_lossy(signature).into_owned()),
+        certificate: None,
+        chain: None,
+        bundle: None,
+    };
+    layers.push((own, payload.to_vec()));
+    let image = ImageReference::parse_normalized("registry.example.com/team/app:v1").expect("a reference");
+    for identity in [r#"{"type": "matchRepository"}"#, r#"{"type": "matchRepoDigestOrExact"}"#] {
+        let required = requirement(identity);
+        match verify(&required, &image, MANIFEST, &layers) {
+            Ok(accepted) => {
+                assert!(required.keys.iter().any(|key| key.fingerprint() == accepted.key));
+                assert!(layers.iter().any(|(layer, _)| layer.digest == accepted.layer));
+            }
+            Err(rejected) => {
+                let message = rejected.to_string();
+                assert!(message.len() <= MAX_REFUSAL, "{} bytes: {message}", message.len());
+                if let Rejected::NoneVerified(refused) = rejected {
+                    assert_eq!(refused.len(), layers.len().min(LAYER_LIMIT));
+                }
+            }
+        }
+    }
+});

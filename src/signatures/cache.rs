@@ -93,7 +93,7 @@ mod tests {
     use crate::policy::SigstoreSigned;
 
     fn requirement(key: &str) -> Vec<Arc<SigstoreSigned>> {
-        let text = format!(r#"{{"type": "sigstoreSigned", "keyData": "{key}"}}"#);
+        let text = format!(r#"{{"keyData": "{key}"}}"#);
         vec![Arc::new(serde_json::from_str(&text).expect("a requirement"))]
     }
 

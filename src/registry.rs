@@ -16,3 +16,6 @@ pub use self::{
     client::{Fetched, RegistryClient, RegistryError, Repository},
     endpoint::Endpoint,
 };
+
+#[cfg(test)]
+mod tests;

@@ -152,3 +152,71 @@ pub fn present_digest<'a>(present: &'a PresentImage, reference: &ImageReference)
     let prefix = format!("{}@", reference.name());
     present.repo_digests.iter().find_map(|name| name.strip_prefix(&prefix))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+
+    const VERIFIED: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const MOVED: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn signed_pulls(runtime: Arc<FakeRuntime>) -> SignedPulls {
+        let signatures = Arc::new(Signatures::new(Default::default(), Arc::default()));
+        SignedPulls::new(runtime, signatures, Arc::default(), Arc::default())
+    }
+
+    fn bound_to(verified: &str) -> (ImageReference, Verified, Pulled) {
+        let reference = ImageReference::parse_normalized("registry.example/app:v1").expect("a reference");
+        let verified = Verified { digest: verified.into(), by: vec![("fingerprint".into(), "sha256:sig".into())] };
+        let pulled = Pulled { image_ref: "sha256:image".into(), image_size: 1, pull_duration: Duration::ZERO };
+        (reference, verified, pulled)
+    }
+
+    #[tokio::test]
+    async fn an_image_pulled_as_the_digest_verified_stays() {
+        let runtime =
+            Arc::new(FakeRuntime::default().with_image(&format!("registry.example/app@{VERIFIED}"), "sha256:image", 1));
+        let (reference, verified, pulled) = bound_to(VERIFIED);
+        signed_pulls(runtime.clone()).bind(&pulled, &reference, &verified, "").await.expect("bound");
+        assert!(runtime.state().removed.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_image_whose_tag_moved_during_the_pull_is_removed_and_the_pull_fails() {
+        let runtime =
+            Arc::new(FakeRuntime::default().with_image(&format!("registry.example/app@{MOVED}"), "sha256:image", 1));
+        let (reference, verified, pulled) = bound_to(VERIFIED);
+        let refused = signed_pulls(runtime.clone()).bind(&pulled, &reference, &verified, "").await;
+        let Err(PullError::PolicyRejected(message)) = refused else { panic!("bound: {refused:?}") };
+        assert!(message.contains(&format!("the image pulled is not {VERIFIED}")), "{message}");
+        assert!(message.ends_with("; it was removed"), "{message}");
+        assert_eq!(runtime.state().removed, ["sha256:image"]);
+    }
+
+    #[tokio::test]
+    async fn a_busy_image_is_not_removed_but_the_pull_still_fails() {
+        let runtime =
+            Arc::new(FakeRuntime::default().with_image(&format!("registry.example/app@{MOVED}"), "sha256:image", 1));
+        runtime.state().refuse_removal.insert("sha256:image".into());
+        let (reference, verified, pulled) = bound_to(VERIFIED);
+        let refused = signed_pulls(runtime.clone()).bind(&pulled, &reference, &verified, "").await;
+        let Err(PullError::PolicyRejected(message)) = refused else { panic!("bound: {refused:?}") };
+        assert!(!message.contains("removed"), "{message}");
+    }
+
+    #[test]
+    fn a_present_image_runs_as_its_digest_in_the_repository_asked_for() {
+        let present = PresentImage {
+            id: "sha256:image".into(),
+            size: 1,
+            repo_digests: vec![format!("other.example/app@{MOVED}"), format!("registry.example/app@{VERIFIED}")],
+        };
+        let (reference, _, _) = bound_to(VERIFIED);
+        assert_eq!(present_digest(&present, &reference), Some(VERIFIED));
+        let elsewhere = ImageReference::parse_normalized("third.example/app:v1").expect("a reference");
+        assert_eq!(present_digest(&present, &elsewhere), None);
+    }
+}

@@ -4,7 +4,8 @@
 //! key and image). A namespace whose policy requires a signature gets an unsigned, wrongly signed,
 //! tampered or mis-bound image by no way in (EnsureImageExists, CRI PullImage), with the kubelet's
 //! reason; a signed image is pulled and then answered from what was verified; a herd of pods on a
-//! signed absent image reads its signatures once; a signature of 100 MiB is refused unread.
+//! signed absent image reads its signatures once; a signature of 100 MiB is refused unread; a
+//! pre-pull of an unsigned image fails with the policy's reason.
 
 mod support;
 
@@ -242,6 +243,43 @@ async fn cosign_and_cri_imaged_agree_on_every_signature_and_a_refused_image_neve
         call.await.expect("task").expect("every pod of the herd gets the signed image");
     }
     assert_eq!(metric(port, "cri_imaged_signature_manifests_fetched_total") - fetched, 1.0, "one read for the herd");
+
+    // Pre-pulls (the default policy's): the signed one is pulled, the unsigned one fails with the
+    // policy's reason and never reaches containerd.
+    let signed_pre = digest("prepull-signed");
+    digest("prepull-unsigned");
+    sign(&cosign, &ours, &format!("{}@{signed_pre}", stack.image("sig/prepull-signed")));
+    let images = [stack.image("sig/prepull-signed:v1"), stack.image("sig/prepull-unsigned:v1")];
+    let submit = Call::new("imagemanager.v1.ImageManager/SubmitPrePull", json!({ "images": images }));
+    let submitted = run(clients[0], &daemon.socket, vec![submit]).await;
+    let Answer::Ok(submitted) = &submitted[0] else { panic!("{submitted:?}") };
+    let ids: Vec<String> = submitted["pre_pulls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pre_pull| pre_pull["id"].as_str().expect("an id").to_owned())
+        .collect();
+    let mut ended = Vec::new();
+    for id in &ids {
+        let get = Call::new("imagemanager.v1.ImageManager/GetPrePull", json!({ "id": id }));
+        let mut pre_pull = Value::Null;
+        for _ in 0..200 {
+            let answers = run(clients[0], &daemon.socket, vec![get.clone()]).await;
+            let Answer::Ok(answer) = &answers[0] else { panic!("{answers:?}") };
+            pre_pull = answer.clone();
+            if pre_pull["state"] == "done" || pre_pull["state"] == "failed" {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        ended.push(pre_pull);
+    }
+    assert_eq!(ended[0]["state"], json!("done"), "{}", ended[0]);
+    assert_eq!(ended[1]["state"], json!("failed"), "{}", ended[1]);
+    assert_eq!(ended[1]["reason"], json!("SignatureValidationFailed"), "{}", ended[1]);
+    assert!(ended[1]["message"].as_str().is_some_and(|message| message.contains("no signature for sha256:")));
+    let direct = run(clients[0], &stack.containerd_socket, vec![status(&images[1])]).await;
+    assert_eq!(direct[0], Answer::Ok(json!({})), "containerd does not have the unsigned pre-pull");
 
     // The events say which key verified the image, and why the others were refused.
     let events =

@@ -47,6 +47,7 @@ mod progress;
 mod records;
 mod registries;
 mod report;
+mod signatures;
 
 use std::{
     path::{Path, PathBuf},
@@ -126,6 +127,7 @@ enum Section {
     Cri,
     Registries,
     PrePulls,
+    Signatures,
 }
 
 /// How much of everything to do.
@@ -283,6 +285,10 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
         if sections.contains(&Section::Herd) {
             herds(&bench, &daemon, &mut findings).await;
         }
+    }
+    if sections.contains(&Section::Signatures) {
+        let daemon = Daemon::start(&bench, "unsigned", &[]).await;
+        signatures::run(&bench, &daemon, &mut findings).await;
     }
     if sections.contains(&Section::Backoff) {
         progress!("backoff store: {} entries", sizes.backoff_entries);

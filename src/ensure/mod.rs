@@ -196,7 +196,7 @@ impl<R: ImageRuntime> Manager<R> {
         let (reference, spec) = with_default_tag(&request)?;
         // The node's image policy, before anything else: an image it refuses is refused present
         // or not, as a failed pull (backed off, evented), and never reaches the runtime.
-        let mut pending = match self.admit(&request, &reference) {
+        let pending = match self.admit(&request, &reference) {
             Ok(pending) => pending,
             Err(refusal) => return Err(self.refused(&request, PullError::PolicyRejected(refusal.message))),
         };
@@ -215,8 +215,9 @@ impl<R: ImageRuntime> Manager<R> {
             present.as_ref().and_then(|found| signed::present_digest(found, &reference)).map(str::to_owned);
         if let Some(outcome) = self.decide(&request, &repository, (policy, present), count).await? {
             // The present image runs: its own digest is what the policy's signatures must cover.
-            if let Some(pending) = pending.take() {
-                self.verify_present(&request, (&reference, present_digest), pending, about).await?;
+            // Kept: if image GC takes the image meanwhile, the pull below verifies its own digest.
+            if let Some(pending) = &pending {
+                self.verify_present(&request, (&reference, present_digest), pending.clone(), about).await?;
             }
             if hand_out.complete(&outcome.image_ref, Instant::now()) {
                 return Ok(outcome);

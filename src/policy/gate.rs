@@ -60,7 +60,7 @@ pub enum Admission {
 }
 
 /// A decision waiting on the image's signatures.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pending {
     verdict: Verdict,
     /// Every one must be met.

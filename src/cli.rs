@@ -7,7 +7,8 @@
 //! - `render`: pure formatting: sizes and ages, tables, the pull's progress frame, lines whose
 //!   tones are kept apart from their text (and the one function that makes text printable), JSON
 //!   lines.
-//! - one module per command: `pull`, `images`, `status`, `events`, `gc`, `backoff`, `top`, and
+//! - one module per command: `pull`, `images`, `status`, `events`, `gc`, `backoff`, `policy`,
+//!   `top`, and
 //!   `docs` (completions and man pages).
 //!
 //! Nothing here is part of the daemon: `serve` never runs this code, and this code imports none
@@ -22,6 +23,7 @@ mod events;
 mod gc;
 mod images;
 mod output;
+mod policy;
 mod pull;
 mod render;
 mod secret;
@@ -62,6 +64,7 @@ async fn dispatch(command: ClientCommand) -> Result<(), CliError> {
         ClientCommand::Events(args) => events::run(args).await,
         ClientCommand::Gc(args) => gc::run(args).await,
         ClientCommand::Backoff(args) => backoff::run(args).await,
+        ClientCommand::Policy(args) => policy::run(args).await,
         ClientCommand::Top(args) => top::run(args).await,
         ClientCommand::Completion(_) | ClientCommand::GenerateMan(_) => Ok(()),
     }

@@ -8,6 +8,7 @@
 //!   because it would not be honoured;
 //! - `scope`: the `docker` transport's scopes, and the keys an image is looked up under;
 //! - `gate`: the policies in force where images enter, swapped whole on reload; audit mode;
+//! - `explain`: what is shown of them: where they were read from, their digest, each requirement;
 //! - [`sigstore`]: cosign signatures verified by public key (the keys loaded with the file; the
 //!   signature artifact and payload read as hostile input; `signedIdentity`), pure.
 //!
@@ -16,6 +17,7 @@
 //! the image's signatures. Its `fulcio` certificates and Rekor's proofs are not verified yet, and
 //! refuse.
 
+mod explain;
 mod file;
 mod gate;
 mod scope;
@@ -24,8 +26,9 @@ pub mod sigstore;
 use std::{collections::BTreeMap, sync::Arc};
 
 pub use self::{
+    explain::Loaded,
     file::{Fulcio, PolicyFile, PolicyFileError, Requirement, SignedIdentity, SigstoreSigned, parse, parse_with_keys},
-    gate::{Admission, InForce, Mode, Pending, PolicyGate, PolicyMetrics, Refusal, canonical},
+    gate::{Admission, InForce, Mode, Pending, PolicyGate, PolicyMetrics, Refusal, canonical, where_decided},
     scope::{ScopeError, lookups},
 };
 use crate::reference::ImageReference;

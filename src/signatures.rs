@@ -20,9 +20,10 @@ use futures_util::{FutureExt, future::BoxFuture};
 
 use self::{cache::Flights, cache::VerifiedCache};
 pub use self::{fetch::FetchLimits, metrics::SignatureMetrics};
+
 use crate::{
     credentials::Credential,
-    policy::{SigstoreSigned, sigstore},
+    policy::{PolicySource, SigstoreSigned, Verdict, sigstore},
     reference::ImageReference,
     registry::RegistryError,
 };
@@ -36,6 +37,28 @@ pub struct Verified {
     pub by: Vec<(String, String)>,
 }
 
+/// Which policy and scope required a verification: kept with what it verified, and counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Under {
+    pub policy: PolicySource,
+    /// As [`Verdict::scope`]: a `transports.docker` key, or `None` for the policy's default.
+    pub scope: Option<String>,
+}
+
+impl Under {
+    pub fn of(verdict: &Verdict) -> Self {
+        Self { policy: verdict.policy.clone(), scope: verdict.scope.clone() }
+    }
+
+    /// The metrics' `policy` label: a namespace's name would be a label without bound.
+    pub fn label(&self) -> &'static str {
+        match self.policy {
+            PolicySource::Namespace(_) => "namespace",
+            PolicySource::Default | PolicySource::None => "default",
+        }
+    }
+}
+
 /// Why an image's signatures were not accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum SignatureError {
@@ -45,12 +68,24 @@ pub enum SignatureError {
     NoSignatures { digest: String, repository: String, tag: String },
     #[error("the signature manifest for {digest}: {reason}")]
     BadArtifact { digest: String, reason: String },
-    #[error("{0}")]
-    Rejected(String),
+    #[error("{reason}")]
+    Rejected { digest: String, reason: String },
     #[error("reading signatures: {0}")]
     Registry(#[from] RegistryError),
     #[error("reading signatures took longer than {0:?}")]
     TimedOut(Duration),
+}
+
+impl SignatureError {
+    /// The digest whose signatures were read, when it was known before the failure.
+    pub fn digest(&self) -> Option<&str> {
+        match self {
+            Self::NoSignatures { digest, .. } | Self::BadArtifact { digest, .. } | Self::Rejected { digest, .. } => {
+                Some(digest)
+            }
+            Self::NoManifest(_) | Self::Registry(_) | Self::TimedOut(_) => None,
+        }
+    }
 }
 
 /// The signature checks of the node; shared by every entry point.
@@ -71,14 +106,25 @@ impl Signatures {
         self.cache.get(digest, requirements)
     }
 
+    /// Under which policies `digest` was verified (since start; the newest 4,096 digests kept).
+    pub fn verified_under(&self, digest: &str) -> Vec<(Under, Verified)> {
+        self.cache.under(digest)
+    }
+
+    /// The verifications' counters, for GetStatus.
+    pub fn metrics(&self) -> &SignatureMetrics {
+        &self.metrics
+    }
+
     /// Verifies `reference` under `requirements` (each must be met): at `digest` when the digest
     /// that will run is known (a present image's, or the reference's own), else at the digest
-    /// its tag names now. `credentials` are tried in turn, as the pull tries them.
+    /// its tag names now. `credentials` are tried in turn, as the pull tries them; `under` is
+    /// the policy that asks, counted and kept with the result.
     pub async fn verify(
         &self,
         reference: &ImageReference,
         digest: Option<&str>,
-        requirements: &[Arc<SigstoreSigned>],
+        (requirements, under): (&[Arc<SigstoreSigned>], &Under),
         credentials: &[Arc<Credential>],
     ) -> Result<Verified, Arc<SignatureError>> {
         let digest = digest.or(reference.digest());
@@ -92,7 +138,7 @@ impl Signatures {
         let work = {
             let (reference, digest) = (reference.clone(), digest.map(str::to_owned));
             let (requirements, credentials) = (requirements.to_vec(), credentials.to_vec());
-            let (limits, metrics) = (self.limits.clone(), self.metrics.clone());
+            let (limits, metrics, policy) = (self.limits.clone(), self.metrics.clone(), under.label());
             async move {
                 let started = tokio::time::Instant::now();
                 let fetched = tokio::time::timeout(
@@ -102,14 +148,14 @@ impl Signatures {
                 .await
                 .unwrap_or(Err(SignatureError::TimedOut(limits.deadline)));
                 let result = fetched.and_then(|found| check(&reference, &requirements, found));
-                metrics.verified(&result, started.elapsed());
+                metrics.verified(&result, policy, started.elapsed());
                 result.map_err(Arc::new)
             }
             .boxed()
         };
         let result = self.flights.join(key, work as BoxFuture<'static, _>).await;
         if let Ok(verified) = &result {
-            self.cache.put(&verified.digest, requirements, verified.clone());
+            self.cache.put(&verified.digest, requirements, (under.clone(), verified.clone()));
         }
         result
     }
@@ -125,7 +171,9 @@ fn check(
     for requirement in requirements {
         match sigstore::verify(requirement, reference, &found.digest, &found.signatures) {
             Ok(accepted) => by.push((accepted.key, accepted.layer)),
-            Err(rejected) => return Err(SignatureError::Rejected(rejected.to_string())),
+            Err(rejected) => {
+                return Err(SignatureError::Rejected { digest: found.digest, reason: rejected.to_string() });
+            }
         }
     }
     Ok(Verified { digest: found.digest, by })

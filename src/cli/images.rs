@@ -41,6 +41,7 @@ fn json_of(image: &api::NodeImage) -> Value {
         "inUse": image.in_use,
         "firstDetected": rfc3339(image.first_detected.as_ref()),
         "lastUsed": rfc3339(image.last_used.as_ref()),
+        "verifications": super::policy::verifications_json(image),
     })
 }
 
@@ -57,7 +58,7 @@ fn names(image: &api::NodeImage) -> Vec<String> {
 
 /// One row per name, as crictl lists them.
 fn table(images: &[api::NodeImage], now: SystemTime) -> Table {
-    let mut table = Table::new(&["IMAGE", "IMAGE ID", "SIZE", "AGE", "LAST USED", "PINNED", "IN USE"]);
+    let mut table = Table::new(&["IMAGE", "IMAGE ID", "SIZE", "AGE", "LAST USED", "PINNED", "IN USE", "VERIFIED"]);
     let yes = |flag: bool| if flag { "yes" } else { "no" }.to_owned();
     for image in images {
         for name in names(image) {
@@ -76,6 +77,7 @@ fn table(images: &[api::NodeImage], now: SystemTime) -> Table {
                 last_used,
                 yes(image.pinned),
                 yes(image.in_use),
+                super::policy::verified_cell(image),
             ]);
         }
     }

@@ -154,6 +154,9 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
             None => "no pass yet".to_owned(),
         }),
     );
+    for (what, text) in super::policy::status_lines(status.image_policy.as_ref(), now) {
+        say(what, Line::plain(text));
+    }
     let counts = pre_pull_counts(status);
     if counts.iter().any(|(_, count)| *count > 0) {
         let shown = counts
@@ -256,6 +259,7 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
         "prePulls": pre_pull_counts(status).iter().map(|(_, count)| u64::from(*count)).sum::<u64>(),
         "prePullsByState": pre_pull_counts(status).iter().map(|(state, count)| ((*state).to_owned(), json!(count))).collect::<serde_json::Map<_, _>>(),
         "kubeletImageServiceWarning": status.kubelet_image_service_warning,
+        "imagePolicy": super::policy::status_json(status.image_policy.as_ref()),
     })
 }
 

@@ -1,5 +1,5 @@
 //! The commands for people at a terminal (`pull`, `images`, `status`, `events`, `gc`, `backoff`,
-//! `top`, `completion`): their flags only; the `cli` module runs them.
+//! `policy`, `top`, `completion`): their flags only; the `cli` module runs them.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -46,7 +46,8 @@ pub enum ClientCommand {
     /// Make sure an image is on the node as a pod's container would (EnsureImageExists), with
     /// progress: each layer's bytes, rate and time left, and what the pull waits for.
     Pull(PullArgs),
-    /// The node's images as image GC sees them: size, age, last use, pinned, in use.
+    /// The node's images as image GC sees them: size, age, last use, pinned, in use, and the
+    /// image policy each was verified under.
     Images(ImagesArgs),
     /// What the daemon is doing: pulls under way and queued, backoffs, registries and their rate
     /// limits, image GC, the runtime's health.
@@ -57,6 +58,8 @@ pub enum ClientCommand {
     Gc(GcArgs),
     /// The pods whose pulls of an image are backing off, or clear one (or all) of them.
     Backoff(BackoffArgs),
+    /// The node's image policy: what it decides for an image, and why.
+    Policy(PolicyArgs),
     /// A live full-screen view: pulls with progress, the queue, backoffs, disk against the GC
     /// thresholds, recent events. Keys: q quits, / filters by image, p pauses.
     Top(TopArgs),
@@ -249,6 +252,44 @@ pub struct BackoffClearArgs {
     /// Every backoff on the node.
     #[arg(long)]
     pub all: bool,
+
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub action: PolicyAction,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum PolicyAction {
+    /// What the policy in force decides for IMAGE and a namespace's pods, as a pull would, without
+    /// pulling: the policy and scope, their requirements, and for a signature the digest and the
+    /// key that verified it, or why none did. Exit status 0 when the image is let in (in audit
+    /// mode, also when the policy refuses it), 1 when it is refused.
+    Check(PolicyCheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = EXIT_STATUS_HELP)]
+pub struct PolicyCheckArgs {
+    /// The image, as a pod would name it (the default tag is applied).
+    #[arg(value_name = "IMAGE")]
+    pub image: String,
+
+    /// The pod's namespace: its own policy file if it has one; unset, the node's policy.
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// A pull secret to read the signatures with, as the pod's: a Kubernetes Secret (YAML or
+    /// JSON), a docker config.json, or a .dockercfg. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub secret: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub format: Format,
 
     #[command(flatten)]
     pub connection: Connection,

@@ -1,14 +1,21 @@
 //! The image policy's files, read at start and on reload as hostile input: regular files (links
 //! followed: a ConfigMap mounts links), each bounded, a bounded number of them, and so are the key
 //! files they name; a file that does not read or parse, a key that does not load, or a namespace
-//! file's name that is no namespace, refuses the whole policy.
+//! file's name that is no namespace, refuses the whole policy. What was read is digested, so that
+//! GetStatus can say which bytes are in force.
 
-use std::path::{Path, PathBuf};
+use std::{
+    cell::RefCell,
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use sha2::{Digest as _, Sha256};
 
 use super::ServeArgs;
 use crate::{
     files::read::read_named,
-    policy::{InForce, Policies, PolicyFile, PolicyFileError, sigstore::KEY_FILE_LIMIT},
+    policy::{InForce, Loaded, Policies, PolicyFile, PolicyFileError, sigstore::KEY_FILE_LIMIT},
 };
 
 /// The largest policy file read: containers-policy.json files are a few KiB.
@@ -36,24 +43,65 @@ pub enum PolicyLoadError {
 impl ServeArgs {
     /// The image policy the flags name, its files read now.
     pub fn image_policy(&self) -> Result<InForce, PolicyLoadError> {
+        let digest = FilesDigest::default();
         let default = match &self.signature_policy {
-            Some(path) => Some(read_policy("signature-policy", path)?),
+            Some(path) => Some(read_policy("signature-policy", path, "policy.json", &digest)?),
             None => None,
         };
         let namespaces = match &self.signature_policy_dir {
-            Some(dir) => namespace_files(dir)?,
+            Some(dir) => namespace_files(dir, &digest)?,
             None => Default::default(),
         };
-        Ok(InForce { policies: Policies { default, namespaces }, mode: self.signature_policy_mode.into() })
+        let loaded = Loaded {
+            file: self.signature_policy.clone(),
+            dir: self.signature_policy_dir.clone(),
+            namespace_files: namespaces.len(),
+            digest: digest.finish(),
+            at: SystemTime::now(),
+        };
+        let policies = Policies { default, namespaces };
+        Ok(InForce { policies, mode: self.signature_policy_mode.into(), loaded: Some(loaded) })
     }
 }
 
-fn read_policy(flag: &'static str, path: &Path) -> Result<PolicyFile, PolicyLoadError> {
+/// Every file of the policy as read, each framed by its name (`policy.json`, `<namespace>.json`,
+/// a key file as the policy names it) and length: nodes whose files hold the same bytes under the
+/// same names have the same digest, wherever the files are.
+#[derive(Default)]
+struct FilesDigest(RefCell<Sha256>);
+
+impl FilesDigest {
+    fn add(&self, name: &str, bytes: &[u8]) {
+        let mut hasher = self.0.borrow_mut();
+        hasher.update(name.as_bytes());
+        hasher.update([0]);
+        hasher.update(bytes.len().to_string().as_bytes());
+        hasher.update([0]);
+        hasher.update(bytes);
+    }
+
+    fn finish(self) -> String {
+        format!("sha256:{}", crate::credentials::hash::hex(&self.0.into_inner().finalize()))
+    }
+}
+
+fn read_policy(
+    flag: &'static str,
+    path: &Path,
+    name: &str,
+    digest: &FilesDigest,
+) -> Result<PolicyFile, PolicyLoadError> {
     let text = read_named(path, POLICY_FILE_BYTES).map_err(|source| PolicyLoadError::Read {
         flag,
         path: path.into(),
         source,
     })?;
+    digest.add(name, &text);
+    let read_key = |key: &Path| {
+        let bytes = read_key(key)?;
+        digest.add(&key.to_string_lossy(), &bytes);
+        Ok(bytes)
+    };
     crate::policy::parse_with_keys(&text, &read_key).map_err(|source| PolicyLoadError::Parse {
         flag,
         path: path.into(),
@@ -71,10 +119,13 @@ fn read_key(path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// Each `<namespace>.json` of `dir`; other names are left alone.
-fn namespace_files(dir: &Path) -> Result<std::collections::BTreeMap<String, PolicyFile>, PolicyLoadError> {
+fn namespace_files(
+    dir: &Path,
+    digest: &FilesDigest,
+) -> Result<std::collections::BTreeMap<String, PolicyFile>, PolicyLoadError> {
     let flag = "signature-policy-dir";
     let read_error = |source| PolicyLoadError::Read { flag, path: dir.into(), source };
-    let mut files = std::collections::BTreeMap::new();
+    let mut named = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_error)? {
         let entry = entry.map_err(read_error)?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -82,10 +133,17 @@ fn namespace_files(dir: &Path) -> Result<std::collections::BTreeMap<String, Poli
         if !is_namespace(namespace) {
             return Err(PolicyLoadError::NotANamespace { dir: dir.into(), name });
         }
-        if files.len() == NAMESPACE_FILES {
+        if named.len() == NAMESPACE_FILES {
             return Err(PolicyLoadError::TooMany { dir: dir.into() });
         }
-        files.insert(namespace.to_owned(), read_policy(flag, &entry.path())?);
+        named.push((namespace.to_owned(), entry.path()));
+    }
+    // In name order, whatever order the directory lists them in: the digest depends on it.
+    named.sort();
+    let mut files = std::collections::BTreeMap::new();
+    for (namespace, path) in named {
+        let policy = read_policy(flag, &path, &format!("{namespace}.json"), digest)?;
+        files.insert(namespace, policy);
     }
     Ok(files)
 }
@@ -112,7 +170,35 @@ mod tests {
         let policy = dir.path().join("policy.json");
         let json = format!(r#"{{"default": [{{"type": "sigstoreSigned", "keyPath": {:?}}}]}}"#, key.display());
         std::fs::write(&policy, json).expect("written");
-        read_policy("signature-policy", &policy).map_err(|error| error.to_string())
+        read_policy("signature-policy", &policy, "policy.json", &FilesDigest::default())
+            .map_err(|error| error.to_string())
+    }
+
+    /// The digest of a policy written in a new directory as `files` (`policy.json`, and
+    /// `ns/<namespace>.json` in the namespace dir).
+    fn digest_of(files: &[(&str, &str)]) -> (String, usize) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("ns")).expect("dir");
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("written");
+        }
+        let digest = FilesDigest::default();
+        let namespaces = namespace_files(&dir.path().join("ns"), &digest).expect("read");
+        read_policy("signature-policy", &dir.path().join("policy.json"), "policy.json", &digest).expect("read");
+        (digest.finish(), namespaces.len())
+    }
+
+    #[test]
+    fn the_policy_digest_is_of_the_bytes_in_force_wherever_they_are() {
+        let open = r#"{"default": [{"type": "insecureAcceptAnything"}]}"#;
+        let closed = r#"{"default": [{"type": "reject"}]}"#;
+        let (one, files) = digest_of(&[("policy.json", open), ("ns/team.json", closed)]);
+        assert_eq!(files, 1);
+        assert!(one.starts_with("sha256:") && one.len() == 71, "{one}");
+        assert_eq!(digest_of(&[("policy.json", open), ("ns/team.json", closed)]).0, one, "another directory, the same");
+        assert_ne!(digest_of(&[("policy.json", open), ("ns/team.json", open)]).0, one, "another namespace file");
+        assert_ne!(digest_of(&[("policy.json", open), ("ns/other.json", closed)]).0, one, "another namespace");
+        assert_ne!(digest_of(&[("policy.json", closed), ("ns/team.json", closed)]).0, one, "another policy");
     }
 
     #[test]

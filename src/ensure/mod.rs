@@ -6,6 +6,7 @@
 //! - [`request`]: the request as the manager reads it, and its answer.
 //! - [`error`]: the failures, each one of the kubelet's reasons.
 //! - `verify`: whether a pod may use a present image (KEP-2535).
+//! - [`check`]: the image policy's decision on an image, explained, without pulling.
 //! - `outcome`: the event for a request's outcome.
 //! - [`backoffs`]: the pods' back-offs, listed and cleared.
 //! - [`metrics`]: the requests' metrics.
@@ -20,6 +21,7 @@ use tokio::time::Instant;
 
 mod admit;
 pub mod backoffs;
+pub mod check;
 pub mod config;
 pub mod error;
 pub mod metrics;

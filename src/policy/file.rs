@@ -157,7 +157,7 @@ pub fn parse(text: &[u8]) -> Result<PolicyFile, PolicyFileError> {
 }
 
 /// Reads a containers-policy.json document; the key files it names are read with `read_key`.
-pub fn parse_with_keys(text: &[u8], read_key: &KeyReader) -> Result<PolicyFile, PolicyFileError> {
+pub fn parse_with_keys(text: &[u8], read_key: &KeyReader<'_>) -> Result<PolicyFile, PolicyFileError> {
     let raw: RawPolicy = serde_json::from_slice(text).map_err(|error| {
         PolicyFileError::Parse(messages::echo(&error.to_string().escape_debug().to_string()).into_owned())
     })?;
@@ -180,7 +180,7 @@ pub fn parse_with_keys(text: &[u8], read_key: &KeyReader) -> Result<PolicyFile, 
 fn requirements(
     raw: Vec<RawRequirement>,
     where_: &str,
-    read_key: &KeyReader,
+    read_key: &KeyReader<'_>,
 ) -> Result<Vec<Requirement>, PolicyFileError> {
     if raw.is_empty() {
         return Err(PolicyFileError::NoRequirements { where_: where_.to_owned() });

@@ -36,6 +36,8 @@ impl Mode {
 pub struct InForce {
     pub policies: Policies,
     pub mode: Mode,
+    /// Where they were read from and when; `None` for policies not read from files (tests).
+    pub loaded: Option<super::Loaded>,
 }
 
 /// An image the policy does not let in, and why, in containers/image's words.
@@ -151,7 +153,7 @@ impl PolicyGate {
                 let message = format!(
                     "Running image docker://{} is rejected by policy ({})",
                     canonical(reference),
-                    where_(&verdict)
+                    where_decided(&verdict)
                 );
                 self.refuse(verdict, message, in_force.mode, policy).map(Admission::Audited)
             }
@@ -180,7 +182,7 @@ impl PolicyGate {
         let message = format!(
             "Running image docker://{} is rejected by policy ({}): {why}",
             canonical(reference),
-            where_(&verdict)
+            where_decided(&verdict)
         );
         self.refuse(verdict, message, mode, policy).map(Some)
     }
@@ -214,7 +216,7 @@ pub fn canonical(reference: &ImageReference) -> String {
 }
 
 /// Which policy and scope the requirement comes from, for the message.
-fn where_(verdict: &Verdict) -> String {
+pub fn where_decided(verdict: &Verdict) -> String {
     let policy = match &verdict.policy {
         PolicySource::Namespace(namespace) => format!("the policy of namespace {namespace:?}"),
         PolicySource::Default | PolicySource::None => "the node's policy".to_owned(),

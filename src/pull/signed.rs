@@ -15,7 +15,7 @@ use crate::{
     policy::{Pending, PolicyGate, SigstoreSigned, canonical},
     reference::ImageReference,
     runtime::{ImageRuntime, PresentImage, RuntimeError},
-    signatures::{Signatures, Verified},
+    signatures::{SignatureError, Signatures, Under, Verified},
 };
 
 type Status = dyn Fn(ImageSpec) -> BoxFuture<'static, Result<Option<PresentImage>, RuntimeError>> + Send + Sync;
@@ -61,7 +61,8 @@ impl SignedPulls {
         credentials: &[Arc<Credential>],
         about: &Subject,
     ) -> Result<Option<Verified>, PullError> {
-        let checked = self.signatures.verify(reference, digest, &pending.requirements, credentials).await;
+        let under = Under::of(pending.verdict());
+        let checked = self.signatures.verify(reference, digest, (&pending.requirements, &under), credentials).await;
         let why = checked.as_ref().err().map(|error| error.to_string());
         let settled = self.policy.settle(reference, pending, why.as_ref().map_or(Ok(()), |why| Err(why)));
         match (settled, checked) {
@@ -74,6 +75,23 @@ impl SignedPulls {
             }
             (Err(refusal), _) => Err(PullError::PolicyRejected(refusal.message)),
         }
+    }
+
+    /// The signatures checked as an entry would check them, but nothing settled, evented or
+    /// let in: for a policy check, which explains a decision without making one.
+    pub async fn check(
+        &self,
+        reference: &ImageReference,
+        (requirements, under): (&[Arc<SigstoreSigned>], &Under),
+        digest: Option<&str>,
+        credentials: &[Arc<Credential>],
+    ) -> Result<Verified, Arc<SignatureError>> {
+        self.signatures.verify(reference, digest, (requirements, under), credentials).await
+    }
+
+    /// The node's signature checks: what they verified, their counters.
+    pub fn signatures(&self) -> &Signatures {
+        &self.signatures
     }
 
     /// Whether `digest` met these requirements before (a verification would be answered from

@@ -10,9 +10,11 @@ use super::{metrics::CallMetrics, roles::decide_in_handler};
 use crate::{
     access::table,
     api::{self, image_manager_server},
+    ensure::check::CheckRequest,
     ensure::{self, ClearBackoff, EnsureRequest},
     events::{Events, Filter},
     gc::{ImageGc, Outcome, PassRequest, collector::Chosen, plan::DiskUsage},
+    policy::PolicyGate,
     prepull::{Page, PrePulls, Submission},
     presence::PresenceCache,
     pull::{
@@ -33,6 +35,7 @@ pub struct ImageManagerService<R> {
     presence: Arc<PresenceCache>,
     limits: Arc<RegistryLimits>,
     pulls: Arc<PullPath>,
+    policy: Arc<PolicyGate>,
     pre_pulls: Arc<PrePulls<R>>,
     events: Arc<Events>,
     kubelet_warning: Arc<std::sync::OnceLock<String>>,
@@ -48,6 +51,7 @@ impl<R> ImageManagerService<R> {
             presence: services.presence.clone(),
             limits: services.limits.clone(),
             pulls: services.pulls.clone(),
+            policy: services.policy.clone(),
             pre_pulls: services.pre_pulls.clone(),
             events: services.events.clone(),
             kubelet_warning: services.kubelet_warning.clone(),
@@ -163,6 +167,10 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             gc_low_threshold_percent: u32::from(policy.low_threshold_percent),
             pre_pulls_queued: u32::try_from(pre_pulls_queued).unwrap_or(u32::MAX),
             pre_pull_counts: Some(pre_pull_counts),
+            image_policy: super::policy_views::image_policy_status(
+                &self.policy.in_force(),
+                self.pulls.signed().signatures(),
+            ),
         }))
     }
 
@@ -213,9 +221,24 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
         _: Request<api::ListImagesRequest>,
     ) -> Result<Response<api::ListImagesResponse>, Status> {
         let images = self.gc.images().await?;
-        Ok(Response::new(api::ListImagesResponse {
-            images: images.into_iter().map(super::views::node_image).collect(),
-        }))
+        let signatures = self.pulls.signed().signatures();
+        let images = images
+            .into_iter()
+            .map(super::views::node_image)
+            .map(|image| api::NodeImage {
+                verifications: super::policy_views::verifications(signatures, &image.repo_digests),
+                ..image
+            })
+            .collect();
+        Ok(Response::new(api::ListImagesResponse { images }))
+    }
+
+    async fn check_image_policy(
+        &self,
+        request: Request<api::CheckImagePolicyRequest>,
+    ) -> Result<Response<api::CheckImagePolicyResponse>, Status> {
+        let check = self.manager.check_policy(CheckRequest::from(request.into_inner())).await?;
+        Ok(Response::new(super::policy_views::check_response(check)))
     }
 
     async fn list_events(

@@ -64,6 +64,7 @@ mod health;
 mod image_manager;
 pub mod metrics;
 mod peer;
+mod policy_views;
 mod pre_pulls;
 mod request;
 mod roles;

@@ -12,7 +12,7 @@ use crate::{
         account::{AudienceToken, MAX_ANNOTATIONS, MAX_TOKEN_BYTES, MAX_TOKENS, ServiceAccount},
         secrets::PullSecret,
     },
-    ensure::{ClearBackoff, EnsureRequest, PodRef},
+    ensure::{ClearBackoff, EnsureRequest, PodRef, check::CheckRequest},
     messages,
     prepull::{
         MAX_PULL_SECRETS, MAX_PULL_SECRETS_BYTES, Page, Submission,
@@ -125,6 +125,13 @@ impl TryFrom<api::EnsureImageExistsRequest> for EnsureRequest {
             class: PullClass::Pod,
             keep_in: None,
         })
+    }
+}
+
+impl From<api::CheckImagePolicyRequest> for CheckRequest {
+    fn from(wire: api::CheckImagePolicyRequest) -> Self {
+        let api::CheckImagePolicyRequest { image, namespace, pull_secrets } = wire;
+        Self { image, namespace, pull_secrets: pull_secrets.into_iter().map(pull_secret).collect() }
     }
 }
 

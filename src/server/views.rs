@@ -19,6 +19,7 @@ fn is_digest(name: &str) -> bool {
     name.contains('@')
 }
 
+/// An image as listed; `verifications` are filled by the caller, which has the signatures.
 pub fn node_image(image: NodeImage) -> api::NodeImage {
     let (repo_digests, repo_tags) = image.names.into_iter().partition(|name| is_digest(name));
     api::NodeImage {
@@ -31,6 +32,7 @@ pub fn node_image(image: NodeImage) -> api::NodeImage {
         in_use: image.in_use,
         first_detected: image.first_detected.and_then(timestamp),
         last_used: image.last_used.and_then(timestamp),
+        verifications: Vec::new(),
     }
 }
 

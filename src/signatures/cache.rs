@@ -10,7 +10,7 @@ use futures_util::{
     future::{BoxFuture, Shared},
 };
 
-use super::{SignatureError, Verified};
+use super::{SignatureError, Under, Verified};
 use crate::policy::SigstoreSigned;
 
 /// Digests kept: a node runs a few hundred images; each entry is a few hundred bytes.
@@ -23,8 +23,8 @@ pub struct VerifiedCache {
     inner: Mutex<Kept>,
 }
 
-/// The requirements a digest met, and how.
-type Met = (Vec<Arc<SigstoreSigned>>, Verified);
+/// The requirements a digest met, under which policy (the first that asked), and how.
+type Met = (Vec<Arc<SigstoreSigned>>, Under, Verified);
 
 #[derive(Default)]
 struct Kept {
@@ -36,17 +36,24 @@ impl VerifiedCache {
     pub fn get(&self, digest: &str, requirements: &[Arc<SigstoreSigned>]) -> Option<Verified> {
         let kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let entries = kept.by_digest.get(digest)?;
-        entries.iter().find(|(met, _)| met.as_slice() == requirements).map(|(_, verified)| verified.clone())
+        entries.iter().find(|(met, ..)| met.as_slice() == requirements).map(|(.., verified)| verified.clone())
     }
 
-    pub fn put(&self, digest: &str, requirements: &[Arc<SigstoreSigned>], verified: Verified) {
+    /// Every policy `digest` was verified under.
+    pub fn under(&self, digest: &str) -> Vec<(Under, Verified)> {
+        let kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = kept.by_digest.get(digest).map_or(&[][..], Vec::as_slice);
+        entries.iter().map(|(_, under, verified)| (under.clone(), verified.clone())).collect()
+    }
+
+    pub fn put(&self, digest: &str, requirements: &[Arc<SigstoreSigned>], (under, verified): (Under, Verified)) {
         let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let Kept { by_digest, order } = &mut *kept;
         let entries = by_digest.entry(digest.to_owned()).or_default();
-        if entries.iter().any(|(met, _)| met.as_slice() == requirements) {
+        if entries.iter().any(|(met, ..)| met.as_slice() == requirements) {
             return;
         }
-        entries.push((requirements.to_vec(), verified));
+        entries.push((requirements.to_vec(), under, verified));
         order.push_back(digest.to_owned());
         while order.len() > KEPT {
             let Some(oldest) = order.pop_front() else { break };
@@ -101,10 +108,17 @@ mod tests {
         Verified { digest: digest.into(), by: vec![("0123".into(), "sha256:sig".into())] }
     }
 
+    fn under(namespace: Option<&str>) -> Under {
+        let policy = namespace.map_or(crate::policy::PolicySource::Default, |namespace| {
+            crate::policy::PolicySource::Namespace(namespace.into())
+        });
+        Under { policy, scope: Some("r.example".into()) }
+    }
+
     #[test]
     fn a_digest_is_verified_only_under_the_requirement_it_met() {
         let cache = VerifiedCache::default();
-        cache.put("sha256:a", &requirement("one"), verified("sha256:a"));
+        cache.put("sha256:a", &requirement("one"), (under(None), verified("sha256:a")));
         assert_eq!(cache.get("sha256:a", &requirement("one")), Some(verified("sha256:a")));
         // A reload that changed the key: what the old one covered does not count.
         assert_eq!(cache.get("sha256:a", &requirement("two")), None);
@@ -112,11 +126,23 @@ mod tests {
     }
 
     #[test]
+    fn a_digest_lists_each_policy_it_was_verified_under() {
+        let cache = VerifiedCache::default();
+        cache.put("sha256:a", &requirement("one"), (under(None), verified("sha256:a")));
+        cache.put("sha256:a", &requirement("two"), (under(Some("team")), verified("sha256:a")));
+        // The same requirement again (another pod, another policy with the same key): kept once.
+        cache.put("sha256:a", &requirement("one"), (under(Some("other")), verified("sha256:a")));
+        let listed: Vec<Under> = cache.under("sha256:a").into_iter().map(|(under, _)| under).collect();
+        assert_eq!(listed, [under(None), under(Some("team"))]);
+        assert!(cache.under("sha256:b").is_empty());
+    }
+
+    #[test]
     fn the_oldest_entries_go_past_the_bound() {
         let cache = VerifiedCache::default();
         for n in 0..=KEPT {
             let digest = format!("sha256:{n}");
-            cache.put(&digest, &requirement("one"), verified(&digest));
+            cache.put(&digest, &requirement("one"), (under(None), verified(&digest)));
         }
         assert_eq!(cache.get("sha256:0", &requirement("one")), None);
         assert!(cache.get(&format!("sha256:{KEPT}"), &requirement("one")).is_some());

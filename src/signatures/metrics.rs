@@ -38,7 +38,7 @@ impl SignatureMetrics {
         let metrics = Self::default();
         registry.register(
             "signature_verifications",
-            "Image signature verifications that read the registry, by result (verified; rejected: no signature met the policy; error: the signatures could not be read)",
+            "Image signature verifications that read the registry, by result (verified; rejected: no signature met the policy; error: the signatures could not be read) and policy (default, or a namespace's own file; not the namespace itself, which would make a series per namespace file, up to 10,000: the SignatureVerified and SignatureValidationFailed events name the pod's namespace)",
             metrics.verifications.clone(),
         );
         registry.register(
@@ -57,18 +57,21 @@ impl SignatureMetrics {
             metrics.cache_hits.clone(),
         );
         for result in ["verified", "rejected", "error"] {
-            metrics.verifications.get_or_create(&vec![("result", result)]).get();
+            for policy in ["default", "namespace"] {
+                metrics.verifications.get_or_create(&vec![("result", result), ("policy", policy)]).get();
+            }
         }
         metrics
     }
 
-    pub fn verified(&self, result: &Result<Verified, SignatureError>, took: Duration) {
+    /// A verification's result under a policy (`default` or `namespace`).
+    pub fn verified(&self, result: &Result<Verified, SignatureError>, policy: &'static str, took: Duration) {
         let result = match result {
             Ok(_) => "verified",
-            Err(SignatureError::Rejected(_) | SignatureError::NoSignatures { .. }) => "rejected",
+            Err(SignatureError::Rejected { .. } | SignatureError::NoSignatures { .. }) => "rejected",
             Err(_) => "error",
         };
-        self.verifications.get_or_create(&vec![("result", result)]).inc();
+        self.verifications.get_or_create(&vec![("result", result), ("policy", policy)]).inc();
         self.seconds.observe(took.as_secs_f64());
     }
 
@@ -87,5 +90,16 @@ impl SignatureMetrics {
 
     pub fn cache_hits_total(&self) -> u64 {
         self.cache_hits.get()
+    }
+
+    /// Verifications that read the registry so far, by result (verified, rejected, error),
+    /// whatever the policy.
+    pub fn verifications_total(&self) -> [u64; 3] {
+        ["verified", "rejected", "error"].map(|result| {
+            ["default", "namespace"]
+                .into_iter()
+                .map(|policy| self.verifications.get_or_create(&vec![("result", result), ("policy", policy)]).get())
+                .sum()
+        })
     }
 }

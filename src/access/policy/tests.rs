@@ -23,6 +23,8 @@ fn every_method_needs_the_role_the_table_gives_it() {
     }
     assert_eq!(ours("EnsureImageExists"), Some(Need::Role(Role::Pull)));
     assert_eq!(ours("SubmitPrePull"), Some(Need::Role(Role::Pull)));
+    // It reads registries with the node's credentials, as a pull does.
+    assert_eq!(ours("CheckImagePolicy"), Some(Need::Role(Role::Pull)));
     assert_eq!(ours("ClearBackoff"), Some(Need::Role(Role::Admin)));
     assert_eq!(ours("CancelPrePull"), Some(Need::Cancel));
     assert_eq!(ours("GarbageCollect"), Some(Need::GcPass));
@@ -46,7 +48,7 @@ fn every_method_needs_the_role_the_table_gives_it() {
     ] {
         assert_eq!(needed(anyone), None, "{anyone}");
     }
-    assert_eq!(table::known().count(), 21, "every method of both services is in the table");
+    assert_eq!(table::known().count(), 22, "every method of both services is in the table");
 }
 
 #[test]

@@ -13,7 +13,11 @@ fn in_force(mode: Mode) -> InForce {
     )
     .expect("a policy");
     let open = parse(br#"{"default": [{"type": "insecureAcceptAnything"}]}"#).expect("a policy");
-    InForce { policies: Policies { default: Some(default), namespaces: BTreeMap::from([("ci".into(), open)]) }, mode }
+    InForce {
+        policies: Policies { default: Some(default), namespaces: BTreeMap::from([("ci".into(), open)]) },
+        mode,
+        loaded: None,
+    }
 }
 
 fn in_namespace(image: &str, namespace: &str) -> EnsureRequest {
@@ -56,4 +60,45 @@ async fn audit_mode_lets_a_refused_image_in_and_says_so() {
     let audit =
         kept.iter().find(|event| event.reason == crate::events::reason::POLICY_AUDIT).expect("a PolicyAudit event");
     assert!(audit.message.contains("docker.io/library/alpine:3 is rejected by policy"), "{}", audit.message);
+}
+
+fn check(image: &str, namespace: &str) -> crate::ensure::check::CheckRequest {
+    crate::ensure::check::CheckRequest { image: image.into(), namespace: namespace.into(), ..Default::default() }
+}
+
+#[tokio::test]
+async fn a_policy_check_explains_the_decision_and_changes_nothing() {
+    use crate::{ensure::check::CheckResult, policy::PolicySource};
+    let manager = manager(FakeRuntime::default().pulling_to(Ok("sha256:x")));
+    manager.policy.replace(in_force(Mode::Enforce));
+    let refused = manager.check_policy(check("alpine:3", "")).await.expect("checked");
+    assert_eq!(refused.result(), CheckResult::Refused);
+    assert_eq!((refused.verdict.policy.clone(), refused.verdict.scope.clone()), (PolicySource::Default, None));
+    assert_eq!(refused.requirements, ["reject"]);
+    assert_eq!(
+        refused.refusal().as_deref(),
+        Some(
+            "Running image docker://docker.io/library/alpine:3 is rejected by policy (the node's policy, its default)"
+        )
+    );
+    let scoped = manager.check_policy(check("registry.local/app:v1", "")).await.expect("checked");
+    assert_eq!((scoped.result(), scoped.verdict.scope.as_deref()), (CheckResult::Allowed, Some("registry.local")));
+    let own = manager.check_policy(check("alpine:3", "ci")).await.expect("checked");
+    assert_eq!((own.result(), own.verdict.policy), (CheckResult::Allowed, PolicySource::Namespace("ci".into())));
+    // Nothing pulled, counted, evented or backed off: a pod's pull afterwards is judged afresh.
+    assert!(manager.runtime().state().pulls.is_empty());
+    assert!(manager.events.recent(&crate::events::Filter::default().prepare(), 0).is_empty());
+    let error = manager.ensure_image_exists(request("alpine:3", None)).await.expect_err("refused");
+    assert_eq!(error.reason(), "SignatureValidationFailed");
+}
+
+#[tokio::test]
+async fn a_policy_check_in_audit_mode_says_the_refusal_would_be_let_in_and_a_bad_image_is_invalid() {
+    use crate::ensure::check::CheckResult;
+    let manager = manager(FakeRuntime::default());
+    manager.policy.replace(in_force(Mode::Audit));
+    let audited = manager.check_policy(check("alpine:3", "")).await.expect("checked");
+    assert_eq!(audited.result(), CheckResult::Audited);
+    let error = manager.check_policy(check("Not An Image", "")).await.expect_err("invalid");
+    assert_eq!(error.reason(), "InvalidImageName");
 }

@@ -9,7 +9,7 @@ use super::key::{Algorithm, KeyError, PublicKey};
 use crate::policy::{SigstoreSigned, scope::shown};
 
 /// Reads a key file the policy names: its bytes, or why not (never with the file's bytes).
-pub type KeyReader = dyn Fn(&Path) -> Result<Vec<u8>, String>;
+pub type KeyReader<'a> = dyn Fn(&Path) -> Result<Vec<u8>, String> + 'a;
 
 /// A key that did not load: which (`keyPath "/etc/pki/a.pub"`, `keyDatas[1]`…), and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,7 +20,7 @@ pub struct KeyLoadError {
 }
 
 /// Loads `signed`'s keys into it.
-pub fn load_keys(signed: &mut SigstoreSigned, read: &KeyReader) -> Result<(), KeyLoadError> {
+pub fn load_keys(signed: &mut SigstoreSigned, read: &KeyReader<'_>) -> Result<(), KeyLoadError> {
     signed.keys = keys(
         [("keyPath", &signed.key_path), ("keyData", &signed.key_data)],
         [("keyPaths", &signed.key_paths), ("keyDatas", &signed.key_datas)],
@@ -42,7 +42,7 @@ pub fn load_keys(signed: &mut SigstoreSigned, read: &KeyReader) -> Result<(), Ke
 fn keys(
     single: [(&'static str, &Option<String>); 2],
     lists: [(&'static str, &Option<Vec<String>>); 2],
-    read: &KeyReader,
+    read: &KeyReader<'_>,
 ) -> Result<Vec<PublicKey>, KeyLoadError> {
     let rekor = single[0].0.starts_with("rekor");
     let mut named: Vec<(String, &'static str, &str)> = Vec::new();

@@ -9,18 +9,15 @@
 
 mod support;
 
-use std::{
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{net::SocketAddr, path::Path};
 
 use cri_imaged::api::image_manager_client::ImageManagerClient;
 use serde_json::{Value, json};
 use support::{
     call,
     clients::{Answer, Call, Client},
-    process::{DaemonProcess, in_ci, metric, metric_with_label, metrics_listen},
+    cosign::{cosign, cosign_accepts, key_pair, sign},
+    process::{DaemonProcess, metric, metric_with_label, metrics_listen},
     registry_push::{fetch, push_raw, sha256_digest},
     stack::LocalStack,
     unix_channel,
@@ -28,57 +25,7 @@ use support::{
 
 const IF_NOT_PRESENT: i32 = cri_imaged::api::PullPolicy::IfNotPresent as i32;
 
-const COSIGN: &str = "/opt/cri-imaged-test/cosign-trixie/usr/bin/cosign";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-
-/// cosign, as install-deps extracts it; outside CI a missing one skips the test.
-fn cosign() -> Option<PathBuf> {
-    let path = std::env::var_os("COSIGN_BIN").map_or_else(|| PathBuf::from(COSIGN), PathBuf::from);
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(!in_ci(), "cosign is not at {}; CI must install it (scripts/install-deps.sh)", path.display());
-    eprintln!("SKIPPED: cosign is not installed (outside CI; `make deps` installs it)");
-    None
-}
-
-/// Runs cosign with an empty key password; its success and what it printed.
-fn run_cosign(cosign: &Path, dir: &Path, args: &[&str]) -> (bool, String) {
-    let output = Command::new(cosign)
-        .args(args)
-        .current_dir(dir)
-        .env("COSIGN_PASSWORD", "")
-        // No TUF root or transparency log is reached: everything stays on loopback.
-        .env("SIGSTORE_NO_CACHE", "1")
-        .env("HOME", dir)
-        .output()
-        .expect("cosign runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
-}
-
-/// A key pair in `dir` (`cosign.key`, `cosign.pub`).
-fn key_pair(cosign: &Path, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("key dir");
-    let (made, text) = run_cosign(cosign, dir, &["generate-key-pair"]);
-    assert!(made, "cosign generate-key-pair: {text}");
-    dir.to_owned()
-}
-
-fn sign(cosign: &Path, keys: &Path, image_at_digest: &str) {
-    let key = keys.join("cosign.key");
-    let args = ["sign", "--key", key.to_str().expect("utf-8"), "--tlog-upload=false", "--allow-http-registry", "-y"];
-    let (signed, text) = run_cosign(cosign, keys, &[&args[..], &[image_at_digest]].concat());
-    assert!(signed, "cosign sign {image_at_digest}: {text}");
-}
-
-/// cosign's own verdict on `image` with `keys`' public key, the transparency log not asked.
-fn cosign_accepts(cosign: &Path, keys: &Path, image: &str) -> bool {
-    let key = keys.join("cosign.pub");
-    let args =
-        ["verify", "--key", key.to_str().expect("utf-8"), "--insecure-ignore-tlog", "--allow-http-registry", image];
-    run_cosign(cosign, keys, &args).0
-}
 
 /// The signature manifest cosign wrote for `digest` in `repository`, and its first payload.
 fn signature_of(registry: SocketAddr, repository: &str, digest: &str) -> (Value, Vec<u8>) {

@@ -60,7 +60,7 @@ const CRI: &str = "runtime.v1.ImageService";
 
 /// Every method of both services (an unknown CRI method cannot be named to grpcurl: the unit
 /// specs of the table cover it), in an order where each call's state is there.
-const PROBES: [Probe; 19] = [
+const PROBES: [Probe; 20] = [
     probe("GetStatus", "{}", "read", "OK"),
     probe("ListImages", "{}", "read", "OK"),
     probe("ListEvents", "{}", "read", "OK"),
@@ -72,6 +72,8 @@ const PROBES: [Probe; 19] = [
     probe("GarbageCollect", r#"{"dry_run": true}"#, "read", "OK"),
     probe("EnsureImageExists", r#"{"image": "busybox:1", "pull_policy": "IF_NOT_PRESENT"}"#, "pull", "OK"),
     probe("SubmitPrePull", r#"{"images": ["mine:1"]}"#, "pull", "OK"),
+    // No policy configured: answered without a registry.
+    probe("CheckImagePolicy", r#"{"image": "busybox:1"}"#, "pull", "OK"),
     probe("CancelPrePull", r#"{"id": "mine"}"#, "pull", "OK"),
     probe("CancelPrePull", r#"{"id": "theirs"}"#, "admin", "OK"),
     probe("ClearBackoff", r#"{"all": true}"#, "admin", "OK"),

@@ -1,0 +1,60 @@
+//! cosign, the oracle of the signature tests: keys made by the test, images signed and verified
+//! offline against the loopback registry.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use super::process::in_ci;
+
+const COSIGN: &str = "/opt/cri-imaged-test/cosign-trixie/usr/bin/cosign";
+
+/// cosign, as install-deps extracts it; outside CI a missing one skips the test.
+pub fn cosign() -> Option<PathBuf> {
+    let path = std::env::var_os("COSIGN_BIN").map_or_else(|| PathBuf::from(COSIGN), PathBuf::from);
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(!in_ci(), "cosign is not at {}; CI must install it (scripts/install-deps.sh)", path.display());
+    eprintln!("SKIPPED: cosign is not installed (outside CI; `make deps` installs it)");
+    None
+}
+
+/// Runs cosign with an empty key password; its success and what it printed.
+pub fn run_cosign(cosign: &Path, dir: &Path, args: &[&str]) -> (bool, String) {
+    let output = Command::new(cosign)
+        .args(args)
+        .current_dir(dir)
+        .env("COSIGN_PASSWORD", "")
+        // No TUF root or transparency log is reached: everything stays on loopback.
+        .env("SIGSTORE_NO_CACHE", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("cosign runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+/// A key pair in `dir` (`cosign.key`, `cosign.pub`).
+pub fn key_pair(cosign: &Path, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("key dir");
+    let (made, text) = run_cosign(cosign, dir, &["generate-key-pair"]);
+    assert!(made, "cosign generate-key-pair: {text}");
+    dir.to_owned()
+}
+
+pub fn sign(cosign: &Path, keys: &Path, image_at_digest: &str) {
+    let key = keys.join("cosign.key");
+    let args = ["sign", "--key", key.to_str().expect("utf-8"), "--tlog-upload=false", "--allow-http-registry", "-y"];
+    let (signed, text) = run_cosign(cosign, keys, &[&args[..], &[image_at_digest]].concat());
+    assert!(signed, "cosign sign {image_at_digest}: {text}");
+}
+
+/// cosign's own verdict on `image` with `keys`' public key, the transparency log not asked.
+pub fn cosign_accepts(cosign: &Path, keys: &Path, image: &str) -> bool {
+    let key = keys.join("cosign.pub");
+    let args =
+        ["verify", "--key", key.to_str().expect("utf-8"), "--insecure-ignore-tlog", "--allow-http-registry", image];
+    run_cosign(cosign, keys, &args).0
+}

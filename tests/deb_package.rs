@@ -34,7 +34,7 @@ const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.f
 const PROMETHEUS_RULES: &str = "/usr/share/doc/cri-imaged/prometheus/cri-imaged.rules.yml";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
-const FILES: [&str; 29] = [
+const FILES: [&str; 31] = [
     BINARY,
     SERVICE,
     SOCKET,
@@ -62,6 +62,8 @@ const FILES: [&str; 29] = [
     "/usr/share/man/man1/cri-imaged-gc.1.gz",
     "/usr/share/man/man1/cri-imaged-backoff.1.gz",
     "/usr/share/man/man1/cri-imaged-backoff-clear.1.gz",
+    "/usr/share/man/man1/cri-imaged-policy.1.gz",
+    "/usr/share/man/man1/cri-imaged-policy-check.1.gz",
     "/usr/share/man/man1/cri-imaged-top.1.gz",
     "/usr/share/man/man1/cri-imaged-completion.1.gz",
 ];

@@ -45,7 +45,8 @@
 //! - [`policy`]: image policy at the node: containers-policy.json(5), a file per namespace, the
 //!   decision on an image, cosign signatures verified by public key (`policy::sigstore`) (pure).
 //! - [`registry`]: a registry's manifests and blobs over the distribution API, bounded and
-//!   checked, with the pull's credentials: what the runtime does not fetch (signatures).
+//!   checked, with the pull's credentials, over HTTP or TLS from the hosts containerd's hosts.toml
+//!   names: what the runtime does not fetch (signatures).
 //! - [`signatures`]: an image's signatures for a policy that requires them: the digest that
 //!   will run, cosign's signatures for it read from its repository, verified, kept by digest
 //!   and requirement.

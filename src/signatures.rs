@@ -20,12 +20,11 @@ use futures_util::{FutureExt, future::BoxFuture};
 
 use self::{cache::Flights, cache::VerifiedCache};
 pub use self::{fetch::FetchLimits, metrics::SignatureMetrics};
-
 use crate::{
     credentials::Credential,
     policy::{PolicySource, SigstoreSigned, Verdict, sigstore},
     reference::ImageReference,
-    registry::RegistryError,
+    registry::{RegistryError, RegistryHosts},
 };
 
 /// An image whose signatures met every requirement.
@@ -94,11 +93,19 @@ pub struct Signatures {
     cache: VerifiedCache,
     flights: Flights,
     metrics: Arc<SignatureMetrics>,
+    /// Where signatures are read from: containerd's registry host settings.
+    hosts: Arc<RegistryHosts>,
 }
 
 impl Signatures {
     pub fn new(limits: FetchLimits, metrics: Arc<SignatureMetrics>) -> Self {
-        Self { limits, cache: VerifiedCache::default(), flights: Flights::default(), metrics }
+        Self { limits, cache: VerifiedCache::default(), flights: Flights::default(), metrics, hosts: Arc::default() }
+    }
+
+    /// Reads signatures from the hosts `hosts` names (containerd's defaults without it).
+    pub fn with_registry_hosts(mut self, hosts: Arc<RegistryHosts>) -> Self {
+        self.hosts = hosts;
+        self
     }
 
     /// What `digest` was verified as under exactly these requirements, if it was.
@@ -139,11 +146,12 @@ impl Signatures {
             let (reference, digest) = (reference.clone(), digest.map(str::to_owned));
             let (requirements, credentials) = (requirements.to_vec(), credentials.to_vec());
             let (limits, metrics, policy) = (self.limits.clone(), self.metrics.clone(), under.label());
+            let hosts = self.hosts.current();
             async move {
                 let started = tokio::time::Instant::now();
                 let fetched = tokio::time::timeout(
                     limits.deadline,
-                    fetch::signatures(&reference, digest.as_deref(), &credentials, &limits, &metrics),
+                    fetch::signatures(&reference, digest.as_deref(), &credentials, &hosts, &limits, &metrics),
                 )
                 .await
                 .unwrap_or(Err(SignatureError::TimedOut(limits.deadline)));

@@ -1,18 +1,19 @@
-//! One registry request at a time over HTTP/1.1: the challenge answered once per session, each
-//! answer read to a bound and checked against the digest it was asked by.
+//! One registry request at a time over HTTP/1.1 (plain or TLS): the hosts tried in order, each
+//! host's challenge answered once per session, each answer read to a bound and checked against
+//! the digest it was asked by.
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Empty, Limited};
+use http::{Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
-use tokio::net::TcpStream;
 
 use super::{
     auth::{self, Challenge},
     endpoint::Endpoint,
+    hosts::HostsConfig,
+    transport::{self, Ask},
 };
 use crate::{credentials::RegistryAuth, messages};
 
@@ -27,12 +28,12 @@ const REDIRECTS: usize = 3;
 /// Why a registry could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error(
-        "registry {registry} is reached over HTTPS, over which cri-imaged does not read signatures yet (a loopback registry is read over plain HTTP)"
-    )]
-    Https { registry: String },
+    #[error("registry {registry}: no host in its hosts.toml may {capability} (capabilities)")]
+    NoHost { registry: String, capability: &'static str },
     #[error("registry {registry}: {what}: {reason}")]
     Connection { registry: String, what: String, reason: String },
+    #[error("registry {registry}: TLS: {reason}")]
+    Tls { registry: String, reason: String },
     #[error("registry {registry} answered {status} for {what}")]
     Status { registry: String, what: String, status: StatusCode },
     #[error("registry {registry} asks for credentials for {what}, and {reason}")]
@@ -61,37 +62,41 @@ pub struct Repository {
     pub path: String,
 }
 
-/// Reads a repository's manifests and blobs; one per verification, so a token is asked once.
+/// Reads a repository's manifests and blobs; one per verification, so a token is asked once per
+/// host. The hosts are tried in order, as containerd tries them: the next after a failure or an
+/// answer other than success, the first failure said if none has it.
 pub struct RegistryClient<'a> {
     repository: &'a Repository,
-    endpoint: Endpoint,
+    endpoints: Vec<Endpoint>,
     credentials: Option<&'a RegistryAuth>,
-    /// The `Authorization` value the registry's challenge led to.
-    authorization: Option<String>,
+    /// Per host, the `Authorization` value its challenge led to.
+    authorizations: Vec<Option<String>>,
 }
 
 impl<'a> RegistryClient<'a> {
-    /// A session on `repository`, with the credentials the pull would use.
-    pub fn new(repository: &'a Repository, credentials: Option<&'a RegistryAuth>) -> Self {
-        let endpoint = Endpoint::of(&repository.domain);
+    /// A session on `repository` at the hosts `hosts` names for it, with the credentials the pull
+    /// would use.
+    pub fn new(repository: &'a Repository, credentials: Option<&'a RegistryAuth>, hosts: &HostsConfig) -> Self {
+        let endpoints = hosts.endpoints(&repository.domain);
         // A registry token is a bearer token already.
         let authorization = credentials
             .map(|auth| auth.registry_token.expose_secret())
             .filter(|token| !token.is_empty())
             .map(|token| format!("Bearer {token}"));
-        Self { repository, endpoint, credentials, authorization }
+        let authorizations = vec![authorization; endpoints.len()];
+        Self { repository, endpoints, credentials, authorizations }
     }
 
     /// The manifest `reference` (a tag or a digest) names, or `None` when there is none (404).
     pub async fn manifest(&mut self, reference: &str, limit: usize) -> Result<Option<Fetched>, RegistryError> {
         let what = format!("manifest {}", messages::echo(reference));
-        let path = format!("/v2/{}/manifests/{reference}", self.repository.path);
-        let answer = self.get(&path, MANIFEST_TYPES, &what).await?;
-        if answer.status() == StatusCode::NOT_FOUND {
+        let by_digest = reference.starts_with("sha256:");
+        let path = format!("/{}/manifests/{reference}", self.repository.path);
+        let Some((_, answer)) = self.first_answer(by_digest, &path, MANIFEST_TYPES, &what).await? else {
             return Ok(None);
-        }
+        };
         let fetched = self.read(answer, &what, limit).await?;
-        if reference.starts_with("sha256:") && fetched.digest != reference {
+        if by_digest && fetched.digest != reference {
             return Err(self.mismatch(what, reference, fetched.digest));
         }
         Ok(Some(fetched))
@@ -100,15 +105,22 @@ impl<'a> RegistryClient<'a> {
     /// The blob `digest` names, checked against it.
     pub async fn blob(&mut self, digest: &str, limit: usize) -> Result<Fetched, RegistryError> {
         let what = format!("blob {}", messages::echo(digest));
-        let mut answer = self.get(&format!("/v2/{}/blobs/{digest}", self.repository.path), "*/*", &what).await?;
+        let path = format!("/{}/blobs/{digest}", self.repository.path);
+        let Some((index, mut answer)) = self.first_answer(true, &path, "*/*", &what).await? else {
+            let registry = self.registry();
+            return Err(RegistryError::Status { registry, what, status: StatusCode::NOT_FOUND });
+        };
         for _ in 0..REDIRECTS {
             if !answer.status().is_redirection() {
                 break;
             }
             let location = answer.headers().get(header::LOCATION).and_then(|value| value.to_str().ok());
-            let Some(target) = location.and_then(|location| self.redirect_target(location)) else { break };
+            let Some((target, path)) = location.and_then(|location| self.redirect_target(index, location)) else {
+                break;
+            };
             // The storage host is another party: no credentials follow the redirect.
-            answer = send(&target.0, &target.1, "*/*", None, &what).await?;
+            let ask = Ask { accept: "*/*", authorization: None, host_headers: false, what: &what };
+            answer = transport::send(&target, &path, &ask).await?;
         }
         let fetched = self.read(answer, &what, limit).await?;
         if fetched.digest != digest {
@@ -125,21 +137,74 @@ impl<'a> RegistryClient<'a> {
         RegistryError::DigestMismatch { registry: self.registry(), what, digest: digest.to_owned(), found }
     }
 
-    /// GET `path`, answering the registry's challenge once if it makes one.
-    async fn get(&mut self, path: &str, accept: &str, what: &str) -> Result<Response<Incoming>, RegistryError> {
-        let answer = send(&self.endpoint, path, accept, self.authorization.as_deref(), what).await?;
+    /// The first host's answer that is not a failure (a redirect is an answer): content by
+    /// digest from hosts that may `pull`, a tag from hosts that may `resolve`. `None`: every host
+    /// answered 404.
+    async fn first_answer(
+        &mut self,
+        by_digest: bool,
+        path: &str,
+        accept: &str,
+        what: &str,
+    ) -> Result<Option<(usize, Response<Incoming>)>, RegistryError> {
+        let capability = if by_digest { "pull" } else { "resolve" };
+        let able: Vec<usize> = (0..self.endpoints.len())
+            .filter(|&index| {
+                let capabilities = self.endpoints[index].capabilities;
+                if by_digest { capabilities.pull } else { capabilities.resolve }
+            })
+            .collect();
+        if able.is_empty() {
+            return Err(RegistryError::NoHost { registry: self.registry(), capability });
+        }
+        let mut first_failure = None;
+        for index in able {
+            let full = format!("{}{path}", self.endpoints[index].root);
+            match self.get(index, &full, accept, what).await {
+                Ok(answer) if answer.status().is_success() || answer.status().is_redirection() => {
+                    return Ok(Some((index, answer)));
+                }
+                Ok(answer) if answer.status() == StatusCode::NOT_FOUND => {}
+                Ok(answer) => {
+                    let registry = messages::echo(&self.endpoints[index].authority()).into_owned();
+                    let status = RegistryError::Status { registry, what: what.to_owned(), status: answer.status() };
+                    first_failure.get_or_insert(status);
+                }
+                Err(error) => {
+                    first_failure.get_or_insert(error);
+                }
+            }
+        }
+        first_failure.map_or(Ok(None), Err)
+    }
+
+    /// GET `path` from host `index`, answering its challenge once if it makes one.
+    async fn get(
+        &mut self,
+        index: usize,
+        path: &str,
+        accept: &str,
+        what: &str,
+    ) -> Result<Response<Incoming>, RegistryError> {
+        let endpoint = &self.endpoints[index];
+        let ask = |authorization| Ask { accept, authorization, host_headers: true, what };
+        let answer = transport::send(endpoint, path, &ask(self.authorizations[index].as_deref())).await?;
         // Answered once: a second 401 is the registry's refusal of what the pull has.
-        if answer.status() != StatusCode::UNAUTHORIZED || self.authorization.is_some() {
+        if answer.status() != StatusCode::UNAUTHORIZED || self.authorizations[index].is_some() {
             return Ok(answer);
         }
         let challenge =
             answer.headers().get(header::WWW_AUTHENTICATE).and_then(|value| value.to_str().ok()).and_then(auth::parse);
-        self.authorization = Some(match challenge {
+        let authorization = match challenge {
             Some(Challenge::Basic) => self.basic().ok_or_else(|| self.unauthorized(what, "the pull has none"))?,
-            Some(Challenge::Bearer { realm, service, scope }) => self.token(&realm, service, scope, what).await?,
+            Some(Challenge::Bearer { realm, service, scope }) => {
+                self.token(index, &realm, service, scope, what).await?
+            }
             None => return Err(self.unauthorized(what, "its challenge is not Basic or Bearer")),
-        });
-        send(&self.endpoint, path, accept, self.authorization.as_deref(), what).await
+        };
+        let answer = transport::send(&self.endpoints[index], path, &ask(Some(&authorization))).await;
+        self.authorizations[index] = Some(authorization);
+        answer
     }
 
     fn unauthorized(&self, what: &str, reason: &'static str) -> RegistryError {
@@ -166,6 +231,7 @@ impl<'a> RegistryClient<'a> {
     /// some, for a pull token on this repository.
     async fn token(
         &self,
+        index: usize,
         realm: &str,
         service: Option<String>,
         scope: Option<String>,
@@ -177,20 +243,19 @@ impl<'a> RegistryClient<'a> {
             what: what.to_owned(),
             reason: "its token realm is not an http(s) URL".to_owned(),
         };
-        let uri: Uri = realm.parse().map_err(|_| bad_realm())?;
-        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else { return Err(bad_realm()) };
-        let port = authority.port_u16().unwrap_or(if scheme == "http" { 80 } else { 443 });
-        let endpoint = Endpoint { plain_http: scheme == "http", host: authority.host().to_owned(), port };
+        // The realm is reached with the host's TLS settings, as containerd's client reaches it.
+        let (endpoint, base) = Endpoint::for_url(realm, &self.endpoints[index]).ok_or_else(bad_realm)?;
         let scope = scope.unwrap_or_else(|| format!("repository:{}:pull", self.repository.path));
         let mut query = vec![format!("scope={}", encode(&scope))];
         if let Some(service) = service {
             query.push(format!("service={}", encode(&service)));
         }
-        let base = uri.path_and_query().map_or("/", |path| path.as_str());
         let separator = if base.contains('?') { '&' } else { '?' };
         let path = format!("{base}{separator}{}", query.join("&"));
         let basic = zeroize::Zeroizing::new(self.basic());
-        let answer = send(&endpoint, &path, "application/json", basic.as_deref(), "its token").await?;
+        let ask =
+            Ask { accept: "application/json", authorization: basic.as_deref(), host_headers: false, what: "its token" };
+        let answer = transport::send(&endpoint, &path, &ask).await?;
         if answer.status() == StatusCode::UNAUTHORIZED {
             return Err(self.unauthorized(what, "its token service refused the pull's"));
         }
@@ -206,17 +271,13 @@ impl<'a> RegistryClient<'a> {
         Ok(format!("Bearer {}", token.expose_secret()))
     }
 
-    /// A redirect's target: an absolute URL, or a path on the same registry.
-    fn redirect_target(&self, location: &str) -> Option<(Endpoint, String)> {
+    /// A redirect's target: an absolute URL, or a path on the same host.
+    fn redirect_target(&self, index: usize, location: &str) -> Option<(Endpoint, String)> {
+        let from = &self.endpoints[index];
         if location.starts_with('/') {
-            return Some((self.endpoint.clone(), location.to_owned()));
+            return Some((from.clone(), location.to_owned()));
         }
-        let uri: Uri = location.parse().ok()?;
-        let authority = uri.authority()?;
-        let plain_http = uri.scheme_str()? == "http";
-        let port = authority.port_u16().unwrap_or(if plain_http { 80 } else { 443 });
-        let path = uri.path_and_query().map_or("/", |path| path.as_str()).to_owned();
-        Some((Endpoint { plain_http, host: authority.host().to_owned(), port }, path))
+        Endpoint::for_url(location, from)
     }
 
     /// The answer's body, if it is a success, read to `limit` bytes.
@@ -250,38 +311,6 @@ impl<'a> RegistryClient<'a> {
         let digest = format!("sha256:{}", hex(&Sha256::digest(&body)));
         Ok(Fetched { body, digest, media_type })
     }
-}
-
-/// One GET on a connection of its own.
-async fn send(
-    endpoint: &Endpoint,
-    path: &str,
-    accept: &str,
-    authorization: Option<&str>,
-    what: &str,
-) -> Result<Response<Incoming>, RegistryError> {
-    let registry = messages::echo(&endpoint.authority()).into_owned();
-    if !endpoint.plain_http {
-        return Err(RegistryError::Https { registry });
-    }
-    let failed =
-        |reason: String| RegistryError::Connection { registry: registry.clone(), what: what.to_owned(), reason };
-    let stream = TcpStream::connect((endpoint.connect_host(), endpoint.port))
-        .await
-        .map_err(|error| failed(error.to_string()))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|error| failed(error.to_string()))?;
-    // Ends with the answer read or dropped (the caller's deadline drops it).
-    tokio::spawn(connection);
-    let mut request = Request::get(path)
-        .header(header::HOST, endpoint.authority())
-        .header(header::ACCEPT, accept)
-        .header(header::USER_AGENT, concat!("cri-imaged/", env!("CARGO_PKG_VERSION")));
-    if let Some(value) = authorization {
-        request = request.header(header::AUTHORIZATION, value);
-    }
-    let request = request.body(Empty::<Bytes>::new()).map_err(|_| failed("a path that is not a URI".to_owned()))?;
-    sender.send_request(request).await.map_err(|error| failed(error.to_string()))
 }
 
 /// Percent-encodes a query value.

@@ -9,7 +9,7 @@ use crate::{
     credentials::Credential,
     policy::sigstore,
     reference::ImageReference,
-    registry::{RegistryClient, RegistryError, Repository},
+    registry::{HostsConfig, RegistryClient, RegistryError, Repository},
 };
 
 /// What a verification may read.
@@ -48,16 +48,17 @@ pub async fn signatures(
     reference: &ImageReference,
     digest: Option<&str>,
     credentials: &[Arc<Credential>],
+    hosts: &HostsConfig,
     limits: &FetchLimits,
     metrics: &SignatureMetrics,
 ) -> Result<Found, SignatureError> {
     let repository = Repository { domain: reference.domain().to_owned(), path: reference.path().to_owned() };
     if credentials.is_empty() {
-        return read(&repository, reference, digest, None, limits, metrics).await;
+        return read(&repository, reference, digest, None, hosts, limits, metrics).await;
     }
     let mut last = None;
     for credential in credentials {
-        match read(&repository, reference, digest, Some(&credential.auth), limits, metrics).await {
+        match read(&repository, reference, digest, Some(&credential.auth), hosts, limits, metrics).await {
             Err(SignatureError::Registry(refused @ RegistryError::Unauthorized { .. })) => last = Some(refused),
             Err(SignatureError::Registry(RegistryError::Status { status, .. }))
                 if status == http::StatusCode::FORBIDDEN =>
@@ -83,10 +84,11 @@ async fn read(
     reference: &ImageReference,
     digest: Option<&str>,
     auth: Option<&crate::credentials::RegistryAuth>,
+    hosts: &HostsConfig,
     limits: &FetchLimits,
     metrics: &SignatureMetrics,
 ) -> Result<Found, SignatureError> {
-    let mut client = RegistryClient::new(repository, auth);
+    let mut client = RegistryClient::new(repository, auth, hosts);
     let digest = match digest {
         Some(digest) => digest.to_owned(),
         None => {

@@ -37,6 +37,7 @@ use crate::{
         scheduler::MakeRoom,
     },
     records::{PullRecords, RecordsError},
+    registry::{HostsConfig, RegistryHosts},
     reload::{self, Reloadable},
     root_lock::{RootLock, RootLockError},
     runtime::{ContentStore, CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
@@ -91,6 +92,9 @@ pub struct Parts<R> {
     pub services: Services<R>,
     pub metrics: Arc<Metrics>,
     pub records: Arc<PullRecords>,
+    /// containerd's registry host settings signatures are read with; containerd's defaults until
+    /// replaced.
+    pub registry_hosts: Arc<RegistryHosts>,
 }
 
 impl<R: ImageRuntime + ContentStore> Parts<R> {
@@ -113,6 +117,9 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
         );
         let limits = Arc::new(RegistryLimits::new(&config.rate_limits, metrics.pulls.clone(), events.clone()));
         let policy = Arc::new(PolicyGate::new(policy, metrics.policy.clone()));
+        let registry_hosts = Arc::new(RegistryHosts::default());
+        let signatures = Signatures::new(FetchLimits::default(), metrics.signatures.clone())
+            .with_registry_hosts(registry_hosts.clone());
         let pulls = Arc::new(PullPath::over(
             runtime.clone(),
             limits.clone(),
@@ -123,7 +130,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
                 events: events.clone(),
                 presence: presence.clone(),
                 policy: policy.clone(),
-                signatures: Arc::new(Signatures::new(FetchLimits::default(), metrics.signatures.clone())),
+                signatures: Arc::new(signatures),
             },
             metrics.pulls.clone(),
         ));
@@ -181,7 +188,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             connections: metrics.connections.clone(),
             calls: metrics.calls.clone(),
         };
-        Ok(Self { services, metrics, records })
+        Ok(Self { services, metrics, records, registry_hosts })
     }
 }
 
@@ -206,6 +213,8 @@ pub struct Settings {
     pub policy: InForce,
     /// The node's docker config and credential plugins, already read.
     pub node_credentials: Arc<NodeCredentials>,
+    /// containerd's registry host settings, already read.
+    pub registry_hosts: HostsConfig,
     /// cri-imaged's state: the pull records live under `image_manager/`, image ages under
     /// `image_gc/`.
     pub root_dir: PathBuf,
@@ -241,6 +250,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     let configs = (settings.manager, settings.image_gc, settings.pre_pulls, settings.policy);
     let node_credentials = settings.node_credentials;
     let parts = Parts::build(runtime.clone(), configs, node_credentials.clone(), &settings.root_dir)?;
+    parts.registry_hosts.replace(settings.registry_hosts);
     if let Some(kubelet_root_dir) = &settings.kubelet_root_dir {
         parts.records.adopt_from(kubelet_root_dir);
     }
@@ -258,6 +268,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             pre_pulls: parts.services.pre_pulls.clone(),
             policy: parts.services.policy.clone(),
             credentials: node_credentials,
+            registry_hosts: parts.registry_hosts.clone(),
             metrics: parts.metrics.reloads.clone(),
         };
         tokio::spawn(reloadable.serve(source, requests, ready_announced, shutdown.clone()));
@@ -327,6 +338,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
     let kubelet_root_dir = args.kubelet_root_dir()?;
     let node_credentials = Arc::new(args.node_credentials()?);
     let policy = args.image_policy()?;
+    let registry_hosts = args.registry_hosts();
     // One daemon per root dir, before the socket is touched; one taking the socket over waits.
     let root_lock = RootLock::take(&args.root_dir, args.take_over_socket)?;
     // Socket activation: systemd's socket (its unit sets the path, mode and group), else our own.
@@ -406,6 +418,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         pre_pulls,
         policy,
         node_credentials,
+        registry_hosts,
         root_dir: args.root_dir,
         kubelet_root_dir,
         serve: ServeOptions {

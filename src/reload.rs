@@ -1,7 +1,7 @@
 //! SIGHUP: the command line and its config file read again, and applied while serving where that
 //! is safe: the registry rate limits, the pull backoff, image GC's policy, pre-pulls, the credential
-//! files (the node's docker config and the credential-provider plugins) and the image policy's
-//! files (read afresh even when no flag changed). Any other flag that changed is logged as waiting for a restart. A file that does not
+//! files (the node's docker config and the credential-provider plugins), the image policy's
+//! files and containerd's registry host settings (read afresh even when no flag changed). Any other flag that changed is logged as waiting for a restart. A file that does not
 //! load, or a configuration that does not validate, changes nothing: the running one is kept.
 
 use std::{ffi::OsString, sync::Arc};
@@ -17,6 +17,7 @@ use crate::{
     policy::PolicyGate,
     prepull::PrePulls,
     pull::ratelimit::RegistryLimits,
+    registry::RegistryHosts,
     reload::metrics::{ReloadMetrics, ReloadResult},
     runtime::ImageRuntime,
     shutdown::Shutdown,
@@ -55,6 +56,7 @@ pub struct Reloadable<R> {
     pub pre_pulls: Arc<PrePulls<R>>,
     pub policy: Arc<PolicyGate>,
     pub credentials: Arc<NodeCredentials>,
+    pub registry_hosts: Arc<RegistryHosts>,
     pub metrics: Arc<ReloadMetrics>,
 }
 
@@ -78,12 +80,14 @@ impl<R: ImageRuntime> Reloadable<R> {
         let pre_pulls = args.pre_pull_config()?;
         let credentials = args.node_credentials()?;
         let policy = args.image_policy()?;
+        let registry_hosts = args.registry_hosts();
         self.limits.reconfigure(&manager.rate_limits);
         self.manager.set_backoff(manager.backoff);
         self.gc.set_config(gc);
         self.pre_pulls.set_config(pre_pulls);
         self.credentials.replace(credentials);
         self.policy.replace(policy);
+        self.registry_hosts.replace(registry_hosts);
         let (applied, need_restart) = source
             .running
             .changes(&loaded.values)

@@ -1,4 +1,5 @@
-//! The image policy's files, read at start and on reload as hostile input: regular files (links
+//! The image policy's files (and containerd's registry host settings its signatures are read
+//! with), read at start and on reload as hostile input: regular files (links
 //! followed: a ConfigMap mounts links), each bounded, a bounded number of them, and so are the key
 //! files they name; a file that does not read or parse, a key that does not load, or a namespace
 //! file's name that is no namespace, refuses the whole policy. What was read is digested, so that
@@ -16,6 +17,7 @@ use super::ServeArgs;
 use crate::{
     files::read::read_named,
     policy::{InForce, Loaded, Policies, PolicyFile, PolicyFileError, sigstore::KEY_FILE_LIMIT},
+    registry::HostsConfig,
 };
 
 /// The largest policy file read: containers-policy.json files are a few KiB.
@@ -61,6 +63,12 @@ impl ServeArgs {
         };
         let policies = Policies { default, namespaces };
         Ok(InForce { policies, mode: self.signature_policy_mode.into(), loaded: Some(loaded) })
+    }
+
+    /// containerd's registry host settings the flag names, read now (what does not read is
+    /// logged: it stops neither containerd nor us).
+    pub fn registry_hosts(&self) -> HostsConfig {
+        HostsConfig::load(&self.registry_config_path)
     }
 }
 

@@ -13,6 +13,7 @@ use super::{
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
     records::verification::VerificationPolicy,
+    registry::DEFAULT_CONFIG_PATH,
     runtime::RuntimeEndpoint,
 };
 
@@ -280,6 +281,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MODE", value_enum, default_value_t = PolicyModeArg::Enforce)]
     pub signature_policy_mode: PolicyModeArg,
 
+    /// containerd's registry host directories (its CRI registry config_path; `:` between several):
+    /// signatures are read where their hosts.toml files send containerd's pulls (server, mirrors,
+    /// capabilities, ca, skip_verify, header, override_path). Empty: containerd's defaults.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_CONFIG_PATH, value_parser = parse_path_or_empty)]
+    pub registry_config_path: PathBuf,
+
     /// Which present images a pod must hold the credentials for (KEP-2535, the kubelet's
     /// imagePullCredentialsVerificationPolicy): NeverVerify; NeverVerifyPreloadedImages (only
     /// images cri-imaged pulled); NeverVerifyAllowlistedImages (all but the allowlist's);
@@ -401,6 +408,7 @@ pub const RELOADABLE: &[&str] = &[
     "signature-policy",
     "signature-policy-dir",
     "signature-policy-mode",
+    "registry-config-path",
     "registry-qps",
     "registry-burst",
     "registry-rate-limit-mode",

@@ -16,6 +16,7 @@ pub mod process;
 pub mod registry_faults;
 pub mod registry_push;
 pub mod stack;
+pub mod test_ca;
 pub mod throttle;
 pub mod throttled_node;
 pub mod tmux;
@@ -86,6 +87,7 @@ impl InProcessDaemon {
             pre_pulls: cri_imaged::prepull::PrePullConfig::default(),
             policy: Default::default(),
             node_credentials: Arc::new(node_credentials),
+            registry_hosts: Default::default(),
             root_dir: socket.parent().expect("the socket is in a directory").join("root"),
             kubelet_root_dir: None,
             serve: ServeOptions {

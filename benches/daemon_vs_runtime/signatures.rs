@@ -12,7 +12,7 @@ use std::{
 use cri_imaged::{
     policy::{Decision, Policies, parse_with_keys, sigstore},
     reference::ImageReference,
-    registry::{RegistryClient, Repository},
+    registry::{HostsConfig, RegistryClient, Repository},
 };
 
 use crate::{
@@ -147,7 +147,8 @@ async fn in_process(bench: &Bench, image: &str) -> u32 {
         panic!("the policy requires a signature")
     };
     let repository = Repository { domain: reference.domain().to_owned(), path: reference.path().to_owned() };
-    let mut client = RegistryClient::new(&repository, None);
+    let hosts = HostsConfig::default();
+    let mut client = RegistryClient::new(&repository, None, &hosts);
     let tag = reference.tag().unwrap_or("latest");
     let digest = client.manifest(tag, 4 << 20).await.expect("read").expect("the image").digest;
     let signature_tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));

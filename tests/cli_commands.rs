@@ -154,11 +154,11 @@ async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looke
     let header = stdout.lines().next().expect("a header");
     assert_eq!(
         header.split_whitespace().collect::<Vec<_>>(),
-        ["IMAGE", "IMAGE", "ID", "SIZE", "AGE", "LAST", "USED", "PINNED", "IN", "USE"]
+        ["IMAGE", "IMAGE", "ID", "SIZE", "AGE", "LAST", "USED", "PINNED", "IN", "USE", "VERIFIED"]
     );
     let row: Vec<&str> = stdout.lines().nth(1).expect("the image's row").split_whitespace().collect();
     assert_eq!((row[0], row[2], row[3]), (small.as_str(), "1.05", "MB"), "{stdout}");
-    assert_eq!(&row[row.len() - 2..], ["no", "no"], "neither pinned nor in use: {stdout}");
+    assert_eq!(&row[row.len() - 3..], ["no", "no", "-"], "neither pinned nor in use, nor verified: {stdout}");
 
     // Following: the recent events, then one as it happens, until Ctrl-C (wide enough that no
     // line wraps).

@@ -62,7 +62,8 @@ impl ServeArgs {
             at: SystemTime::now(),
         };
         let policies = Policies { default, namespaces };
-        Ok(InForce { policies, mode: self.signature_policy_mode.into(), loaded: Some(loaded) })
+        let audit_namespaces = self.signature_policy_audit_namespace.iter().cloned().collect();
+        Ok(InForce { policies, mode: self.signature_policy_mode.into(), audit_namespaces, loaded: Some(loaded) })
     }
 
     /// containerd's registry host settings the flag names, read now (what does not read is

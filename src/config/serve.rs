@@ -281,6 +281,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MODE", value_enum, default_value_t = PolicyModeArg::Enforce)]
     pub signature_policy_mode: PolicyModeArg,
 
+    /// A namespace whose pods the policy audits rather than enforces (repeatable), so that a
+    /// namespace's policy is rolled out while the rest of the node enforces.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub signature_policy_audit_namespace: Vec<String>,
+
     /// containerd's registry host directories (its CRI registry config_path; `:` between several):
     /// signatures are read where their hosts.toml files send containerd's pulls (server, mirrors,
     /// capabilities, ca, skip_verify, header, override_path). Empty: containerd's defaults.

@@ -127,7 +127,8 @@ impl<R: ImageRuntime> Manager<R> {
             }
             Decision::Accepted | Decision::Rejected => None,
         };
-        Ok(PolicyCheck { image: canonical(&reference), verdict, requirements, mode: in_force.mode, signatures })
+        let mode = in_force.mode_for(namespace);
+        Ok(PolicyCheck { image: canonical(&reference), verdict, requirements, mode, signatures })
     }
 
     /// The signatures at the digest that would run: the present image's, the reference's own, or

@@ -35,9 +35,22 @@ impl Mode {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InForce {
     pub policies: Policies,
+    /// The node's mode.
     pub mode: Mode,
+    /// Namespaces audited whatever the node's mode.
+    pub audit_namespaces: std::collections::BTreeSet<String>,
     /// Where they were read from and when; `None` for policies not read from files (tests).
     pub loaded: Option<super::Loaded>,
+}
+
+impl InForce {
+    /// The mode for a pod of `namespace`: audit when the node or that namespace is audited.
+    pub fn mode_for(&self, namespace: Option<&str>) -> Mode {
+        match namespace {
+            Some(namespace) if self.audit_namespaces.contains(namespace) => Mode::Audit,
+            _ => self.mode,
+        }
+    }
 }
 
 /// An image the policy does not let in, and why, in containers/image's words.
@@ -155,11 +168,12 @@ impl PolicyGate {
                     canonical(reference),
                     where_decided(&verdict)
                 );
-                self.refuse(verdict, message, in_force.mode, policy).map(Admission::Audited)
+                self.refuse(verdict, message, in_force.mode_for(namespace), policy).map(Admission::Audited)
             }
             Decision::NeedsSignature(requirements) => {
                 let requirements = requirements.clone();
-                Ok(Admission::Verify(Pending { verdict, requirements, mode: in_force.mode, policy }))
+                let mode = in_force.mode_for(namespace);
+                Ok(Admission::Verify(Pending { verdict, requirements, mode, policy }))
             }
         }
     }

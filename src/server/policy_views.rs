@@ -27,6 +27,7 @@ pub fn image_policy_status(in_force: &InForce, signatures: &Signatures) -> Optio
         verifications_rejected: rejected,
         verifications_error: error,
         signature_cache_hits: metrics.cache_hits_total(),
+        audit_namespaces: in_force.audit_namespaces.iter().cloned().collect(),
     })
 }
 

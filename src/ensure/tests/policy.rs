@@ -16,6 +16,7 @@ fn in_force(mode: Mode) -> InForce {
     InForce {
         policies: Policies { default: Some(default), namespaces: BTreeMap::from([("ci".into(), open)]) },
         mode,
+        audit_namespaces: Default::default(),
         loaded: None,
     }
 }
@@ -60,6 +61,21 @@ async fn audit_mode_lets_a_refused_image_in_and_says_so() {
     let audit =
         kept.iter().find(|event| event.reason == crate::events::reason::POLICY_AUDIT).expect("a PolicyAudit event");
     assert!(audit.message.contains("docker.io/library/alpine:3 is rejected by policy"), "{}", audit.message);
+}
+
+#[tokio::test]
+async fn a_namespace_audited_is_let_in_while_the_node_enforces_for_the_others() {
+    let manager = manager(FakeRuntime::default().pulling_to(Ok("sha256:x")));
+    let mut audited = in_force(Mode::Enforce);
+    audited.audit_namespaces.insert("staging".into());
+    manager.policy.replace(audited);
+    manager.ensure_image_exists(in_namespace("alpine:3", "staging")).await.expect("staging is audited");
+    let refused = manager.ensure_image_exists(in_namespace("alpine:3", "prod")).await.expect_err("prod enforces");
+    assert_eq!(refused.reason(), "SignatureValidationFailed");
+    // With no namespace, the node's mode.
+    let refused = manager.ensure_image_exists(request("busybox:1.36", None)).await.expect_err("the node enforces");
+    assert_eq!(refused.reason(), "SignatureValidationFailed");
+    assert_eq!(manager.runtime().state().pulls.len(), 1, "only staging's pull reached the runtime");
 }
 
 fn check(image: &str, namespace: &str) -> crate::ensure::check::CheckRequest {

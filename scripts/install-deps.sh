@@ -28,6 +28,8 @@ command -v runc >/dev/null || missing+=(runc)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v g++ >/dev/null || missing+=(g++)
 command -v curl >/dev/null || missing+=(curl)
+# openssl makes the TLS tests' CA and server certificates at test time (tests/support/test_ca.rs).
+command -v openssl >/dev/null || missing+=(openssl)
 # Debian's own python3 (/usr/bin/python3): the abuse tests run a client as an unprivileged user.
 [ -x /usr/bin/python3 ] || missing+=(python3)
 # setpriv (util-linux) runs that client as another user.

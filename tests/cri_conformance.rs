@@ -438,9 +438,9 @@ async fn a_pull_its_only_caller_gives_up_leaves_no_image_behind_both_ways() {
                 let after = run_blocking(client, &stack.containerd_socket, vec![status(&image, false)]).await.remove(0);
                 assert!(forwarded > 0, "{client:?}, {how}: the pull had begun");
                 assert!(forwarded < IMAGE_BYTES, "{client:?}, {how}: {forwarded} bytes: the pull went on");
-                answers.push((comparable(&give_up, &answer), after));
+                answers.push((deadline_race_settled(how, comparable(&give_up, &answer)), after));
             }
-            let expected_code = if how == "it cancels" { "CANCELLED" } else { "DEADLINE_EXCEEDED" };
+            let expected_code = if how == "it cancels" { "CANCELLED" } else { DEADLINE_ENDED };
             assert_eq!(answers[0].0.code(), expected_code, "{client:?}, {how}: {answers:?}");
             assert_eq!(answers[0].1, Answer::Ok(json!({})), "{client:?}, {how}: containerd left no image");
             assert_eq!(
@@ -450,6 +450,23 @@ async fn a_pull_its_only_caller_gives_up_leaves_no_image_behind_both_ways() {
                 daemon.log_text()
             );
         }
+    }
+}
+
+/// A deadline is timed twice, by the client and by the server from the `grpc-timeout` header:
+/// whichever fires first names the end, DEADLINE_EXCEEDED (the client's timer) or CANCELLED
+/// (the server's, containerd's own answer). Under load either wins, straight to containerd as
+/// through us, so the two are one outcome here; any other code is kept as it came.
+const DEADLINE_ENDED: &str = "DEADLINE_EXCEEDED or CANCELLED";
+
+fn deadline_race_settled(how: &str, answer: Answer) -> Answer {
+    match answer {
+        Answer::Error { code, message }
+            if how == "its deadline passes" && (code == "DEADLINE_EXCEEDED" || code == "CANCELLED") =>
+        {
+            Answer::Error { code: DEADLINE_ENDED.into(), message }
+        }
+        answer => answer,
     }
 }
 

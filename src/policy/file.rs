@@ -90,6 +90,9 @@ pub struct SigstoreSigned {
     /// Rekor's keys (`rekorPublicKey…`), loaded with the file.
     #[serde(skip)]
     pub rekor_keys: Vec<PublicKey>,
+    /// Fulcio's CA certificates (`fulcio.caPath` or `caData`), loaded with the file.
+    #[serde(skip)]
+    pub fulcio_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// Fulcio's CA and the identity a certificate must carry.

@@ -1,23 +1,29 @@
-//! cosign signatures verified by public key (issue 49, slice 2), pure: no network, no files but
-//! the key files the policy names, read through the caller's reader when the policy is loaded.
+//! cosign signatures verified by public key or by a Fulcio certificate, with Rekor's signed entry
+//! timestamps where the policy names Rekor's key; pure: no network, no files but the key and CA
+//! files the policy names, read through the caller's reader when the policy is loaded.
 //! The registry client fetches the artifact and its payloads; the gate calls [`verify`].
 //!
 //! - `der`: the bounded DER reader a public key needs;
 //! - `key`: PEM `PUBLIC KEY`s (ECDSA P-256 and P-384, Ed25519, RSA) and their signatures;
-//! - `load`: a `sigstoreSigned` requirement's keys, loaded with its policy file;
+//! - `load`: a `sigstoreSigned` requirement's keys and CA, loaded with its policy file;
+//! - `certificate`: a keyless signer's certificate, its chain to the policy's CA and its identity;
+//! - `rekor`: Rekor's signed entry timestamp, and when it says the signature was logged;
 //! - `artifact`: cosign's signature manifest (`sha256-<hex>.sig`), bounded;
 //! - `payload`: the signed payload, read as strictly as containers/image reads it;
 //! - `identity`: `signedIdentity`, with containers/image's semantics;
 //! - `verify`: the decision, and why, per signature.
 //!
-//! Not yet: `fulcio` (certificates) and Rekor's inclusion proofs, which refuse (fail closed).
+//! Not verified: Rekor's inclusion proofs and certificates' SCTs (containers/image checks neither;
+//! the SET is what proves the log has the entry), and sigstore bundles (OCI 1.1 referrers).
 
 mod artifact;
+mod certificate;
 mod der;
 mod identity;
 mod key;
 mod load;
 mod payload;
+mod rekor;
 mod verify;
 
 pub use self::{
@@ -25,10 +31,12 @@ pub use self::{
         Artifact, ArtifactError, LAYER_LIMIT, Layer, MANIFEST_LIMIT, PAYLOAD_LIMIT, SIGNATURE_MEDIA_TYPE,
         parse_artifact,
     },
+    certificate::{CertificateError, Leaf, read_leaf, trust_anchors},
     der::DerError,
     key::{Algorithm, KEY_FILE_LIMIT, KeyError, PublicKey},
     load::{KeyLoadError, KeyReader, load_keys},
     payload::{COSIGN_SIGNATURE_TYPE, Payload, PayloadError, parse_payload},
+    rekor::{BUNDLE_LIMIT, RekorError},
     verify::{Accepted, Refused, Rejected, Why, verify},
 };
 

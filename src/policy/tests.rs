@@ -7,6 +7,9 @@ fn reference(image: &str) -> ImageReference {
 /// A P-256 public key, whatever the path (made with openssl; see sigstore/testdata/README.md).
 const KEY: &[u8] = include_bytes!("sigstore/testdata/p256.pub");
 
+/// A CA certificate (see sigstore/testdata/README.md).
+const FULCIO_CA: &[u8] = include_bytes!("sigstore/testdata/fulcio-ca.pem");
+
 fn any_path_is_the_test_key(_: &std::path::Path) -> Result<Vec<u8>, String> {
     Ok(KEY.to_vec())
 }
@@ -156,6 +159,11 @@ fn what_the_format_does_not_have_or_cri_imaged_would_not_honour_is_refused_namin
             "fulcio signatures need rekorPublicKeyPath",
         ),
         (
+            // Any path reads the test's public key: not a certificate.
+            r#"{"default": [{"type": "sigstoreSigned", "fulcio": {"caPath": "/ca", "oidcIssuer": "https://i", "subjectEmail": "a@b"}, "rekorPublicKeyPath": "/r"}]}"#,
+            r#"fulcio.caPath "/ca": cannot be read: no PEM CERTIFICATE block"#,
+        ),
+        (
             r#"{"default": [{"type": "sigstoreSigned", "keyPath": "/a", "signedIdentity": {"type": "exactReference"}}]}"#,
             "missing field `dockerReference`",
         ),
@@ -210,11 +218,12 @@ fn every_kind_of_scope_and_signed_identity_the_man_page_has_is_read() {
             "a.example.com": [{"type": "sigstoreSigned", "keyPaths": ["/a", "/b"], "signedIdentity": {"type": "matchRepoDigestOrExact"}}],
             "b.example.com": [{"type": "sigstoreSigned", "keyDatas": ["YQ=="], "signedIdentity": {"type": "exactRepository", "dockerRepository": "b.example.com/x"}}],
             "c.example.com": [{"type": "sigstoreSigned", "keyData": "YQ==", "signedIdentity": {"type": "remapIdentity", "prefix": "c.example.com", "signedPrefix": "mirror.example/c"}}],
-            "d.example.com": [{"type": "sigstoreSigned", "fulcio": {"caData": "YQ==", "oidcIssuer": "https://issuer.example", "subjectEmail": "dev@example.com"}, "rekorPublicKeyPath": "/rekor.pub"}],
+            "d.example.com": [{"type": "sigstoreSigned", "fulcio": {"caData": "CA==", "oidcIssuer": "https://issuer.example", "subjectEmail": "dev@example.com"}, "rekorPublicKeyPath": "/rekor.pub"}],
             "*.example.org": [{"type": "insecureAcceptAnything"}]
         }}
     }"#
-        .replace("YQ==", &data),
+        .replace("YQ==", &data)
+        .replace("CA==", &base64::engine::general_purpose::STANDARD.encode(FULCIO_CA)),
     );
     assert_eq!(file.docker.len(), 8);
     let Requirement::SigstoreSigned(signed) = &file.docker["a.example.com"][0] else { panic!("sigstoreSigned") };

@@ -23,8 +23,14 @@ pub fn cosign() -> Option<PathBuf> {
 
 /// Runs cosign with an empty key password; its success and what it printed.
 pub fn run_cosign(cosign: &Path, dir: &Path, args: &[&str]) -> (bool, String) {
+    run_cosign_with(cosign, dir, args, &[])
+}
+
+/// [`run_cosign`], with more of the environment (`SIGSTORE_REKOR_PUBLIC_KEY`: a test Rekor).
+pub fn run_cosign_with(cosign: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let output = Command::new(cosign)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(dir)
         .env("COSIGN_PASSWORD", "")
         // No TUF root or transparency log is reached: everything stays on loopback.

@@ -1,5 +1,6 @@
-//! The little of DER a public key needs: tag, definite length, value; nothing else. Bounded by
-//! its input (a key file is at most 64 KiB) and never recursive, so any bytes read in linear time.
+//! The little of DER a public key and a certificate's fields need: tag, definite length, value;
+//! nothing else. Lengths up to 64 KiB (a key file's bound; a certificate is a few KiB), never
+//! recursive, so any bytes read in linear time.
 
 /// Why bytes are not the DER expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -19,6 +20,9 @@ pub const OID: u8 = 0x06;
 pub const NULL: u8 = 0x05;
 pub const BIT_STRING: u8 = 0x03;
 pub const INTEGER: u8 = 0x02;
+pub const BOOLEAN: u8 = 0x01;
+pub const OCTET_STRING: u8 = 0x04;
+pub const UTF8_STRING: u8 = 0x0c;
 
 /// A reader over DER values, front to back.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +65,23 @@ impl<'a> Der<'a> {
         let (contents, rest) = after_length.split_at(length);
         self.rest = rest;
         Ok(contents)
+    }
+
+    /// The next value, which must have `tag`: its whole encoding (tag, length and contents).
+    pub fn read_encoded(&mut self, tag: u8) -> Result<&'a [u8], DerError> {
+        let start = self.rest;
+        self.read(tag)?;
+        Ok(&start[..start.len() - self.rest.len()])
+    }
+
+    /// The next value's tag, if any is left.
+    pub fn peek(&self) -> Option<u8> {
+        self.rest.first().copied()
+    }
+
+    /// The next value if it has `tag` (an OPTIONAL or DEFAULT field): its contents.
+    pub fn read_optional(&mut self, tag: u8) -> Result<Option<&'a [u8]>, DerError> {
+        if self.peek() == Some(tag) { self.read(tag).map(Some) } else { Ok(None) }
     }
 
     /// The reader must be at its end.

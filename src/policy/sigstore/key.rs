@@ -109,13 +109,7 @@ impl PublicKey {
 
     /// The key in a base64 `keyData` (the key file's bytes, as containers-policy.json(5) has it).
     pub fn from_key_data(data: &str) -> Result<Self, KeyError> {
-        if data.len() as u64 > KEY_FILE_LIMIT * 2 {
-            return Err(KeyError::TooLarge);
-        }
-        // Go's encoding/json reads []byte as standard base64, line breaks ignored.
-        let joined: String = data.chars().filter(|c| *c != '\n' && *c != '\r').collect();
-        let file = base64::engine::general_purpose::STANDARD.decode(joined).map_err(|_| KeyError::DataNotBase64)?;
-        Self::from_pem(&file)
+        Self::from_pem(&data_bytes(data)?)
     }
 
     /// A SubjectPublicKeyInfo's DER.
@@ -167,6 +161,11 @@ impl PublicKey {
         Ok(Self { algorithm, spki: spki.to_vec(), raw: key.to_vec(), fingerprint })
     }
 
+    /// The SubjectPublicKeyInfo's DER, whole: what a Rekor entry names the signer by.
+    pub fn spki(&self) -> &[u8] {
+        &self.spki
+    }
+
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
@@ -214,6 +213,16 @@ fn pem_public_key(file: &[u8]) -> Result<Vec<u8>, KeyError> {
     let end = body.find("-----END PUBLIC KEY-----").ok_or(KeyError::PemBody)?;
     let base64: String = body[..end].chars().filter(|c| !c.is_ascii_whitespace()).collect();
     base64::engine::general_purpose::STANDARD.decode(base64).map_err(|_| KeyError::PemBody)
+}
+
+/// A `…Data` field's bytes (a key's or a CA's file, base64), bounded as the file would be.
+pub fn data_bytes(data: &str) -> Result<Vec<u8>, KeyError> {
+    if data.len() as u64 > KEY_FILE_LIMIT * 2 {
+        return Err(KeyError::TooLarge);
+    }
+    // Go's encoding/json reads []byte as standard base64, line breaks ignored.
+    let joined: String = data.chars().filter(|c| *c != '\n' && *c != '\r').collect();
+    base64::engine::general_purpose::STANDARD.decode(joined).map_err(|_| KeyError::DataNotBase64)
 }
 
 fn ec_point(point: &[u8], size: usize, algorithm: Algorithm) -> Result<Algorithm, KeyError> {

@@ -1,11 +1,11 @@
 //! A `sigstoreSigned` requirement's keys, read when its policy file is: each `keyPath`,
-//! `keyPaths`, `keyData` and `keyDatas`, and Rekor's (which must be ECDSA, as containers/image
-//! has it). The files are read through the reader the caller gives (the config reads regular
+//! `keyPaths`, `keyData` and `keyDatas`, Rekor's (which must be ECDSA, as containers/image
+//! has it) and Fulcio's CA (`caPath` or `caData`, PEM certificates each usable as a trust anchor). The files are read through the reader the caller gives (the config reads regular
 //! files only, bounded); nothing here touches the file system.
 
 use std::path::Path;
 
-use super::key::{Algorithm, KeyError, PublicKey};
+use super::key::{Algorithm, KeyError, PublicKey, data_bytes};
 use crate::policy::{SigstoreSigned, scope::shown};
 
 /// Reads a key file the policy names: its bytes, or why not (never with the file's bytes).
@@ -34,6 +34,18 @@ pub fn load_keys(signed: &mut SigstoreSigned, read: &KeyReader<'_>) -> Result<()
     ];
     let rekor_keys = keys(rekor, rekors, read)?;
     signed.rekor_keys = rekor_keys;
+    if let Some(fulcio) = &signed.fulcio {
+        let (name, pem) = match (&fulcio.ca_path, &fulcio.ca_data) {
+            (Some(path), _) => (format!("fulcio.caPath {}", shown(path)), read(Path::new(path))),
+            (None, Some(data)) => ("fulcio.caData".to_owned(), data_bytes(data).map_err(|error| error.to_string())),
+            (None, None) => return Ok(()),
+        };
+        let roots = pem.and_then(|pem| super::trust_anchors(&pem));
+        signed.fulcio_roots = roots.map_err(|error| KeyLoadError {
+            key: name,
+            error: KeyError::Read(crate::messages::echo(&error).into_owned()),
+        })?;
+    }
     Ok(())
 }
 

@@ -349,8 +349,12 @@ fn each_signed_identity_accepts_what_containers_image_accepts() {
     }
 }
 
+/// A requirement whose CA or Rekor key was never loaded (only `parse_with_keys` loads them)
+/// refuses every image rather than skip what it names; with Rekor's key loaded, a signature
+/// without Rekor's timestamp is refused. (Certificates and timestamps themselves: tests/
+/// fulcio_signatures.rs, with openssl-made CAs.)
 #[test]
-fn fulcio_and_rekor_are_refused_until_they_are_verified() {
+fn a_requirement_never_loaded_refuses_and_a_rekor_key_asks_for_a_timestamp() {
     let signer = ecdsa(false);
     let signature = signed_by(&signer, payload(REPOSITORY, MANIFEST));
     let fulcio: SigstoreSigned = serde_json::from_str(
@@ -359,11 +363,15 @@ fn fulcio_and_rekor_are_refused_until_they_are_verified() {
     .expect("a requirement");
     let verdict =
         rejected(verify(&fulcio, &image(&format!("{REPOSITORY}:v1")), MANIFEST, std::slice::from_ref(&signature)));
-    assert_eq!(verdict.to_string(), "fulcio certificates are not verified by cri-imaged yet");
+    assert_eq!(verdict.to_string(), "the requirement has no Rekor key loaded");
     let mut rekor = requirement(&[&signer.pem], MATCH_REPOSITORY);
     rekor.rekor_public_key_data = Some(base64(signer.pem.as_bytes()));
-    let verdict = rejected(verify(&rekor, &image(&format!("{REPOSITORY}:v1")), MANIFEST, &[signature]));
+    let verdict =
+        rejected(verify(&rekor, &image(&format!("{REPOSITORY}:v1")), MANIFEST, std::slice::from_ref(&signature)));
     assert!(matches!(verdict, Rejected::Unsupported(words) if words.contains("Rekor")));
+    load_keys(&mut rekor, &|_| Err("no files in this test".into())).expect("keys load");
+    let verdict = rejected(verify(&rekor, &image(&format!("{REPOSITORY}:v1")), MANIFEST, &[signature]));
+    assert!(verdict.to_string().contains("no Rekor bundle"), "{verdict}");
 }
 
 #[test]

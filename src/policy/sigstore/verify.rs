@@ -8,10 +8,12 @@ use std::fmt;
 use super::{
     PayloadError, PublicKey,
     artifact::{LAYER_LIMIT, Layer, PAYLOAD_LIMIT, is_sha256},
+    certificate::{self, CertificateError},
     identity, parse_payload,
+    rekor::{self, RekorError},
 };
 use crate::{
-    policy::{SignedIdentity, SigstoreSigned, scope::shown},
+    policy::{Fulcio, SignedIdentity, SigstoreSigned, scope::shown},
     reference::ImageReference,
 };
 
@@ -24,7 +26,8 @@ const SIGNATURE_BASE64_LIMIT: usize = 4096;
 /// A signature that verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
-    /// The key's fingerprint ([`PublicKey::fingerprint`]).
+    /// The key's fingerprint ([`PublicKey::fingerprint`]), or for a certificate (`fulcio`),
+    /// whom it names: `certificate for "dev@example.com" (OIDC issuer "https://…")`.
     pub key: String,
     /// The signature layer's digest.
     pub layer: String,
@@ -68,6 +71,14 @@ pub enum Why {
     SignatureEncoding,
     #[error("not signed by {0}")]
     NoKey(String),
+    #[error("no certificate (dev.sigstore.cosign/certificate), which the policy's fulcio asks for")]
+    NoCertificate,
+    #[error("{0}")]
+    Certificate(#[from] CertificateError),
+    #[error("not signed by the key of its certificate")]
+    NotByCertificate,
+    #[error("{0}")]
+    Rekor(#[from] RekorError),
     #[error("{0}")]
     Payload(#[from] PayloadError),
     #[error("signed for another image ({0})")]
@@ -111,21 +122,23 @@ pub fn verify(
     manifest_digest: &str,
     signatures: &[(Layer, Vec<u8>)],
 ) -> Result<Accepted, Rejected> {
-    if requirement.fulcio.is_some() {
-        return Err(Rejected::Unsupported("fulcio certificates are not verified by cri-imaged yet"));
-    }
-    let rekor = [
+    // What the policy's load guarantees, checked again: a requirement whose keys or CA were never
+    // loaded refuses everything rather than skip what it names.
+    let names_rekor = [
         requirement.rekor_public_key_path.is_some(),
         requirement.rekor_public_key_paths.is_some(),
         requirement.rekor_public_key_data.is_some(),
         requirement.rekor_public_key_datas.is_some(),
-    ];
-    if rekor.contains(&true) {
-        return Err(Rejected::Unsupported(
-            "Rekor's inclusion proofs (rekorPublicKey…) are not verified by cri-imaged yet",
-        ));
+    ]
+    .contains(&true);
+    if names_rekor && requirement.rekor_keys.is_empty() {
+        return Err(Rejected::Unsupported("the requirement has no Rekor key loaded"));
     }
-    if requirement.keys.is_empty() {
+    if requirement.fulcio.is_some() {
+        if requirement.fulcio_roots.is_empty() || requirement.rekor_keys.is_empty() {
+            return Err(Rejected::Unsupported("the requirement has no fulcio CA or Rekor key loaded"));
+        }
+    } else if requirement.keys.is_empty() {
         return Err(Rejected::Unsupported("the requirement has no public key loaded"));
     }
     if let Some(named) = image.digest().filter(|named| *named != manifest_digest) {
@@ -137,7 +150,7 @@ pub fn verify(
     let rule = requirement.signed_identity.clone().unwrap_or(SignedIdentity::MatchRepoDigestOrExact {});
     let mut refused = Vec::new();
     for (layer, payload) in signatures.iter().take(LAYER_LIMIT) {
-        match one(&requirement.keys, &rule, image, manifest_digest, layer, payload) {
+        match one(requirement, &rule, image, manifest_digest, layer, payload) {
             Ok(accepted) => return Ok(accepted),
             Err(why) => refused.push(Refused { layer: short(&layer.digest), why }),
         }
@@ -145,10 +158,12 @@ pub fn verify(
     Err(Rejected::NoneVerified(refused))
 }
 
-/// One signature, in containers/image's order: the payload is the layer's, the signature over
-/// it verifies, and only then is the payload read and its claims checked.
+/// One signature, in containers/image's order: the payload is the layer's, the signer is
+/// trusted (a policy's key, or a certificate Rekor logged and the policy's CA issued to its
+/// identity), the signature over the payload verifies, and only then is the payload read and
+/// its claims checked.
 fn one(
-    keys: &[PublicKey],
+    requirement: &SigstoreSigned,
     rule: &SignedIdentity,
     image: &ImageReference,
     manifest_digest: &str,
@@ -171,17 +186,46 @@ fn one(
     }
     let signature = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded)
         .map_err(|_| Why::SignatureEncoding)?;
-    let key = keys.iter().find(|key| key.verifies(payload, &signature)).ok_or_else(|| Why::NoKey(named(keys)))?;
+    let key = match &requirement.fulcio {
+        Some(fulcio) => by_certificate(requirement, fulcio, layer, &signature, payload)?,
+        None => {
+            let keys = &requirement.keys;
+            let key =
+                keys.iter().find(|key| key.verifies(payload, &signature)).ok_or_else(|| Why::NoKey(named(keys)))?;
+            if !requirement.rekor_keys.is_empty() {
+                rekor::logged_at(&requirement.rekor_keys, layer.bundle.as_deref(), key.spki(), &signature, payload)?;
+            }
+            key.fingerprint().to_owned()
+        }
+    };
     let claims = parse_payload(payload)?;
     if claims.manifest_digest != manifest_digest {
         return Err(Why::OtherImage(short(&claims.manifest_digest)));
     }
     identity::check(rule, image, &claims.docker_reference).map_err(Why::Identity)?;
-    Ok(Accepted {
-        key: key.fingerprint().to_owned(),
-        layer: layer.digest.clone(),
-        identity: shown(&claims.docker_reference),
-    })
+    Ok(Accepted { key, layer: layer.digest.clone(), identity: shown(&claims.docker_reference) })
+}
+
+/// A keyless signature: Rekor logged it (its time), the certificate was the policy's CA's for the
+/// policy's identity then, and its key made the signature. Whom the certificate names.
+fn by_certificate(
+    requirement: &SigstoreSigned,
+    fulcio: &Fulcio,
+    layer: &Layer,
+    signature: &[u8],
+    payload: &[u8],
+) -> Result<String, Why> {
+    let certificate = layer.certificate.as_deref().ok_or(Why::NoCertificate)?;
+    let signer = rekor::first_pem_der(certificate.as_bytes()).ok_or(Why::NoCertificate)?;
+    let time = rekor::logged_at(&requirement.rekor_keys, layer.bundle.as_deref(), &signer, signature, payload)?;
+    let issuer = fulcio.oidc_issuer.as_deref().unwrap_or_default();
+    let email = fulcio.subject_email.as_deref().unwrap_or_default();
+    let chain = layer.chain.as_deref();
+    let key = certificate::signer(&requirement.fulcio_roots, certificate, chain, time, (issuer, email))?;
+    if !key.verifies(payload, signature) {
+        return Err(Why::NotByCertificate);
+    }
+    Ok(format!("certificate for {} (OIDC issuer {})", shown(email), shown(issuer)))
 }
 
 /// The policy's keys, for a message: each by algorithm and fingerprint, four at most.

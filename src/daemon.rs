@@ -43,7 +43,7 @@ use crate::{
     runtime::{ContentStore, CriClient, ImageRuntime, RuntimeEndpoint, probe_within},
     server::{self, ServeError, ServeOptions, Services},
     shutdown::{self, Shutdown},
-    signatures::{FetchLimits, Signatures},
+    signatures::{FetchLimits, Signatures, VerifiedFile},
 };
 
 /// Why the daemon stopped with an error.
@@ -119,7 +119,8 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
         let policy = Arc::new(PolicyGate::new(policy, metrics.policy.clone()));
         let registry_hosts = Arc::new(RegistryHosts::default());
         let signatures = Signatures::new(FetchLimits::default(), metrics.signatures.clone())
-            .with_registry_hosts(registry_hosts.clone());
+            .with_registry_hosts(registry_hosts.clone())
+            .kept_in(VerifiedFile::at(root_dir, metrics.records.quarantined("signatures")));
         let pulls = Arc::new(PullPath::over(
             runtime.clone(),
             limits.clone(),
@@ -216,7 +217,7 @@ pub struct Settings {
     /// containerd's registry host settings, already read.
     pub registry_hosts: HostsConfig,
     /// cri-imaged's state: the pull records live under `image_manager/`, image ages under
-    /// `image_gc/`.
+    /// `image_gc/`, verified signatures under `signatures/`.
     pub root_dir: PathBuf,
     /// The kubelet's root dir, whose pull records are adopted as ours settle.
     pub kubelet_root_dir: Option<PathBuf>,
@@ -279,6 +280,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         async move { records.settle(&*runtime, started).await }
     });
     tokio::spawn(parts.services.gc.clone().run(shutdown.clone()));
+    tokio::spawn(parts.services.pulls.signed().signatures().clone().keep(shutdown.clone()));
     tokio::spawn(parts.services.pre_pulls.clone().run(shutdown.clone()));
     tokio::spawn(memory::trim_periodically(shutdown.clone()));
     if settings.presence_cache {

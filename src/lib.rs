@@ -49,7 +49,7 @@
 //!   names: what the runtime does not fetch (signatures).
 //! - [`signatures`]: an image's signatures for a policy that requires them: the digest that
 //!   will run, cosign's signatures for it read from its repository, verified, kept by digest
-//!   and requirement.
+//!   and requirement (on disk too, across restarts).
 //! - [`backoff`]: the per-(pod, image) backoff store, naming the newest pairs to fail (pure).
 //! - [`pull_policy`]: pull-policy defaulting and the pull decision (pure).
 //! - [`reference`](mod@reference): the image reference grammar and the default tag (pure).

@@ -2,24 +2,29 @@
 //! (the present image's, the reference's own, or its tag resolved once at the registry), cosign's
 //! signatures for that digest read from the image's repository with the pull's credentials, and
 //! the policy's requirements checked against them ([`crate::policy::sigstore`]). A result is kept
-//! by (digest, requirement), so a present image verified once is answered from memory, and a
-//! policy reload that changes a requirement leaves what it covered behind; verifications of one
-//! image under way at once are one.
+//! by (digest, requirement), in memory and on disk across restarts, so a present image verified
+//! once is answered without its registry, and a policy reload (or a restart) that changes a
+//! requirement leaves what it covered behind; verifications of one image under way at once are one.
 //!
 //! - `fetch`: the tag resolved, the signature manifest and its payloads read, bounded;
 //! - `cache`: verified digests by requirement, and the verifications under way;
+//! - `requirement`: a requirement's name across restarts (a digest of its canonical form);
+//! - `stored`: the verified digests kept on disk, written off the request path, read back at
+//!   start as hostile input;
 //! - `metrics`: verifications by result, their time, signatures fetched, cache hits.
 
 mod cache;
 mod fetch;
 mod metrics;
+mod requirement;
+mod stored;
 
 use std::{sync::Arc, time::Duration};
 
 use futures_util::{FutureExt, future::BoxFuture};
 
 use self::{cache::Flights, cache::VerifiedCache};
-pub use self::{fetch::FetchLimits, metrics::SignatureMetrics};
+pub use self::{fetch::FetchLimits, metrics::SignatureMetrics, stored::VerifiedFile};
 use crate::{
     credentials::Credential,
     policy::{PolicySource, SigstoreSigned, Verdict, sigstore},
@@ -95,11 +100,20 @@ pub struct Signatures {
     metrics: Arc<SignatureMetrics>,
     /// Where signatures are read from: containerd's registry host settings.
     hosts: Arc<RegistryHosts>,
+    /// Where what is verified is kept across restarts ([`Signatures::keep`]); none: memory only.
+    file: Option<VerifiedFile>,
 }
 
 impl Signatures {
     pub fn new(limits: FetchLimits, metrics: Arc<SignatureMetrics>) -> Self {
-        Self { limits, cache: VerifiedCache::default(), flights: Flights::default(), metrics, hosts: Arc::default() }
+        let (cache, flights, hosts) = (VerifiedCache::default(), Flights::default(), Arc::default());
+        Self { limits, cache, flights, metrics, hosts, file: None }
+    }
+
+    /// Keeps what is verified in `file`, once [`Signatures::keep`] runs.
+    pub fn kept_in(mut self, file: VerifiedFile) -> Self {
+        self.file = Some(file);
+        self
     }
 
     /// Reads signatures from the hosts `hosts` names (containerd's defaults without it).
@@ -113,7 +127,8 @@ impl Signatures {
         self.cache.get(digest, requirements)
     }
 
-    /// Under which policies `digest` was verified (since start; the newest 4,096 digests kept).
+    /// Under which policies `digest` was verified (the newest 4,096 verifications kept, across
+    /// restarts).
     pub fn verified_under(&self, digest: &str) -> Vec<(Under, Verified)> {
         self.cache.under(digest)
     }

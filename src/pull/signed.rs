@@ -90,7 +90,7 @@ impl SignedPulls {
     }
 
     /// The node's signature checks: what they verified, their counters.
-    pub fn signatures(&self) -> &Signatures {
+    pub fn signatures(&self) -> &Arc<Signatures> {
         &self.signatures
     }
 

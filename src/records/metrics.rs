@@ -85,7 +85,7 @@ impl RecordsMetrics {
         );
     }
 
-    /// The count of quarantined `file`s (`record`, `intent`, `ages`).
+    /// The count of quarantined `file`s (`record`, `intent`, `ages`, `pre_pull`, `signatures`).
     pub fn quarantined(&self, file: &'static str) -> Counter {
         self.quarantined.get_or_create(&vec![("file", file)]).clone()
     }

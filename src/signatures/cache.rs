@@ -1,4 +1,5 @@
-//! Verified digests, by the requirement they met, and the verifications under way, joined.
+//! Verified digests, by the requirement they met (those read back from disk by its name), and the
+//! verifications under way, joined.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -10,25 +11,46 @@ use futures_util::{
     future::{BoxFuture, Shared},
 };
 
-use super::{SignatureError, Under, Verified};
+use tokio::sync::Notify;
+
+use super::{SignatureError, Under, Verified, requirement::requirement_id};
 use crate::policy::SigstoreSigned;
 
 /// Digests kept: a node runs a few hundred images; each entry is a few hundred bytes.
-const KEPT: usize = 4096;
+pub const KEPT: usize = 4096;
 
 /// What was verified, by digest and the requirements met. A reload that changes a requirement
-/// leaves its entries unmatched; the oldest go first past [`KEPT`].
+/// leaves its entries unmatched; the oldest go first past [`KEPT`]. Entries read back from disk
+/// know their requirements by name only ([`requirement_id`]).
 #[derive(Default)]
 pub struct VerifiedCache {
     inner: Mutex<Kept>,
+    /// Told of each entry added, for the writer that keeps them on disk.
+    changed: Notify,
 }
 
-/// The requirements a digest met, under which policy (the first that asked), and how.
-type Met = (Vec<Arc<SigstoreSigned>>, Under, Verified);
+/// A digest verified: the requirements it met (by name; and themselves, when verified since
+/// start), under which policy (the first that asked), and how.
+struct Met {
+    requirement: String,
+    requirements: Option<Vec<Arc<SigstoreSigned>>>,
+    under: Under,
+    verified: Verified,
+}
+
+/// A verification as kept on disk: the name of the requirements it met, the policy that asked,
+/// and what verified it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub requirement: String,
+    pub under: Under,
+    pub verified: Verified,
+}
 
 #[derive(Default)]
 struct Kept {
     by_digest: HashMap<String, Vec<Met>>,
+    /// Oldest first; a digest once for each of its entries, in the order of its list.
     order: VecDeque<String>,
 }
 
@@ -36,31 +58,88 @@ impl VerifiedCache {
     pub fn get(&self, digest: &str, requirements: &[Arc<SigstoreSigned>]) -> Option<Verified> {
         let kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let entries = kept.by_digest.get(digest)?;
-        entries.iter().find(|(met, ..)| met.as_slice() == requirements).map(|(.., verified)| verified.clone())
+        if let Some(met) = entries.iter().find(|met| met.requirements.as_deref() == Some(requirements)) {
+            return Some(met.verified.clone());
+        }
+        // Read back from disk: matched by the requirements' name.
+        let mut stored = entries.iter().filter(|met| met.requirements.is_none()).peekable();
+        stored.peek()?;
+        let name = requirement_id(requirements);
+        stored.find(|met| met.requirement == name).map(|met| met.verified.clone())
     }
 
     /// Every policy `digest` was verified under.
     pub fn under(&self, digest: &str) -> Vec<(Under, Verified)> {
         let kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let entries = kept.by_digest.get(digest).map_or(&[][..], Vec::as_slice);
-        entries.iter().map(|(_, under, verified)| (under.clone(), verified.clone())).collect()
+        entries.iter().map(|met| (met.under.clone(), met.verified.clone())).collect()
     }
 
     pub fn put(&self, digest: &str, requirements: &[Arc<SigstoreSigned>], (under, verified): (Under, Verified)) {
+        let requirement = requirement_id(requirements);
         let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let Kept { by_digest, order } = &mut *kept;
         let entries = by_digest.entry(digest.to_owned()).or_default();
-        if entries.iter().any(|(met, ..)| met.as_slice() == requirements) {
+        if entries.iter().any(|met| met.requirement == requirement) {
             return;
         }
-        entries.push((requirements.to_vec(), under, verified));
+        entries.push(Met { requirement, requirements: Some(requirements.to_vec()), under, verified });
         order.push_back(digest.to_owned());
-        while order.len() > KEPT {
-            let Some(oldest) = order.pop_front() else { break };
-            if let Some(entries) = by_digest.get_mut(&oldest) {
+        kept.trim();
+        drop(kept);
+        self.changed.notify_one();
+    }
+
+    /// Adds what was kept on disk (oldest first) as older than anything verified since start.
+    pub fn restore(&self, stored: Vec<Stored>) {
+        let mut kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let Kept { by_digest, order } = &mut *kept;
+        for Stored { requirement, under, verified } in stored.into_iter().rev() {
+            let entries = by_digest.entry(verified.digest.clone()).or_default();
+            if entries.iter().any(|met| met.requirement == requirement) {
+                continue;
+            }
+            order.push_front(verified.digest.clone());
+            entries.insert(0, Met { requirement, requirements: None, under, verified });
+        }
+        kept.trim();
+    }
+
+    /// Every entry, oldest first, as kept on disk.
+    pub fn stored(&self) -> Vec<Stored> {
+        let kept = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next: HashMap<&str, usize> = HashMap::new();
+        let mut stored = Vec::with_capacity(kept.order.len());
+        for digest in &kept.order {
+            let index = next.entry(digest).or_default();
+            if let Some(met) = kept.by_digest.get(digest).and_then(|entries| entries.get(*index)) {
+                let Met { requirement, under, verified, .. } = met;
+                stored.push(Stored {
+                    requirement: requirement.clone(),
+                    under: under.clone(),
+                    verified: verified.clone(),
+                });
+            }
+            *index += 1;
+        }
+        stored
+    }
+
+    /// Resolves once an entry was added since the last time it resolved.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
+
+impl Kept {
+    /// Drops the oldest entries past [`KEPT`].
+    fn trim(&mut self) {
+        while self.order.len() > KEPT {
+            let Some(oldest) = self.order.pop_front() else { break };
+            if let Some(entries) = self.by_digest.get_mut(&oldest) {
                 entries.remove(0);
                 if entries.is_empty() {
-                    by_digest.remove(&oldest);
+                    self.by_digest.remove(&oldest);
                 }
             }
         }

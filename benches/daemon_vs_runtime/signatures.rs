@@ -1,7 +1,9 @@
 //! Image signatures (issue 49): the presence path of an image verified under a `sigstoreSigned`
 //! policy against the same with no policy (the check is a lookup of what was verified), a herd of
 //! pods on a signed absent image (its signatures read once), and one cosign signature verified in
-//! process. Images are signed by cosign itself, keys made here.
+//! process, by key and by certificate (a Fulcio certificate and Rekor's timestamp, made by
+//! openssl here as tests/support/sigstore_pki.rs makes them). Images are signed by cosign
+//! itself, keys made here.
 
 use std::{
     path::{Path, PathBuf},
@@ -134,7 +136,65 @@ pub async fn run(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
         measured: report::micros(micros),
         met: true,
     });
+    progress!("signatures: {VERIFICATIONS} verifications of one certificate signature in process");
+    let micros = certificate_in_process(&bench.work.path().join("keyless"));
+    table.row(vec![
+        "one certificate signature verified in process (Rekor's timestamp, chain to the CA, identity, payload)".into(),
+        report::micros(micros),
+        String::new(),
+        String::new(),
+        "reported".into(),
+    ]);
+    findings.verdicts.push(Verdict {
+        what: "verification of one certificate (fulcio) signature in process, p50".into(),
+        target: "reported".into(),
+        measured: report::micros(micros),
+        met: true,
+    });
     findings.tables.push(table);
+}
+
+/// The p50 of [`sigstore::verify`] on a certificate signature logged by a test Rekor, under a
+/// `fulcio` requirement (no registry: the layer is made here).
+fn certificate_in_process(dir: &Path) -> u32 {
+    use crate::support::sigstore_pki::{Fulcio, Rekor, now, payload, sign};
+    const DIGEST: &str = "sha256:a8e87c3b20f50688f5156a664736f33dcc8a81e83c63156df15bb00d01f2c758";
+    const REPOSITORY: &str = "registry.example.com/team/app";
+    let (email, issuer) = ("builder@example.com", "https://issuer.example.com");
+    std::fs::create_dir_all(dir).expect("a directory");
+    let (fulcio, rekor) = (Fulcio::new(dir, "fulcio"), Rekor::new(dir, "rekor"));
+    let issued = fulcio.issue(dir, "builder", (email, issuer), "codeSigning");
+    let signed = payload(REPOSITORY, DIGEST);
+    let signature = sign(&issued.key, &signed);
+    let certificate = std::fs::read_to_string(&issued.cert).expect("the certificate");
+    let layer = sigstore::Layer {
+        digest: crate::support::registry_push::sha256_digest(&signed),
+        size: signed.len() as u64,
+        signature: Some(signature.clone()),
+        bundle: Some(rekor.bundle(&certificate, &signature, &signed, now())),
+        certificate: Some(certificate),
+        chain: Some(std::fs::read_to_string(&fulcio.ca.cert).expect("the CA")),
+    };
+    let requirement = serde_json::json!({
+        "fulcio": { "caPath": fulcio.ca.cert, "oidcIssuer": issuer, "subjectEmail": email },
+        "rekorPublicKeyPath": rekor.public,
+        "signedIdentity": { "type": "matchRepository" },
+    });
+    let mut requirement: cri_imaged::policy::SigstoreSigned =
+        serde_json::from_value(requirement).expect("a requirement");
+    sigstore::load_keys(&mut requirement, &|path| std::fs::read(path).map_err(|error| error.to_string()))
+        .expect("the CA and Rekor's key load");
+    let reference = ImageReference::parse_normalized(&format!("{REPOSITORY}:v1")).expect("a reference");
+    let signatures = [(layer, signed)];
+    let mut took = Vec::with_capacity(VERIFICATIONS);
+    for _ in 0..VERIFICATIONS {
+        let started = Instant::now();
+        let accepted = sigstore::verify(&requirement, &reference, DIGEST, &signatures);
+        took.push(started.elapsed().as_micros() as u32);
+        assert!(accepted.is_ok(), "{accepted:?}");
+    }
+    took.sort_unstable();
+    took[took.len() / 2]
 }
 
 /// The p50 of [`sigstore::verify`] on `image`'s signature, read once from the registry.

@@ -118,9 +118,10 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
         let limits = Arc::new(RegistryLimits::new(&config.rate_limits, metrics.pulls.clone(), events.clone()));
         let policy = Arc::new(PolicyGate::new(policy, metrics.policy.clone()));
         let registry_hosts = Arc::new(RegistryHosts::default());
-        let signatures = Signatures::new(FetchLimits::default(), metrics.signatures.clone())
-            .with_registry_hosts(registry_hosts.clone())
-            .kept_in(VerifiedFile::at(root_dir, metrics.records.quarantined("signatures")));
+        let signatures =
+            Signatures::new(FetchLimits::within(config.scheduler.pull_timeout), metrics.signatures.clone())
+                .with_registry_hosts(registry_hosts.clone())
+                .kept_in(VerifiedFile::at(root_dir, metrics.records.quarantined("signatures")));
         let pulls = Arc::new(PullPath::over(
             runtime.clone(),
             limits.clone(),

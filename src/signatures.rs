@@ -11,20 +11,30 @@
 //! - `requirement`: a requirement's name across restarts (a digest of its canonical form);
 //! - `stored`: the verified digests kept on disk, written off the request path, read back at
 //!   start as hostile input;
-//! - `metrics`: verifications by result, their time, signatures fetched, cache hits.
+//! - `metrics`: verifications by result, their time, signatures fetched, cache hits;
+//! - `health`: the registry's circuit breaker, asked before reading it and told how it answered.
 
 mod cache;
 mod fetch;
+mod health;
 mod metrics;
 mod requirement;
 mod stored;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use futures_util::{FutureExt, future::BoxFuture};
 
 use self::{cache::Flights, cache::VerifiedCache};
-pub use self::{fetch::FetchLimits, metrics::SignatureMetrics, stored::VerifiedFile};
+pub use self::{
+    fetch::FetchLimits,
+    health::{Reached, RegistryHealth, RegistryVisit, unreachable},
+    metrics::SignatureMetrics,
+    stored::VerifiedFile,
+};
 use crate::{
     credentials::Credential,
     policy::{PolicySource, SigstoreSigned, Verdict, sigstore},
@@ -78,6 +88,9 @@ pub enum SignatureError {
     Registry(#[from] RegistryError),
     #[error("reading signatures took longer than {0:?}")]
     TimedOut(Duration),
+    /// The registry's circuit breaker is open: its words.
+    #[error("{0}")]
+    RegistryUnavailable(String),
 }
 
 impl SignatureError {
@@ -87,7 +100,7 @@ impl SignatureError {
             Self::NoSignatures { digest, .. } | Self::BadArtifact { digest, .. } | Self::Rejected { digest, .. } => {
                 Some(digest)
             }
-            Self::NoManifest(_) | Self::Registry(_) | Self::TimedOut(_) => None,
+            Self::NoManifest(_) | Self::Registry(_) | Self::TimedOut(_) | Self::RegistryUnavailable(_) => None,
         }
     }
 }
@@ -102,12 +115,14 @@ pub struct Signatures {
     hosts: Arc<RegistryHosts>,
     /// Where what is verified is kept across restarts ([`Signatures::keep`]); none: memory only.
     file: Option<VerifiedFile>,
+    /// The pulls' circuit breakers ([`Signatures::watched_by`]); none: not asked.
+    health: OnceLock<Arc<dyn RegistryHealth>>,
 }
 
 impl Signatures {
     pub fn new(limits: FetchLimits, metrics: Arc<SignatureMetrics>) -> Self {
         let (cache, flights, hosts) = (VerifiedCache::default(), Flights::default(), Arc::default());
-        Self { limits, cache, flights, metrics, hosts, file: None }
+        Self { limits, cache, flights, metrics, hosts, file: None, health: OnceLock::new() }
     }
 
     /// Keeps what is verified in `file`, once [`Signatures::keep`] runs.
@@ -123,6 +138,11 @@ impl Signatures {
     }
 
     /// What `digest` was verified as under exactly these requirements, if it was.
+    /// Asks and tells `health` (the pulls' breakers) from now on (set once).
+    pub fn watched_by(&self, health: Arc<dyn RegistryHealth>) {
+        let _ = self.health.set(health);
+    }
+
     pub fn cached(&self, digest: &str, requirements: &[Arc<SigstoreSigned>]) -> Option<Verified> {
         self.cache.get(digest, requirements)
     }
@@ -161,15 +181,26 @@ impl Signatures {
             let (reference, digest) = (reference.clone(), digest.map(str::to_owned));
             let (requirements, credentials) = (requirements.to_vec(), credentials.to_vec());
             let (limits, metrics, policy) = (self.limits.clone(), self.metrics.clone(), under.label());
-            let hosts = self.hosts.current();
+            let (hosts, health) = (self.hosts.current(), self.health.get().cloned());
             async move {
                 let started = tokio::time::Instant::now();
+                let visit = match health.map(|health| health.visit(reference.domain())).transpose() {
+                    Ok(visit) => visit,
+                    Err(refused) => {
+                        let result = Err(SignatureError::RegistryUnavailable(refused));
+                        metrics.verified(&result, policy, started.elapsed());
+                        return result.map_err(Arc::new);
+                    }
+                };
                 let fetched = tokio::time::timeout(
                     limits.deadline,
                     fetch::signatures(&reference, digest.as_deref(), &credentials, &hosts, &limits, &metrics),
                 )
                 .await
                 .unwrap_or(Err(SignatureError::TimedOut(limits.deadline)));
+                if let Some(visit) = visit {
+                    visit.ended(Reached::of(&fetched));
+                }
                 let result = fetched.and_then(|found| check(&reference, &requirements, found));
                 metrics.verified(&result, policy, started.elapsed());
                 result.map_err(Arc::new)

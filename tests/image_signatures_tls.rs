@@ -3,7 +3,8 @@
 //! cri-imaged given the same hosts.toml directory (`config_path`, `--registry-config-path`) whose
 //! file names the registry's `server` over https and its `ca`. An image signed by cosign over TLS is
 //! let in (and containerd pulls it over TLS too), an unsigned one refused, and a registry whose
-//! hosts.toml names another CA is refused with the TLS error, before containerd is asked.
+//! hosts.toml names another CA is refused with the TLS error (RegistryUnavailable: the image could
+//! not be judged), before containerd is asked.
 
 mod support;
 
@@ -183,11 +184,14 @@ async fn a_signed_image_over_tls_is_let_in_an_unsigned_one_refused_and_a_wrong_c
     assert_eq!(code, "PERMISSION_DENIED", "{message}");
     assert!(message.contains("no signature for sha256:"), "{message}");
 
-    // The same registry behind a hosts.toml naming another CA: refused, the TLS error said.
+    // The same registry behind a hosts.toml naming another CA: refused, the TLS error said. The
+    // image was never judged (its registry could not be read, as containerd's pull could not
+    // read it): the pod gets RegistryUnavailable, as for a pull, and the breaker counts it.
     let image = format!("{}/tls/signed:v1", wrong.addr);
     let answers = run(client, &daemon.socket, vec![ensure(&image, "wrong-ca")]).await;
     let Answer::Error { code, message } = &answers[0] else { panic!("let in past a wrong CA: {answers:?}") };
-    assert_eq!(code, "PERMISSION_DENIED", "{message}");
+    assert_eq!(code, "UNAVAILABLE", "{message}");
+    assert!(message.contains("because the registry is unavailable: reading signatures: "), "{message}");
     assert!(message.contains("TLS") && message.contains("UnknownIssuer"), "{message}");
     let direct = run(
         client,

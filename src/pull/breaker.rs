@@ -30,6 +30,7 @@ use crate::{
     events::{Event, EventType, Events, reason},
     messages,
     pull::{PullError, metrics::PullMetrics},
+    signatures::{Reached, RegistryHealth, RegistryVisit},
 };
 
 /// The most registries followed at once; past it, one that has nothing to say is forgotten.
@@ -135,6 +136,29 @@ impl Breakers {
                 self.metrics.breaker_closed(host);
                 self.events.publish(Event::new(EventType::Normal, reason::REGISTRY_AVAILABLE, message));
             }
+        }
+    }
+}
+
+/// The breakers as a signature verification asks them: admitted as a pull about to call its
+/// registry (a half-open breaker's probe, if it is the first), refused as such a pull is.
+pub struct SignatureReads(pub Arc<Breakers>);
+
+impl RegistryHealth for SignatureReads {
+    fn visit(&self, host: &str) -> Result<Box<dyn RegistryVisit>, String> {
+        let mut pass = self.0.pass(Some(host));
+        pass.admit(Stage::Start).map_err(|refused| refused.to_string())?;
+        Ok(Box::new(pass))
+    }
+}
+
+impl RegistryVisit for Pass {
+    fn ended(self: Box<Self>, reached: Reached) {
+        match reached {
+            Reached::Answered => Pass::ended(*self, None),
+            Reached::Unreachable(words) => Pass::ended(*self, Some(&PullError::RegistryUnavailable(words))),
+            // Dropped: says nothing about the registry.
+            Reached::Nothing => {}
         }
     }
 }

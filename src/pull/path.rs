@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use super::{
     Peer, Pull, PullError, Pulled, RuntimePull,
+    breaker::SignatureReads,
     metrics::PullMetrics,
     poller::{ProgressConfig, ProgressPoller, TrackPulls},
     ratelimit::{RateLimitLayer, RegistryLimits},
@@ -100,7 +101,6 @@ impl PullPath {
         Shared { records, guard, events, presence, policy, signatures }: Shared,
         metrics: Arc<PullMetrics>,
     ) -> Self {
-        let signed = Arc::new(SignedPulls::new(runtime.clone(), signatures, policy.clone(), events.clone()));
         let pulls = RecordPulls::new(RateLimitLayer::new(limits).layer(RuntimePull::new(runtime.clone()))).map_result(
             move |pulled| {
                 presence.image_changed();
@@ -109,9 +109,12 @@ impl PullPath {
         );
         let progress = config
             .progress
-            .map(|progress| ProgressPoller::start(runtime, progress, events.clone()) as Arc<dyn TrackPulls>);
+            .map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()) as Arc<dyn TrackPulls>);
         let service = BoxCloneSyncService::new(pulls);
         let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, progress, events.clone());
+        // A signature read counts toward its registry's breaker, as a pull does.
+        signatures.watched_by(Arc::new(SignatureReads(scheduler.breakers().clone())));
+        let signed = Arc::new(SignedPulls::new(runtime, signatures, policy.clone(), events.clone()));
         Self { scheduler, records, guard, events, policy, signed }
     }
 

@@ -253,7 +253,7 @@ impl PullScheduler {
     }
 
     /// Each registry's breaker and wait.
-    pub fn breakers(&self) -> &Breakers {
+    pub fn breakers(&self) -> &Arc<Breakers> {
         &self.shared.breakers
     }
 

@@ -15,7 +15,7 @@ use crate::{
     policy::{Pending, PolicyGate, SigstoreSigned, canonical},
     reference::ImageReference,
     runtime::{ImageRuntime, PresentImage, RuntimeError},
-    signatures::{SignatureError, Signatures, Under, Verified},
+    signatures::{SignatureError, Signatures, Under, Verified, unreachable},
 };
 
 type Status = dyn Fn(ImageSpec) -> BoxFuture<'static, Result<Option<PresentImage>, RuntimeError>> + Send + Sync;
@@ -73,6 +73,9 @@ impl SignedPulls {
                 }
                 Ok(None)
             }
+            // The registry could not be reached: the image was not judged, and the pod is told
+            // what a pull would tell it (the breaker counted it).
+            (Err(_), Err(error)) if let Some(words) = unreachable(&error) => Err(PullError::RegistryUnavailable(words)),
             (Err(refusal), _) => Err(PullError::PolicyRejected(refusal.message)),
         }
     }

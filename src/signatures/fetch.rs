@@ -36,6 +36,15 @@ impl Default for FetchLimits {
     }
 }
 
+impl FetchLimits {
+    /// The defaults, the whole verification within `pull_timeout` (`--image-pull-timeout`) too:
+    /// reading signatures takes no longer than the pull it guards may.
+    pub fn within(pull_timeout: Option<Duration>) -> Self {
+        let limits = Self::default();
+        Self { deadline: pull_timeout.map_or(limits.deadline, |timeout| timeout.min(limits.deadline)), ..limits }
+    }
+}
+
 /// The digest that will run and the signatures found for it.
 pub struct Found {
     pub digest: String,

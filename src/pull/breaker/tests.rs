@@ -315,3 +315,33 @@ async fn each_pull_in_flight_says_what_it_waits_for() {
     let expected = [("hung.test/a:1".to_owned(), "pulling"), ("hung.test/c:1".to_owned(), "registry")];
     assert_eq!(states(&node.scheduler), expected, "the second waits for the first, unanswered");
 }
+
+/// A signature read is one more visit to its registry: unreachable, it counts as a failed pull
+/// does, and once the breaker is open, reads and pulls of that registry are refused at once, the
+/// breaker's words said; an answer of any kind closes it again. Other registries are untouched.
+#[tokio::test(start_paused = true)]
+async fn signature_reads_count_toward_their_registrys_breaker_and_an_open_one_refuses_them() {
+    use crate::signatures::{Reached, RegistryHealth};
+    let node = Node::new(5);
+    let reads = SignatureReads(node.scheduler.breakers().clone());
+    for _ in 0..5 {
+        let visit = reads.visit("down.test").expect("closed: admitted");
+        visit.ended(Reached::Unreachable("registry down.test: connection refused".into()));
+    }
+    let refused = reads.visit("down.test").err().expect("open: refused");
+    assert!(refused.starts_with("RegistryUnavailable:") && refused.contains("connection refused"), "{refused}");
+    let pulled = node.pull("down.test/app:1").await.expect("joined").0;
+    assert!(matches!(pulled.as_ref().map_err(|error| &**error), Err(PullError::RegistryUnavailable(_))), "{pulled:?}");
+    assert_eq!(node.registries.calls("down.test"), 0, "the pull never reached the registry");
+    reads.visit("up.test").expect("another registry is admitted").ended(Reached::Answered);
+
+    // After the cooldown, a read is the probe: answered, the breaker closes for pulls too.
+    sleep(Duration::from_secs(31)).await;
+    reads.visit("down.test").expect("half-open: the probe").ended(Reached::Answered);
+    node.pull("down.test/app:1").await.expect("joined").0.expect("closed again");
+    // A read that learnt nothing (no host may be asked) neither opens nor closes anything.
+    for _ in 0..5 {
+        reads.visit("quiet.test").expect("admitted").ended(Reached::Nothing);
+    }
+    reads.visit("quiet.test").expect("still closed");
+}

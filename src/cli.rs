@@ -8,7 +8,7 @@
 //!   tones are kept apart from their text (and the one function that makes text printable), JSON
 //!   lines.
 //! - one module per command: `pull`, `images`, `status`, `events`, `gc`, `backoff`, `policy`,
-//!   `top`, and
+//!   `prepull`, `top`, and
 //!   `docs` (completions and man pages).
 //!
 //! Nothing here is part of the daemon: `serve` never runs this code, and this code imports none
@@ -24,6 +24,7 @@ mod gc;
 mod images;
 mod output;
 mod policy;
+mod prepull;
 mod pull;
 mod render;
 mod secret;
@@ -65,6 +66,7 @@ async fn dispatch(command: ClientCommand) -> Result<(), CliError> {
         ClientCommand::Gc(args) => gc::run(args).await,
         ClientCommand::Backoff(args) => backoff::run(args).await,
         ClientCommand::Policy(args) => policy::run(args).await,
+        ClientCommand::Prepull(args) => prepull::run(args).await,
         ClientCommand::Top(args) => top::run(args).await,
         ClientCommand::Completion(_) | ClientCommand::GenerateMan(_) => Ok(()),
     }

@@ -29,7 +29,8 @@
 //!   the scheduler (fair parallel cap, single-flight, stall cancel, big pulls yielding to small
 //!   ones, per-registry breakers), and pull progress read from containerd's content service.
 //! - [`prepull`]: pre-pulls asked for over the API or declared with `--pre-pull`: behind pods'
-//!   pulls in the scheduler, kept across restarts, pinned for a while once done.
+//!   pulls in the scheduler, admitted under their namespace's image policy, kept across restarts,
+//!   pinned for a while once done.
 //! - [`presence`]: the presence cache, trusted only while proven current, and the watcher of
 //!   containerd's image events that keeps it so.
 //! - [`records`]: pull records (KEP-2535): which credentials pulled each image, kept crash-safely

@@ -97,6 +97,8 @@ impl Page {
 pub struct Submission {
     pub images: Vec<String>,
     pub runtime_handler: String,
+    /// Whose image policy admits them; empty: the node's default policy.
+    pub namespace: String,
     pub priority: i32,
     /// Pulled with these, as a pod's would be (never written down).
     pub pull_secrets: Vec<PullSecret>,
@@ -195,6 +197,7 @@ impl<R> PrePulls<R> {
             let spec = Spec {
                 image,
                 runtime_handler: submission.runtime_handler.clone(),
+                namespace: submission.namespace.clone(),
                 priority: submission.priority,
                 deadline,
                 pin_for: submission.pin_for,

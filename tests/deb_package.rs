@@ -34,7 +34,7 @@ const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.f
 const PROMETHEUS_RULES: &str = "/usr/share/doc/cri-imaged/prometheus/cri-imaged.rules.yml";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
-const FILES: [&str; 31] = [
+const FILES: [&str; 32] = [
     BINARY,
     SERVICE,
     SOCKET,
@@ -64,6 +64,7 @@ const FILES: [&str; 31] = [
     "/usr/share/man/man1/cri-imaged-backoff-clear.1.gz",
     "/usr/share/man/man1/cri-imaged-policy.1.gz",
     "/usr/share/man/man1/cri-imaged-policy-check.1.gz",
+    "/usr/share/man/man1/cri-imaged-prepull.1.gz",
     "/usr/share/man/man1/cri-imaged-top.1.gz",
     "/usr/share/man/man1/cri-imaged-completion.1.gz",
 ];
@@ -269,7 +270,7 @@ fn the_man_pages_render_without_a_warning_dated_from_source_date_epoch() {
     let deb = build_deb_with(dir.path(), &[("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH)]);
     let tree = extract(&deb, &dir.path().join("tree"));
     let pages: Vec<&str> = FILES.into_iter().filter(|file| file.starts_with("/usr/share/man/")).collect();
-    assert_eq!(pages.len(), 13);
+    assert_eq!(pages.len(), 14);
     for page in pages {
         let path = tree.join(page.trim_start_matches('/'));
         // gzip -n: no file name (FLG.FNAME, 0x08) and no time stamp (MTIME) in the header.

@@ -1,5 +1,5 @@
 //! The commands for people at a terminal (`pull`, `images`, `status`, `events`, `gc`, `backoff`,
-//! `policy`, `top`, `completion`): their flags only; the `cli` module runs them.
+//! `policy`, `prepull`, `top`, `completion`): their flags only; the `cli` module runs them.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -60,6 +60,9 @@ pub enum ClientCommand {
     Backoff(BackoffArgs),
     /// The node's image policy: what it decides for an image, and why.
     Policy(PolicyArgs),
+    /// Pre-pull images: fetched ahead of need, behind pods' pulls, kept across restarts
+    /// (SubmitPrePull); without IMAGE, the pre-pulls and how far each got.
+    Prepull(PrePullArgs),
     /// A live full-screen view: pulls with progress, the queue, backoffs, disk against the GC
     /// thresholds, recent events. Keys: q quits, / filters by image, p pauses.
     Top(TopArgs),
@@ -285,6 +288,47 @@ pub struct PolicyCheckArgs {
 
     /// A pull secret to read the signatures with, as the pod's: a Kubernetes Secret (YAML or
     /// JSON), a docker config.json, or a .dockercfg. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub secret: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub format: Format,
+
+    #[command(flatten)]
+    pub connection: Connection,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = EXIT_STATUS_HELP)]
+pub struct PrePullArgs {
+    /// The images, as a pod would name them (the default tag is applied); none: list the
+    /// pre-pulls.
+    #[arg(value_name = "IMAGE")]
+    pub images: Vec<String>,
+
+    /// The namespace whose pods the images are for: its image policy admits them (its own
+    /// policy file, its audit mode); unset, the node's policy. Listing: only its pre-pulls.
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Higher goes first among pre-pulls (never before a pod's pull).
+    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+
+    /// Fail a pre-pull (DeadlineExceeded) not done within this; unset, no limit.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub pull_timeout: Option<Duration>,
+
+    /// Once done, keep the image from image GC this long (30 days at most).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub pin_for: Option<Duration>,
+
+    /// The runtime handler (a RuntimeClass's) to pull for; empty for the default.
+    #[arg(long, value_name = "HANDLER", default_value = "")]
+    pub runtime_handler: String,
+
+    /// A pull secret: a Kubernetes Secret (YAML or JSON), a docker config.json, or a
+    /// .dockercfg; kept by the daemon in memory only. Repeatable.
     #[arg(long, value_name = "FILE")]
     pub secret: Vec<PathBuf>,
 

@@ -1,6 +1,6 @@
 //! The book of pre-pulls (pure, given `now`): what was asked for and how far each got. One entry
-//! per image and runtime handler, under an id derived from both, so the same image asked again
-//! is the same pre-pull, on every node and after every restart. Which queued pre-pulls go next:
+//! per image, runtime handler and namespace, under an id derived from them, so the same image asked
+//! again is the same pre-pull, on every node and after every restart. Which queued pre-pulls go next:
 //! highest priority first, then the oldest.
 
 use std::{
@@ -32,6 +32,9 @@ pub const MAX_ENDED_KEPT: usize = 1024;
 /// The longest runtime handler: a DNS label, as a RuntimeClass's handler.
 pub const MAX_RUNTIME_HANDLER: usize = 63;
 
+/// The longest namespace: a Kubernetes namespace's name is a DNS label.
+pub const MAX_NAMESPACE: usize = 63;
+
 /// The longest image ref kept (the runtime's answer; containerd's is 71 bytes).
 pub const MAX_IMAGE_REF: usize = 512;
 
@@ -53,6 +56,9 @@ pub struct Spec {
     /// The image with its default tag, as the runtime is asked for it.
     pub image: String,
     pub runtime_handler: String,
+    /// The namespace whose image policy admits it (its pods' file, its audit mode); empty: the
+    /// node's default policy.
+    pub namespace: String,
     /// Higher goes first.
     pub priority: i32,
     /// Failed with `DeadlineExceeded` if not done by then.
@@ -131,10 +137,14 @@ pub enum BookError {
     Declared(String),
 }
 
-/// The stable id of a pre-pull of `image` (with its default tag) for `runtime_handler`.
-pub fn id_of(image: &str, runtime_handler: &str) -> String {
-    let digest = Sha256::new().chain_update(image).chain_update([0]).chain_update(runtime_handler).finalize();
-    digest[..8].iter().map(|byte| format!("{byte:02x}")).collect()
+/// The stable id of a pre-pull of `image` (with its default tag) for `runtime_handler` and
+/// `namespace` (one without a namespace has the id it had before pre-pulls had namespaces).
+pub fn id_of(image: &str, runtime_handler: &str, namespace: &str) -> String {
+    let mut digest = Sha256::new().chain_update(image).chain_update([0]).chain_update(runtime_handler);
+    if !namespace.is_empty() {
+        digest = digest.chain_update([0]).chain_update(namespace);
+    }
+    digest.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// `image` with its default tag, or why it is no image.
@@ -195,7 +205,7 @@ impl Book {
         if spec.deadline.is_some_and(|deadline| deadline <= now) {
             return Err(BookError::DeadlinePassed);
         }
-        let id = id_of(&spec.image, &spec.runtime_handler);
+        let id = id_of(&spec.image, &spec.runtime_handler, &spec.namespace);
         let full = self.counted(now) >= MAX_PRE_PULLS;
         if let Some(entry) = self.entries.get_mut(&id) {
             let running = !entry.state.ended();
@@ -335,13 +345,14 @@ impl Book {
     /// Makes the declared pre-pulls `images` (with default tags): new ones are queued, and those
     /// no longer declared forgotten; true when anything changed.
     pub fn declare(&mut self, images: &[String], now: SystemTime) -> bool {
-        let ids: Vec<String> = images.iter().map(|image| id_of(image, "")).collect();
+        let ids: Vec<String> = images.iter().map(|image| id_of(image, "", "")).collect();
         let before = self.clone();
         self.entries.retain(|id, entry| !entry.spec.declared || ids.contains(id));
         for image in images {
             let spec = Spec {
                 image: image.clone(),
                 runtime_handler: String::new(),
+                namespace: String::new(),
                 priority: 0,
                 deadline: None,
                 pin_for: None,
@@ -393,7 +404,7 @@ impl Book {
             .into_iter()
             .map(|mut entry| {
                 // The id is the image's, whatever the file said.
-                entry.id = id_of(&entry.spec.image, &entry.spec.runtime_handler);
+                entry.id = id_of(&entry.spec.image, &entry.spec.runtime_handler, &entry.spec.namespace);
                 match entry.state {
                     State::Pulling => {
                         entry.state = State::Queued;

@@ -14,7 +14,7 @@ use crate::cri::ImageSpec;
 
 use super::{PrePull, PrePulls, State, about};
 use crate::{
-    ensure::EnsureRequest,
+    ensure::{EnsureRequest, PodRef},
     events::{EventType, reason},
     gc::plan::DiskUsage,
     pull::PullClass,
@@ -104,8 +104,8 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
         }
     }
 
-    /// One pre-pull through the manager, as an IfNotPresent pull of a pod-less caller, what it
-    /// fetches held by its lease until it is done.
+    /// One pre-pull through the manager, as an IfNotPresent pull of a pod-less caller (in the
+    /// pre-pull's namespace, if it names one), what it fetches held by its lease until it is done.
     async fn pull(&self, entry: PrePull) {
         let secrets = self.secrets().get(&entry.id).map(|secrets| secrets.to_vec()).unwrap_or_default();
         let lease = lease_of(&entry.id);
@@ -119,6 +119,8 @@ impl<R: ImageRuntime + ContentStore> PrePulls<R> {
         let request = EnsureRequest {
             image: entry.spec.image.clone(),
             pull_policy: Some(PullPolicy::IfNotPresent),
+            // Its namespace's image policy, as for that namespace's pods (no pod: never backed off).
+            pod: PodRef { namespace: entry.spec.namespace.clone(), ..PodRef::default() },
             runtime_handler: entry.spec.runtime_handler.clone(),
             pull_secrets: secrets,
             class: PullClass::PrePull,

@@ -56,6 +56,9 @@ struct Kept {
     image: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     runtime_handler: String,
+    /// Absent for the node's default policy (and in files written before pre-pulls had one).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    namespace: String,
     #[serde(default)]
     priority: i32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,6 +104,7 @@ impl From<&PrePull> for Kept {
         Self {
             image: entry.spec.image.clone(),
             runtime_handler: entry.spec.runtime_handler.clone(),
+            namespace: entry.spec.namespace.clone(),
             priority: entry.spec.priority,
             deadline_ms: entry.spec.deadline.map(millis),
             pin_for_ms: entry.spec.pin_for.map(|pin| u64::try_from(pin.as_millis()).unwrap_or(u64::MAX)),
@@ -122,6 +126,7 @@ impl Kept {
     fn restore(self) -> Option<PrePull> {
         let bounded = self.image.len() <= crate::reference::REFERENCE_LENGTH_MAX
             && self.runtime_handler.len() <= book::MAX_RUNTIME_HANDLER
+            && is_namespace_or_none(&self.namespace)
             && self.image_ref.len() <= book::MAX_IMAGE_REF
             && self.reason.len() <= book::MAX_REASON
             && self.message.len() <= book::MAX_MESSAGE;
@@ -145,6 +150,7 @@ impl Kept {
         let spec = Spec {
             image: self.image,
             runtime_handler: self.runtime_handler,
+            namespace: self.namespace,
             priority: self.priority,
             deadline: self.deadline_ms.map(time),
             pin_for,
@@ -152,7 +158,7 @@ impl Kept {
             owner: self.owner,
         };
         Some(PrePull {
-            id: book::id_of(&spec.image, &spec.runtime_handler),
+            id: book::id_of(&spec.image, &spec.runtime_handler, &spec.namespace),
             spec,
             state,
             submitted: time(self.submitted_ms),
@@ -161,6 +167,14 @@ impl Kept {
             resumed: self.resumed,
         })
     }
+}
+
+/// A Kubernetes namespace's name (a DNS label), or empty.
+fn is_namespace_or_none(name: &str) -> bool {
+    name.len() <= book::MAX_NAMESPACE
+        && name.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
 }
 
 /// The pre-pulls' files.

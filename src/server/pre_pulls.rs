@@ -54,6 +54,7 @@ pub fn wire(pre_pull: PrePull, in_flight: &[InFlight]) -> api::PrePull {
         id: pre_pull.id,
         image: pre_pull.spec.image,
         runtime_handler: pre_pull.spec.runtime_handler,
+        namespace: pre_pull.spec.namespace,
         priority: pre_pull.spec.priority,
         state,
         image_ref,

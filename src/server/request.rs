@@ -16,7 +16,7 @@ use crate::{
     messages,
     prepull::{
         MAX_PULL_SECRETS, MAX_PULL_SECRETS_BYTES, Page, Submission,
-        book::{Cursor, MAX_PRE_PULLS, MAX_RUNTIME_HANDLER},
+        book::{Cursor, MAX_NAMESPACE, MAX_PRE_PULLS, MAX_RUNTIME_HANDLER},
     },
     pull::{Peer, PullClass},
     pull_policy::PullPolicy,
@@ -54,6 +54,12 @@ pub enum RequestError {
         "runtime_handler {0:?} is not a DNS label: lowercase letters, digits and '-', starting and ending with a letter or a digit, as a RuntimeClass's handler"
     )]
     HandlerNotALabel(String),
+    #[error("namespace: {0} bytes, more than {MAX_NAMESPACE} (a Kubernetes namespace's name is a DNS label)")]
+    NamespaceTooLong(usize),
+    #[error(
+        "namespace {0:?} is not a DNS label: lowercase letters, digits and '-', starting and ending with a letter or a digit, as a Kubernetes namespace's name"
+    )]
+    NamespaceNotALabel(String),
     #[error("pull_secrets: {0} bytes in all, more than {MAX_PULL_SECRETS_BYTES}")]
     SecretsTooLarge(usize),
     #[error("page_token: not one ListPrePulls gave")]
@@ -81,6 +87,7 @@ impl RequestError {
             Self::NoImages | Self::ImageTooLong { .. } => "images",
             Self::TooMany { field, .. } => field,
             Self::HandlerTooLong(_) | Self::HandlerNotALabel(_) => "runtime_handler",
+            Self::NamespaceTooLong(_) | Self::NamespaceNotALabel(_) => "namespace",
             Self::SecretsTooLarge(_) => "pull_secrets",
             Self::BadPageToken => "page_token",
             Self::NothingToClear | Self::PairAndAll => "all",
@@ -149,6 +156,7 @@ impl TryFrom<api::SubmitPrePullRequest> for Submission {
             pull_secrets: wire.pull_secrets.into_iter().map(pull_secret).collect(),
             images: wire.images,
             runtime_handler: wire.runtime_handler,
+            namespace: wire.namespace,
             priority: wire.priority,
             // From the connection, not the message: see [`peer`].
             owner: None,
@@ -169,6 +177,7 @@ fn check_submission(wire: &api::SubmitPrePullRequest) -> Result<(), RequestError
         return Err(RequestError::ImageTooLong { index, bytes: image.len() });
     }
     check_runtime_handler(&wire.runtime_handler)?;
+    check_namespace(&wire.namespace)?;
     if wire.pull_secrets.len() > MAX_PULL_SECRETS {
         let count = wire.pull_secrets.len();
         return Err(RequestError::TooMany { field: "pull_secrets", count, max: MAX_PULL_SECRETS });
@@ -193,13 +202,30 @@ fn check_runtime_handler(handler: &str) -> Result<(), RequestError> {
     if handler.len() > MAX_RUNTIME_HANDLER {
         return Err(RequestError::HandlerTooLong(handler.len()));
     }
-    let bytes = handler.as_bytes();
-    let inner = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-';
-    let end = |byte: Option<&u8>| byte.is_none_or(|byte| *byte != b'-');
-    if !(bytes.iter().all(inner) && end(bytes.first()) && end(bytes.last())) {
+    if !is_dns_label_or_empty(handler) {
         return Err(RequestError::HandlerNotALabel(messages::echo(handler).into_owned()));
     }
     Ok(())
+}
+
+/// Refuses a namespace that is not a DNS label (RFC 1123), as Kubernetes refuses a namespace's
+/// name; empty is none (the node's default policy).
+fn check_namespace(namespace: &str) -> Result<(), RequestError> {
+    if namespace.len() > MAX_NAMESPACE {
+        return Err(RequestError::NamespaceTooLong(namespace.len()));
+    }
+    if !is_dns_label_or_empty(namespace) {
+        return Err(RequestError::NamespaceNotALabel(messages::echo(namespace).into_owned()));
+    }
+    Ok(())
+}
+
+/// Lowercase letters, digits and '-', neither first nor last (the length is the caller's).
+fn is_dns_label_or_empty(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let inner = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit() || *byte == b'-';
+    let end = |byte: Option<&u8>| byte.is_none_or(|byte| *byte != b'-');
+    bytes.iter().all(inner) && end(bytes.first()) && end(bytes.last())
 }
 
 impl TryFrom<api::ListPrePullsRequest> for Page {

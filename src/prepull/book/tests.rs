@@ -10,6 +10,7 @@ fn spec(image: &str, priority: i32) -> Spec {
     Spec {
         image: with_default_tag(image).expect("an image"),
         runtime_handler: String::new(),
+        namespace: String::new(),
         priority,
         deadline: None,
         pin_for: None,
@@ -26,7 +27,7 @@ fn states(book: &Book) -> Vec<(&str, &'static str)> {
 fn the_same_image_asked_again_is_the_same_pre_pull_under_an_id_of_the_image_and_handler() {
     let mut book = Book::default();
     let id = book.submit(spec("busybox", 0), None, at(0)).expect("queued").id.clone();
-    assert_eq!(id, id_of("busybox:latest", ""), "the default tag is part of the image");
+    assert_eq!(id, id_of("busybox:latest", "", ""), "the default tag is part of the image");
     assert_eq!(id.len(), 16);
     assert_eq!(book.submit(spec("busybox:latest", 5), None, at(1)).expect("the same").id, id);
     assert_eq!(book.get(&id).expect("listed").spec.priority, 5, "the higher priority wins");
@@ -76,7 +77,7 @@ fn cancelled_pre_pulls_end_and_declared_ones_cannot_be_cancelled() {
         BookError::NotFound("0123456789abcdef".into())
     );
     assert!(book.declare(&["base:1".into()], at(3)));
-    let declared = id_of("base:1", "");
+    let declared = id_of("base:1", "", "");
     assert_eq!(book.cancel(&declared, at(3)).expect_err("declared"), BookError::Declared(declared));
 }
 
@@ -122,7 +123,7 @@ fn declared_pre_pulls_follow_the_list_and_are_queued_again_when_their_image_goes
     let mut book = Book::default();
     assert!(book.declare(&["base:1".into(), "tools:2".into()], at(0)));
     assert!(!book.declare(&["base:1".into(), "tools:2".into()], at(1)), "the same list changes nothing");
-    let base = id_of("base:1", "");
+    let base = id_of("base:1", "", "");
     book.started(&base);
     book.ended(&base, State::Done { image_ref: "sha256:b".into() }, at(2));
     book.gone(&base, at(3));
@@ -220,8 +221,8 @@ fn ended_pre_pulls_shown_are_bounded_those_that_ended_first_forgotten_first_pinn
     }
     assert_eq!(book.entries().count(), MAX_ENDED_KEPT + 1);
     assert!(book.get(&pinned).is_some(), "a pinned one is not only shown");
-    assert!(book.get(&id_of("image-9:1", "")).is_none(), "the first ten to end are forgotten");
-    assert!(book.get(&id_of("image-10:1", "")).is_some());
+    assert!(book.get(&id_of("image-9:1", "", "")).is_none(), "the first ten to end are forgotten");
+    assert!(book.get(&id_of("image-10:1", "", "")).is_some());
 }
 
 #[test]
@@ -259,4 +260,22 @@ fn pages_go_on_after_the_last_pre_pull_shown_even_when_the_list_changes_between_
     {
         assert_eq!(Cursor::parse(bad), None, "{bad:?}");
     }
+}
+
+#[test]
+fn a_namespace_makes_another_pre_pull_and_none_keeps_the_id_of_before_namespaces() {
+    let mut book = Book::default();
+    let none = book.submit(spec("busybox", 0), None, at(0)).expect("queued").id.clone();
+    // `printf 'busybox:latest\0' | sha256sum`: the id before pre-pulls had namespaces.
+    assert_eq!(none, "1fdfbce274beb91d");
+    let team = Spec { namespace: "team".into(), ..spec("busybox", 0) };
+    let team = book.submit(team, None, at(1)).expect("another").id.clone();
+    // `printf 'busybox:latest\0\0team' | sha256sum`
+    assert_eq!(team, "868d2b1dc531b0d6");
+    assert_eq!(team, id_of("busybox:latest", "", "team"));
+    assert_eq!(book.get(&team).expect("listed").spec.namespace, "team");
+    assert_eq!(book.get(&none).expect("listed").spec.namespace, "");
+    let other = Spec { namespace: "other".into(), ..spec("busybox", 0) };
+    assert_ne!(book.submit(other, None, at(2)).expect("a third").id, team);
+    assert_eq!(book.list().len(), 3);
 }

@@ -11,6 +11,7 @@ fn spec(image: &str) -> Spec {
     Spec {
         image: image.into(),
         runtime_handler: String::new(),
+        namespace: String::new(),
         priority: 3,
         deadline: Some(at(600)),
         pin_for: Some(Duration::from_secs(60)),
@@ -112,7 +113,7 @@ fn a_file_that_cannot_be_read_whole_is_set_aside_and_costs_only_its_own_pre_pull
 fn the_largest_pre_pull_the_book_holds_is_written_far_under_the_read_cap_and_a_full_book_reads_back_whole() {
     let root = tempfile::tempdir().expect("tempdir");
     let store = PrePullStore::open(root.path()).expect("opens");
-    // Every field at its bound: a 1024-byte image, a 63-byte handler, a reason and a message
+    // Every field at its bound: a 1024-byte image, a 63-byte handler and namespace, a reason and a message
     // from the runtime far past theirs (the book clips them).
     let host = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
     let image = |n: usize| {
@@ -122,7 +123,8 @@ fn the_largest_pre_pull_the_book_holds_is_written_far_under_the_read_cap_and_a_f
     let mut book = Book::default();
     let count = MAX_PRE_PULLS + MAX_ENDED_KEPT;
     for n in 0..count {
-        let spec = Spec { image: image(n), runtime_handler: "h".repeat(book::MAX_RUNTIME_HANDLER), ..spec("x:1") };
+        let (runtime_handler, namespace) = ("h".repeat(book::MAX_RUNTIME_HANDLER), "n".repeat(book::MAX_NAMESPACE));
+        let spec = Spec { image: image(n), runtime_handler, namespace, ..spec("x:1") };
         let id = book.submit(spec, None, at(0)).expect("room: the first half ends").id.clone();
         if n < MAX_ENDED_KEPT {
             book.started(&id);
@@ -192,7 +194,7 @@ fn the_bloated_single_file_of_an_earlier_version_keeps_what_holds_together_one_f
         book.entries().map(|entry| (entry.spec.image.as_str(), entry.state.as_str())).collect();
     assert_eq!(kept, [("app:1", "done")]);
     assert_eq!(book.pinned(SystemTime::now()), ["app:1", "sha256:a"], "still pinned");
-    let id = book::id_of("app:1", "");
+    let id = book::id_of("app:1", "", "");
     assert_eq!(files(&store), [StateDir::file_name(&id)], "the single file is gone");
     assert_eq!(written.keys().collect::<Vec<_>>(), [&id]);
 }
@@ -213,4 +215,31 @@ fn a_pre_pull_keeps_who_asked_for_it_across_a_restart_and_one_kept_before_owners
     std::fs::write(store.path_of(&owned), earlier).expect("as an earlier version wrote it");
     let (restored, _) = store.load(at(2)).expect("loads");
     assert_eq!(restored.get(&owned).expect("kept").spec.owner, None, "no owner: only admin may cancel it");
+}
+
+#[test]
+fn a_pre_pull_keeps_its_namespace_across_a_restart_and_a_file_with_one_that_is_no_namespace_is_set_aside() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let store = PrePullStore::open(root.path()).expect("opens");
+    let mut book = Book::default();
+    let team = book.submit(Spec { namespace: "team".into(), ..spec("app:1") }, None, at(0)).expect("queued");
+    let team = team.id.clone();
+    let none = book.submit(spec("app:1"), None, at(0)).expect("queued").id.clone();
+    keep(&store, &book, &mut Written::new());
+    let text = std::fs::read_to_string(store.path_of(&team)).expect("readable");
+    assert!(text.contains(r#""namespace":"team""#), "{text}");
+    let untouched = std::fs::read_to_string(store.path_of(&none)).expect("readable");
+    assert!(!untouched.contains("namespace"), "none written as before namespaces: {untouched}");
+    let (restored, _) = store.load(at(1)).expect("loads");
+    assert_eq!(restored.get(&team).expect("kept").spec.namespace, "team");
+    assert_eq!(restored.get(&none).expect("kept").spec.namespace, "");
+    // Under its own name, a namespace that is no DNS label: not a pre-pull we wrote.
+    for bad in ["Team", "-team", "team-", "te/am", &"n".repeat(64)] {
+        let id = book::id_of("app:1", "", bad);
+        std::fs::write(store.path_of(&id), text.replace(r#""team""#, &format!("{bad:?}"))).expect("written");
+    }
+    let (restored, _) = store.load(at(2)).expect("loads");
+    assert_eq!(restored.entries().count(), 2, "only the two written by the daemon");
+    let aside = files(&store).iter().filter(|name| name.ends_with(crate::files::QUARANTINE_SUFFIX)).count();
+    assert_eq!(aside, 5, "{:?}", files(&store));
 }

@@ -22,6 +22,7 @@ fn full_book_of_the_largest() -> Book {
         let spec = Spec {
             image,
             runtime_handler: "h".repeat(MAX_RUNTIME_HANDLER),
+            namespace: "n".repeat(63),
             priority: i32::MIN,
             deadline: Some(now + Duration::from_secs(3600)),
             pin_for: Some(Duration::from_secs(3600)),

@@ -203,6 +203,22 @@ fn a_submission_with_a_field_past_its_bound_is_refused_naming_the_field_and_the_
         assert_eq!(Submission::try_from(wire).expect("a DNS label").runtime_handler, good);
     }
 
+    let namespace = api::SubmitPrePullRequest { namespace: "n".repeat(64), ..submission(&["app:1"]) };
+    assert_eq!(
+        refused(namespace),
+        ("namespace", "namespace: 64 bytes, more than 63 (a Kubernetes namespace's name is a DNS label)".into())
+    );
+    for bad in ["Team", "team_a", "-team", "team-", "kube.system", "te am"] {
+        let wire = api::SubmitPrePullRequest { namespace: bad.into(), ..submission(&["app:1"]) };
+        let (field, message) = refused(wire);
+        assert_eq!(field, "namespace");
+        assert!(message.contains(&format!("{bad:?} is not a DNS label")), "{message}");
+    }
+    for good in ["", "team", "kube-system", "a1", &"n".repeat(63)] {
+        let wire = api::SubmitPrePullRequest { namespace: good.into(), ..submission(&["app:1"]) };
+        assert_eq!(Submission::try_from(wire).expect("a namespace's name").namespace, good);
+    }
+
     let long = format!("{}.example/app:1", "a".repeat(2000));
     let (field, message) = refused(submission(&["app:1", &long]));
     assert_eq!(

@@ -1,5 +1,5 @@
 //! A requirement's name across restarts: the SHA-256 of its canonical form (every field the
-//! policy file gave it, each loaded key's algorithm and fingerprint, each Fulcio CA certificate's
+//! policy file gave it, each loaded key's algorithm and SHA-256, each Fulcio CA certificate's
 //! SHA-256), so that a verification kept on disk matches only the requirement it met, and a
 //! reload or restart that changes any of it (a key, a key or CA file's contents,
 //! `signedIdentity`) leaves what it covered unmatched.
@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::policy::{Fulcio, SignedIdentity, SigstoreSigned, sigstore::PublicKey};
 
 /// The canonical form's version: a change to the form leaves every kept verification unmatched.
-const FORM: u32 = 1;
+const FORM: u32 = 2;
 
 /// The hex SHA-256 naming `requirements`, in their order (all must be met).
 pub fn requirement_id(requirements: &[Arc<SigstoreSigned>]) -> String {
@@ -57,9 +57,10 @@ fn canonical(signed: &SigstoreSigned) -> Value {
     })
 }
 
-/// A loaded key: its algorithm and fingerprint (what a key file held when it was read).
+/// A loaded key: its algorithm and the SHA-256 of its SubjectPublicKeyInfo (what a key file held
+/// when it was read; the 64-bit fingerprint a person reads is too short to name it).
 fn key(key: &PublicKey) -> String {
-    format!("{} {}", key.algorithm(), key.fingerprint())
+    format!("{} {:x}", key.algorithm(), Sha256::digest(key.spki()))
 }
 
 fn canonical_fulcio(fulcio: &Fulcio) -> Value {

@@ -78,7 +78,7 @@ impl Under {
 pub enum SignatureError {
     #[error("the image's manifest {0} was not found at its registry")]
     NoManifest(String),
-    #[error("no signature for {digest} in {repository} (no cosign signature manifest {tag})")]
+    #[error("no signature for {digest} in {repository} (no cosign signature manifest {tag}, none among its referrers)")]
     NoSignatures { digest: String, repository: String, tag: String },
     #[error("the signature manifest for {digest}: {reason}")]
     BadArtifact { digest: String, reason: String },

@@ -1,11 +1,12 @@
 //! cosign's signature artifact as a registry would serve it: any bytes read as the `.sig`
-//! manifest (`policy::sigstore::parse_artifact`), as a payload (`parse_payload`), as a public key
-//! (`PublicKey::from_pem`, `from_spki`), and as a signature, then judged by `verify` under fixed
-//! keys (the RSA-2048 test vector's and a P-256 one) for the test vector's image and digest; and
-//! judged again under a `fulcio` requirement (the test CA) and under the keys with a Rekor key
-//! (the P-256 one), whose private keys were discarded: nothing may ever pass those. The payload
-//! is also read as a certificate's DER (`read_leaf`, which verification reaches only after a chain
-//! to the CA verified).
+//! manifest (`policy::sigstore::parse_artifact`) and as an image's referrers
+//! (`parse_referrers`), as a payload (`parse_payload`), as a public key (`PublicKey::from_pem`,
+//! `from_spki`), and as a signature, then judged by `verify` under fixed keys (the RSA-2048 test
+//! vector's and a P-256 one) for the test vector's image and digest; and judged again under a
+//! `fulcio` requirement (the test CA) and under the keys with a Rekor key (the P-256 one), whose
+//! private keys were discarded: nothing may ever pass those. The payload is also read as a
+//! certificate's DER (`read_leaf`, which verification reaches only after a chain to the CA
+//! verified).
 //!
 //! Input: the manifest, the payload, the signature annotation (base64), the certificate
 //! annotation (PEM) and the bundle annotation (JSON), separated by NUL bytes; missing parts are
@@ -16,7 +17,8 @@ use cri_imaged::{
     policy::{
         SigstoreSigned,
         sigstore::{
-            LAYER_LIMIT, Layer, PublicKey, Rejected, load_keys, parse_artifact, parse_payload, read_leaf, verify,
+            LAYER_LIMIT, Layer, PublicKey, REFERRER_LIMIT, Rejected, load_keys, parse_artifact, parse_payload,
+            parse_referrers, read_leaf, verify,
         },
     },
     reference::ImageReference,
@@ -83,6 +85,14 @@ fuzz_target!(|data: &[u8]| {
                 assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
             }
             layers.extend(artifact.layers.into_iter().map(|layer| (layer, payload.to_vec())));
+        }
+        Err(error) => assert!(error.to_string().len() <= MAX_ERROR, "{error}"),
+    }
+    // The manifest's bytes as an image's referrers too.
+    match parse_referrers(manifest) {
+        Ok(listed) => {
+            assert!(listed.len() <= REFERRER_LIMIT);
+            assert!(listed.iter().all(|digest| digest.len() == 71 && digest.starts_with("sha256:")));
         }
         Err(error) => assert!(error.to_string().len() <= MAX_ERROR, "{error}"),
     }

@@ -28,8 +28,8 @@ mod verify;
 
 pub use self::{
     artifact::{
-        Artifact, ArtifactError, LAYER_LIMIT, Layer, MANIFEST_LIMIT, PAYLOAD_LIMIT, SIGNATURE_MEDIA_TYPE,
-        parse_artifact,
+        Artifact, ArtifactError, LAYER_LIMIT, Layer, MANIFEST_LIMIT, PAYLOAD_LIMIT, REFERRER_ARTIFACT_TYPE,
+        REFERRER_LIMIT, SIGNATURE_MEDIA_TYPE, parse_artifact, parse_referrers,
     },
     certificate::{CertificateError, Leaf, read_leaf, trust_anchors},
     der::DerError,

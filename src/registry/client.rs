@@ -102,6 +102,25 @@ impl<'a> RegistryClient<'a> {
         Ok(Some(fetched))
     }
 
+    /// The OCI 1.1 referrers of `digest` of `artifact_type` (an image index), or `None` when the
+    /// registry serves no referrers API (404, as the distribution spec has it).
+    pub async fn referrers(
+        &mut self,
+        digest: &str,
+        artifact_type: &str,
+        limit: usize,
+    ) -> Result<Option<Fetched>, RegistryError> {
+        let what = format!("the referrers of {}", messages::echo(digest));
+        // A media type's `+` would be a space in a query: percent-encoded.
+        let filter = artifact_type.replace('+', "%2B");
+        let path = format!("/{}/referrers/{digest}?artifactType={filter}", self.repository.path);
+        let accept = "application/vnd.oci.image.index.v1+json";
+        let Some((_, answer)) = self.first_answer(true, &path, accept, &what).await? else {
+            return Ok(None);
+        };
+        self.read(answer, &what, limit).await.map(Some)
+    }
+
     /// The blob `digest` names, checked against it.
     pub async fn blob(&mut self, digest: &str, limit: usize) -> Result<Fetched, RegistryError> {
         let what = format!("blob {}", messages::echo(digest));

@@ -45,6 +45,20 @@ async fn manifests(State(registry): State<Registry>, Path(reference): Path<Strin
     }
 }
 
+/// The referrers API, for the one digest of `sha256:1…1`: its query echoed back, so the test
+/// sees how the artifact type was sent.
+async fn referrers(
+    State(registry): State<Registry>,
+    Path(digest): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    registry.seen.lock().expect("seen").push((format!("referrers/{digest}"), None));
+    if digest != format!("sha256:{}", "1".repeat(64)) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    serde_json::json!({ "schemaVersion": 2, "manifests": [], "query": query }).to_string().into_response()
+}
+
 async fn token(State(registry): State<Registry>, headers: HeaderMap) -> Response {
     let auth = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok()).map(str::to_owned);
     registry.seen.lock().expect("seen").push(("token".to_owned(), auth.clone()));
@@ -59,6 +73,7 @@ async fn token(State(registry): State<Registry>, headers: HeaderMap) -> Response
 async fn serve(registry: Registry) -> String {
     let app = Router::new()
         .route("/v2/app/manifests/{reference}", get(manifests))
+        .route("/v2/app/referrers/{digest}", get(referrers))
         .route("/token", get(token))
         .with_state(registry);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -141,4 +156,21 @@ async fn an_unreachable_registry_is_an_error_that_says_so() {
         .await
         .expect_err("refused");
     assert!(matches!(refused, RegistryError::Connection { .. }), "{refused}");
+}
+
+/// The referrers API: its index read (not content-addressed, so not checked against a digest),
+/// the artifact type asked for intact in the query, and a 404 as "no referrers API".
+#[tokio::test]
+async fn the_referrers_of_a_digest_are_read_and_a_404_means_none() {
+    let registry = Registry { seen: Seen::default(), challenge: String::new(), accepts: String::new() };
+    let repository = Repository { domain: serve(registry).await, path: "app".into() };
+    let mut client = RegistryClient::new(&repository, None, &HostsConfig::default());
+    let artifact_type = "application/vnd.dev.cosign.artifact.sig.v1+json";
+    let listed = format!("sha256:{}", "1".repeat(64));
+    let index = client.referrers(&listed, artifact_type, 1024).await.expect("read").expect("served");
+    let index: serde_json::Value = serde_json::from_slice(&index.body).expect("json");
+    // `+` sent as `%2B`: a registry reads a `+` in a query as a space.
+    assert_eq!(index["query"], "artifactType=application/vnd.dev.cosign.artifact.sig.v1%2Bjson");
+    let other = format!("sha256:{}", "2".repeat(64));
+    assert!(client.referrers(&other, artifact_type, 1024).await.expect("read").is_none());
 }

@@ -114,12 +114,17 @@ async fn read(
     };
     let tag = format!("sha256-{hex}.sig");
     metrics.fetched();
-    let Some(manifest) = client.manifest(&tag, limits.signature_manifest).await? else {
-        return Err(SignatureError::NoSignatures { digest, repository: reference.name(), tag });
+    let bad = |error: sigstore::ArtifactError| SignatureError::BadArtifact {
+        digest: digest.clone(),
+        reason: error.to_string(),
     };
-    let layers = sigstore::parse_artifact(&manifest.body)
-        .map_err(|error| SignatureError::BadArtifact { digest: digest.clone(), reason: error.to_string() })?
-        .layers;
+    let layers = match client.manifest(&tag, limits.signature_manifest).await? {
+        Some(manifest) => sigstore::parse_artifact(&manifest.body).map_err(bad)?.layers,
+        None => match referred(&mut client, &digest, hex, limits).await? {
+            Some(referred) => referred.map_err(bad)?,
+            None => return Err(SignatureError::NoSignatures { digest, repository: reference.name(), tag }),
+        },
+    };
     let mut signatures = Vec::with_capacity(layers.len());
     for layer in layers {
         if layer.size > limits.payload as u64 {
@@ -131,4 +136,41 @@ async fn read(
         signatures.push((layer, payload.body.to_vec()));
     }
     Ok(Found { digest, signatures })
+}
+
+/// The signatures cosign pushed as OCI 1.1 referrers of `digest` (`--registry-referrers-mode=
+/// oci-1-1`): listed by the registry's referrers API, or by the index at the fallback tag
+/// `sha256-<hex>` where it serves none; each listed signature manifest read, bounded, their
+/// layers joined (at most [`sigstore::LAYER_LIMIT`]). `None`: the image has no such referrer.
+async fn referred(
+    client: &mut RegistryClient<'_>,
+    digest: &str,
+    hex: &str,
+    limits: &FetchLimits,
+) -> Result<Option<Result<Vec<sigstore::Layer>, sigstore::ArtifactError>>, SignatureError> {
+    let index = match client.referrers(digest, sigstore::REFERRER_ARTIFACT_TYPE, limits.signature_manifest).await? {
+        Some(index) => index,
+        None => match client.manifest(&format!("sha256-{hex}"), limits.signature_manifest).await? {
+            Some(index) => index,
+            None => return Ok(None),
+        },
+    };
+    let listed = match sigstore::parse_referrers(&index.body) {
+        Ok(listed) if listed.is_empty() => return Ok(None),
+        Ok(listed) => listed,
+        Err(error) => return Ok(Some(Err(error))),
+    };
+    let mut layers = Vec::new();
+    for manifest_digest in listed {
+        let Some(manifest) = client.manifest(&manifest_digest, limits.signature_manifest).await? else { continue };
+        match sigstore::parse_artifact(&manifest.body) {
+            Ok(artifact) => layers.extend(artifact.layers),
+            Err(error) => return Ok(Some(Err(error))),
+        }
+        if layers.len() >= sigstore::LAYER_LIMIT {
+            layers.truncate(sigstore::LAYER_LIMIT);
+            break;
+        }
+    }
+    Ok(Some(Ok(layers)))
 }

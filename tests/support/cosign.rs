@@ -57,6 +57,26 @@ pub fn sign(cosign: &Path, keys: &Path, image_at_digest: &str) {
     assert!(signed, "cosign sign {image_at_digest}: {text}");
 }
 
+/// Signs as an OCI 1.1 referrer of the image (`--registry-referrers-mode=oci-1-1`): against a
+/// registry without the referrers API, cosign keeps the index at the fallback tag `sha256-<hex>`.
+pub fn sign_as_referrer(cosign: &Path, keys: &Path, image_at_digest: &str) {
+    let key = keys.join("cosign.key");
+    let key = key.to_str().expect("utf-8");
+    let mode = "--registry-referrers-mode=oci-1-1";
+    let args = ["sign", "--key", key, "--tlog-upload=false", "--allow-http-registry", "-y", mode, image_at_digest];
+    let (signed, text) = run_cosign_with(cosign, keys, &args, &[("COSIGN_EXPERIMENTAL", "1")]);
+    assert!(signed, "cosign sign (referrer) {image_at_digest}: {text}");
+}
+
+/// cosign's verdict on `image` whose signatures are OCI 1.1 referrers (`--experimental-oci11`).
+pub fn cosign_accepts_referrer(cosign: &Path, keys: &Path, image: &str) -> bool {
+    let key = keys.join("cosign.pub");
+    let key = key.to_str().expect("utf-8");
+    let args =
+        ["verify", "--key", key, "--insecure-ignore-tlog", "--allow-http-registry", "--experimental-oci11", image];
+    run_cosign(cosign, keys, &args).0
+}
+
 /// cosign's own verdict on `image` with `keys`' public key, the transparency log not asked.
 pub fn cosign_accepts(cosign: &Path, keys: &Path, image: &str) -> bool {
     let key = keys.join("cosign.pub");

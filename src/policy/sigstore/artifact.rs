@@ -1,7 +1,8 @@
 //! cosign's signature artifact as a registry serves it, read as hostile input: the image manifest
-//! at the tag `sha256-<hex>.sig`, each of whose layers of cosign's simple-signing type is one
-//! signature (the layer's blob is the signed payload; its annotations carry the signature and,
-//! for keyless signing, the certificate, its chain and Rekor's bundle). Every size is bounded.
+//! at the tag `sha256-<hex>.sig` (or an OCI 1.1 referrer of the image, listed by an index), each
+//! of whose layers of cosign's simple-signing type is one signature (the layer's blob is the
+//! signed payload; its annotations carry the signature and, for keyless signing, the
+//! certificate, its chain and Rekor's bundle). Every size is bounded.
 
 use serde::{
     Deserialize,
@@ -22,6 +23,13 @@ pub const LAYER_LIMIT: usize = 32;
 /// 64 KiB leaves them room, and bounds one image's signatures at 2 MiB ([`LAYER_LIMIT`] of them;
 /// containers/image allows 4 MiB for each).
 pub const PAYLOAD_LIMIT: u64 = 64 * 1024;
+
+/// The artifact type of cosign's signature manifest pushed as an OCI 1.1 referrer
+/// (`cosign sign --registry-referrers-mode=oci-1-1`): its config's media type.
+pub const REFERRER_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.artifact.sig.v1+json";
+
+/// The most signature manifests read from an image's referrers.
+pub const REFERRER_LIMIT: usize = 8;
 
 /// The media type of a layer that is a cosign signature.
 pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -173,6 +181,39 @@ fn layer(raw: RawLayer) -> Result<Layer, ArtifactError> {
         chain: annotations.chain,
         bundle: annotations.bundle,
     })
+}
+
+#[derive(Deserialize)]
+struct RawIndex {
+    #[serde(rename = "schemaVersion")]
+    schema_version: u64,
+    manifests: Vec<RawDescriptor>,
+}
+
+#[derive(Deserialize)]
+struct RawDescriptor {
+    digest: String,
+    #[serde(rename = "artifactType")]
+    artifact_type: Option<String>,
+}
+
+/// The digests of cosign's signature manifests among an image's referrers (the referrers API's
+/// answer, or the index at its fallback tag `sha256-<hex>`): those of [`REFERRER_ARTIFACT_TYPE`],
+/// the first [`REFERRER_LIMIT`], each a checked SHA-256 (safe in a manifest URL).
+pub fn parse_referrers(index: &[u8]) -> Result<Vec<String>, ArtifactError> {
+    if index.len() > MANIFEST_LIMIT {
+        return Err(ArtifactError::TooLarge(index.len()));
+    }
+    let raw: RawIndex = serde_json::from_slice(index).map_err(|error| {
+        ArtifactError::Parse(crate::messages::echo(&error.to_string().escape_debug().to_string()).into_owned())
+    })?;
+    if raw.schema_version != 2 {
+        return Err(ArtifactError::SchemaVersion(raw.schema_version));
+    }
+    let signatures = raw.manifests.into_iter().filter(|referrer| {
+        referrer.artifact_type.as_deref() == Some(REFERRER_ARTIFACT_TYPE) && is_sha256(&referrer.digest)
+    });
+    Ok(signatures.take(REFERRER_LIMIT).map(|referrer| referrer.digest).collect())
 }
 
 /// `sha256:` and 64 lowercase hex digits, as go-digest validates a SHA-256 digest.

@@ -558,3 +558,40 @@ fn der_that_is_not_strict_is_refused() {
     compressed[26] = 0x02;
     assert_eq!(PublicKey::from_spki(&compressed), Err(KeyError::EcPoint));
 }
+
+/// An image's referrers: only cosign's signature manifests are read, each digest checked (safe
+/// in a URL), at most eight, and an index that is not one (or too large) is refused.
+#[test]
+fn the_signature_manifests_among_an_images_referrers_are_found_bounded() {
+    let descriptor = |digest: &str, artifact_type: Option<&str>| {
+        let mut descriptor = serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": 1,
+        });
+        if let Some(artifact_type) = artifact_type {
+            descriptor["artifactType"] = artifact_type.into();
+        }
+        descriptor
+    };
+    let digest = |n: u32| format!("sha256:{:064x}", n);
+    let mut manifests = vec![
+        descriptor(&digest(1), Some(REFERRER_ARTIFACT_TYPE)),
+        descriptor(&digest(2), Some("application/vnd.dev.sigstore.bundle.v0.3+json")),
+        descriptor(&digest(3), None),
+        descriptor("sha256:../../escape", Some(REFERRER_ARTIFACT_TYPE)),
+    ];
+    manifests.extend((10..30).map(|n| descriptor(&digest(n), Some(REFERRER_ARTIFACT_TYPE))));
+    let index = serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests,
+    });
+    let found = parse_referrers(index.to_string().as_bytes()).expect("an index");
+    assert_eq!(found.len(), REFERRER_LIMIT);
+    assert_eq!(found[0], digest(1));
+    assert_eq!(found[1], digest(10), "other types, no type and a bad digest passed over");
+    assert!(matches!(
+        parse_referrers(b"{\"schemaVersion\": 1, \"manifests\": []}"),
+        Err(ArtifactError::SchemaVersion(1))
+    ));
+    assert!(matches!(parse_referrers(b"[]"), Err(ArtifactError::Parse(_))));
+    let huge = vec![b' '; MANIFEST_LIMIT + 1];
+    assert!(matches!(parse_referrers(&huge), Err(ArtifactError::TooLarge(_))));
+}

@@ -128,6 +128,7 @@ enum Section {
     Registries,
     PrePulls,
     Signatures,
+    SignedLink,
 }
 
 /// How much of everything to do.
@@ -189,6 +190,7 @@ fn main() -> ExitCode {
             Section::Cri,
             Section::Registries,
             Section::PrePulls,
+            Section::SignedLink,
         ]
     } else {
         args.only.clone()
@@ -332,6 +334,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     }
     if sections.contains(&Section::PrePulls) {
         pre_pulls::run(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::SignedLink) {
+        registries::signed_link(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

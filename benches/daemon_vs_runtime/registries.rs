@@ -53,6 +53,9 @@ struct Shape {
     kubelet_backoff: (Duration, Duration),
     /// Row 7: pods of the herd.
     herd: usize,
+    /// Issue 49's signed pull (`signed_link`): the signed image's (bytes, layers), and pulls of it per side (ABBA order).
+    signed: (u64, usize),
+    signed_rounds: usize,
 }
 
 const FULL: Shape = Shape {
@@ -73,6 +76,8 @@ const FULL: Shape = Shape {
     limit_window: Duration::from_secs(60),
     kubelet_backoff: (Duration::from_secs(10), Duration::from_secs(300)),
     herd: 100,
+    signed: (10 * MB, 2),
+    signed_rounds: 4,
 };
 
 const QUICK: Shape = Shape {
@@ -93,6 +98,8 @@ const QUICK: Shape = Shape {
     limit_window: Duration::from_secs(2),
     kubelet_backoff: (Duration::from_millis(500), Duration::from_secs(2)),
     herd: 10,
+    signed: (MB, 1),
+    signed_rounds: 1,
 };
 
 /// Rows 2 and 3: pulls at once, through cri-imaged (`--max-parallel-image-pulls`) and for the
@@ -123,6 +130,28 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     rate_limited(&side, shape, Refusal::EveryNth(2), &mut table, findings).await;
     rate_limited(&side, shape, Refusal::Always, &mut table, findings).await;
     herd_bytes(&side, shape, &mut table, findings).await;
+    findings.tables.push(table);
+}
+
+/// Issue 49's row over the same link (`--only signed-link`; a section of its own, so that the
+/// registries' rows run without cosign).
+pub async fn signed_link(bench: &Bench, findings: &mut Findings) {
+    let shape = if bench.sizes.pairs > 1 { &FULL } else { &QUICK };
+    let Some(rig) = NetRig::start(shape.link) else {
+        progress!("signatures over a shaped link: skipped, the rig cannot be made here");
+        return;
+    };
+    rig.route(&bench.stack);
+    let link = shape.link;
+    let title = format!(
+        "Image signatures over a shaped link ({} Mbit, {} ms RTT, {} % loss)",
+        link.mbit.unwrap_or(0.0),
+        link.rtt.as_millis(),
+        link.loss_percent
+    );
+    progress!("{title}: registry at {}", rig.registry());
+    let mut table = Table::new(title, &["row", "verified", "not verified", "ratio", "target"]);
+    signed_pull(&Side { bench, rig: &rig }, shape, &mut table, findings).await;
     findings.tables.push(table);
 }
 
@@ -595,4 +624,63 @@ async fn herd_bytes(side: &Side<'_>, shape: &Shape, table: &mut Table, findings:
         format!("{images:.2}"),
         images < 1.5,
     );
+}
+
+/// Issue 49: one pull of a cosign-signed image through cri-imaged with a policy that
+/// requires its signature (the tag resolved, the signature manifest and its payload read over the
+/// link, then the pull by that digest) against the same daemon build with no policy, in ABBA
+/// order, a fresh image each time; the medians.
+async fn signed_pull(side: &Side<'_>, shape: &Shape, table: &mut Table, findings: &mut Findings) {
+    use crate::support::cosign::{cosign, key_pair, sign};
+    let Some(cosign) = cosign() else {
+        progress!("  signed pull: skipped, cosign is not installed (make deps installs it)");
+        return;
+    };
+    let (bytes, layers) = shape.signed;
+    progress!("  one signed {} MB pull, verified and not, {} per side", bytes / MB, shape.signed_rounds);
+    let keys = key_pair(&cosign, &side.bench.work.path().join("registries-cosign"));
+    let images: Vec<String> = (0..2 * shape.signed_rounds)
+        .map(|index| {
+            let name = format!("registries/signed-{index}");
+            let digest = side.rig.push_image(&format!("{name}:v1"), bytes, layers);
+            sign(&cosign, &keys, &format!("{}@{digest}", side.rig.image(&name)));
+            side.rig.image(&format!("{name}:v1"))
+        })
+        .collect();
+    let policy = serde_json::json!({
+        "default": [{ "type": "insecureAcceptAnything" }],
+        "transports": { "docker": { format!("{}/registries", side.rig.registry()): [{
+            "type": "sigstoreSigned",
+            "keyPath": keys.join("cosign.pub"),
+            "signedIdentity": { "type": "matchRepository" },
+        }] } }
+    });
+    let file = side.bench.work.path().join("registries-signed-policy.json");
+    std::fs::write(&file, policy.to_string()).expect("the policy file");
+    let flag = format!("--signature-policy={}", file.display());
+    let plain = Daemon::start(side.bench, "registries-unsigned", &[]).await;
+    let verifying = Daemon::start(side.bench, "registries-signed", &[flag.as_str()]).await;
+    let (mut verified, mut not) = (Vec::new(), Vec::new());
+    for (round, pair) in images.chunks(2).enumerate() {
+        for (turn, image) in pair.iter().enumerate() {
+            let verify = (round + turn).is_multiple_of(2);
+            let client = if verify { &verifying.client } else { &plain.client };
+            let (took, answer) = ensure_within(client, image, "signed", Duration::from_secs(3600)).await;
+            answer.unwrap_or_else(|status| panic!("signed pull (verified: {verify}): {status:?}"));
+            if verify { verified.push(took) } else { not.push(took) }
+        }
+    }
+    drop((plain, verifying));
+    side.remove(&images).await;
+    let (verified, not) = (median(verified), median(not));
+    let ratio = verified.as_secs_f64() / not.as_secs_f64();
+    let what = format!("one signed {} MB pull ({layers} layers), median", bytes / MB);
+    table.row(vec![
+        what.clone(),
+        report::duration(verified),
+        format!("{} (no policy)", report::duration(not)),
+        format!("{ratio:.2}"),
+        "≤ 1.25".into(),
+    ]);
+    verdict(findings, &format!("{what}, verified / not verified"), "≤ 1.25", format!("{ratio:.2}"), ratio <= 1.25);
 }

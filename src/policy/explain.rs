@@ -52,12 +52,23 @@ fn describe_signed(signed: &SigstoreSigned) -> String {
     let source = match (&signed.key_path, &signed.key_paths, &signed.fulcio) {
         (Some(path), _, _) => format!("keyPath {path}"),
         (_, Some(paths), _) => format!("keyPaths {}", paths.join(", ")),
-        (_, _, Some(_)) => "fulcio".to_owned(),
+        (_, _, Some(fulcio)) => format!(
+            "fulcio oidcIssuer {}, subjectEmail {}, {} CA certificate(s)",
+            fulcio.oidc_issuer.as_deref().unwrap_or_default(),
+            fulcio.subject_email.as_deref().unwrap_or_default(),
+            signed.fulcio_roots.len()
+        ),
         _ => "keyData".to_owned(),
     };
-    let keys: Vec<String> =
-        signed.keys.iter().map(|key| format!("{} {}", key.algorithm(), key.fingerprint())).collect();
-    let keys = if keys.is_empty() { String::new() } else { format!(": {}", keys.join(", ")) };
+    let named = |keys: &[crate::policy::sigstore::PublicKey]| -> Vec<String> {
+        keys.iter().map(|key| format!("{} {}", key.algorithm(), key.fingerprint())).collect()
+    };
+    let keys = named(&signed.keys);
+    let mut keys = if keys.is_empty() { String::new() } else { format!(": {}", keys.join(", ")) };
+    let rekor = named(&signed.rekor_keys);
+    if !rekor.is_empty() {
+        keys.push_str(&format!("; Rekor {}", rekor.join(", ")));
+    }
     let identity = match &signed.signed_identity {
         None | Some(SignedIdentity::MatchRepoDigestOrExact {}) => "matchRepoDigestOrExact".to_owned(),
         Some(SignedIdentity::MatchExact {}) => "matchExact".to_owned(),
@@ -91,6 +102,19 @@ mod tests {
     fn base64_of(text: &str) -> String {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.encode(text)
+    }
+
+    /// A keyless requirement is told by the identity it asks, its CA and Rekor's key.
+    #[test]
+    fn a_fulcio_requirement_is_described_by_its_identity_ca_and_rekor_key() {
+        let ca = base64_of(include_str!("sigstore/testdata/fulcio-ca.pem"));
+        let text = format!(
+            r#"{{"default": [{{"type": "sigstoreSigned", "fulcio": {{"caData": "{ca}", "oidcIssuer": "https://issuer.example", "subjectEmail": "dev@example.com"}}, "rekorPublicKeyData": "{}"}}]}}"#,
+            base64_of(P256)
+        );
+        let file = super::super::parse(text.as_bytes()).expect("policy");
+        let described = file.default[0].describe();
+        assert!(described.starts_with("sigstoreSigned (fulcio oidcIssuer https://issuer.example, subjectEmail dev@example.com, 1 CA certificate(s); Rekor ECDSA P-256 "), "{described}");
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct RegistryClient<'a> {
     credentials: Option<&'a RegistryAuth>,
     /// Per host, the `Authorization` value its challenge led to.
     authorizations: Vec<Option<String>>,
+    /// Per host, the connection kept for the next request.
+    kept: Vec<transport::Kept>,
 }
 
 impl<'a> RegistryClient<'a> {
@@ -84,7 +86,8 @@ impl<'a> RegistryClient<'a> {
             .filter(|token| !token.is_empty())
             .map(|token| format!("Bearer {token}"));
         let authorizations = vec![authorization; endpoints.len()];
-        Self { repository, endpoints, credentials, authorizations }
+        let kept = endpoints.iter().map(|_| transport::Kept::default()).collect();
+        Self { repository, endpoints, credentials, authorizations, kept }
     }
 
     /// The manifest `reference` (a tag or a digest) names, or `None` when there is none (404).
@@ -207,7 +210,8 @@ impl<'a> RegistryClient<'a> {
     ) -> Result<Response<Incoming>, RegistryError> {
         let endpoint = &self.endpoints[index];
         let ask = |authorization| Ask { accept, authorization, host_headers: true, what };
-        let answer = transport::send(endpoint, path, &ask(self.authorizations[index].as_deref())).await?;
+        let kept = &mut self.kept[index];
+        let answer = transport::send_kept(endpoint, path, &ask(self.authorizations[index].as_deref()), kept).await?;
         // Answered once: a second 401 is the registry's refusal of what the pull has.
         if answer.status() != StatusCode::UNAUTHORIZED || self.authorizations[index].is_some() {
             return Ok(answer);
@@ -221,7 +225,10 @@ impl<'a> RegistryClient<'a> {
             }
             None => return Err(self.unauthorized(what, "its challenge is not Basic or Bearer")),
         };
-        let answer = transport::send(&self.endpoints[index], path, &ask(Some(&authorization))).await;
+        // The challenge's answer, unread, closes its connection: the next request opens another.
+        drop(answer);
+        let kept = &mut self.kept[index];
+        let answer = transport::send_kept(&self.endpoints[index], path, &ask(Some(&authorization)), kept).await;
         self.authorizations[index] = Some(authorization);
         answer
     }

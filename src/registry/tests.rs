@@ -174,3 +174,67 @@ async fn the_referrers_of_a_digest_are_read_and_a_404_means_none() {
     let other = format!("sha256:{}", "2".repeat(64));
     assert!(client.referrers(&other, artifact_type, 1024).await.expect("read").is_none());
 }
+
+/// Connections accepted in front of a registry, each forwarded to it: how many a client opened,
+/// and a way to close every one of them (as a registry's keep-alive timeout does).
+struct CountingProxy {
+    address: String,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    open: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl CountingProxy {
+    async fn before(registry: String) -> Self {
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        let (counter, forwarding) = (accepted.clone(), open.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let registry = registry.clone();
+                forwarding.lock().expect("open").push(tokio::spawn(async move {
+                    let mut server = tokio::net::TcpStream::connect(registry).await.expect("the registry");
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }));
+            }
+        });
+        Self { address, accepted, open }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Closes every connection (the tasks holding both ends are ended).
+    async fn close_all(&self) {
+        for task in self.open.lock().expect("open").drain(..) {
+            task.abort();
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A session's requests to one host share a connection (a long link's connection round trips
+/// saved); one the registry closed meanwhile is replaced, the request asked again on a new one.
+#[tokio::test]
+async fn a_sessions_requests_share_one_connection_and_a_closed_one_is_replaced() {
+    let registry = Registry { seen: Seen::default(), challenge: r#"Basic realm="r""#.into(), accepts: String::new() };
+    let accepts = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("user:secret"));
+    let proxy = CountingProxy::before(serve(Registry { accepts, ..registry }).await).await;
+    let repository = Repository { domain: proxy.address.clone(), path: "app".into() };
+    let credentials = login();
+    let mut client = RegistryClient::new(&repository, Some(&credentials), &HostsConfig::default());
+    // The challenge (a 401 whose empty body is complete), then three answers, on one connection.
+    for _ in 0..3 {
+        client.manifest("v1", 1024).await.expect("read").expect("found");
+    }
+    assert_eq!(proxy.accepted(), 1, "one connection for the challenge and the three answers");
+    proxy.close_all().await;
+    client.manifest("v1", 1024).await.expect("asked again on a new connection").expect("found");
+    assert_eq!(proxy.accepted(), 2);
+    // An answer past its bound, dropped unread: the next request is answered all the same.
+    client.manifest("big", 1024).await.expect_err("too large");
+    client.manifest("v1", 1024).await.expect("read").expect("found");
+}

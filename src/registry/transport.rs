@@ -1,9 +1,12 @@
-//! One GET on a connection of its own, over plain HTTP or TLS as the endpoint says.
+//! One GET, over plain HTTP or TLS as the endpoint says: on a connection of its own, or on the
+//! connection kept from the last request to that host (HTTP/1.1 keep-alive: a verification reads
+//! a tag, a signature manifest and its payloads in turn, each a connection's round trips saved
+//! over a long link).
 
 use bytes::Bytes;
 use http::{Request, Response, header};
 use http_body_util::Empty;
-use hyper::body::Incoming;
+use hyper::{body::Incoming, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::{
     io::{AsyncRead, AsyncWrite},
@@ -23,19 +26,45 @@ pub struct Ask<'a> {
     pub what: &'a str,
 }
 
-/// GETs `path` (absolute, with its query) from `endpoint`.
+/// How long a kept connection may take to be free again (its last answer's end is being read).
+const KEPT_READY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A host's connection, kept for its next request; empty until the first.
+#[derive(Default)]
+pub struct Kept(Option<SendRequest<Empty<Bytes>>>);
+
+/// GETs `path` (absolute, with its query) from `endpoint`, on `kept`'s connection when it is
+/// still open and free (the last answer read to its end), else on a new one kept there.
+pub async fn send_kept(
+    endpoint: &Endpoint,
+    path: &str,
+    ask: &Ask<'_>,
+    kept: &mut Kept,
+) -> Result<Response<Incoming>, RegistryError> {
+    if let Some(mut sender) = kept.0.take() {
+        // Free once the last answer was read to its end; closed if it was dropped before (or the
+        // registry ended it). Never waited on long: an answer still held keeps it busy.
+        let ready = tokio::time::timeout(KEPT_READY, sender.ready()).await;
+        if matches!(ready, Ok(Ok(())))
+            && let Ok(request) = request(endpoint, path, ask)
+            && let Ok(answer) = sender.send_request(request).await
+        {
+            kept.0 = Some(sender);
+            return Ok(answer);
+        }
+        // Closed meanwhile (the registry's keep-alive ended): a GET is asked again, anew.
+    }
+    let (answer, sender) = connect_and_send(endpoint, path, ask).await?;
+    kept.0 = Some(sender);
+    Ok(answer)
+}
+
+/// GETs `path` (absolute, with its query) from `endpoint` on a connection of its own.
 pub async fn send(endpoint: &Endpoint, path: &str, ask: &Ask<'_>) -> Result<Response<Incoming>, RegistryError> {
-    let registry = messages::echo(&endpoint.authority()).into_owned();
-    let failed =
-        |reason: String| RegistryError::Connection { registry: registry.clone(), what: ask.what.to_owned(), reason };
-    let connect = TcpStream::connect((endpoint.connect_host(), endpoint.port));
-    let stream = match endpoint.dial_timeout {
-        Some(limit) => tokio::time::timeout(limit, connect)
-            .await
-            .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "dial_timeout passed")))
-            .map_err(|error| failed(error.to_string()))?,
-        None => connect.await.map_err(|error| failed(error.to_string()))?,
-    };
+    connect_and_send(endpoint, path, ask).await.map(|(answer, _)| answer)
+}
+
+fn request(endpoint: &Endpoint, path: &str, ask: &Ask<'_>) -> Result<Request<Empty<Bytes>>, http::Error> {
     let mut request = Request::get(path)
         .header(header::HOST, endpoint.host_header())
         .header(header::ACCEPT, ask.accept)
@@ -48,7 +77,26 @@ pub async fn send(endpoint: &Endpoint, path: &str, ask: &Ask<'_>) -> Result<Resp
     if let Some(value) = ask.authorization {
         request = request.header(header::AUTHORIZATION, value);
     }
-    let request = request.body(Empty::<Bytes>::new()).map_err(|_| failed("a path that is not a URI".to_owned()))?;
+    request.body(Empty::<Bytes>::new())
+}
+
+async fn connect_and_send(
+    endpoint: &Endpoint,
+    path: &str,
+    ask: &Ask<'_>,
+) -> Result<(Response<Incoming>, SendRequest<Empty<Bytes>>), RegistryError> {
+    let registry = messages::echo(&endpoint.authority()).into_owned();
+    let failed =
+        |reason: String| RegistryError::Connection { registry: registry.clone(), what: ask.what.to_owned(), reason };
+    let connect = TcpStream::connect((endpoint.connect_host(), endpoint.port));
+    let stream = match endpoint.dial_timeout {
+        Some(limit) => tokio::time::timeout(limit, connect)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "dial_timeout passed")))
+            .map_err(|error| failed(error.to_string()))?,
+        None => connect.await.map_err(|error| failed(error.to_string()))?,
+    };
+    let request = request(endpoint, path, ask).map_err(|_| failed("a path that is not a URI".to_owned()))?;
     if endpoint.plain_http {
         return exchange(stream, request).await.map_err(failed);
     }
@@ -60,13 +108,18 @@ pub async fn send(endpoint: &Endpoint, path: &str, ask: &Ask<'_>) -> Result<Resp
     exchange(stream, request).await.map_err(failed)
 }
 
-async fn exchange<S>(stream: S, request: Request<Empty<Bytes>>) -> Result<Response<Incoming>, String>
+async fn exchange<S>(
+    stream: S,
+    request: Request<Empty<Bytes>>,
+) -> Result<(Response<Incoming>, SendRequest<Empty<Bytes>>), String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|error| error.to_string())?;
-    // Ends with the answer read or dropped (the caller's deadline drops it).
+    // Ends when its sender is dropped (the client's session ended) or an answer is dropped
+    // before its end (the caller's deadline drops it).
     tokio::spawn(connection);
-    sender.send_request(request).await.map_err(|error| error.to_string())
+    let answer = sender.send_request(request).await.map_err(|error| error.to_string())?;
+    Ok((answer, sender))
 }

@@ -231,10 +231,16 @@ impl LocalStack {
         self.route_host(&format!("127.0.0.1:{proxy_port}"));
     }
 
+    /// containerd's `config_path` (its registry host settings, `DIR/certs.d`): what a daemon that
+    /// reads signatures is given as `--registry-config-path`, to reach registries as containerd does.
+    pub fn registry_config_path(&self) -> PathBuf {
+        self.dir.path().join("certs.d")
+    }
+
     /// As [`LocalStack::route_through`], for any `host:port` (a registry on another address, such
     /// as a `support::netrig::NetRig`'s).
     pub fn route_host(&self, host: &str) {
-        let dir = self.dir.path().join("certs.d").join(host);
+        let dir = self.registry_config_path().join(host);
         std::fs::create_dir_all(&dir).expect("create the host's certs.d directory");
         let hosts = format!("server = \"http://{host}\"\n\n[host]\n");
         std::fs::write(dir.join("hosts.toml"), hosts).expect("write the host's hosts.toml");

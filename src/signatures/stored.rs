@@ -9,7 +9,7 @@
 //!
 //! An entry names the requirements it met by [`super::requirement`]'s name, never holds a key's
 //! bytes or a credential: the digest, the policy and scope that asked, and each key's fingerprint
-//! and signature digest that verified it.
+//! (or certificate's identity) and signature digest that verified it.
 
 use std::{
     collections::HashSet,
@@ -38,6 +38,9 @@ pub const FILE_LIMIT: u64 = (KEPT * (ENTRY_LIMIT + 1) + 1024) as u64;
 
 /// The longest scope read back (a `transports.docker` key: a repository, a tag or a digest).
 const SCOPE_LIMIT: usize = 1024;
+
+/// The longest certificate identity read back (an e-mail and an issuer URL, escaped).
+const SIGNER_LIMIT: usize = 1024;
 
 /// The most requirements (each a key and a signature) an entry names.
 const BY_LIMIT: usize = 64;
@@ -182,14 +185,23 @@ impl Entry {
         if self.by.is_empty() || self.by.len() > BY_LIMIT {
             return Err("names no requirement met, or more than 64");
         }
-        if !self.by.iter().all(|by| (1..=64).contains(&by.key.len()) && is_hex(&by.key, by.key.len())) {
-            return Err("a key fingerprint is not lowercase hex");
+        if !self.by.iter().all(|by| is_signer(&by.key)) {
+            return Err("a signer is neither a key fingerprint (lowercase hex) nor a certificate's identity");
         }
         if !self.by.iter().all(|by| is_sha256_digest(&by.signature)) {
             return Err("a signature is not sha256: and 64 lowercase hex digits");
         }
         Ok(self)
     }
+}
+
+/// Who verified: a key's fingerprint, or a certificate's identity as verification words it
+/// (`certificate for "…" (OIDC issuer "…")`, escaped, so without control characters).
+fn is_signer(key: &str) -> bool {
+    let fingerprint = (1..=64).contains(&key.len()) && is_hex(key, key.len());
+    let certificate =
+        key.starts_with("certificate for \"") && key.len() <= SIGNER_LIMIT && !key.chars().any(char::is_control);
+    fingerprint || certificate
 }
 
 fn is_hex(text: &str, length: usize) -> bool {

@@ -69,6 +69,16 @@ async fn a_verification_kept_on_disk_is_answered_after_a_restart_only_under_the_
     assert!(!text.contains("\"one\"") && !text.contains("keyData"), "no key material: {text}");
 }
 
+/// A keyless verification (a Fulcio certificate) is kept by whom the certificate names.
+#[test]
+fn a_certificates_verification_round_trips() {
+    let signer = r#"certificate for "dev@example.com" (OIDC issuer "https://issuer.example")"#;
+    let signature = format!("sha256:{:064x}", 0x5e);
+    let verified = Verified { digest: digest(1), by: vec![(signer.into(), signature)] };
+    let stored = vec![Stored { requirement: format!("{:064x}", 1), under: under(None), verified }];
+    assert_eq!(decode(&encode(&stored)).expect("decodes"), stored);
+}
+
 #[test]
 fn entries_round_trip_and_only_the_newest_that_fit_are_written() {
     let cache = super::super::cache::VerifiedCache::default();

@@ -12,7 +12,7 @@ use std::{
 use base64::Engine as _;
 use serde_json::json;
 
-use super::test_ca::TestCa;
+use super::test_ca::{Leaf, TestCa};
 
 fn openssl(args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
     use std::io::Write as _;
@@ -71,10 +71,7 @@ pub struct Fulcio {
 }
 
 /// A certificate Fulcio issued, and its private key.
-pub struct Issued {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
+pub type Issued = Leaf;
 
 impl Fulcio {
     pub fn new(dir: &Path, name: &str) -> Self {
@@ -84,7 +81,6 @@ impl Fulcio {
     /// A certificate for `email` as `issuer` vouched for it, valid for a day from now, for code
     /// signing (or for `usage`, to be refused), with both of Fulcio's issuer extensions.
     pub fn issue(&self, dir: &Path, name: &str, (email, issuer): (&str, &str), usage: &str) -> Issued {
-        let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
         let raw_issuer: String = issuer.bytes().map(|byte| format!("{byte:02x}")).collect();
         let extensions = [
             "basicConstraints=critical,CA:FALSE".to_owned(),
@@ -94,32 +90,7 @@ impl Fulcio {
             format!("1.3.6.1.4.1.57264.1.1=DER:{raw_issuer}"),
             format!("1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:{issuer}"),
         ];
-        let mut args = vec![
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/",
-            "-keyout",
-            text(&key),
-            "-out",
-            text(&cert),
-            "-CA",
-            text(&self.ca.cert),
-            "-CAkey",
-            text(&self.ca.key),
-        ];
-        for extension in &extensions {
-            args.extend(["-addext", extension]);
-        }
-        openssl(&args, None);
-        Issued { cert, key }
+        self.ca.issue(dir, name, "/", &extensions)
     }
 }
 

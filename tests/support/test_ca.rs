@@ -58,8 +58,19 @@ impl TestCa {
 
     /// A server certificate for `localhost` and `127.0.0.1`, in `dir` as `NAME.crt` and `NAME.key`.
     pub fn leaf(&self, dir: &Path, name: &str) -> Leaf {
+        let extensions = [
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "basicConstraints=critical,CA:FALSE",
+            "extendedKeyUsage=serverAuth",
+        ];
+        self.issue(dir, name, "/CN=localhost", &extensions.map(str::to_owned))
+    }
+
+    /// A certificate for `subject` with `extensions` (openssl's `-addext` values), a day's
+    /// validity, a P-256 key: in `dir` as `NAME.crt` and `NAME.key`.
+    pub fn issue(&self, dir: &Path, name: &str, subject: &str, extensions: &[String]) -> Leaf {
         let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-        openssl(&[
+        let mut args = vec![
             "req",
             "-x509",
             "-newkey",
@@ -70,7 +81,7 @@ impl TestCa {
             "-days",
             "1",
             "-subj",
-            "/CN=localhost",
+            subject,
             "-keyout",
             text(&key),
             "-out",
@@ -79,13 +90,11 @@ impl TestCa {
             text(&self.cert),
             "-CAkey",
             text(&self.key),
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-            "-addext",
-            "extendedKeyUsage=serverAuth",
-        ]);
+        ];
+        for extension in extensions {
+            args.extend(["-addext", extension.as_str()]);
+        }
+        openssl(&args);
         Leaf { cert, key }
     }
 }

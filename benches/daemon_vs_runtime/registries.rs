@@ -106,21 +106,28 @@ const QUICK: Shape = Shape {
 /// small pulls alone straight on containerd.
 const PARALLEL_PULLS: usize = 4;
 
-pub async fn run(bench: &Bench, findings: &mut Findings) {
+/// The run's shape and its rig, routed for the stack's containerd, with the section's title
+/// (`what` over a shaped link, the link's figures); `None` where the rig cannot be made.
+fn shaped_rig(bench: &Bench, what: &str) -> Option<(&'static Shape, NetRig, String)> {
     let shape = if bench.sizes.pairs > 1 { &FULL } else { &QUICK };
     let Some(rig) = NetRig::start(shape.link) else {
-        progress!("registries over a shaped link: skipped, the rig cannot be made here");
-        return;
+        progress!("{what} over a shaped link: skipped, the rig cannot be made here");
+        return None;
     };
     rig.route(&bench.stack);
     let link = shape.link;
     let title = format!(
-        "Registries over a shaped link ({} Mbit, {} ms RTT, {} % loss)",
+        "{what} over a shaped link ({} Mbit, {} ms RTT, {} % loss)",
         link.mbit.unwrap_or(0.0),
         link.rtt.as_millis(),
         link.loss_percent
     );
     progress!("{title}: registry at {}", rig.registry());
+    Some((shape, rig, title))
+}
+
+pub async fn run(bench: &Bench, findings: &mut Findings) {
+    let Some((shape, rig, title)) = shaped_rig(bench, "Registries") else { return };
     let mut table = Table::new(title, &["row", "cri-imaged", "baseline", "ratio", "target"]);
     let side = Side { bench, rig: &rig };
     one_pull(&side, shape, &mut table, findings).await;
@@ -136,20 +143,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
 /// Issue 49's row over the same link (`--only signed-link`; a section of its own, so that the
 /// registries' rows run without cosign).
 pub async fn signed_link(bench: &Bench, findings: &mut Findings) {
-    let shape = if bench.sizes.pairs > 1 { &FULL } else { &QUICK };
-    let Some(rig) = NetRig::start(shape.link) else {
-        progress!("signatures over a shaped link: skipped, the rig cannot be made here");
-        return;
-    };
-    rig.route(&bench.stack);
-    let link = shape.link;
-    let title = format!(
-        "Image signatures over a shaped link ({} Mbit, {} ms RTT, {} % loss)",
-        link.mbit.unwrap_or(0.0),
-        link.rtt.as_millis(),
-        link.loss_percent
-    );
-    progress!("{title}: registry at {}", rig.registry());
+    let Some((shape, rig, title)) = shaped_rig(bench, "Image signatures") else { return };
     let mut table = Table::new(title, &["row", "verified", "not verified", "ratio", "target"]);
     signed_pull(&Side { bench, rig: &rig }, shape, &mut table, findings).await;
     findings.tables.push(table);

@@ -84,3 +84,46 @@ pub fn cosign_accepts(cosign: &Path, keys: &Path, image: &str) -> bool {
         ["verify", "--key", key.to_str().expect("utf-8"), "--insecure-ignore-tlog", "--allow-http-registry", image];
     run_cosign(cosign, keys, &args).0
 }
+
+/// The predicate type of a cosign signature as a Sigstore bundle (cosign 3's `cosign sign`).
+pub const SIGN_V1: &str = "https://sigstore.dev/cosign/sign/v1";
+
+/// Signs as cosign 3's `cosign sign` does, a Sigstore bundle (v0.3) attached as an OCI 1.1
+/// referrer: cosign 2.5 makes that same bundle by attesting [`SIGN_V1`] with an empty predicate.
+pub fn sign_as_bundle(cosign: &Path, keys: &Path, image_at_digest: &str) {
+    attest_as_bundle(cosign, keys, image_at_digest, SIGN_V1, "{}");
+}
+
+/// Attests `predicate` (JSON) of `predicate_type` as a Sigstore bundle referrer of the image (an
+/// in-toto statement in a DSSE envelope); against a registry without the referrers API, cosign
+/// keeps the index at the fallback tag `sha256-<hex>`.
+pub fn attest_as_bundle(cosign: &Path, keys: &Path, image_at_digest: &str, predicate_type: &str, predicate: &str) {
+    let (key, file) = (keys.join("cosign.key"), keys.join("predicate.json"));
+    std::fs::write(&file, predicate).expect("predicate");
+    let (key, file) = (key.to_str().expect("utf-8"), file.to_str().expect("utf-8"));
+    let args = ["attest", "--new-bundle-format", "--key", key, "--tlog-upload=false", "--allow-http-registry", "-y"];
+    let args = [&args[..], &["--type", predicate_type, "--predicate", file, image_at_digest]].concat();
+    let (signed, text) = run_cosign(cosign, keys, &args);
+    assert!(signed, "cosign attest (bundle) {image_at_digest}: {text}");
+}
+
+/// cosign's verdict on `image` whose signatures are Sigstore bundles, and what it printed: 2.5's
+/// `verify` does not look for bundles, `verify-attestation` of [`SIGN_V1`] does. The trusted root
+/// is empty (written to `keys`): without one cosign fetches the public-good root from TUF.
+pub fn cosign_judges_bundle(cosign: &Path, keys: &Path, image: &str) -> (bool, String) {
+    let root = keys.join("root.json");
+    let empty = concat!(
+        r#"{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1","#,
+        r#""tlogs":[],"certificateAuthorities":[],"ctlogs":[],"timestampAuthorities":[]}"#
+    );
+    std::fs::write(&root, empty).expect("trusted root");
+    let (key, root) = (keys.join("cosign.pub"), root.to_str().expect("utf-8").to_owned());
+    let args = ["verify-attestation", "--new-bundle-format", "--trusted-root", &root, "--key"];
+    let args = [&args[..], &[key.to_str().expect("utf-8"), "--insecure-ignore-tlog", "--allow-http-registry"]].concat();
+    run_cosign(cosign, keys, &[&args[..], &["--type", SIGN_V1, image]].concat())
+}
+
+/// [`cosign_judges_bundle`]'s verdict alone.
+pub fn cosign_accepts_bundle(cosign: &Path, keys: &Path, image: &str) -> bool {
+    cosign_judges_bundle(cosign, keys, image).0
+}

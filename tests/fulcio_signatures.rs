@@ -12,17 +12,17 @@ use std::{net::SocketAddr, path::Path};
 use cri_imaged::{
     policy::{
         SigstoreSigned,
-        sigstore::{Layer, load_keys, verify},
+        sigstore::{Layer, LayerKind, verify},
     },
     reference::ImageReference,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{
     clients::{Answer, Call, Client},
     cosign::{cosign, run_cosign_with},
     process::DaemonProcess,
     registry_push::{push_raw, sha256_digest},
-    sigstore_pki::{Fulcio, Issued, Rekor, key_pair, now, payload, sign},
+    sigstore_pki::{Fulcio, Issued, Rekor, key_pair, now, payload, requirement, sign},
     stack::LocalStack,
 };
 
@@ -34,13 +34,6 @@ const CODE_SIGNING: &str = "codeSigning";
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).expect("a file the test made")
-}
-
-/// A `sigstoreSigned` requirement from its JSON, its files loaded as the daemon loads them.
-fn requirement(json: Value) -> SigstoreSigned {
-    let mut signed: SigstoreSigned = serde_json::from_value(json).expect("a requirement");
-    load_keys(&mut signed, &|path| std::fs::read(path).map_err(|error| error.to_string())).expect("loads");
-    signed
 }
 
 fn fulcio_requirement(ca: &Path, rekor: &Path, (email, issuer): (&str, &str)) -> SigstoreSigned {
@@ -60,6 +53,7 @@ fn layer(
     bundle: Option<&str>,
 ) -> Layer {
     Layer {
+        kind: LayerKind::Cosign,
         digest: sha256_digest(payload),
         size: payload.len() as u64,
         signature: Some(signature.to_owned()),

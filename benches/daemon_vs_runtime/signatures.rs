@@ -168,6 +168,7 @@ fn certificate_in_process(dir: &Path) -> u32 {
     let signature = sign(&issued.key, &signed);
     let certificate = std::fs::read_to_string(&issued.cert).expect("the certificate");
     let layer = sigstore::Layer {
+        kind: sigstore::LayerKind::Cosign,
         digest: crate::support::registry_push::sha256_digest(&signed),
         size: signed.len() as u64,
         signature: Some(signature.clone()),

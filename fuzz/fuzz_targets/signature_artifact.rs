@@ -1,6 +1,7 @@
 //! cosign's signature artifact as a registry would serve it: any bytes read as the `.sig`
 //! manifest (`policy::sigstore::parse_artifact`) and as an image's referrers
-//! (`parse_referrers`), as a payload (`parse_payload`), as a public key (`PublicKey::from_pem`,
+//! (`parse_referrers`), as a payload (`parse_payload`) and a Sigstore bundle's blob (a layer of
+//! its own, as a referrer's would be), as a public key (`PublicKey::from_pem`,
 //! `from_spki`), and as a signature, then judged by `verify` under fixed keys (the RSA-2048 test
 //! vector's and a P-256 one) for the test vector's image and digest; and judged again under a
 //! `fulcio` requirement (the test CA) and under the keys with a Rekor key (the P-256 one), whose
@@ -17,7 +18,7 @@ use cri_imaged::{
     policy::{
         SigstoreSigned,
         sigstore::{
-            LAYER_LIMIT, Layer, PublicKey, REFERRER_LIMIT, Rejected, load_keys, parse_artifact, parse_payload,
+            LAYER_LIMIT, Layer, LayerKind, PublicKey, REFERRER_LIMIT, Rejected, load_keys, parse_artifact, parse_payload,
             parse_referrers, read_leaf, verify,
         },
     },
@@ -111,6 +112,7 @@ fuzz_target!(|data: &[u8]| {
     // The payload as a layer of its own, signed by the third part: the test vector's seed verifies.
     let digest: String = Sha256::digest(payload).iter().map(|b| format!("{b:02x}")).collect();
     let own = Layer {
+        kind: LayerKind::Cosign,
         digest: format!("sha256:{digest}"),
         size: payload.len() as u64,
         signature: Some(String::from_utf8_lossy(signature).into_owned()),
@@ -118,6 +120,8 @@ fuzz_target!(|data: &[u8]| {
         chain: text(certificate),
         bundle: text(bundle),
     };
+    // And as a Sigstore bundle's blob.
+    layers.push((Layer { kind: LayerKind::Bundle, ..own.clone() }, payload.to_vec()));
     layers.push((own, payload.to_vec()));
     let image = ImageReference::parse_normalized("registry.example.com/team/app:v1").expect("a reference");
     for identity in [r#"{"type": "matchRepository"}"#, r#"{"type": "matchRepoDigestOrExact"}"#] {

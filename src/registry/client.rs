@@ -105,18 +105,19 @@ impl<'a> RegistryClient<'a> {
         Ok(Some(fetched))
     }
 
-    /// The OCI 1.1 referrers of `digest` of `artifact_type` (an image index), or `None` when the
-    /// registry serves no referrers API (404, as the distribution spec has it).
+    /// The OCI 1.1 referrers of `digest` (an image index), of `artifact_type` only where given and
+    /// the registry filters, or `None` when it serves no referrers API (404, as the distribution
+    /// spec has it).
     pub async fn referrers(
         &mut self,
         digest: &str,
-        artifact_type: &str,
+        artifact_type: Option<&str>,
         limit: usize,
     ) -> Result<Option<Fetched>, RegistryError> {
         let what = format!("the referrers of {}", messages::echo(digest));
         // A media type's `+` would be a space in a query: percent-encoded.
-        let filter = artifact_type.replace('+', "%2B");
-        let path = format!("/{}/referrers/{digest}?artifactType={filter}", self.repository.path);
+        let filter = artifact_type.map(|artifact_type| format!("?artifactType={}", artifact_type.replace('+', "%2B")));
+        let path = format!("/{}/referrers/{digest}{}", self.repository.path, filter.unwrap_or_default());
         let accept = "application/vnd.oci.image.index.v1+json";
         let Some((_, answer)) = self.first_answer(true, &path, accept, &what).await? else {
             return Ok(None);

@@ -167,12 +167,12 @@ async fn the_referrers_of_a_digest_are_read_and_a_404_means_none() {
     let mut client = RegistryClient::new(&repository, None, &HostsConfig::default());
     let artifact_type = "application/vnd.dev.cosign.artifact.sig.v1+json";
     let listed = format!("sha256:{}", "1".repeat(64));
-    let index = client.referrers(&listed, artifact_type, 1024).await.expect("read").expect("served");
+    let index = client.referrers(&listed, Some(artifact_type), 1024).await.expect("read").expect("served");
     let index: serde_json::Value = serde_json::from_slice(&index.body).expect("json");
     // `+` sent as `%2B`: a registry reads a `+` in a query as a space.
     assert_eq!(index["query"], "artifactType=application/vnd.dev.cosign.artifact.sig.v1%2Bjson");
     let other = format!("sha256:{}", "2".repeat(64));
-    assert!(client.referrers(&other, artifact_type, 1024).await.expect("read").is_none());
+    assert!(client.referrers(&other, Some(artifact_type), 1024).await.expect("read").is_none());
 }
 
 /// Connections accepted in front of a registry, each forwarded to it: how many a client opened,

@@ -1,6 +1,6 @@
 //! Reading an image's signatures from its repository: the tag resolved to the digest that will
-//! run, cosign's signature manifest for it (`sha256-<hex>.sig`), and each signature's payload,
-//! every read bounded.
+//! run, cosign's signature manifest for it (`sha256-<hex>.sig`, else its referrers), and each
+//! signature's payload (or Sigstore bundle), every read bounded.
 
 use std::{sync::Arc, time::Duration};
 
@@ -138,17 +138,18 @@ async fn read(
     Ok(Found { digest, signatures })
 }
 
-/// The signatures cosign pushed as OCI 1.1 referrers of `digest` (`--registry-referrers-mode=
-/// oci-1-1`): listed by the registry's referrers API, or by the index at the fallback tag
-/// `sha256-<hex>` where it serves none; each listed signature manifest read, bounded, their
-/// layers joined (at most [`sigstore::LAYER_LIMIT`]). `None`: the image has no such referrer.
+/// The signatures pushed as OCI 1.1 referrers of `digest` (cosign's `--registry-referrers-mode=
+/// oci-1-1`, and Sigstore bundles): listed by the registry's referrers API (unfiltered: both
+/// artifact types are wanted), or by the index at the fallback tag `sha256-<hex>` where it serves
+/// none; each listed signature manifest read, bounded, their layers joined (at most
+/// [`sigstore::LAYER_LIMIT`]). `None`: the image has no such referrer.
 async fn referred(
     client: &mut RegistryClient<'_>,
     digest: &str,
     hex: &str,
     limits: &FetchLimits,
 ) -> Result<Option<Result<Vec<sigstore::Layer>, sigstore::ArtifactError>>, SignatureError> {
-    let index = match client.referrers(digest, sigstore::REFERRER_ARTIFACT_TYPE, limits.signature_manifest).await? {
+    let index = match client.referrers(digest, None, limits.signature_manifest).await? {
         Some(index) => index,
         None => match client.manifest(&format!("sha256-{hex}"), limits.signature_manifest).await? {
             Some(index) => index,

@@ -10,7 +10,7 @@ use std::{
 };
 
 use base64::Engine as _;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::test_ca::{Leaf, TestCa};
 
@@ -119,6 +119,42 @@ impl Rekor {
                 "signature": { "content": signature, "publicKey": { "content": base64(signer.as_bytes()) } },
             },
         });
+        let (entry, timestamp) = self.promise(&body, integrated_time);
+        json!({ "SignedEntryTimestamp": timestamp, "Payload": entry }).to_string()
+    }
+
+    /// A Sigstore bundle's `tlogEntries[]` item for a DSSE envelope: `signature` (base64) by
+    /// `signer` (PEM) over the envelope whose payload is `payload`, logged at `integrated_time`
+    /// as a `dsse` 0.0.1 entry with its inclusion promise.
+    pub fn dsse_entry(&self, signer: &str, signature: &str, payload: &[u8], integrated_time: i64) -> Value {
+        let hex = |bytes: &[u8]| super::registry_push::sha256_digest(bytes).trim_start_matches("sha256:").to_owned();
+        let body = json!({
+            "apiVersion": "0.0.1",
+            "kind": "dsse",
+            "spec": {
+                // Of the envelope as submitted; cri-imaged reads the payload's hash and the
+                // signature instead, which the envelope's hash stands for.
+                "envelopeHash": { "algorithm": "sha256", "value": hex(&pae(payload)) },
+                "payloadHash": { "algorithm": "sha256", "value": hex(payload) },
+                "signatures": [{ "signature": signature, "verifier": base64(signer.as_bytes()) }],
+            },
+        });
+        let (entry, timestamp) = self.promise(&body, integrated_time);
+        let der = openssl(&["ec", "-pubin", "-in", text(&self.public), "-outform", "DER"], None);
+        let log_id = ring::digest::digest(&ring::digest::SHA256, &der);
+        json!({
+            "logIndex": "1",
+            "logId": { "keyId": base64(log_id.as_ref()) },
+            "kindVersion": { "kind": "dsse", "version": "0.0.1" },
+            "integratedTime": integrated_time.to_string(),
+            "inclusionPromise": { "signedEntryTimestamp": timestamp },
+            "canonicalizedBody": entry["body"],
+        })
+    }
+
+    /// The signed entry timestamp's payload for `body` and the timestamp (base64) over its
+    /// canonical JSON.
+    fn promise(&self, body: &Value, integrated_time: i64) -> (Value, String) {
         let der = openssl(&["ec", "-pubin", "-in", text(&self.public), "-outform", "DER"], None);
         let log_id = super::registry_push::sha256_digest(&der);
         // In RFC 8785's order (keys by UTF-16 code units: `logID` before `logIndex`), whether
@@ -130,8 +166,56 @@ impl Rekor {
             "logIndex": 1,
         });
         let timestamp = sign(&self.key, entry.to_string().as_bytes());
-        json!({ "SignedEntryTimestamp": timestamp, "Payload": entry }).to_string()
+        (entry, timestamp)
     }
+}
+
+/// An in-toto statement of `digest` as cosign 3's `sign` writes it (`name`: none), of
+/// `predicate_type`.
+pub fn statement(name: Option<&str>, digest: &str, predicate_type: &str) -> Vec<u8> {
+    let mut subject = json!({ "digest": { "sha256": digest.trim_start_matches("sha256:") } });
+    if let Some(name) = name {
+        subject["name"] = json!(name);
+    }
+    json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [subject],
+        "predicateType": predicate_type,
+        "predicate": {},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// DSSE's pre-authentication encoding of an in-toto `payload`: what the envelope's signature is
+/// over.
+pub fn pae(payload: &[u8]) -> Vec<u8> {
+    let kind = "application/vnd.in-toto+json";
+    [format!("DSSEv1 {} {kind} {} ", kind.len(), payload.len()).as_bytes(), payload].concat()
+}
+
+/// A Sigstore bundle 0.3 (JSON) of `statement` with `signature` (base64, over its PAE), its
+/// `verificationMaterial` as given.
+pub fn dsse_bundle(material: Value, statement: &[u8], signature: &str) -> Vec<u8> {
+    json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": material,
+        "dsseEnvelope": {
+            "payload": base64(statement),
+            "payloadType": "application/vnd.in-toto+json",
+            "signatures": [{ "sig": signature, "keyid": "" }],
+        },
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A `sigstoreSigned` requirement from its JSON, its files loaded as the daemon loads them.
+pub fn requirement(json: Value) -> cri_imaged::policy::SigstoreSigned {
+    let mut signed: cri_imaged::policy::SigstoreSigned = serde_json::from_value(json).expect("a requirement");
+    let read = |path: &Path| std::fs::read(path).map_err(|error| error.to_string());
+    cri_imaged::policy::sigstore::load_keys(&mut signed, &read).expect("loads");
+    signed
 }
 
 /// Seconds since the epoch, now.

@@ -2,7 +2,9 @@
 //! at the tag `sha256-<hex>.sig` (or an OCI 1.1 referrer of the image, listed by an index), each
 //! of whose layers of cosign's simple-signing type is one signature (the layer's blob is the
 //! signed payload; its annotations carry the signature and, for keyless signing, the
-//! certificate, its chain and Rekor's bundle). Every size is bounded.
+//! certificate, its chain and Rekor's bundle). A Sigstore bundle attached as a referrer (cosign 3's
+//! `sign`, `attest --new-bundle-format`) is a layer too: its blob holds the signature, its signer
+//! and Rekor's entry (read by `bundle`). Every size is bounded.
 
 use serde::{
     Deserialize,
@@ -31,6 +33,22 @@ pub const REFERRER_ARTIFACT_TYPE: &str = "application/vnd.dev.cosign.artifact.si
 /// The most signature manifests read from an image's referrers.
 pub const REFERRER_LIMIT: usize = 8;
 
+/// The media type of a Sigstore bundle 0.3, as a referrer's artifact type and as its layer's.
+pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+
+/// The media types a Sigstore bundle is known by: 0.3's, and the older form of 0.1 to 0.3.
+pub const BUNDLE_MEDIA_TYPES: [&str; 4] = [
+    BUNDLE_MEDIA_TYPE,
+    "application/vnd.dev.sigstore.bundle+json;version=0.1",
+    "application/vnd.dev.sigstore.bundle+json;version=0.2",
+    "application/vnd.dev.sigstore.bundle+json;version=0.3",
+];
+
+/// The artifact type an index gives a referrer with an empty config and no artifact type of its
+/// own; cosign 2.5 lists its bundles so at the fallback tag. Such referrers are read after those
+/// of a known type, within [`REFERRER_LIMIT`].
+const EMPTY_ARTIFACT_TYPE: &str = "application/vnd.oci.empty.v1+json";
+
 /// The media type of a layer that is a cosign signature.
 pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 
@@ -50,9 +68,19 @@ pub enum ArtifactError {
     Digest(String),
 }
 
+/// What a signature layer's blob is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// cosign's simple-signing payload; its signature is in the layer's annotations.
+    Cosign,
+    /// A Sigstore bundle: the signature, its signer and Rekor's entry are all in the blob.
+    Bundle,
+}
+
 /// One signature layer: where its payload is, and the annotations verification reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layer {
+    pub kind: LayerKind,
     /// `sha256:<64 lowercase hex digits>`, checked: the payload's digest, and safe in a blob URL.
     pub digest: String,
     /// The payload's size as the manifest states it; one over [`PAYLOAD_LIMIT`] need not be
@@ -127,7 +155,7 @@ impl<'de> Deserialize<'de> for Layers {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Layers, A::Error> {
                 let mut layers = Layers { kept: Vec::new(), beyond: 0 };
                 while let Some(layer) = seq.next_element::<RawLayer>()? {
-                    if layer.media_type != SIGNATURE_MEDIA_TYPE {
+                    if kind(&layer.media_type).is_none() {
                         continue;
                     }
                     if layers.kept.len() < LAYER_LIMIT {
@@ -167,13 +195,24 @@ pub fn parse_artifact(manifest: &[u8]) -> Result<Artifact, ArtifactError> {
     Ok(Artifact { layers, not_considered: raw.layers.beyond })
 }
 
+/// A signature layer's kind by its media type; `None`: not a signature.
+fn kind(media_type: &str) -> Option<LayerKind> {
+    if media_type == SIGNATURE_MEDIA_TYPE {
+        Some(LayerKind::Cosign)
+    } else {
+        BUNDLE_MEDIA_TYPES.contains(&media_type).then_some(LayerKind::Bundle)
+    }
+}
+
 fn layer(raw: RawLayer) -> Result<Layer, ArtifactError> {
     if !is_sha256(&raw.digest) {
         return Err(ArtifactError::Digest(shown(&raw.digest)));
     }
+    let kind = kind(&raw.media_type).unwrap_or(LayerKind::Cosign);
     let annotations =
         raw.annotations.unwrap_or(RawAnnotations { signature: None, certificate: None, chain: None, bundle: None });
     Ok(Layer {
+        kind,
         digest: raw.digest,
         size: raw.size,
         signature: annotations.signature,
@@ -197,9 +236,10 @@ struct RawDescriptor {
     artifact_type: Option<String>,
 }
 
-/// The digests of cosign's signature manifests among an image's referrers (the referrers API's
-/// answer, or the index at its fallback tag `sha256-<hex>`): those of [`REFERRER_ARTIFACT_TYPE`],
-/// the first [`REFERRER_LIMIT`], each a checked SHA-256 (safe in a manifest URL).
+/// The digests of the signature manifests among an image's referrers (the referrers API's
+/// answer, or the index at its fallback tag `sha256-<hex>`): cosign's ([`REFERRER_ARTIFACT_TYPE`])
+/// and Sigstore bundles ([`BUNDLE_MEDIA_TYPES`]), then those of an empty artifact type, the first
+/// [`REFERRER_LIMIT`], each a checked SHA-256 (safe in a manifest URL).
 pub fn parse_referrers(index: &[u8]) -> Result<Vec<String>, ArtifactError> {
     if index.len() > MANIFEST_LIMIT {
         return Err(ArtifactError::TooLarge(index.len()));
@@ -210,10 +250,14 @@ pub fn parse_referrers(index: &[u8]) -> Result<Vec<String>, ArtifactError> {
     if raw.schema_version != 2 {
         return Err(ArtifactError::SchemaVersion(raw.schema_version));
     }
-    let signatures = raw.manifests.into_iter().filter(|referrer| {
-        referrer.artifact_type.as_deref() == Some(REFERRER_ARTIFACT_TYPE) && is_sha256(&referrer.digest)
-    });
-    Ok(signatures.take(REFERRER_LIMIT).map(|referrer| referrer.digest).collect())
+    let listed = raw.manifests.iter().filter(|referrer| is_sha256(&referrer.digest));
+    let of = |wanted: fn(&str) -> bool| {
+        listed.clone().filter(move |referrer| referrer.artifact_type.as_deref().is_some_and(wanted))
+    };
+    let known =
+        of(|artifact_type| artifact_type == REFERRER_ARTIFACT_TYPE || BUNDLE_MEDIA_TYPES.contains(&artifact_type));
+    let empty = of(|artifact_type| artifact_type == EMPTY_ARTIFACT_TYPE);
+    Ok(known.chain(empty).take(REFERRER_LIMIT).map(|referrer| referrer.digest.clone()).collect())
 }
 
 /// `sha256:` and 64 lowercase hex digits, as go-digest validates a SHA-256 digest.

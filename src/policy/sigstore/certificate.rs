@@ -101,13 +101,27 @@ pub fn signer(
     }
     // The chain's last certificate is its root: only the policy's roots are trusted.
     intermediates.pop();
+    chained_signer(roots, leaf, &intermediates, time, (issuer, email))
+}
+
+/// [`signer`], for a leaf and intermediates already read (a Sigstore bundle's DER).
+pub fn chained_signer(
+    roots: &[CertificateDer<'static>],
+    leaf: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    time: u64,
+    (issuer, email): (&str, &str),
+) -> Result<PublicKey, CertificateError> {
+    if intermediates.len() > CHAIN_LIMIT {
+        return Err(CertificateError::ChainLength);
+    }
     let anchors: Vec<_> = roots.iter().filter_map(|root| webpki::anchor_from_trusted_cert(root).ok()).collect();
     let chained = EndEntityCert::try_from(leaf).and_then(|end_entity| {
         end_entity
             .verify_for_usage(
                 webpki::ALL_VERIFICATION_ALGS,
                 &anchors,
-                &intermediates,
+                intermediates,
                 UnixTime::since_unix_epoch(std::time::Duration::from_secs(time)),
                 KeyUsage::required(CODE_SIGNING),
                 None,

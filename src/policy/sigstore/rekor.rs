@@ -4,11 +4,15 @@
 //! `hashedrekord` 0.0.1 entry naming the same signer (key or certificate), the same signature
 //! and the SHA-256 of the same payload. Its `integratedTime` is when the signature was logged:
 //! the time a Fulcio certificate must have been valid at.
+//!
+//! A Sigstore bundle carries the same promise in its `tlogEntries`, over a `dsse` 0.0.1 entry: the
+//! envelope's signature by the same signer, and the SHA-256 of its payload.
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use super::PublicKey;
+use crate::policy::scope::shown;
 
 /// The largest bundle annotation read: cosign's are about 3 KiB (the body holds a certificate).
 pub const BUNDLE_LIMIT: usize = 64 * 1024;
@@ -32,6 +36,12 @@ pub enum RekorError {
     OtherSignature,
     #[error("the Rekor entry is of another payload")]
     OtherPayload,
+    #[error("the bundle's Rekor entry has no inclusion promise (signed entry timestamp)")]
+    NoPromise,
+    #[error("the bundle has no Rekor entry, which the policy's Rekor key asks for")]
+    NoEntry,
+    #[error("the bundle's Rekor entry is a {0} {1}, not a dsse 0.0.1")]
+    Kind(String, String),
 }
 
 #[derive(Deserialize)]
@@ -110,12 +120,7 @@ pub fn logged_at(
         return Err(RekorError::TooLarge);
     }
     let bundle: Bundle = serde_json::from_str(bundle).map_err(|_| RekorError::Format)?;
-    let timestamp = base64_decode(&bundle.signed_entry_timestamp).ok_or(RekorError::Format)?;
-    let canonical = serde_json::to_vec(&bundle.payload).map_err(|_| RekorError::Format)?;
-    if !rekor_keys.iter().any(|key| key.verifies(&canonical, &timestamp)) {
-        return Err(RekorError::Signature);
-    }
-    let body = base64_decode(&bundle.payload.body).ok_or(RekorError::Body)?;
+    let body = vouched(rekor_keys, &bundle.signed_entry_timestamp, &bundle.payload)?;
     let entry: Entry = serde_json::from_slice(&body).map_err(|_| RekorError::Body)?;
     if entry.kind != "hashedrekord" || entry.api_version != "0.0.1" || entry.spec.data.hash.algorithm != "sha256" {
         return Err(RekorError::Body);
@@ -127,13 +132,168 @@ pub fn logged_at(
     if base64_decode(&entry.spec.signature.content).as_deref() != Some(signature) {
         return Err(RekorError::OtherSignature);
     }
-    let digest = ring::digest::digest(&ring::digest::SHA256, payload);
-    let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
-    if !entry.spec.data.hash.value.eq_ignore_ascii_case(&hex) {
+    if !entry.spec.data.hash.value.eq_ignore_ascii_case(&sha256_hex(payload)) {
         return Err(RekorError::OtherPayload);
     }
-    // A time before the epoch vouches for no certificate's validity.
-    u64::try_from(bundle.payload.integrated_time).map_err(|_| RekorError::Format)
+    integrated(&bundle.payload)
+}
+
+/// A Sigstore bundle's transparency log entry (`verificationMaterial.tlogEntries[]`), as its
+/// protobuf JSON has it: 64-bit integers may be strings, the log's id is base64.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlogEntry {
+    pub log_index: Int64,
+    pub log_id: LogId,
+    pub kind_version: KindVersion,
+    pub integrated_time: Int64,
+    pub inclusion_promise: Option<Promise>,
+    pub canonicalized_body: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogId {
+    pub key_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct KindVersion {
+    pub kind: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Promise {
+    pub signed_entry_timestamp: String,
+}
+
+/// A protobuf JSON int64: a string of digits, or a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int64(pub i64);
+
+impl<'de> Deserialize<'de> for Int64 {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Number(i64),
+            Text(String),
+        }
+        match Either::deserialize(deserializer)? {
+            Either::Number(number) => Ok(Self(number)),
+            Either::Text(text) => text.parse().map(Self).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// The most log entries of one bundle tried.
+pub const TLOG_ENTRY_LIMIT: usize = 4;
+
+#[derive(Deserialize)]
+struct DsseEntry {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    spec: DsseSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DsseSpec {
+    payload_hash: Hash,
+    signatures: Vec<DsseSignature>,
+}
+
+#[derive(Deserialize)]
+struct DsseSignature {
+    signature: String,
+    verifier: String,
+}
+
+/// When one of a bundle's `entries` says a DSSE signature was logged: its promise (the SET) is
+/// signed by one of `rekor_keys`, and its body is a `dsse` 0.0.1 entry listing `signature` by
+/// `signer` (DER) over an envelope whose payload is `payload`. The first entry that vouches wins;
+/// none: why the last one did not.
+pub fn dsse_logged_at(
+    rekor_keys: &[PublicKey],
+    entries: &[TlogEntry],
+    signer: &[u8],
+    signature: &[u8],
+    payload: &[u8],
+) -> Result<u64, RekorError> {
+    let mut why = RekorError::NoEntry;
+    for entry in entries.iter().take(TLOG_ENTRY_LIMIT) {
+        match dsse_entry(rekor_keys, entry, signer, signature, payload) {
+            Ok(time) => return Ok(time),
+            Err(error) => why = error,
+        }
+    }
+    Err(why)
+}
+
+fn dsse_entry(
+    rekor_keys: &[PublicKey],
+    entry: &TlogEntry,
+    signer: &[u8],
+    signature: &[u8],
+    payload: &[u8],
+) -> Result<u64, RekorError> {
+    let promise = entry.inclusion_promise.as_ref().ok_or(RekorError::NoPromise)?;
+    let log_id = base64_decode(&entry.log_id.key_id).ok_or(RekorError::Format)?;
+    let set_payload = Payload {
+        body: entry.canonicalized_body.clone(),
+        integrated_time: entry.integrated_time.0,
+        log_id: log_id.iter().map(|byte| format!("{byte:02x}")).collect(),
+        log_index: entry.log_index.0,
+    };
+    let body = vouched(rekor_keys, &promise.signed_entry_timestamp, &set_payload)?;
+    let (kind, version) = (entry.kind_version.kind.as_str(), entry.kind_version.version.as_str());
+    if (kind, version) != ("dsse", "0.0.1") {
+        return Err(RekorError::Kind(shown(kind), shown(version)));
+    }
+    let logged: DsseEntry = serde_json::from_slice(&body).map_err(|_| RekorError::Body)?;
+    if logged.kind != "dsse" || logged.api_version != "0.0.1" || logged.spec.payload_hash.algorithm != "sha256" {
+        return Err(RekorError::Body);
+    }
+    let by_signer: Vec<&DsseSignature> = logged
+        .spec
+        .signatures
+        .iter()
+        .filter(|listed| base64_decode(&listed.verifier).and_then(|pem| first_pem_der(&pem)).as_deref() == Some(signer))
+        .collect();
+    if by_signer.is_empty() {
+        return Err(RekorError::OtherSigner);
+    }
+    if !by_signer.iter().any(|listed| base64_decode(&listed.signature).as_deref() == Some(signature)) {
+        return Err(RekorError::OtherSignature);
+    }
+    if !logged.spec.payload_hash.value.eq_ignore_ascii_case(&sha256_hex(payload)) {
+        return Err(RekorError::OtherPayload);
+    }
+    integrated(&set_payload)
+}
+
+/// The entry's body, if one of `rekor_keys` made `timestamp` (base64) over `payload`'s canonical
+/// form.
+fn vouched(rekor_keys: &[PublicKey], timestamp: &str, payload: &Payload) -> Result<Vec<u8>, RekorError> {
+    let timestamp = base64_decode(timestamp).ok_or(RekorError::Format)?;
+    let canonical = serde_json::to_vec(payload).map_err(|_| RekorError::Format)?;
+    if !rekor_keys.iter().any(|key| key.verifies(&canonical, &timestamp)) {
+        return Err(RekorError::Signature);
+    }
+    base64_decode(&payload.body).ok_or(RekorError::Body)
+}
+
+/// A time before the epoch vouches for no certificate's validity.
+fn integrated(payload: &Payload) -> Result<u64, RekorError> {
+    u64::try_from(payload.integrated_time).map_err(|_| RekorError::Format)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The DER of the first PEM block in `pem`, whatever its type (containers/image compares the

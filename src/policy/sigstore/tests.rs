@@ -94,6 +94,7 @@ fn layer(payload: &[u8], signature: &[u8]) -> Layer {
     let digest = ring::digest::digest(&ring::digest::SHA256, payload);
     let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
     Layer {
+        kind: LayerKind::Cosign,
         digest: format!("sha256:{hex}"),
         size: payload.len() as u64,
         signature: Some(base64(signature)),
@@ -405,11 +406,15 @@ fn cosign_layer(digest: &str) -> serde_json::Value {
 #[test]
 fn the_signature_manifest_gives_its_signature_layers_and_passes_over_the_rest() {
     let other = serde_json::json!({"mediaType": "application/vnd.in-toto+json", "digest": "md5:x", "size": 1});
-    let artifact = parse_artifact(&manifest(&[other, cosign_layer(MANIFEST)])).expect("read");
+    let bundle = serde_json::json!({"mediaType": BUNDLE_MEDIA_TYPE, "digest": OTHER_MANIFEST, "size": 679});
+    let artifact = parse_artifact(&manifest(&[other, cosign_layer(MANIFEST), bundle])).expect("read");
     assert_eq!(artifact.not_considered, 0);
+    let (kinds, sizes): (Vec<_>, Vec<_>) = artifact.layers.iter().map(|layer| (layer.kind, layer.size)).unzip();
+    assert_eq!((kinds, sizes), (vec![LayerKind::Cosign, LayerKind::Bundle], vec![250, 679]));
     assert_eq!(
-        artifact.layers,
+        artifact.layers[..1],
         [Layer {
+            kind: LayerKind::Cosign,
             digest: MANIFEST.into(),
             size: 250,
             signature: Some("MEUC".into()),
@@ -559,8 +564,9 @@ fn der_that_is_not_strict_is_refused() {
     assert_eq!(PublicKey::from_spki(&compressed), Err(KeyError::EcPoint));
 }
 
-/// An image's referrers: only cosign's signature manifests are read, each digest checked (safe
-/// in a URL), at most eight, and an index that is not one (or too large) is refused.
+/// An image's referrers: cosign's signature manifests and Sigstore bundles are read, then those of
+/// an empty artifact type (cosign 2.5 lists its bundles so), each digest checked (safe in a URL),
+/// at most eight, and an index that is not one (or too large) is refused.
 #[test]
 fn the_signature_manifests_among_an_images_referrers_are_found_bounded() {
     let descriptor = |digest: &str, artifact_type: Option<&str>| {
@@ -577,6 +583,8 @@ fn the_signature_manifests_among_an_images_referrers_are_found_bounded() {
         descriptor(&digest(1), Some(REFERRER_ARTIFACT_TYPE)),
         descriptor(&digest(2), Some("application/vnd.dev.sigstore.bundle.v0.3+json")),
         descriptor(&digest(3), None),
+        descriptor(&digest(4), Some("application/vnd.oci.empty.v1+json")),
+        descriptor(&digest(5), Some("application/spdx+json")),
         descriptor("sha256:../../escape", Some(REFERRER_ARTIFACT_TYPE)),
     ];
     manifests.extend((10..30).map(|n| descriptor(&digest(n), Some(REFERRER_ARTIFACT_TYPE))));
@@ -585,8 +593,11 @@ fn the_signature_manifests_among_an_images_referrers_are_found_bounded() {
     });
     let found = parse_referrers(index.to_string().as_bytes()).expect("an index");
     assert_eq!(found.len(), REFERRER_LIMIT);
-    assert_eq!(found[0], digest(1));
-    assert_eq!(found[1], digest(10), "other types, no type and a bad digest passed over");
+    assert_eq!(found[..3], [digest(1), digest(2), digest(10)], "other types, no type and a bad digest passed over");
+    let few: Vec<_> = index["manifests"].as_array().expect("listed")[..5].to_vec();
+    let index = serde_json::json!({ "schemaVersion": 2, "manifests": few });
+    let found = parse_referrers(index.to_string().as_bytes()).expect("an index");
+    assert_eq!(found, [digest(1), digest(2), digest(4)], "an empty artifact type after the known ones");
     assert!(matches!(
         parse_referrers(b"{\"schemaVersion\": 1, \"manifests\": []}"),
         Err(ArtifactError::SchemaVersion(1))

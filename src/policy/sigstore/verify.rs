@@ -7,7 +7,8 @@ use std::fmt;
 
 use super::{
     PayloadError, PublicKey,
-    artifact::{LAYER_LIMIT, Layer, PAYLOAD_LIMIT, is_sha256},
+    artifact::{LAYER_LIMIT, Layer, LayerKind, PAYLOAD_LIMIT, is_sha256},
+    bundle::{self, BundleError},
     certificate::{self, CertificateError},
     identity, parse_payload,
     rekor::{self, RekorError},
@@ -29,7 +30,7 @@ pub struct Accepted {
     /// The key's fingerprint ([`PublicKey::fingerprint`]), or for a certificate (`fulcio`),
     /// whom it names: `certificate for "dev@example.com" (OIDC issuer "https://…")`.
     pub key: String,
-    /// The signature layer's digest.
+    /// The signature layer's digest (a bundle's blob's).
     pub layer: String,
     /// The identity it claims (`docker-reference`), escaped and bounded.
     pub identity: String,
@@ -81,6 +82,8 @@ pub enum Why {
     Rekor(#[from] RekorError),
     #[error("{0}")]
     Payload(#[from] PayloadError),
+    #[error("{0}")]
+    Bundle(#[from] BundleError),
     #[error("signed for another image ({0})")]
     OtherImage(String),
     #[error("{0}")]
@@ -180,6 +183,9 @@ fn one(
     if !is_sha256(&layer.digest) || layer.digest["sha256:".len()..] != hex(digest.as_ref()) {
         return Err(Why::PayloadDigest);
     }
+    if layer.kind == LayerKind::Bundle {
+        return bundle::judge(requirement, rule, image, manifest_digest, (&layer.digest, payload));
+    }
     let encoded = layer.signature.as_deref().ok_or(Why::NoSignature)?;
     if encoded.len() > SIGNATURE_BASE64_LIMIT {
         return Err(Why::SignatureEncoding);
@@ -225,11 +231,18 @@ fn by_certificate(
     if !key.verifies(payload, signature) {
         return Err(Why::NotByCertificate);
     }
-    Ok(format!("certificate for {} (OIDC issuer {})", shown(email), shown(issuer)))
+    Ok(certificate_name(fulcio))
+}
+
+/// Whom a certificate the policy's `fulcio` accepts names, for [`Accepted::key`].
+pub(super) fn certificate_name(fulcio: &Fulcio) -> String {
+    let issuer = fulcio.oidc_issuer.as_deref().unwrap_or_default();
+    let email = fulcio.subject_email.as_deref().unwrap_or_default();
+    format!("certificate for {} (OIDC issuer {})", shown(email), shown(issuer))
 }
 
 /// The policy's keys, for a message: each by algorithm and fingerprint, four at most.
-fn named(keys: &[PublicKey]) -> String {
+pub(super) fn named(keys: &[PublicKey]) -> String {
     let listed: Vec<String> =
         keys.iter().take(4).map(|key| format!("{} key {}", key.algorithm(), key.fingerprint())).collect();
     match keys.len() {
@@ -241,7 +254,7 @@ fn named(keys: &[PublicKey]) -> String {
 
 /// A digest for a person: a SHA-256 one to its first 12 hex digits, anything else escaped and
 /// bounded (it comes from a registry).
-fn short(digest: &str) -> String {
+pub(super) fn short(digest: &str) -> String {
     if is_sha256(digest) { format!("{}…", &digest[.."sha256:".len() + 12]) } else { shown(digest) }
 }
 

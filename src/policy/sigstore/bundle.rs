@@ -1,0 +1,257 @@
+//! A Sigstore bundle attached to an image as an OCI 1.1 referrer, read as hostile input: cosign
+//! 3's `sign` (and cosign 2.5's `attest --new-bundle-format --type https://sigstore.dev/cosign/
+//! sign/v1`) writes a DSSE envelope whose payload is an in-toto statement of the image's digest.
+//! The envelope's signature is over DSSE's pre-authentication encoding of that payload; its signer
+//! is one of the policy's keys, or the bundle's certificate (`fulcio`), whose time Rekor's entry
+//! in the bundle gives. Only then is the statement read: it must be a cosign signature (not some
+//! other attestation), of the manifest verified.
+//!
+//! A statement's subject may name its repository; one that does not (cosign 3 names none) is
+//! taken to claim the repository it is attached in, so `signedIdentity` judges it as it judges
+//! cosign's legacy payload, which names the repository without a tag.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use rustls::pki_types::CertificateDer;
+use serde::{Deserialize, de::IgnoredAny};
+
+use super::{
+    artifact::BUNDLE_MEDIA_TYPES,
+    certificate::{self, CHAIN_LIMIT},
+    identity,
+    rekor::{self, TlogEntry},
+    verify::{Accepted, Why, certificate_name, named, short},
+};
+use crate::{
+    policy::{SignedIdentity, SigstoreSigned, scope::shown},
+    reference::ImageReference,
+};
+
+/// The predicate type of cosign's image signature as an in-toto statement.
+pub const SIGN_PREDICATE_TYPE: &str = "https://sigstore.dev/cosign/sign/v1";
+
+/// The payload type of a DSSE envelope holding an in-toto statement.
+const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+
+/// The in-toto statement types read.
+const STATEMENT_TYPES: [&str; 2] = ["https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1"];
+
+/// The most signatures of one envelope tried.
+const ENVELOPE_SIGNATURE_LIMIT: usize = 4;
+
+/// The longest base64 signature read, as for a cosign layer's annotation.
+const SIGNATURE_BASE64_LIMIT: usize = 4096;
+
+/// Why a bundle is not read as an image signature.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BundleError {
+    /// serde's words, escaped and bounded: they may quote what the registry sent.
+    #[error("the bundle is not a Sigstore bundle: {0}")]
+    Parse(String),
+    #[error("the bundle's mediaType is {0}, not a Sigstore bundle's")]
+    MediaType(String),
+    #[error("the bundle signs a blob (messageSignature), not an image")]
+    MessageSignature,
+    #[error("the bundle has no DSSE envelope")]
+    NoEnvelope,
+    #[error("the envelope's payloadType is {0}, not {IN_TOTO_PAYLOAD_TYPE}")]
+    PayloadType(String),
+    #[error("the envelope's payload is not base64")]
+    PayloadEncoding,
+    #[error("the envelope holds {0} signatures, not 1 to {ENVELOPE_SIGNATURE_LIMIT}")]
+    SignatureCount(usize),
+    #[error("an envelope signature is not base64 of at most {SIGNATURE_BASE64_LIMIT} characters")]
+    SignatureEncoding,
+    #[error("the bundle's certificate is not base64 DER")]
+    CertificateEncoding,
+    #[error("the envelope's payload is not an in-toto statement: {0}")]
+    Statement(String),
+    #[error("the statement's _type is {0}, not an in-toto statement's")]
+    StatementType(String),
+    #[error("a {0} attestation, not a cosign signature ({SIGN_PREDICATE_TYPE})")]
+    NotASignature(String),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawBundle {
+    media_type: String,
+    verification_material: Material,
+    dsse_envelope: Option<Envelope>,
+    message_signature: Option<IgnoredAny>,
+}
+
+/// What the bundle says of its signer and log; a `publicKey` hint is not read (the policy's keys
+/// are tried in turn), nor RFC 3161 timestamps (containers-policy.json names no TSA).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Material {
+    certificate: Option<RawBytes>,
+    x509_certificate_chain: Option<Chain>,
+    #[serde(default)]
+    tlog_entries: Vec<TlogEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawBytes {
+    raw_bytes: String,
+}
+
+#[derive(Deserialize)]
+struct Chain {
+    certificates: Vec<RawBytes>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    payload: String,
+    payload_type: String,
+    signatures: Vec<EnvelopeSignature>,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeSignature {
+    sig: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Statement {
+    #[serde(rename = "_type")]
+    statement_type: String,
+    predicate_type: String,
+    subject: Vec<Subject>,
+}
+
+#[derive(Deserialize)]
+struct Subject {
+    name: Option<String>,
+    digest: BTreeMap<String, String>,
+}
+
+/// Judges one bundle (`blob`, already checked against its layer's digest and size) for `image`
+/// at `manifest_digest`: see the module's words.
+pub fn judge(
+    requirement: &SigstoreSigned,
+    rule: &SignedIdentity,
+    image: &ImageReference,
+    manifest_digest: &str,
+    (layer, blob): (&str, &[u8]),
+) -> Result<Accepted, Why> {
+    let bundle: RawBundle = serde_json::from_slice(blob).map_err(|error| BundleError::Parse(bounded(&error)))?;
+    if !BUNDLE_MEDIA_TYPES.contains(&bundle.media_type.as_str()) {
+        return Err(BundleError::MediaType(shown(&bundle.media_type)).into());
+    }
+    if bundle.message_signature.is_some() {
+        return Err(BundleError::MessageSignature.into());
+    }
+    let envelope = bundle.dsse_envelope.ok_or(BundleError::NoEnvelope)?;
+    if envelope.payload_type != IN_TOTO_PAYLOAD_TYPE {
+        return Err(BundleError::PayloadType(shown(&envelope.payload_type)).into());
+    }
+    let payload = decode(&envelope.payload).ok_or(BundleError::PayloadEncoding)?;
+    let count = envelope.signatures.len();
+    if !(1..=ENVELOPE_SIGNATURE_LIMIT).contains(&count) {
+        return Err(BundleError::SignatureCount(count).into());
+    }
+    let material = &bundle.verification_material;
+    let encoded = pae(&envelope.payload_type, &payload);
+    let mut why = None;
+    let mut signer = None;
+    for signature in &envelope.signatures {
+        if signature.sig.len() > SIGNATURE_BASE64_LIMIT {
+            return Err(BundleError::SignatureEncoding.into());
+        }
+        let signature = decode(&signature.sig).ok_or(BundleError::SignatureEncoding)?;
+        match trusted(requirement, material, &signature, &payload, &encoded) {
+            Ok(name) => {
+                signer = Some(name);
+                break;
+            }
+            Err(error) => why = Some(error),
+        }
+    }
+    let Some(key) = signer else { return Err(why.unwrap_or(BundleError::SignatureCount(0).into())) };
+    let statement: Statement =
+        serde_json::from_slice(&payload).map_err(|error| BundleError::Statement(bounded(&error)))?;
+    if !STATEMENT_TYPES.contains(&statement.statement_type.as_str()) {
+        return Err(BundleError::StatementType(shown(&statement.statement_type)).into());
+    }
+    if statement.predicate_type != SIGN_PREDICATE_TYPE {
+        return Err(BundleError::NotASignature(shown(&statement.predicate_type)).into());
+    }
+    let hex = manifest_digest.strip_prefix("sha256:").unwrap_or(manifest_digest);
+    let of_image = |subject: &&Subject| subject.digest.get("sha256").is_some_and(|signed| signed == hex);
+    let Some(subject) = statement.subject.iter().find(of_image) else {
+        let first = statement.subject.first().and_then(|subject| subject.digest.get("sha256"));
+        let other = first.map_or_else(|| "none".to_owned(), |hex| short(&format!("sha256:{hex}")));
+        return Err(Why::OtherImage(other));
+    };
+    let claimed = subject.name.clone().unwrap_or_else(|| image.name());
+    identity::check(rule, image, &claimed).map_err(Why::Identity)?;
+    Ok(Accepted { key, layer: layer.to_owned(), identity: shown(&claimed) })
+}
+
+/// Whom the policy trusts for `signature` over `encoded` (the envelope's PAE), with Rekor's
+/// entry for it where the policy names Rekor's key.
+fn trusted(
+    requirement: &SigstoreSigned,
+    material: &Material,
+    signature: &[u8],
+    payload: &[u8],
+    encoded: &[u8],
+) -> Result<String, Why> {
+    let entries = &material.tlog_entries;
+    let Some(fulcio) = &requirement.fulcio else {
+        let keys = &requirement.keys;
+        let key = keys.iter().find(|key| key.verifies(encoded, signature)).ok_or_else(|| Why::NoKey(named(keys)))?;
+        if !requirement.rekor_keys.is_empty() {
+            rekor::dsse_logged_at(&requirement.rekor_keys, entries, key.spki(), signature, payload)?;
+        }
+        return Ok(key.fingerprint().to_owned());
+    };
+    let (leaf, intermediates) = certificates(material)?;
+    let time = rekor::dsse_logged_at(&requirement.rekor_keys, entries, &leaf, signature, payload)?;
+    let issuer = fulcio.oidc_issuer.as_deref().unwrap_or_default();
+    let email = fulcio.subject_email.as_deref().unwrap_or_default();
+    let key = certificate::chained_signer(&requirement.fulcio_roots, &leaf, &intermediates, time, (issuer, email))?;
+    if !key.verifies(encoded, signature) {
+        return Err(Why::NotByCertificate);
+    }
+    Ok(certificate_name(fulcio))
+}
+
+/// The bundle's leaf certificate and the intermediates after it: 0.3's `certificate`, or the
+/// first of an older bundle's `x509CertificateChain`.
+fn certificates(material: &Material) -> Result<(CertificateDer<'static>, Vec<CertificateDer<'static>>), Why> {
+    let listed: Vec<&RawBytes> = match (&material.certificate, &material.x509_certificate_chain) {
+        (Some(leaf), _) => vec![leaf],
+        (None, Some(chain)) => chain.certificates.iter().collect(),
+        (None, None) => return Err(Why::NoCertificate),
+    };
+    if listed.len() > CHAIN_LIMIT + 1 {
+        return Err(certificate::CertificateError::ChainLength.into());
+    }
+    let mut read = listed.into_iter().map(|raw| decode(&raw.raw_bytes).map(CertificateDer::from));
+    let leaf = read.next().flatten().ok_or(BundleError::CertificateEncoding)?;
+    let intermediates = read.collect::<Option<Vec<_>>>().ok_or(BundleError::CertificateEncoding)?;
+    Ok((leaf, intermediates))
+}
+
+/// DSSE's pre-authentication encoding: what an envelope's signature is over.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut encoded = format!("DSSEv1 {} {payload_type} {} ", payload_type.len(), payload.len()).into_bytes();
+    encoded.extend_from_slice(payload);
+    encoded
+}
+
+fn decode(text: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
+fn bounded(error: &serde_json::Error) -> String {
+    crate::messages::echo(&error.to_string().escape_debug().to_string()).into_owned()
+}

@@ -407,7 +407,47 @@ def cosign_layer(payload, signature, **annotations):
 OTHER_LAYER = {"mediaType": "application/vnd.in-toto+json", "digest": SHA256_FF, "size": 1}
 TAGGED_PAYLOAD = PAYLOAD.replace('team/app"', 'team/app:v1"')
 ANNOTATED_PAYLOAD = PAYLOAD.replace('"optional":null', '"optional":{"creator":"ci","timestamp":1700000000}')
+# A Sigstore bundle as cosign 2.5's `attest --new-bundle-format --type https://sigstore.dev/cosign/
+# sign/v1` writes it (the signature is a placeholder), and one with a certificate and a Rekor entry.
+STATEMENT = (
+    '{"_type":"https://in-toto.io/Statement/v1","predicateType":"https://sigstore.dev/cosign/sign/v1",'
+    '"subject":[{"name":"registry.example.com/team/app","digest":{"sha256":"'
+    + MANIFEST_DIGEST.removeprefix("sha256:") + '"}}],"predicate":{}}'
+)
+ENVELOPE = {
+    "payload": base64.b64encode(STATEMENT.encode()).decode(),
+    "payloadType": "application/vnd.in-toto+json",
+    "signatures": [{"sig": "MEUCIQ=="}],
+}
+KEY_BUNDLE = json.dumps({
+    "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+    "verificationMaterial": {"publicKey": {"hint": "r+QgYl9nc3c5VhYFKiztOMhHRs19JyW5zbrzU8Hu2yA="}},
+    "dsseEnvelope": ENVELOPE,
+})
+CERTIFICATE_BUNDLE = json.dumps({
+    "mediaType": "application/vnd.dev.sigstore.bundle+json;version=0.1",
+    "verificationMaterial": {
+        "x509CertificateChain": {"certificates": [{"rawBytes": "MIIB"}, {"rawBytes": "MIIC"}]},
+        "tlogEntries": [{
+            "logIndex": "1", "logId": {"keyId": "AAAA"}, "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+            "integratedTime": "1700000000", "inclusionPromise": {"signedEntryTimestamp": "MEUC"},
+            "canonicalizedBody": base64.b64encode(b'{"apiVersion":"0.0.1","kind":"dsse","spec":{}}').decode(),
+        }],
+    },
+    "dsseEnvelope": ENVELOPE,
+})
+
+
+def bundle_manifest(bundle):
+    layer = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "size": len(bundle),
+             "digest": "sha256:" + hashlib.sha256(bundle.encode()).hexdigest()}
+    return json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json", "layers": [layer]})
+
+
 SIGNATURE_ARTIFACTS = [
+    bundle_manifest(KEY_BUNDLE) + "\0" + KEY_BUNDLE + "\0",
+    bundle_manifest(CERTIFICATE_BUNDLE) + "\0" + CERTIFICATE_BUNDLE + "\0",
     sig_manifest([cosign_layer(PAYLOAD, RSA_SIGNATURE)]) + "\0" + PAYLOAD + "\0" + RSA_SIGNATURE,
     sig_manifest([OTHER_LAYER, cosign_layer(PAYLOAD, P384_SIGNATURE, **{"dev.sigstore.cosign/bundle": "{}"})])
     + "\0" + PAYLOAD + "\0" + P384_SIGNATURE,

@@ -39,7 +39,7 @@ pub use self::{
     key::{Algorithm, KEY_FILE_LIMIT, KeyError, PublicKey},
     load::{KeyLoadError, KeyReader, load_keys},
     payload::{COSIGN_SIGNATURE_TYPE, Payload, PayloadError, parse_payload},
-    rekor::{BUNDLE_LIMIT, RekorError, TlogEntry},
+    rekor::{BUNDLE_LIMIT, RekorError},
     verify::{Accepted, Refused, Rejected, Why, verify},
 };
 

@@ -18,8 +18,7 @@ use serde::{Deserialize, de::IgnoredAny};
 
 use super::{
     artifact::BUNDLE_MEDIA_TYPES,
-    certificate::{self, CHAIN_LIMIT},
-    identity,
+    certificate, identity,
     rekor::{self, TlogEntry},
     verify::{Accepted, Why, certificate_name, named, short},
 };
@@ -174,7 +173,8 @@ pub fn judge(
             Err(error) => why = Some(error),
         }
     }
-    let Some(key) = signer else { return Err(why.unwrap_or(BundleError::SignatureCount(0).into())) };
+    // One signature at least was tried (count ≥ 1): `why` is its reason.
+    let Some(key) = signer else { return Err(why.unwrap_or(Why::Bundle(BundleError::SignatureCount(0)))) };
     let statement: Statement =
         serde_json::from_slice(&payload).map_err(|error| BundleError::Statement(bounded(&error)))?;
     if !STATEMENT_TYPES.contains(&statement.statement_type.as_str()) {
@@ -232,9 +232,6 @@ fn certificates(material: &Material) -> Result<(CertificateDer<'static>, Vec<Cer
         (None, Some(chain)) => chain.certificates.iter().collect(),
         (None, None) => return Err(Why::NoCertificate),
     };
-    if listed.len() > CHAIN_LIMIT + 1 {
-        return Err(certificate::CertificateError::ChainLength.into());
-    }
     let mut read = listed.into_iter().map(|raw| decode(&raw.raw_bytes).map(CertificateDer::from));
     let leaf = read.next().flatten().ok_or(BundleError::CertificateEncoding)?;
     let intermediates = read.collect::<Option<Vec<_>>>().ok_or(BundleError::CertificateEncoding)?;

@@ -17,7 +17,9 @@ use cri_imaged::{
 use serde_json::{Value, json};
 use support::{
     registry_push::sha256_digest,
-    sigstore_pki::{Fulcio, Issued, Rekor, base64, dsse_bundle, key_pair, now, pae, requirement, sign, statement},
+    sigstore_pki::{
+        Fulcio, Rekor, base64, certificate_bundle, dsse_bundle, key_pair, now, pae, requirement, sign, statement,
+    },
 };
 
 const EMAIL: &str = "builder@example.com";
@@ -48,19 +50,6 @@ fn verdict(requirement: &SigstoreSigned, image: &str, blob: Vec<u8>) -> Result<S
     let image = ImageReference::parse_normalized(image).expect("a reference");
     let layers = [(layer(&blob), blob)];
     verify(requirement, &image, DIGEST, &layers).map(|accepted| accepted.key).map_err(|rejected| rejected.to_string())
-}
-
-/// A certificate's bundle: `issued` signed `statement`, Rekor logged it at `time`.
-fn certificate_bundle(issued: &Issued, rekor: &Rekor, statement: &[u8], time: i64) -> Vec<u8> {
-    let signature = sign(&issued.key, &pae(statement));
-    let certificate = read(&issued.cert);
-    let der = rustls::pki_types::pem::PemObject::from_pem_slice(certificate.as_bytes())
-        .map(|der: rustls::pki_types::CertificateDer<'static>| der.as_ref().to_vec());
-    let material = json!({
-        "certificate": { "rawBytes": base64(&der.expect("PEM")) },
-        "tlogEntries": [rekor.dsse_entry(&certificate, &signature, statement, time)],
-    });
-    dsse_bundle(material, statement, &signature)
 }
 
 fn with(mut bundle: Value, edit: impl FnOnce(&mut Value)) -> Vec<u8> {

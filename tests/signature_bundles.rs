@@ -16,12 +16,20 @@ use std::{net::SocketAddr, path::Path};
 use serde_json::{Value, json};
 use support::{
     clients::{Answer, Call, Client},
-    cosign::{attest_as_bundle, cosign, cosign_judges_bundle, key_pair, sign_as_bundle},
+    cosign::{
+        SIGN_V1, attest_as_bundle, cosign, cosign_judges_bundle, cosign_judges_keyless_bundle,
+        cosign_judges_logged_bundle, key_pair, sign_as_bundle,
+    },
     process::DaemonProcess,
     registry_push::{fetch, push_raw, sha256_digest},
+    sigstore_pki::{
+        Fulcio, Rekor, certificate_bundle, dsse_bundle, key_pair as key_pair_pem, now, pae, sign, statement,
+    },
     stack::LocalStack,
 };
 
+const EMAIL: &str = "builder@example.com";
+const ISSUER: &str = "https://issuer.example.com";
 const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -106,32 +114,147 @@ async fn sigstore_bundles_attached_as_referrers_are_judged_as_cosign_verify_atte
     let flags = ["--signature-policy", file.to_str().expect("utf-8")];
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
 
+    let judged: Vec<_> = cases
+        .iter()
+        .map(|&(name, expected, _, reason)| (stack.image(&format!("bundle/{name}:v1")), expected, reason))
+        .collect();
+    judged_through_clients(&daemon.socket, &judged).await;
+}
+
+/// Each image through EnsureImageExists and CRI PullImage, by grpcio and grpc-js: let in, or
+/// refused with the kubelet's reason and ours.
+async fn judged_through_clients(socket: &Path, cases: &[(String, bool, &str)]) {
     let clients = Client::available();
     for (i, &client) in clients.iter().enumerate() {
-        for (name, expected, _, reason) in cases {
-            let image = stack.image(&format!("bundle/{name}:v1"));
-            let pod = json!({ "namespace": "prod", "name": "web", "uid": format!("{name}-{i}") });
+        for (image, expected, reason) in cases {
+            let uid = format!("{}-{i}", sha256_digest(image.as_bytes()));
+            let pod = json!({ "namespace": "prod", "name": "web", "uid": uid });
             let ensure = Call::new(
                 "imagemanager.v1.ImageManager/EnsureImageExists",
                 json!({ "image": image, "pull_policy": "IF_NOT_PRESENT", "pod": pod }),
             );
-            let sandbox = json!({ "metadata": { "name": "web", "uid": format!("{name}-{i}"), "namespace": "prod" } });
+            let sandbox = json!({ "metadata": { "name": "web", "uid": uid, "namespace": "prod" } });
             let pull = Call::new(
                 "runtime.v1.ImageService/PullImage",
                 json!({ "image": { "image": image }, "sandbox_config": sandbox }),
             );
-            let answers = run(client, &daemon.socket, vec![ensure, pull]).await;
-            if expected {
-                assert!(answers.iter().all(|answer| answer.code() == "OK"), "{client:?} {name}: {answers:?}");
+            let answers = run(client, socket, vec![ensure, pull]).await;
+            if *expected {
+                assert!(answers.iter().all(|answer| answer.code() == "OK"), "{client:?} {image}: {answers:?}");
                 continue;
             }
-            let Answer::Error { code, message } = &answers[0] else { panic!("{client:?} let {name} in") };
-            assert_eq!(code, "PERMISSION_DENIED", "{client:?} {name}: {message}");
-            assert!(message.contains(reason), "{client:?} {name}: {message}");
-            let Answer::Error { code, message } = &answers[1] else { panic!("{client:?} CRI let {name} in") };
-            assert_eq!(code, "UNKNOWN", "{client:?} {name}: {message}");
-            assert!(message.starts_with("SignatureValidationFailed: "), "{client:?} {name}: {message}");
+            let Answer::Error { code, message } = &answers[0] else { panic!("{client:?} let {image} in") };
+            assert_eq!(code, "PERMISSION_DENIED", "{client:?} {image}: {message}");
+            assert!(message.contains(reason), "{client:?} {image}: {message}");
+            let Answer::Error { code, message } = &answers[1] else { panic!("{client:?} CRI let {image} in") };
+            assert_eq!(code, "UNKNOWN", "{client:?} {image}: {message}");
+            assert!(message.starts_with("SignatureValidationFailed: "), "{client:?} {image}: {message}");
         }
     }
     assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
+}
+
+/// Pushes `blob` (a Sigstore bundle) as a referrer of `image` (a digest in `repository`), as
+/// cosign 3 does: a manifest of the bundle's artifact type with the image as its subject, listed
+/// in the index at the fallback tag.
+fn push_bundle(registry: SocketAddr, repository: &str, image: &str, blob: &[u8]) {
+    let empty = b"{}";
+    let (_, size) = manifest(registry, repository, image, OCI_MANIFEST);
+    let referrer = json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": BUNDLE,
+        "config": { "mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256_digest(empty), "size": 2 },
+        "layers": [{ "mediaType": BUNDLE, "digest": sha256_digest(blob), "size": blob.len() }],
+        "subject": { "mediaType": OCI_MANIFEST, "digest": image, "size": size },
+    });
+    let body = serde_json::to_vec(&referrer).expect("json");
+    let digest = push_raw(registry, repository, &sha256_digest(&body), &[empty, blob], &body, OCI_MANIFEST)
+        .expect("push referrer");
+    let entry = json!({ "mediaType": OCI_MANIFEST, "digest": digest, "size": body.len(), "artifactType": BUNDLE });
+    let index = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry] });
+    let body = serde_json::to_vec(&index).expect("json");
+    let fallback = format!("sha256-{}", image.trim_start_matches("sha256:"));
+    push_raw(registry, repository, &fallback, &[], &body, OCI_INDEX).expect("push index");
+}
+
+/// Bundles logged by Rekor, made by the test (cosign 2.5 makes none offline): Rekor's `dsse`
+/// entry with its promise and an inclusion proof (which cosign reads and cri-imaged, as
+/// containers/image, does not). cosign, given a trusted root of the test Fulcio and Rekor, is the
+/// oracle. Keyless: the builder's bundle is let in; one for someone else, one from another CA,
+/// and one logged by another Rekor are refused. A key with Rekor's key: a logged bundle is let
+/// in, an unlogged one refused. cosign agrees on every one.
+#[tokio::test]
+async fn logged_bundles_are_judged_as_cosign_judges_them() {
+    let Some(cosign) = cosign() else { return };
+    let Some(stack) = LocalStack::start() else { return };
+    let registry: SocketAddr = stack.registry.parse().expect("a loopback address");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (fulcio, stranger) = (Fulcio::new(dir.path(), "fulcio"), Fulcio::new(dir.path(), "stranger"));
+    let (rekor, other_rekor) = (Rekor::new(dir.path(), "rekor"), Rekor::new(dir.path(), "other-rekor"));
+    let root = dir.path().join("root.json");
+    std::fs::write(&root, rekor.trusted_root(&fulcio.ca.cert).to_string()).expect("trusted root");
+    let builder = fulcio.issue(dir.path(), "builder", (EMAIL, ISSUER), "codeSigning");
+    let intruder = fulcio.issue(dir.path(), "intruder", ("intruder@example.com", ISSUER), "codeSigning");
+    let foreign = stranger.issue(dir.path(), "foreign", (EMAIL, ISSUER), "codeSigning");
+
+    let mut cases = Vec::new();
+    for (name, issued, log, expected, reason) in [
+        ("signed", &builder, &rekor, true, ""),
+        ("intruder", &intruder, &rekor, false, "do not include the policy's subjectEmail"),
+        ("foreign", &foreign, &rekor, false, "does not chain to the policy's fulcio CA"),
+        ("otherlog", &builder, &other_rekor, false, "not signed by the policy's Rekor key"),
+    ] {
+        let repository = format!("keyless-bundle/{name}");
+        let digest = stack.seed(&format!("{repository}:v1"), name);
+        let blob = certificate_bundle(issued, log, &statement(None, &digest, SIGN_V1), now());
+        push_bundle(registry, &repository, &digest, &blob);
+        let image = stack.image(&format!("{repository}:v1"));
+        let trusted = (root.as_path(), fulcio.ca.cert.as_path(), rekor.public.as_path());
+        let (accepted, text) = cosign_judges_keyless_bundle(&cosign, dir.path(), &image, trusted, (EMAIL, ISSUER));
+        assert_eq!(accepted, expected, "cosign's verdict on {name}: {text}");
+        cases.push((image, expected, reason));
+    }
+
+    let (key, public) = key_pair_pem(dir.path(), "signer");
+    for (name, logged, expected, reason) in
+        [("logged", true, true, ""), ("unlogged", false, false, "the bundle has no Rekor entry")]
+    {
+        let repository = format!("logged-bundle/{name}");
+        let digest = stack.seed(&format!("{repository}:v1"), name);
+        let statement = statement(None, &digest, SIGN_V1);
+        let signature = sign(&key, &pae(&statement));
+        let public_pem = std::fs::read_to_string(&public).expect("the public key");
+        let entries = if logged { vec![rekor.dsse_entry(&public_pem, &signature, &statement, now())] } else { vec![] };
+        let blob = dsse_bundle(json!({ "publicKey": {}, "tlogEntries": entries }), &statement, &signature);
+        push_bundle(registry, &repository, &digest, &blob);
+        let image = stack.image(&format!("{repository}:v1"));
+        let (accepted, text) =
+            cosign_judges_logged_bundle(&cosign, dir.path(), &image, (&root, &public, &rekor.public));
+        assert_eq!(accepted, expected, "cosign's verdict on {name}: {text}");
+        cases.push((image, expected, reason));
+    }
+
+    let policy = json!({
+        "default": [{ "type": "reject" }],
+        "transports": { "docker": {
+            format!("{}/keyless-bundle", stack.registry): [{
+                "type": "sigstoreSigned",
+                "fulcio": { "caPath": fulcio.ca.cert, "oidcIssuer": ISSUER, "subjectEmail": EMAIL },
+                "rekorPublicKeyPath": rekor.public,
+                "signedIdentity": { "type": "matchRepository" },
+            }],
+            format!("{}/logged-bundle", stack.registry): [{
+                "type": "sigstoreSigned",
+                "keyPath": public,
+                "rekorPublicKeyPath": rekor.public,
+                "signedIdentity": { "type": "matchRepository" },
+            }],
+        } }
+    });
+    let file = dir.path().join("policy.json");
+    std::fs::write(&file, policy.to_string()).expect("policy");
+    let flags = ["--signature-policy", file.to_str().expect("utf-8")];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    judged_through_clients(&daemon.socket, &cases).await;
 }

@@ -162,7 +162,7 @@ pub async fn run(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
 /// `fulcio` requirement (no registry: the layers are made here): cosign's layer, then the same
 /// signer's Sigstore bundle.
 fn certificate_in_process(dir: &Path) -> (u32, u32) {
-    use crate::support::sigstore_pki::{Fulcio, Rekor, base64, dsse_bundle, now, pae, payload, sign, statement};
+    use crate::support::sigstore_pki::{Fulcio, Rekor, certificate_bundle, now, payload, sign, statement};
     const DIGEST: &str = "sha256:a8e87c3b20f50688f5156a664736f33dcc8a81e83c63156df15bb00d01f2c758";
     const REPOSITORY: &str = "registry.example.com/team/app";
     let (email, issuer) = ("builder@example.com", "https://issuer.example.com");
@@ -189,15 +189,7 @@ fn certificate_in_process(dir: &Path) -> (u32, u32) {
         ..layer(sigstore::LayerKind::Cosign, &signed)
     };
     let statement = statement(None, DIGEST, sigstore::SIGN_PREDICATE_TYPE);
-    let signature = sign(&issued.key, &pae(&statement));
-    let der = rustls::pki_types::pem::PemObject::from_pem_slice(certificate.as_bytes())
-        .map(|der: rustls::pki_types::CertificateDer<'static>| der.as_ref().to_vec())
-        .expect("the certificate's DER");
-    let material = serde_json::json!({
-        "certificate": { "rawBytes": base64(&der) },
-        "tlogEntries": [rekor.dsse_entry(&certificate, &signature, &statement, now())],
-    });
-    let blob = dsse_bundle(material, &statement, &signature);
+    let blob = certificate_bundle(&issued, &rekor, &statement, now());
     let requirement = serde_json::json!({
         "fulcio": { "caPath": fulcio.ca.cert, "oidcIssuer": issuer, "subjectEmail": email },
         "rekorPublicKeyPath": rekor.public,

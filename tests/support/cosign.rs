@@ -123,7 +123,37 @@ pub fn cosign_judges_bundle(cosign: &Path, keys: &Path, image: &str) -> (bool, S
     run_cosign(cosign, keys, &[&args[..], &["--type", SIGN_V1, image]].concat())
 }
 
-/// [`cosign_judges_bundle`]'s verdict alone.
-pub fn cosign_accepts_bundle(cosign: &Path, keys: &Path, image: &str) -> bool {
-    cosign_judges_bundle(cosign, keys, image).0
+/// cosign's verdict on `image` whose signature is a keyless Sigstore bundle, and what it printed:
+/// `root` is a trusted root of the test Fulcio and Rekor; their CA and key are also given through
+/// the environment, so that cosign 2.5 reaches for no TUF repository.
+pub fn cosign_judges_keyless_bundle(
+    cosign: &Path,
+    dir: &Path,
+    image: &str,
+    (root, ca, rekor): (&Path, &Path, &Path),
+    (email, issuer): (&str, &str),
+) -> (bool, String) {
+    let text = |path: &Path| path.to_str().expect("utf-8").to_owned();
+    let root = text(root);
+    let args = ["verify-attestation", "--new-bundle-format", "--trusted-root", &root, "--allow-http-registry"];
+    let identity = ["--certificate-identity", email, "--certificate-oidc-issuer", issuer, "--insecure-ignore-sct"];
+    let args = [&args[..], &identity[..], &["--type", SIGN_V1, image]].concat();
+    let (ca, rekor) = (text(ca), text(rekor));
+    run_cosign_with(cosign, dir, &args, &[("SIGSTORE_ROOT_FILE", &ca), ("SIGSTORE_REKOR_PUBLIC_KEY", &rekor)])
+}
+
+/// cosign's verdict on `image` whose signature is a Sigstore bundle by `public`'s key, Rekor's
+/// entry required: `root` is a trusted root of the test Rekor, whose key is also given through
+/// the environment.
+pub fn cosign_judges_logged_bundle(
+    cosign: &Path,
+    dir: &Path,
+    image: &str,
+    (root, public, rekor): (&Path, &Path, &Path),
+) -> (bool, String) {
+    let text = |path: &Path| path.to_str().expect("utf-8").to_owned();
+    let (root, public) = (text(root), text(public));
+    let args = ["verify-attestation", "--new-bundle-format", "--trusted-root", &root, "--allow-http-registry"];
+    let args = [&args[..], &["--key", &public, "--type", SIGN_V1, image]].concat();
+    run_cosign_with(cosign, dir, &args, &[("SIGSTORE_REKOR_PUBLIC_KEY", &text(rekor))])
 }

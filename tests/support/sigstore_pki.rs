@@ -140,9 +140,18 @@ impl Rekor {
             },
         });
         let (entry, timestamp) = self.promise(&body, integrated_time);
-        let der = openssl(&["ec", "-pubin", "-in", text(&self.public), "-outform", "DER"], None);
-        let log_id = ring::digest::digest(&ring::digest::SHA256, &der);
+        let log_id = ring::digest::digest(&ring::digest::SHA256, &self.der());
+        // A tree of this entry alone (RFC 6962: its root is the leaf's hash), its checkpoint a
+        // signed note by the same key: cosign 2.5 reads no bundle without an inclusion proof.
+        let root = ring::digest::digest(&ring::digest::SHA256, &[&[0u8][..], body.to_string().as_bytes()].concat());
+        let note = format!("rekor.example - 1\n1\n{}\n", base64(root.as_ref()));
+        let signed = openssl(&["dgst", "-sha256", "-sign", text(&self.key)], Some(note.as_bytes()));
+        let line = base64(&[&log_id.as_ref()[..4], &signed].concat());
         json!({
+            "inclusionProof": {
+                "logIndex": "0", "rootHash": base64(root.as_ref()), "treeSize": "1", "hashes": [],
+                "checkpoint": { "envelope": format!("{note}\n\u{2014} rekor.example {line}\n") },
+            },
             "logIndex": "1",
             "logId": { "keyId": base64(log_id.as_ref()) },
             "kindVersion": { "kind": "dsse", "version": "0.0.1" },
@@ -152,11 +161,40 @@ impl Rekor {
         })
     }
 
+    /// A Sigstore trusted root (cosign's `--trusted-root`) of `ca` (the test Fulcio's PEM) and
+    /// this Rekor.
+    pub fn trusted_root(&self, ca: &Path) -> Value {
+        let ca = openssl(&["x509", "-in", text(ca), "-outform", "DER"], None);
+        let der = self.der();
+        let since = json!({ "start": "2020-01-01T00:00:00Z" });
+        json!({
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "tlogs": [{
+                "baseUrl": "https://rekor.example",
+                "hashAlgorithm": "SHA2_256",
+                "publicKey": { "rawBytes": base64(&der), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": since },
+                "logId": { "keyId": base64(ring::digest::digest(&ring::digest::SHA256, &der).as_ref()) },
+            }],
+            "certificateAuthorities": [{
+                "subject": { "organization": "cri-imaged test", "commonName": "test Fulcio" },
+                "uri": "https://fulcio.example",
+                "certChain": { "certificates": [{ "rawBytes": base64(&ca) }] },
+                "validFor": since,
+            }],
+            "ctlogs": [],
+            "timestampAuthorities": [],
+        })
+    }
+
+    /// The DER of the public key.
+    fn der(&self) -> Vec<u8> {
+        openssl(&["ec", "-pubin", "-in", text(&self.public), "-outform", "DER"], None)
+    }
+
     /// The signed entry timestamp's payload for `body` and the timestamp (base64) over its
     /// canonical JSON.
     fn promise(&self, body: &Value, integrated_time: i64) -> (Value, String) {
-        let der = openssl(&["ec", "-pubin", "-in", text(&self.public), "-outform", "DER"], None);
-        let log_id = super::registry_push::sha256_digest(&der);
+        let log_id = super::registry_push::sha256_digest(&self.der());
         // In RFC 8785's order (keys by UTF-16 code units: `logID` before `logIndex`), whether
         // serde_json's map sorts or keeps the order written.
         let entry = json!({
@@ -208,6 +246,19 @@ pub fn dsse_bundle(material: Value, statement: &[u8], signature: &str) -> Vec<u8
     })
     .to_string()
     .into_bytes()
+}
+
+/// A certificate's bundle: `issued` signed `statement` (its PAE), and `rekor` logged it at
+/// `time`.
+pub fn certificate_bundle(issued: &Issued, rekor: &Rekor, statement: &[u8], time: i64) -> Vec<u8> {
+    let signature = sign(&issued.key, &pae(statement));
+    let certificate = std::fs::read_to_string(&issued.cert).expect("the certificate");
+    let der = openssl(&["x509", "-in", text(&issued.cert), "-outform", "DER"], None);
+    let material = json!({
+        "certificate": { "rawBytes": base64(&der) },
+        "tlogEntries": [rekor.dsse_entry(&certificate, &signature, statement, time)],
+    });
+    dsse_bundle(material, statement, &signature)
 }
 
 /// A `sigstoreSigned` requirement from its JSON, its files loaded as the daemon loads them.

@@ -7,7 +7,8 @@
 //! the policy's key is let in; one signed by another key, an attestation of another predicate type
 //! by the policy's key (an attestation is not a signature), an image with no signature and a bundle
 //! of another image's digest attached to this one are refused with their reasons, through
-//! EnsureImageExists and CRI PullImage, by grpcio and grpc-js.
+//! EnsureImageExists and CRI PullImage, by grpcio and grpc-js. Then bundles cosign 2.5 cannot make
+//! offline, made by the test: keyless ones and ones Rekor logged, each judged by cosign too.
 
 mod support;
 
@@ -44,15 +45,24 @@ fn manifest(registry: SocketAddr, repository: &str, reference: &str, accept: &st
 /// Attaches to `image` (a digest in `repository`) the bundle cosign made for `signed`, in the same
 /// repository: its referrer manifest, the subject changed, listed at `image`'s fallback tag.
 fn attach_bundle_of(registry: SocketAddr, repository: &str, signed: &str, image: &str) {
-    let fallback = |digest: &str| format!("sha256-{}", digest.trim_start_matches("sha256:"));
     let (index, _) = manifest(registry, repository, &fallback(signed), OCI_INDEX);
-    let (mut referrer, _) =
+    let (referrer, _) =
         manifest(registry, repository, index["manifests"][0]["digest"].as_str().expect("digest"), OCI_MANIFEST);
+    push_referrer(registry, repository, image, referrer, &[]);
+}
+
+fn fallback(digest: &str) -> String {
+    format!("sha256-{}", digest.trim_start_matches("sha256:"))
+}
+
+/// Pushes `referrer` (a manifest of a bundle) with `image` (a digest in `repository`) as its
+/// subject, and `blobs`, then the index at `image`'s fallback tag listing it.
+fn push_referrer(registry: SocketAddr, repository: &str, image: &str, mut referrer: Value, blobs: &[&[u8]]) {
     let (_, size) = manifest(registry, repository, image, OCI_MANIFEST);
     referrer["subject"] = json!({ "mediaType": OCI_MANIFEST, "digest": image, "size": size });
     let body = serde_json::to_vec(&referrer).expect("json");
     let digest =
-        push_raw(registry, repository, &sha256_digest(&body), &[], &body, OCI_MANIFEST).expect("push referrer");
+        push_raw(registry, repository, &sha256_digest(&body), blobs, &body, OCI_MANIFEST).expect("push referrer");
     let entry = json!({ "mediaType": OCI_MANIFEST, "digest": digest, "size": body.len(), "artifactType": BUNDLE });
     let index = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry] });
     let body = serde_json::to_vec(&index).expect("json");
@@ -155,27 +165,18 @@ async fn judged_through_clients(socket: &Path, cases: &[(String, bool, &str)]) {
 }
 
 /// Pushes `blob` (a Sigstore bundle) as a referrer of `image` (a digest in `repository`), as
-/// cosign 3 does: a manifest of the bundle's artifact type with the image as its subject, listed
-/// in the index at the fallback tag.
+/// cosign 3 does: a manifest of the bundle's artifact type, listed in the index at the fallback
+/// tag.
 fn push_bundle(registry: SocketAddr, repository: &str, image: &str, blob: &[u8]) {
     let empty = b"{}";
-    let (_, size) = manifest(registry, repository, image, OCI_MANIFEST);
     let referrer = json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": BUNDLE,
         "config": { "mediaType": "application/vnd.oci.empty.v1+json", "digest": sha256_digest(empty), "size": 2 },
         "layers": [{ "mediaType": BUNDLE, "digest": sha256_digest(blob), "size": blob.len() }],
-        "subject": { "mediaType": OCI_MANIFEST, "digest": image, "size": size },
     });
-    let body = serde_json::to_vec(&referrer).expect("json");
-    let digest = push_raw(registry, repository, &sha256_digest(&body), &[empty, blob], &body, OCI_MANIFEST)
-        .expect("push referrer");
-    let entry = json!({ "mediaType": OCI_MANIFEST, "digest": digest, "size": body.len(), "artifactType": BUNDLE });
-    let index = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry] });
-    let body = serde_json::to_vec(&index).expect("json");
-    let fallback = format!("sha256-{}", image.trim_start_matches("sha256:"));
-    push_raw(registry, repository, &fallback, &[], &body, OCI_INDEX).expect("push index");
+    push_referrer(registry, repository, image, referrer, &[empty, blob]);
 }
 
 /// Bundles logged by Rekor, made by the test (cosign 2.5 makes none offline): Rekor's `dsse`

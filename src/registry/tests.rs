@@ -159,7 +159,8 @@ async fn an_unreachable_registry_is_an_error_that_says_so() {
 }
 
 /// The referrers API: its index read (not content-addressed, so not checked against a digest),
-/// the artifact type asked for intact in the query, and a 404 as "no referrers API".
+/// the artifact type asked for intact in the query (none: no query), and a 404 as "no referrers
+/// API".
 #[tokio::test]
 async fn the_referrers_of_a_digest_are_read_and_a_404_means_none() {
     let registry = Registry { seen: Seen::default(), challenge: String::new(), accepts: String::new() };
@@ -171,6 +172,10 @@ async fn the_referrers_of_a_digest_are_read_and_a_404_means_none() {
     let index: serde_json::Value = serde_json::from_slice(&index.body).expect("json");
     // `+` sent as `%2B`: a registry reads a `+` in a query as a space.
     assert_eq!(index["query"], "artifactType=application/vnd.dev.cosign.artifact.sig.v1%2Bjson");
+    // Unfiltered, as signatures are read (cosign's type and Sigstore bundles at once): no query.
+    let index = client.referrers(&listed, None, 1024).await.expect("read").expect("served");
+    let index: serde_json::Value = serde_json::from_slice(&index.body).expect("json");
+    assert_eq!(index["query"], serde_json::Value::Null);
     let other = format!("sha256:{}", "2".repeat(64));
     assert!(client.referrers(&other, Some(artifact_type), 1024).await.expect("read").is_none());
 }

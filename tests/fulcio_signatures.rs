@@ -16,12 +16,12 @@ use cri_imaged::{
     },
     reference::ImageReference,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use support::{
     clients::{Answer, Call, Client},
-    cosign::{cosign, run_cosign_with},
+    cosign::{cosign, key_pair as key_pair_cosign, run_cosign_with, sign_with_certificate},
     process::DaemonProcess,
-    registry_push::{push_raw, sha256_digest},
+    registry_push::{fetch, push_raw, sha256_digest},
     sigstore_pki::{Fulcio, Issued, Rekor, key_pair, now, payload, requirement, sign},
     stack::LocalStack,
 };
@@ -200,6 +200,26 @@ fn push_signature(registry: SocketAddr, repository: &str, digest: &str, layer: &
     push_raw(registry, repository, &tag, &[config, payload], &body, OCI_MANIFEST).expect("push signature");
 }
 
+/// Adds to the signature cosign pushed for `digest` in `repository` the Rekor bundle `rekor`
+/// makes for it (its signature, certificate and payload, as cosign pushed them).
+fn add_rekor_bundle(registry: SocketAddr, repository: &str, digest: &str, rekor: &Rekor) {
+    let tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
+    let (status, body) = fetch(registry, &format!("/v2/{repository}/manifests/{tag}"), OCI_MANIFEST).expect("GET");
+    assert_eq!(status, 200, "cosign's signature manifest");
+    let mut manifest: Value = serde_json::from_slice(&body).expect("a manifest");
+    let layer = &manifest["layers"][0];
+    let blob = format!("/v2/{repository}/blobs/{}", layer["digest"].as_str().expect("a digest"));
+    let (status, payload) = fetch(registry, &blob, "*/*").expect("GET payload");
+    assert_eq!(status, 200, "cosign's payload");
+    let annotation = |name: &str| layer["annotations"][name].as_str().expect(name).to_owned();
+    let signature = annotation("dev.cosignproject.cosign/signature");
+    let certificate = annotation("dev.sigstore.cosign/certificate");
+    let bundle = rekor.bundle(&certificate, &signature, &payload, now());
+    manifest["layers"][0]["annotations"]["dev.sigstore.cosign/bundle"] = json!(bundle);
+    let body = serde_json::to_vec(&manifest).expect("json");
+    push_raw(registry, repository, &tag, &[], &body, OCI_MANIFEST).expect("push the signature again");
+}
+
 /// cosign's verdict on a certificate signature of `image`: the CA as its chain, the identity
 /// required, Rekor's key from the environment, no network (certificates carry no SCT here).
 fn cosign_accepts_certificate(cosign: &Path, dir: &Path, image: &str, ca: &Path, rekor: &Path) -> bool {
@@ -222,7 +242,8 @@ fn cosign_accepts_certificate(cosign: &Path, dir: &Path, image: &str, ca: &Path,
 /// On a real containerd: a namespace whose policy asks for the builder's certificate lets in the
 /// image it signed (logged by Rekor) through EnsureImageExists and CRI PullImage, and refuses,
 /// with the kubelet's reason, one signed by a certificate for someone else and one whose
-/// signature Rekor never logged; cosign agrees on all three.
+/// signature Rekor never logged; it lets in cosign's own certificate signature too. cosign agrees
+/// on all four.
 #[tokio::test]
 async fn cosign_and_cri_imaged_agree_on_certificate_signatures_at_the_node() {
     let Some(cosign) = cosign() else { return };
@@ -254,6 +275,17 @@ async fn cosign_and_cri_imaged_agree_on_certificate_signatures_at_the_node() {
         assert_eq!(oracle, expected, "cosign's verdict on {name}");
         cases.push((image, expected, reason));
     }
+    // cosign's own certificate signature (`cosign sign --certificate --certificate-chain`, its key
+    // certified by the test Fulcio), with Rekor's timestamp added: offline, cosign logs nothing.
+    let keys = key_pair_cosign(&cosign, &dir.path().join("cosign-signer"));
+    let certified = fulcio.certify(dir.path(), "cosign-signer", (EMAIL, ISSUER), &keys.join("cosign.pub"));
+    let digest = stack.seed("keyless/cosign:v1", "signed by cosign with a certificate");
+    let at_digest = format!("{}@{digest}", repository("cosign"));
+    sign_with_certificate(&cosign, &keys, (&certified, &fulcio.ca.cert), &at_digest);
+    add_rekor_bundle(registry, "keyless/cosign", &digest, &rekor);
+    let image = format!("{}:v1", repository("cosign"));
+    assert!(cosign_accepts_certificate(&cosign, dir.path(), &image, &fulcio.ca.cert, &rekor.public));
+    cases.push((image, true, ""));
 
     let policy = json!({
         "default": [{ "type": "reject" }],

@@ -4,6 +4,7 @@
 //! `skip_verify`, and a CA that is not the registry's refused with the TLS error.
 
 #[path = "support/test_ca.rs"]
+#[allow(dead_code)] // the harness's CA, of which this test issues server certificates only
 mod test_ca;
 
 use std::{

@@ -57,6 +57,19 @@ pub fn sign(cosign: &Path, keys: &Path, image_at_digest: &str) {
     assert!(signed, "cosign sign {image_at_digest}: {text}");
 }
 
+/// Signs with `keys`' key and `certificate` (of that key) with `chain`, as `cosign sign
+/// --certificate --certificate-chain` signs with a Fulcio certificate; no transparency log is
+/// reached, so the signature carries no Rekor bundle.
+pub fn sign_with_certificate(cosign: &Path, keys: &Path, (certificate, chain): (&Path, &Path), image_at_digest: &str) {
+    let key = keys.join("cosign.key");
+    let text = |path: &Path| path.to_str().expect("utf-8").to_owned();
+    let (key, certificate, chain) = (text(&key), text(certificate), text(chain));
+    let args = ["sign", "--key", &key, "--certificate", &certificate, "--certificate-chain", &chain];
+    let args = [&args[..], &["--tlog-upload=false", "--allow-http-registry", "-y", image_at_digest]].concat();
+    let (signed, text) = run_cosign(cosign, keys, &args);
+    assert!(signed, "cosign sign --certificate {image_at_digest}: {text}");
+}
+
 /// Signs as an OCI 1.1 referrer of the image (`--registry-referrers-mode=oci-1-1`): against a
 /// registry without the referrers API, cosign keeps the index at the fallback tag `sha256-<hex>`.
 pub fn sign_as_referrer(cosign: &Path, keys: &Path, image_at_digest: &str) {

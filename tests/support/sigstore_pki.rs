@@ -80,18 +80,28 @@ impl Fulcio {
 
     /// A certificate for `email` as `issuer` vouched for it, valid for a day from now, for code
     /// signing (or for `usage`, to be refused), with both of Fulcio's issuer extensions.
-    pub fn issue(&self, dir: &Path, name: &str, (email, issuer): (&str, &str), usage: &str) -> Issued {
-        let raw_issuer: String = issuer.bytes().map(|byte| format!("{byte:02x}")).collect();
-        let extensions = [
-            "basicConstraints=critical,CA:FALSE".to_owned(),
-            "keyUsage=critical,digitalSignature".to_owned(),
-            format!("extendedKeyUsage={usage}"),
-            format!("subjectAltName=critical,email:{email}"),
-            format!("1.3.6.1.4.1.57264.1.1=DER:{raw_issuer}"),
-            format!("1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:{issuer}"),
-        ];
-        self.ca.issue(dir, name, "/", &extensions)
+    pub fn issue(&self, dir: &Path, name: &str, identity: (&str, &str), usage: &str) -> Issued {
+        self.ca.issue(dir, name, "/", &extensions(identity, usage))
     }
+
+    /// A code-signing certificate for `email` as `issuer` vouched for it, of the key of `public`
+    /// (cosign's, whose private key cosign keeps): `NAME.crt`.
+    pub fn certify(&self, dir: &Path, name: &str, identity: (&str, &str), public: &Path) -> PathBuf {
+        self.ca.certify(dir, name, "/", &extensions(identity, "codeSigning"), public)
+    }
+}
+
+/// A Fulcio certificate's extensions: both of its issuer extensions, the e-mail, `usage`.
+fn extensions((email, issuer): (&str, &str), usage: &str) -> [String; 6] {
+    let raw_issuer: String = issuer.bytes().map(|byte| format!("{byte:02x}")).collect();
+    [
+        "basicConstraints=critical,CA:FALSE".to_owned(),
+        "keyUsage=critical,digitalSignature".to_owned(),
+        format!("extendedKeyUsage={usage}"),
+        format!("subjectAltName=critical,email:{email}"),
+        format!("1.3.6.1.4.1.57264.1.1=DER:{raw_issuer}"),
+        format!("1.3.6.1.4.1.57264.1.8=ASN1:UTF8String:{issuer}"),
+    ]
 }
 
 /// A test Rekor: its key pair (`NAME.pub` is what a policy's `rekorPublicKeyPath` names, and

@@ -97,4 +97,52 @@ impl TestCa {
         openssl(&args);
         Leaf { cert, key }
     }
+
+    /// [`TestCa::issue`], for the key of `public` (a PEM public key made elsewhere, cosign's): its
+    /// certificate alone, `NAME.crt`, in `dir`.
+    pub fn certify(&self, dir: &Path, name: &str, subject: &str, extensions: &[String], public: &Path) -> PathBuf {
+        let (cert, request, unused_key, file) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.csr")),
+            dir.join(format!("{name}.unused.key")),
+            dir.join(format!("{name}.ext")),
+        );
+        // openssl asks a request for a certificate: one signed by a key of its own, whose public
+        // key `-force_pubkey` then replaces.
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            subject,
+            "-keyout",
+            text(&unused_key),
+            "-out",
+            text(&request),
+        ]);
+        std::fs::write(&file, extensions.join("\n")).expect("extensions");
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            text(&request),
+            "-CA",
+            text(&self.cert),
+            "-CAkey",
+            text(&self.key),
+            "-force_pubkey",
+            text(public),
+            "-days",
+            "1",
+            "-extfile",
+            text(&file),
+            "-out",
+            text(&cert),
+        ]);
+        cert
+    }
 }

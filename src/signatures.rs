@@ -192,9 +192,15 @@ impl Signatures {
                         return result.map_err(Arc::new);
                     }
                 };
+                let enough = |digest: &str, found: &[(sigstore::Layer, Vec<u8>)]| {
+                    requirements
+                        .iter()
+                        .all(|requirement| sigstore::verify(requirement, &reference, digest, found).is_ok())
+                };
+                let reading = fetch::Reading { hosts: &hosts, limits: &limits, metrics: &metrics, enough: &enough };
                 let fetched = tokio::time::timeout(
                     limits.deadline,
-                    fetch::signatures(&reference, digest.as_deref(), &credentials, &hosts, &limits, &metrics),
+                    fetch::signatures(&reference, digest.as_deref(), &credentials, &reading),
                 )
                 .await
                 .unwrap_or(Err(SignatureError::TimedOut(limits.deadline)));

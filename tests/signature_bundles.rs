@@ -4,7 +4,8 @@
 //! the same bundle with `cosign attest --new-bundle-format` and judges it with `cosign
 //! verify-attestation`, the oracle here. Debian's docker-registry serves no referrers API, so the
 //! referrers' index is at the fallback tag `sha256-<hex>`. On a real containerd: a bundle signed by
-//! the policy's key is let in; one signed by another key, an attestation of another predicate type
+//! the policy's key is let in, also where cosign's tag holds another key's signature; one signed
+//! by another key, an attestation of another predicate type
 //! by the policy's key (an attestation is not a signature), an image with no signature and a bundle
 //! of another image's digest attached to this one are refused with their reasons, through
 //! EnsureImageExists and CRI PullImage, by grpcio and grpc-js. Then bundles cosign 2.5 cannot make
@@ -19,7 +20,7 @@ use support::{
     clients::{Answer, Call, Client},
     cosign::{
         SIGN_V1, attest_as_bundle, cosign, cosign_judges_bundle, cosign_judges_keyless_bundle,
-        cosign_judges_logged_bundle, key_pair, sign_as_bundle,
+        cosign_judges_logged_bundle, key_pair, sign as cosign_sign, sign_as_bundle,
     },
     process::DaemonProcess,
     registry_push::{fetch, push_raw, sha256_digest},
@@ -90,6 +91,11 @@ async fn sigstore_bundles_attached_as_referrers_are_judged_as_cosign_verify_atte
     let provenance = r#"{"buildDefinition":{"buildType":"https://example.com/build"}}"#;
     attest_as_bundle(&cosign, &ours, &at("provenance", &attested), "https://slsa.dev/provenance/v1", provenance);
     stack.seed("bundle/unsigned:v1", "not signed");
+    // Signed both ways: cosign's tag by another key, a bundle by ours (read since the tag's are
+    // not enough).
+    let both = stack.seed("bundle/both:v1", "signed both ways");
+    cosign_sign(&cosign, &theirs, &at("both", &both));
+    sign_as_bundle(&cosign, &ours, &at("both", &both));
     // Another image's bundle, by our key, attached to `moved` in the same repository.
     let (moved, x) = (stack.seed("bundle/moved:v1", "moved here"), stack.seed("bundle/moved:x", "signed for x"));
     sign_as_bundle(&cosign, &ours, &at("moved", &x));
@@ -99,6 +105,7 @@ async fn sigstore_bundles_attached_as_referrers_are_judged_as_cosign_verify_atte
     // reason it stands for, not a malformed artifact), and the reason a person reads from us.
     let cases = [
         ("signed", true, "", ""),
+        ("both", true, "", ""),
         ("otherkey", false, "accepted signatures do not match threshold, Found: 0", "not signed by the policy's"),
         ("provenance", false, "none of the attestations matched the predicate type", "not a cosign signature"),
         ("unsigned", false, "no valid bundles exist in registry", "none among its referrers"),

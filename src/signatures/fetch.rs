@@ -1,6 +1,6 @@
 //! Reading an image's signatures from its repository: the tag resolved to the digest that will
-//! run, cosign's signature manifest for it (`sha256-<hex>.sig`, else its referrers), and each
-//! signature's payload (or Sigstore bundle), every read bounded.
+//! run, cosign's signature manifest for it (`sha256-<hex>.sig`), its referrers where those are
+//! absent or not enough, and each signature's payload (or Sigstore bundle), every read bounded.
 
 use std::{sync::Arc, time::Duration};
 
@@ -51,23 +51,35 @@ pub struct Found {
     pub signatures: Vec<(sigstore::Layer, Vec<u8>)>,
 }
 
+/// Whether the signatures found for a digest are enough (they meet what the verification asks).
+pub type Enough<'a> = dyn Fn(&str, &[(sigstore::Layer, Vec<u8>)]) -> bool + Send + Sync + 'a;
+
+/// What a read of signatures goes by.
+pub struct Reading<'a> {
+    pub hosts: &'a HostsConfig,
+    pub limits: &'a FetchLimits,
+    pub metrics: &'a SignatureMetrics,
+    /// The tag's signatures, when they are enough, are all that is read; otherwise the image's
+    /// referrers are read too (an image signed both ways, by a cosign before 3 and by cosign 3,
+    /// or by two signers).
+    pub enough: &'a Enough<'a>,
+}
+
 /// Reads `reference`'s signatures (at `digest`, else at its tag's digest now), with each
 /// credential in turn until one is not refused; none: anonymously.
 pub async fn signatures(
     reference: &ImageReference,
     digest: Option<&str>,
     credentials: &[Arc<Credential>],
-    hosts: &HostsConfig,
-    limits: &FetchLimits,
-    metrics: &SignatureMetrics,
+    reading: &Reading<'_>,
 ) -> Result<Found, SignatureError> {
     let repository = Repository { domain: reference.domain().to_owned(), path: reference.path().to_owned() };
     if credentials.is_empty() {
-        return read(&repository, reference, digest, None, hosts, limits, metrics).await;
+        return read(&repository, reference, digest, None, reading).await;
     }
     let mut last = None;
     for credential in credentials {
-        match read(&repository, reference, digest, Some(&credential.auth), hosts, limits, metrics).await {
+        match read(&repository, reference, digest, Some(&credential.auth), reading).await {
             Err(SignatureError::Registry(refused @ RegistryError::Unauthorized { .. })) => last = Some(refused),
             Err(SignatureError::Registry(RegistryError::Status { status, .. }))
                 if status == http::StatusCode::FORBIDDEN =>
@@ -93,11 +105,10 @@ async fn read(
     reference: &ImageReference,
     digest: Option<&str>,
     auth: Option<&crate::credentials::RegistryAuth>,
-    hosts: &HostsConfig,
-    limits: &FetchLimits,
-    metrics: &SignatureMetrics,
+    reading: &Reading<'_>,
 ) -> Result<Found, SignatureError> {
-    let mut client = RegistryClient::new(repository, auth, hosts);
+    let limits = reading.limits;
+    let mut client = RegistryClient::new(repository, auth, reading.hosts);
     let digest = match digest {
         Some(digest) => digest.to_owned(),
         None => {
@@ -113,29 +124,56 @@ async fn read(
         });
     };
     let tag = format!("sha256-{hex}.sig");
-    metrics.fetched();
+    reading.metrics.fetched();
     let bad = |error: sigstore::ArtifactError| SignatureError::BadArtifact {
         digest: digest.clone(),
         reason: error.to_string(),
     };
-    let layers = match client.manifest(&tag, limits.signature_manifest).await? {
-        Some(manifest) => sigstore::parse_artifact(&manifest.body).map_err(bad)?.layers,
-        None => match referred(&mut client, &digest, hex, limits).await? {
-            Some(referred) => referred.map_err(bad)?,
-            None => return Err(SignatureError::NoSignatures { digest, repository: reference.name(), tag }),
-        },
+    let tagged = match client.manifest(&tag, limits.signature_manifest).await? {
+        Some(manifest) => {
+            let layers = sigstore::parse_artifact(&manifest.body).map_err(bad)?.layers;
+            Some(payloads(&mut client, layers, limits).await?)
+        }
+        None => None,
     };
+    let tagged = match tagged {
+        Some(tagged) if (reading.enough)(&digest, &tagged) => return Ok(Found { digest, signatures: tagged }),
+        tagged => tagged,
+    };
+    let referred = match referred(&mut client, &digest, hex, limits).await? {
+        Some(referred) => Some(payloads(&mut client, referred.map_err(bad)?, limits).await?),
+        None => None,
+    };
+    let signatures = match (tagged, referred) {
+        (None, None) => return Err(SignatureError::NoSignatures { digest, repository: reference.name(), tag }),
+        (Some(found), None) | (None, Some(found)) => found,
+        (Some(_), Some(referred)) if (reading.enough)(&digest, &referred) => referred,
+        // Neither is enough: both, for every signature's reason (the first of them are judged).
+        (Some(mut tagged), Some(referred)) => {
+            tagged.extend(referred);
+            tagged
+        }
+    };
+    Ok(Found { digest, signatures })
+}
+
+/// Each layer with its payload (its blob), read bounded; one stated too large is not read (the
+/// verification says it was too large).
+async fn payloads(
+    client: &mut RegistryClient<'_>,
+    layers: Vec<sigstore::Layer>,
+    limits: &FetchLimits,
+) -> Result<Vec<(sigstore::Layer, Vec<u8>)>, SignatureError> {
     let mut signatures = Vec::with_capacity(layers.len());
     for layer in layers {
         if layer.size > limits.payload as u64 {
-            // Not read: the verification says it was too large.
             signatures.push((layer, Vec::new()));
             continue;
         }
         let payload = client.blob(&layer.digest, limits.payload).await?;
         signatures.push((layer, payload.body.to_vec()));
     }
-    Ok(Found { digest, signatures })
+    Ok(signatures)
 }
 
 /// The signatures pushed as OCI 1.1 referrers of `digest` (cosign's `--registry-referrers-mode=

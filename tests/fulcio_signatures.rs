@@ -18,10 +18,9 @@ use cri_imaged::{
 };
 use serde_json::{Value, json};
 use support::{
-    clients::{Answer, Call, Client},
     cosign::{cosign, key_pair as key_pair_cosign, run_cosign_with, sign_with_certificate},
-    process::DaemonProcess,
     registry_push::{fetch, push_raw, sha256_digest},
+    signed_pulls::{daemon_with_policy, judged_by_each_client},
     sigstore_pki::{Fulcio, Issued, Rekor, key_pair, now, payload, requirement, sign},
     stack::LocalStack,
 };
@@ -296,40 +295,7 @@ async fn cosign_and_cri_imaged_agree_on_certificate_signatures_at_the_node() {
             "signedIdentity": { "type": "matchRepository" },
         }] } }
     });
-    let file = dir.path().join("policy.json");
-    std::fs::write(&file, policy.to_string()).expect("policy");
-    let flags = ["--signature-policy", file.to_str().expect("utf-8")];
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let daemon = daemon_with_policy(dir.path(), &stack, &policy).await;
 
-    let clients = Client::available();
-    for (i, &client) in clients.iter().enumerate() {
-        for (image, expected, reason) in &cases {
-            let pod = json!({ "namespace": "prod", "name": "web", "uid": format!("u-{i}") });
-            let ensure = Call::new(
-                "imagemanager.v1.ImageManager/EnsureImageExists",
-                json!({ "image": image, "pull_policy": "IF_NOT_PRESENT", "pod": pod }),
-            );
-            let sandbox = json!({ "metadata": { "name": "web", "uid": "u-1", "namespace": "prod" } });
-            let cri_pull = Call::new(
-                "runtime.v1.ImageService/PullImage",
-                json!({ "image": { "image": image }, "sandbox_config": sandbox }),
-            );
-            let socket = daemon.socket.clone();
-            let answers = tokio::task::spawn_blocking(move || client.run(&socket, &[ensure, cri_pull]))
-                .await
-                .expect("client task");
-            if *expected {
-                assert!(answers.iter().all(|answer| answer.code() == "OK"), "{client:?} {image}: {answers:?}");
-                continue;
-            }
-            let Answer::Error { code, message } = &answers[0] else { panic!("{client:?} let {image} in") };
-            assert_eq!(code, "PERMISSION_DENIED", "{client:?} {image}: {message}");
-            assert!(message.contains("because the signature validation failed: "), "{message}");
-            assert!(message.contains(reason), "{client:?} {image}: {message}");
-            let Answer::Error { code, message } = &answers[1] else { panic!("{client:?} CRI let {image} in") };
-            assert_eq!(code, "UNKNOWN");
-            assert!(message.starts_with("SignatureValidationFailed: "), "{message}");
-        }
-    }
-    assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
+    judged_by_each_client(&daemon.socket, &cases).await;
 }

@@ -13,17 +13,16 @@
 
 mod support;
 
-use std::{net::SocketAddr, path::Path};
+use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 use support::{
-    clients::{Answer, Call, Client},
     cosign::{
         SIGN_V1, attest_as_bundle, cosign, cosign_judges_bundle, cosign_judges_keyless_bundle,
         cosign_judges_logged_bundle, key_pair, sign as cosign_sign, sign_as_bundle,
     },
-    process::DaemonProcess,
     registry_push::{fetch, push_raw, sha256_digest},
+    signed_pulls::{daemon_with_policy, judged_by_each_client},
     sigstore_pki::{
         Fulcio, Rekor, certificate_bundle, dsse_bundle, key_pair as key_pair_pem, now, pae, sign, statement,
     },
@@ -68,11 +67,6 @@ fn push_referrer(registry: SocketAddr, repository: &str, image: &str, mut referr
     let index = json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry] });
     let body = serde_json::to_vec(&index).expect("json");
     push_raw(registry, repository, &fallback(image), &[], &body, OCI_INDEX).expect("push index");
-}
-
-async fn run(client: Client, socket: &Path, calls: Vec<Call>) -> Vec<Answer> {
-    let socket = socket.to_owned();
-    tokio::task::spawn_blocking(move || client.run(&socket, &calls)).await.expect("client task")
 }
 
 #[tokio::test]
@@ -126,49 +120,13 @@ async fn sigstore_bundles_attached_as_referrers_are_judged_as_cosign_verify_atte
             "signedIdentity": { "type": "matchRepository" },
         }] } }
     });
-    let file = dir.path().join("policy.json");
-    std::fs::write(&file, policy.to_string()).expect("policy");
-    let flags = ["--signature-policy", file.to_str().expect("utf-8")];
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let daemon = daemon_with_policy(dir.path(), &stack, &policy).await;
 
     let judged: Vec<_> = cases
         .iter()
         .map(|&(name, expected, _, reason)| (stack.image(&format!("bundle/{name}:v1")), expected, reason))
         .collect();
-    judged_through_clients(&daemon.socket, &judged).await;
-}
-
-/// Each image through EnsureImageExists and CRI PullImage, by grpcio and grpc-js: let in, or
-/// refused with the kubelet's reason and ours.
-async fn judged_through_clients(socket: &Path, cases: &[(String, bool, &str)]) {
-    let clients = Client::available();
-    for (i, &client) in clients.iter().enumerate() {
-        for (image, expected, reason) in cases {
-            let uid = format!("{}-{i}", sha256_digest(image.as_bytes()));
-            let pod = json!({ "namespace": "prod", "name": "web", "uid": uid });
-            let ensure = Call::new(
-                "imagemanager.v1.ImageManager/EnsureImageExists",
-                json!({ "image": image, "pull_policy": "IF_NOT_PRESENT", "pod": pod }),
-            );
-            let sandbox = json!({ "metadata": { "name": "web", "uid": uid, "namespace": "prod" } });
-            let pull = Call::new(
-                "runtime.v1.ImageService/PullImage",
-                json!({ "image": { "image": image }, "sandbox_config": sandbox }),
-            );
-            let answers = run(client, socket, vec![ensure, pull]).await;
-            if *expected {
-                assert!(answers.iter().all(|answer| answer.code() == "OK"), "{client:?} {image}: {answers:?}");
-                continue;
-            }
-            let Answer::Error { code, message } = &answers[0] else { panic!("{client:?} let {image} in") };
-            assert_eq!(code, "PERMISSION_DENIED", "{client:?} {image}: {message}");
-            assert!(message.contains(reason), "{client:?} {image}: {message}");
-            let Answer::Error { code, message } = &answers[1] else { panic!("{client:?} CRI let {image} in") };
-            assert_eq!(code, "UNKNOWN", "{client:?} {image}: {message}");
-            assert!(message.starts_with("SignatureValidationFailed: "), "{client:?} {image}: {message}");
-        }
-    }
-    assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
+    judged_by_each_client(&daemon.socket, &judged).await;
 }
 
 /// Pushes `blob` (a Sigstore bundle) as a referrer of `image` (a digest in `repository`), as
@@ -260,9 +218,6 @@ async fn logged_bundles_are_judged_as_cosign_judges_them() {
             }],
         } }
     });
-    let file = dir.path().join("policy.json");
-    std::fs::write(&file, policy.to_string()).expect("policy");
-    let flags = ["--signature-policy", file.to_str().expect("utf-8")];
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
-    judged_through_clients(&daemon.socket, &cases).await;
+    let daemon = daemon_with_policy(dir.path(), &stack, &policy).await;
+    judged_by_each_client(&daemon.socket, &cases).await;
 }

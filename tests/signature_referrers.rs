@@ -5,15 +5,15 @@
 //! reads the API where a registry serves it (unit-tested on a registry of the test's own) and that
 //! tag where it does not. On a real containerd, with `cosign verify --experimental-oci11` as the
 //! oracle: a referrer signed by the policy's key is let in, one signed by another key and an image
-//! with no signature at all are refused with their reasons, by grpcio and grpc-js.
+//! with no signature at all are refused with their reasons, through EnsureImageExists and CRI
+//! PullImage, by grpcio and grpc-js.
 
 mod support;
 
 use serde_json::json;
 use support::{
-    clients::{Answer, Call, Client},
     cosign::{cosign, cosign_accepts_referrer, key_pair, sign_as_referrer},
-    process::DaemonProcess,
+    signed_pulls::{daemon_with_policy, judged_by_each_client},
     stack::LocalStack,
 };
 
@@ -47,32 +47,11 @@ async fn signatures_attached_as_referrers_are_found_and_judged_as_cosign_judges_
             "signedIdentity": { "type": "matchRepository" },
         }] } }
     });
-    let file = dir.path().join("policy.json");
-    std::fs::write(&file, policy.to_string()).expect("policy");
-    let flags = ["--signature-policy", file.to_str().expect("utf-8")];
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    let daemon = daemon_with_policy(dir.path(), &stack, &policy).await;
 
-    let clients = Client::available();
-    for (i, &client) in clients.iter().enumerate() {
-        for (name, expected, reason) in cases {
-            let image = stack.image(&format!("ref/{name}:v1"));
-            let pod = json!({ "namespace": "prod", "name": "web", "uid": format!("{name}-{i}") });
-            let ensure = Call::new(
-                "imagemanager.v1.ImageManager/EnsureImageExists",
-                json!({ "image": image, "pull_policy": "IF_NOT_PRESENT", "pod": pod }),
-            );
-            let socket = daemon.socket.clone();
-            let answers =
-                tokio::task::spawn_blocking(move || client.run(&socket, &[ensure])).await.expect("client task");
-            match (&answers[0], expected) {
-                (Answer::Ok(_), true) => {}
-                (Answer::Error { code, message }, false) => {
-                    assert_eq!(code, "PERMISSION_DENIED", "{client:?} {name}: {message}");
-                    assert!(message.contains(reason), "{client:?} {name}: {message}");
-                }
-                (answer, _) => panic!("{client:?} {name}: {answer:?}"),
-            }
-        }
-    }
-    assert_eq!(clients.len(), 2, "grpcio and grpc-js both ran");
+    let cases: Vec<_> = cases
+        .iter()
+        .map(|&(name, expected, reason)| (stack.image(&format!("ref/{name}:v1")), expected, reason))
+        .collect();
+    judged_by_each_client(&daemon.socket, &cases).await;
 }

@@ -15,6 +15,7 @@ pub mod private;
 pub mod process;
 pub mod registry_faults;
 pub mod registry_push;
+pub mod signed_pulls;
 pub mod sigstore_pki;
 pub mod stack;
 pub mod test_ca;

@@ -1,5 +1,5 @@
 # Every target works on a fresh Debian 12 machine with Rust; `deps` installs the rest.
-.PHONY: all build deps test lint bench soak demo deb image clean
+.PHONY: all build deps deps-rehearsal test lint bench soak demo deb image clean
 
 all: build
 
@@ -8,6 +8,13 @@ build:
 
 deps:
 	scripts/install-deps.sh
+
+# install-deps as on a new machine (root): in a private mount and PID namespace with empty tmpfs over
+# the extracted runtimes and containerd's default state and socket; fails if it does not finish
+# within REHEARSAL_SECONDS (900) or leaves a process behind. CI runs it each time (about 20 s once
+# the machine's packages are in: it fetches the three .debs again).
+deps-rehearsal:
+	scripts/rehearse-new-machine.sh
 
 # Every test: unit, fake-runtime integration, the real binary, and real containerd end to end
 # (those need root; outside CI they skip, saying so, when root or a tool is missing).

@@ -18,6 +18,58 @@
 # C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
 set -euo pipefail
 
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# One install-deps at a time on a machine (a second shell, or CI beside a session): the second
+# waits here, bounded, instead of failing on apt's lock or trampling the first's half-made files.
+lock_file=/var/lock/cri-imaged-install-deps.lock
+[ -w "$(dirname "$lock_file")" ] || lock_file="${TMPDIR:-/tmp}/cri-imaged-install-deps.$(id -u).lock"
+exec 9>"$lock_file"
+if ! flock -n 9; then
+    echo "install-deps: another install-deps holds $lock_file; waiting for it (at most 30 minutes)" >&2
+    flock -w 1800 9 || { echo "install-deps: $lock_file still held after 30 minutes" >&2; exit 1; }
+fi
+
+# Every check of an installed or fetched tool runs a command that exits by itself, within a
+# minute: a check must never start a daemon (`containerd version` is no subcommand: it starts a
+# containerd in the foreground), and one that fails says which tool and why.
+check_tool() {
+    local name=$1 out rc=0
+    shift
+    out=$(timeout --kill-after=5 60 "$@" </dev/null 2>&1) || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            echo "install-deps: $name: \`$*\` did not exit within 60 s" >&2
+        else
+            echo "install-deps: $name: \`$*\` failed (exit $rc): $(tail -n 3 <<<"$out")" >&2
+        fi
+        exit 1
+    fi
+}
+
+# apt waits for its lock (unattended-upgrades, another apt) rather than failing with exit 100:
+# dpkg's lock by DPkg::Lock::Timeout, and the lists' lock of `apt-get update`, which that option
+# does not cover, by trying again every 5 s for as long.
+apt_lock_timeout=300
+apt_get() {
+    local deadline=$((SECONDS + apt_lock_timeout)) err rc
+    err=$(mktemp)
+    while :; do
+        rc=0
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$apt_lock_timeout" "$@" 2>"$err" || rc=$?
+        if [ "$rc" -ne 0 ] && grep -q 'Could not get lock' "$err" && [ "$SECONDS" -lt "$deadline" ]; then
+            echo "install-deps: apt's lock is held; trying again in 5 s" >&2
+            sleep 5
+            continue
+        fi
+        grep -v '^$' "$err" >&2 || true
+        rm -f "$err"
+        return "$rc"
+    done
+}
+
 missing=()
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
 # protoc's well-known types (google/protobuf/duration.proto) ship apart from protoc.
@@ -73,10 +125,6 @@ command -v busybox >/dev/null && ! ldd "$(command -v busybox)" >/dev/null 2>&1 |
 # see below for the server it may start.
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
-}
-
 # The pids of /usr/bin/prometheus servers running now.
 prometheus_pids() {
     local pid
@@ -88,8 +136,8 @@ prometheus_pids() {
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}" >&2
     prometheus_before=$(prometheus_pids)
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     # prometheus's postinst starts its server where an init system runs services (systemd, or
     # invoke-rc.d with a runlevel and no policy-rc.d refusing it): the tests need only the
     # binaries, and a server on :9090 with the machine's own data would be left behind. Stop and
@@ -107,7 +155,7 @@ fi
 
 # Debian's own python3 refuses pip installs outside a venv (PEP 668); these are test tools only.
 pip_install() {
-    python3 -m pip --version >/dev/null 2>&1 || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    python3 -m pip --version >/dev/null 2>&1 || apt_get install -y -qq python3-pip >/dev/null
     python3 -m pip install --quiet --disable-pip-version-check "$@" 2>/dev/null ||
         python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$@"
 }
@@ -151,14 +199,14 @@ fi
 
 # make test's runner (.config/nextest.toml runs the abuse tests alone): the Rust machines have it;
 # from crates.io where one does not, so that make test never falls back to another runner unseen.
-if ! cargo nextest --version >/dev/null 2>&1; then
+if ! timeout 60 cargo nextest --version >/dev/null 2>&1; then
     echo "install-deps: installing cargo-nextest (cargo install)" >&2
     cargo install --quiet --locked cargo-nextest
 fi
 
 # The fuzz targets' runner (fuzz/, scripts/fuzz.sh): it builds them with libFuzzer and, through
 # RUSTC_BOOTSTRAP, AddressSanitizer on the stable toolchain.
-if ! cargo fuzz --version >/dev/null 2>&1; then
+if ! timeout 60 cargo fuzz --version >/dev/null 2>&1; then
     echo "install-deps: installing cargo-fuzz (cargo install)" >&2
     cargo install --quiet --locked cargo-fuzz --version '^0.13'
 fi
@@ -166,7 +214,7 @@ fi
 # make lint's dependency checks (deny.toml), at the version pinned here: built from source, about 4
 # minutes on 2 cores, so only when it is missing or another version.
 cargo_deny_version=0.20.2
-if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $cargo_deny_version" ]; then
+if [ "$(timeout 60 cargo deny --version 2>/dev/null)" != "cargo-deny $cargo_deny_version" ]; then
     echo "install-deps: installing cargo-deny $cargo_deny_version (cargo install)" >&2
     cargo install --quiet --locked cargo-deny --version "$cargo_deny_version"
 fi
@@ -179,9 +227,16 @@ fi
 # make test names containerd's in CONTAINERD_BIN, by which local-stack.sh runs one; the signature
 # tests find cosign at /opt/cri-imaged-test/cosign-trixie/usr/bin/cosign.
 newer_prefix=/opt/cri-imaged-test
+# from_suite PACKAGE SUITE CHECK...: CHECK is the command (in the extracted usr/bin) that shows the
+# extracted tool runs, and must exit by itself.
 from_suite() {
     local package=$1 suite=$2 dir="$newer_prefix/$1-$2"
-    [ -x "$dir/usr/bin/$package" ] && return 0
+    shift 2
+    local check=("$dir/usr/bin/$1" "${@:2}")
+    if [ -x "$dir/usr/bin/$package" ]; then
+        check_tool "$package ($suite)" "${check[@]}"
+        return 0
+    fi
     local archive
     # The first Debian archive named (deb822 `URIs:`, or a one-line `deb [options] URI suite`).
     archive=$(awk '/^(URIs:|deb )/ {for (i = 2; i <= NF; i++) if ($i ~ /^https?:\/\/.*\/debian\/?$/) {print $i; exit}}' \
@@ -194,14 +249,14 @@ from_suite() {
         "$archive" "$suite" | as_root tee "$apt/newer.sources" >/dev/null
     local options=(-o "Dir::Etc::sourcelist=$apt/newer.sources" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt/lists"
         -o "Dir::Cache=$apt/cache" -o Dir::State::status=/dev/null -o APT::Sandbox::User=root)
-    as_root apt-get "${options[@]}" update -qq
-    (cd "$apt/debs" && as_root apt-get "${options[@]}" download -qq "$package/$suite")
+    apt_get "${options[@]}" update -qq
+    (cd "$apt/debs" && apt_get "${options[@]}" download -qq "$package/$suite")
     as_root rm -rf "$dir.partial"
     as_root dpkg -x "$apt/debs/${package}"_*.deb "$dir.partial"
     as_root mv "$dir.partial" "$dir"
     as_root rm -rf "$apt"
-    "$dir/usr/bin/$package" version >/dev/null 2>&1 || "$dir/usr/bin/$package" --version >&2
+    check_tool "$package ($suite)" "${check[@]}"
 }
-from_suite containerd trixie
-from_suite containerd sid
-from_suite cosign trixie
+from_suite containerd trixie containerd --version
+from_suite containerd sid containerd --version
+from_suite cosign trixie cosign version

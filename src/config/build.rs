@@ -23,7 +23,11 @@ use crate::{
     },
     pull::poller::ProgressConfig,
     pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitError},
-    pull::{breaker::state::BreakerConfig, ratelimit::AdaptiveConfig, scheduler::SchedulerConfig},
+    pull::{
+        breaker::state::BreakerConfig,
+        ratelimit::AdaptiveConfig,
+        scheduler::{DEFAULT_MAX_PARALLEL, SchedulerConfig},
+    },
     records::verification::{Allowlist, PolicyError},
     server::{ConnectionLimits, ServeLimits},
 };
@@ -122,9 +126,9 @@ impl ServeArgs {
     pub fn manager_config(&self) -> Result<ManagerConfig, ConfigError> {
         let max_parallel = match (self.serialize_image_pulls, self.max_parallel_image_pulls) {
             (Some(true), Some(n)) if n.get() > 1 => return Err(ConfigError::ParallelWhileSerialized(n.get())),
-            (Some(false), None) => None,
             (_, Some(n)) => Some(n),
-            (Some(true) | None, None) => Some(NonZeroUsize::MIN),
+            (Some(true), None) => Some(NonZeroUsize::MIN),
+            (Some(false) | None, None) => Some(DEFAULT_MAX_PARALLEL),
         };
         let backoff = BackoffConfig::try_new(
             self.image_pull_backoff_initial,

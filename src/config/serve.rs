@@ -140,12 +140,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub health_probe_timeout: Duration,
 
-    /// Pull one image at a time, as the kubelet's --serialize-image-pulls. Defaults to true,
-    /// unless --max-parallel-image-pulls is 2 or more.
+    /// Pull one image at a time, as the kubelet's --serialize-image-pulls (its default). Defaults
+    /// to false here: pulls run in parallel up to --max-parallel-image-pulls, cheaper ones first.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub serialize_image_pulls: Option<bool>,
 
-    /// The most upstream pulls at once when pulls are not serialized; unset means no cap.
+    /// The most upstream pulls at once when pulls are not serialized (default 10).
     #[arg(long, value_name = "N", value_parser = parse_at_least_one, allow_hyphen_values = true)]
     pub max_parallel_image_pulls: Option<NonZeroUsize>,
 
@@ -160,10 +160,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub pull_progress: bool,
 
-    /// A pull with this many MiB or more to fetch, which has fetched less than 32 MiB when pulls
-    /// are queued behind it, gives them its slot once and lets every pull go first for up to 60 s
-    /// (small pulls do not wait behind big ones). 0 never. Needs --pull-progress (containerd).
-    #[arg(long, value_name = "MIB", default_value = "256", allow_hyphen_values = true)]
+    /// A pull with this many MiB or more to fetch makes way, once, for pods' pulls queued for a
+    /// slot or fetching a quarter of what it has left or less, and goes on where it was (its
+    /// downloads kept in a lease) once they are done, within 60 s. 0 never. Needs --pull-progress
+    /// (containerd).
+    #[arg(long, value_name = "MIB", default_value = "64", allow_hyphen_values = true)]
     pub yield_pulls_above_mib: u64,
 
     /// Cancels a pull that downloaded nothing for this long (as containerd 1.7's

@@ -68,17 +68,18 @@ fn max_parallel(flags: &[&str]) -> Option<usize> {
 }
 
 #[test]
-fn pulls_are_serial_by_default_as_in_the_kubelet() {
-    assert_eq!(max_parallel(&[]), Some(1));
-    assert_eq!(max_parallel(&["--serialize-image-pulls"]), Some(1));
+fn pulls_run_ten_at_once_by_default_unlike_the_kubelets_serial_puller() {
+    assert_eq!(max_parallel(&[]), Some(10));
+    assert_eq!(max_parallel(&["--serialize-image-pulls=false"]), Some(10));
     assert_eq!(manager_config(&[]).expect("valid"), ManagerConfig::default());
 }
 
 #[test]
-fn parallel_pulls_are_capped_or_unlimited() {
+fn pulls_are_serial_or_capped_as_told() {
+    assert_eq!(max_parallel(&["--serialize-image-pulls"]), Some(1));
+    assert_eq!(max_parallel(&["--serialize-image-pulls=true"]), Some(1));
     assert_eq!(max_parallel(&["--max-parallel-image-pulls", "3"]), Some(3));
     assert_eq!(max_parallel(&["--serialize-image-pulls=false", "--max-parallel-image-pulls", "3"]), Some(3));
-    assert_eq!(max_parallel(&["--serialize-image-pulls=false"]), None);
 }
 
 #[test]
@@ -309,9 +310,9 @@ fn a_bad_runtime_endpoint_is_a_usage_error_that_names_it() {
 }
 
 #[test]
-fn big_pulls_yield_above_256_mib_unless_set_to_0() {
+fn big_pulls_make_way_above_64_mib_unless_set_to_0() {
     let yield_above = |flags: &[&str]| manager_config(flags).expect("valid").scheduler.yield_above;
-    assert_eq!(yield_above(&[]), Some(256 << 20));
+    assert_eq!(yield_above(&[]), Some(64 << 20));
     assert_eq!(yield_above(&["--yield-pulls-above-mib", "1024"]), Some(1 << 30));
     assert_eq!(yield_above(&["--yield-pulls-above-mib", "0"]), None);
     let refused = Cli::try_parse_from(["cri-imaged", "serve", "--yield-pulls-above-mib", "-1"]).err();

@@ -81,6 +81,9 @@ pub struct Report {
     /// Bytes a pull resumed from its lease found fetched already, by an earlier pull cut short;
     /// 0 for any other.
     pub kept: u64,
+    /// The lease holding what the pull fetches, once it does: cut short, a pull of the same image
+    /// that names it goes on from there instead of fetching it again.
+    pub held_in: Option<Arc<str>>,
 }
 
 impl Report {
@@ -105,7 +108,15 @@ pub struct TrackedPull {
     pub waiting: WaitingPods,
     /// The lease to keep the pull's blobs and downloads in, once its manifest is found.
     pub keep_in: Option<Arc<str>>,
+    /// Without `keep_in`: a lease the poller makes to keep them in, named so, once the pull turns
+    /// out to fetch at least this many bytes (a big pull that may make way for smaller ones).
+    pub lease_above: Option<(Arc<str>, u64)>,
 }
+
+/// How long a lease the poller made keeps what its pull fetched: past the longest a pull that
+/// made way waits before it goes on ([`super::scheduler::yielding::YIELD_FOR_AT_MOST`]), and
+/// ended by containerd then, so nothing has to remember to end it.
+pub const LEASE_LIFETIME: Duration = Duration::from_secs(600);
 
 /// What the scheduler needs of the poller (which is generic over the runtime; the scheduler is
 /// not).
@@ -121,6 +132,7 @@ struct Registered {
     waiting: WaitingPods,
     reports: watch::Sender<Option<Report>>,
     keep_in: Option<Arc<str>>,
+    lease_above: Option<(Arc<str>, u64)>,
     /// When an unaccounted download last moved while this pull had no answer.
     activity: watch::Sender<Option<Instant>>,
     events: Arc<Events>,
@@ -174,7 +186,7 @@ impl TrackPulls for ProgressPoller {
         let id = self.registry.next_id.fetch_add(1, Ordering::Relaxed);
         let (reports, receiver) = watch::channel(None);
         let (activity, moved) = watch::channel(None);
-        let TrackedPull { image, reference, started_at, waiting, keep_in } = pull;
+        let TrackedPull { image, reference, started_at, waiting, keep_in, lease_above } = pull;
         let (events, told_all) = (self.events.clone(), AtomicBool::new(false));
         let pull = Arc::new(Registered {
             image,
@@ -183,6 +195,7 @@ impl TrackPulls for ProgressPoller {
             waiting,
             reports,
             keep_in,
+            lease_above,
             activity,
             events,
             told_all,
@@ -215,6 +228,8 @@ struct Watched {
     published: Option<(Instant, Progress)>,
     /// See [`Report::kept`].
     kept: u64,
+    /// See [`Report::held_in`].
+    held_in: Option<Arc<str>>,
 }
 
 impl<R: ContentStore> Poll<R> {
@@ -289,9 +304,9 @@ impl<R: ContentStore> Poll<R> {
             let now = Instant::now();
             if watched.progress.is_none() && searching && watched.next_search.is_none_or(|next| now >= next) {
                 watched.next_search = Some(now + SEARCH_INTERVAL);
-                (watched.progress, watched.kept) = match self.find_layers(pull, &ingests).await {
-                    Some((progress, kept)) => (Some(progress), kept),
-                    None => (None, 0),
+                (watched.progress, watched.kept, watched.held_in) = match self.find_layers(pull, &ingests).await {
+                    Some(Found { progress, kept, held_in }) => (Some(progress), kept, held_in),
+                    None => (None, 0, None),
                 };
             }
             if watched.progress.is_none() {
@@ -313,6 +328,7 @@ impl<R: ContentStore> Poll<R> {
                     bytes_per_second: watched.rate.sample(now, done.bytes_done),
                     stalled,
                     kept: watched.kept,
+                    held_in: watched.held_in.clone(),
                 };
                 let before = pull.reports.send_replace(Some(report.clone())).map_or(0, |was| was.progress.bytes_done);
                 if done.bytes_done > before {
@@ -334,7 +350,7 @@ impl<R: ContentStore> Poll<R> {
     /// The layers `pull` fetches, once containerd has its manifest: those stored already (and
     /// not being written) are left out. With them, for a pull resumed from its lease (whose
     /// manifest came before it: the lease names it), the bytes an earlier pull fetched.
-    async fn find_layers(&self, pull: &Registered, ingests: &HashMap<String, Ingest>) -> Option<(PullProgress, u64)> {
+    async fn find_layers(&self, pull: &Registered, ingests: &HashMap<String, Ingest>) -> Option<Found> {
         let since = pull.started_at.checked_sub(CLOCK_SLACK).unwrap_or(pull.started_at);
         let host = host_without_port(pull.reference.domain());
         let (manifest, resumed) = match self.runtime.find_manifest(host, pull.reference.path(), since).await {
@@ -351,9 +367,16 @@ impl<R: ContentStore> Poll<R> {
             return None;
         };
         // A pull resumed from its lease finds it holding all this already.
-        if let (Some(lease), false) = (&pull.keep_in, resumed) {
-            self.keep(lease, &manifest, &blob, &layers).await;
-        }
+        let total: u64 = layers.iter().map(|layer| layer.size).sum();
+        let held_in = match (&pull.keep_in, &pull.lease_above) {
+            (Some(lease), _) if resumed => Some(lease.clone()),
+            (Some(lease), _) => self.keep(lease, &manifest, &blob, &layers).await.then(|| lease.clone()),
+            (None, Some((lease, above))) if total >= *above => {
+                let made = self.made_lease(lease, SystemTime::now() + LEASE_LIFETIME).await;
+                (made && self.keep(lease, &manifest, &blob, &layers).await).then(|| lease.clone())
+            }
+            (None, _) => None,
+        };
         let mut stored = HashSet::new();
         for layer in &layers {
             if !ingests.contains_key(&layer.digest) && self.runtime.has_blob(&layer.digest).await.unwrap_or(false) {
@@ -371,7 +394,7 @@ impl<R: ContentStore> Poll<R> {
                 })
                 .sum(),
         };
-        Some((PullProgress::new(layers, &stored, Instant::now()), kept))
+        Some(Found { progress: PullProgress::new(layers, &stored, Instant::now()), kept, held_in })
     }
 
     /// A `PullProgress` event when the pull moved and the last one is old enough; the first
@@ -392,6 +415,14 @@ impl<R: ContentStore> Poll<R> {
         pull.told_all.store(all, Ordering::Relaxed);
         pull.events.publish(progress_event(pull, &report.facts()));
     }
+}
+
+/// A pull's layers once its manifest is found, what an earlier pull cut short fetched of them, and
+/// the lease holding them.
+struct Found {
+    progress: PullProgress,
+    kept: u64,
+    held_in: Option<Arc<str>>,
 }
 
 /// A `PullProgress` event about `pull`, for every pod waiting for it.

@@ -13,8 +13,9 @@
 //! that hangs never holds the node's pulls, and serial pulls still mean one download at a time,
 //! but for a pull that waited without a slot and whose registry answered at last.
 //!
-//! Small pulls do not wait behind big ones: a pull that turns out big and has barely begun gives
-//! its slot, once, to the pulls queued behind it ([`yielding`]).
+//! Small pulls do not wait behind big ones nor share the link with them: a pull that turns out big
+//! makes way, once, for the pods' pulls that are much cheaper, and goes on from what it fetched
+//! ([`yielding`]).
 //!
 //! Pods first: a pre-pull never holds a slot a pod's pull waits for (`pods_first`).
 //!
@@ -29,7 +30,7 @@ use std::{
     num::NonZeroUsize,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
-        atomic::{AtomicBool, AtomicU8, Ordering},
+        atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering},
     },
     time::{Duration, SystemTime},
 };
@@ -69,23 +70,31 @@ pub struct SchedulerConfig {
     /// A watched pull whose registry has not answered for this long (since it started) fails
     /// with `RegistryUnavailable`; `None` waits as long as the pull takes.
     pub resolve_timeout: Option<Duration>,
-    /// A pull of at least this many bytes to fetch gives its slot, once, to the pulls queued
-    /// behind it while it has barely begun (see [`yielding`]); `None` never.
+    /// A pull of at least this many bytes to fetch makes way, once, for much cheaper pods' pulls
+    /// (see [`yielding`]); `None` never.
     pub yield_above: Option<u64>,
     pub breaker: BreakerConfig,
 }
 
+/// The most pulls at once unless told otherwise (`--max-parallel-image-pulls`).
+pub const DEFAULT_MAX_PARALLEL: NonZeroUsize = NonZeroUsize::new(10).expect("not zero");
+
+/// A pull of this many bytes or more makes way for much cheaper pods' pulls (see [`yielding`]).
+pub const DEFAULT_YIELD_ABOVE: u64 = 64 << 20;
+
 impl Default for SchedulerConfig {
-    /// Serial pulls without a pull timeout, as the kubelet; not the kubelet's: a registry that
-    /// has not answered for 1 s gives its slot back, and fails its pull at 20 s; a pull of
-    /// 256 MiB or more lets those queued behind it go first.
+    /// Not the kubelet's serial puller: up to [`DEFAULT_MAX_PARALLEL`] pulls at once, a pull of
+    /// [`DEFAULT_YIELD_ABOVE`] or more making way for much cheaper ones, so that a cold node's
+    /// small pods start first while the big image keeps the link busy (README, "A cold node").
+    /// No pull timeout, as the kubelet; a registry that has not answered for 1 s gives its slot
+    /// back, and fails its pull at 20 s.
     fn default() -> Self {
         Self {
-            max_parallel: Some(NonZeroUsize::MIN),
+            max_parallel: Some(DEFAULT_MAX_PARALLEL),
             pull_timeout: None,
             answer_grace: Duration::from_secs(1),
             resolve_timeout: Some(Duration::from_secs(20)),
-            yield_above: Some(256 << 20),
+            yield_above: Some(DEFAULT_YIELD_ABOVE),
             breaker: BreakerConfig::default(),
         }
     }
@@ -162,6 +171,12 @@ impl PullSlot {
         }
     }
 
+    /// Its progress at the last poll, once its downloads are seen.
+    fn report(&self) -> Option<Report> {
+        let progress = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        progress.as_ref().and_then(|reports| reports.borrow().clone())
+    }
+
     fn wait_for(&self, caller: Option<&Pod>) {
         let Some(caller) = caller else { return };
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -201,6 +216,9 @@ struct Shared {
     events: Arc<Events>,
     /// Run as each pull starts, once set.
     room: std::sync::OnceLock<Arc<dyn MakeRoom>>,
+    /// The leases made for big pulls are named from this, unique to this daemon's start.
+    lease_prefix: String,
+    leases_named: AtomicU64,
 }
 
 /// The scheduler; cheap to clone.
@@ -243,6 +261,12 @@ impl PullScheduler {
             pods_in_flight: watch::Sender::new(0),
             events,
             room: std::sync::OnceLock::new(),
+            lease_prefix: format!(
+                "cri-imaged.resume.{}.{}",
+                std::process::id(),
+                SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis()
+            ),
+            leases_named: AtomicU64::new(0),
         };
         Self { shared: Arc::new(shared) }
     }
@@ -330,12 +354,7 @@ impl PullScheduler {
                 callers: slot.result.receiver_count(),
                 asked_at: slot.asked_at,
                 started_at: *slot.started_at.lock().unwrap_or_else(PoisonError::into_inner),
-                progress: slot
-                    .progress
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_ref()
-                    .and_then(|reports| reports.borrow().clone()),
+                progress: slot.report(),
                 class: *slot.class.borrow(),
                 state: slot.state(),
             })
@@ -399,6 +418,12 @@ impl Shared {
 
     fn recent(&self) -> MutexGuard<'_, HashMap<PullKey, (Instant, Pulled)>> {
         self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A name for the lease a big pull's downloads are kept in (see [`yielding`]).
+    fn resume_lease(&self) -> Arc<str> {
+        let n = self.leases_named.fetch_add(1, Ordering::Relaxed);
+        Arc::from(format!("{}.{n}", self.lease_prefix))
     }
 
     /// Waits for a slot; `None` when every caller went away first (the pull is then forgotten).

@@ -87,6 +87,7 @@ impl TrackPulls for Watching {
                 bytes_per_second: 0,
                 stalled: None,
                 kept: 0,
+                held_in: None,
                 layers: Arc::default(),
             }));
         }

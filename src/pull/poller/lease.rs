@@ -21,8 +21,9 @@ impl<R: ContentStore> Poll<R> {
     }
     /// Makes `lease` hold the pull's manifest, config and layers, each layer both as a blob and as
     /// the download containerd names `layer-<digest>`: whatever is cut short later, what it
-    /// fetched stays, and a later pull goes on from there. Best effort: the pull goes on anyway.
-    pub(super) async fn keep(&self, lease: &str, manifest: &str, blob: &[u8], layers: &[Layer]) {
+    /// fetched stays, and a later pull goes on from there. Best effort: the pull goes on anyway;
+    /// `false` when nothing is kept.
+    pub(super) async fn keep(&self, lease: &str, manifest: &str, blob: &[u8], layers: &[Layer]) -> bool {
         let config = manifest_config(blob).into_iter();
         let blobs = [manifest.to_owned()].into_iter().chain(config).map(Held::Blob);
         // Its manifest named so that a pull resumed later finds it (see `kept_manifest`).
@@ -31,8 +32,23 @@ impl<R: ContentStore> Poll<R> {
             .iter()
             .flat_map(|layer| [Held::Blob(layer.digest.clone()), Held::Download(format!("layer-{}", layer.digest))]);
         let held: Vec<Held> = blobs.chain(layers).collect();
-        if let Err(error) = self.runtime.hold(lease, &held).await {
-            tracing::warn!(%error, lease, "what the pull fetches is not kept; cut short, it starts over");
+        match self.runtime.hold(lease, &held).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, lease, "what the pull fetches is not kept; cut short, it starts over");
+                false
+            }
+        }
+    }
+
+    /// Makes `lease`, ending at `expires`, for a pull that may make way for smaller ones.
+    pub(super) async fn made_lease(&self, lease: &str, expires: std::time::SystemTime) -> bool {
+        match self.runtime.create_lease(lease, expires).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::debug!(%error, lease, "no lease for a big pull: should it make way, it starts over");
+                false
+            }
         }
     }
 }

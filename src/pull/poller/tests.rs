@@ -63,6 +63,7 @@ fn pull(image: &str, waiting: &[&str]) -> TrackedPull {
         started_at: SystemTime::now(),
         waiting: Arc::new(Mutex::new(waiting.iter().map(|uid| pod(uid)).collect())),
         keep_in: None,
+        lease_above: None,
     }
 }
 
@@ -389,4 +390,27 @@ async fn a_pull_resumed_from_its_lease_finds_its_manifest_there_and_says_what_wa
     content.downloading(1, 3 * MIB, 4 * MIB);
     tick().await;
     assert_eq!(latest(&plain), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_pull_has_a_lease_made_for_it_holding_its_downloads_and_a_small_one_none() {
+    let content = Arc::new(FakeRuntime::default());
+    let poller = ProgressPoller::start(content.clone(), config(300), Arc::new(Events::default()));
+    let above = |lease: &str| Some((Arc::from(lease), 4 * MIB));
+    let big =
+        poller.track(TrackedPull { lease_above: above("cri-imaged.resume.big"), ..pull("registry.local/big:v1", &[]) });
+    let small = poller
+        .track(TrackedPull { lease_above: above("cri-imaged.resume.small"), ..pull("registry.local/small:v1", &[]) });
+    content.manifest("registry.local", "big", 9, &[(1, 4 * MIB), (2, MIB)]);
+    content.manifest("registry.local", "small", 19, &[(11, MIB)]);
+    content.downloading(1, MIB, 4 * MIB);
+    content.downloading(11, MIB / 2, MIB);
+    tick().await;
+
+    let report = latest(&big).expect("a report");
+    assert_eq!(report.held_in.as_deref(), Some("cri-imaged.resume.big"), "5 MiB to fetch, 4 MiB or more: held");
+    let held = content.state().leases["cri-imaged.resume.big"].clone();
+    assert!(held.contains(&Held::Download(format!("layer-{}", digest(1)))), "its download is held: {held:?}");
+    assert_eq!(latest(&small).expect("a report").held_in, None, "1 MiB to fetch: no lease");
+    assert!(!content.state().leases.contains_key("cri-imaged.resume.small"), "none made");
 }

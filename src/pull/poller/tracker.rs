@@ -151,6 +151,7 @@ impl Registration {
             waiting: WaitingPods::default(),
             reports: watch::channel(None).0,
             keep_in: None,
+            lease_above: None,
             activity: watch::channel(None).0,
             events: Arc::new(Events::default()),
             told_all: AtomicBool::new(false),

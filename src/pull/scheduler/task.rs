@@ -17,7 +17,7 @@ use super::{
     PullSlot, PullState, RECENT, Shared, Slot,
     admission::{NotAdmitted, admit, silent_registry},
     pods_first::Leaving,
-    yielding::{big_pull_yields, last_in_line},
+    yielding::{CHEAPER, YIELD_FOR_AT_MOST, last_in_line},
 };
 use crate::{
     events::{Event, EventType, reason},
@@ -90,16 +90,34 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         let result = match called {
             Called::Ended(result) => result,
             Called::Yielded => {
-                tracing::info!(image = %key.image, "a big pull gave its slot to the pulls queued behind it");
+                let report = tracker.reports().borrow().clone();
+                let (left, held_in) = report.map_or((0, None), |report| {
+                    (report.progress.bytes_total.saturating_sub(report.progress.bytes_done), report.held_in)
+                });
+                tracing::info!(
+                    image = %key.image,
+                    left,
+                    resumes = held_in.is_some(),
+                    "a big pull made way for cheaper pods' pulls"
+                );
                 shared.metrics.finished(pass.host(), PullResult::Yielded);
                 slot.queued_again();
                 drop(tracker);
                 may_yield = false;
                 // Its next call is the same pull: the rate limit that let the first pass waits.
                 pull.wait_for_rate_limit = true;
+                // It goes on from what its lease holds, if it held any.
+                if held_in.is_some() {
+                    pull.keep_in = held_in;
+                }
                 drop(permit.take());
+                let until = Instant::now() + YIELD_FOR_AT_MOST;
+                let behind_cheaper = async {
+                    shared.cheaper_ones_ended(&slot, left / CHEAPER, until).await;
+                    last_in_line(shared.slots.as_ref(), &shared.queued, until).await
+                };
                 let last = tokio::select! {
-                    last = last_in_line(shared.slots.as_ref(), &shared.queued) => last,
+                    last = behind_cheaper => last,
                     () = shared.unwanted(&key, &slot) => return,
                 };
                 let next = match last {
@@ -210,7 +228,7 @@ impl Shared {
             })),
             error = unanswered => Called::Ended(Err(error)),
             never = answered => match never {},
-            () = big_pull_yields(above, tracker, &self.queued) => Called::Yielded,
+            () = self.makes_way(slot, above, tracker) => Called::Yielded,
             () = self.preempted(slot) => Called::Preempted,
         }
     }
@@ -228,12 +246,18 @@ impl Shared {
         let (Some(progress), Some(reference)) = (&self.progress, &pull.reference) else {
             return Tracker::untracked();
         };
+        // A pull that may make way for smaller ones keeps what it fetches, to go on from there.
+        let lease_above = match (&pull.keep_in, self.config.yield_above) {
+            (None, Some(above)) => Some((self.resume_lease(), above)),
+            _ => None,
+        };
         let tracker = progress.track(TrackedPull {
             image: slot.image.clone(),
             reference: reference.clone(),
             started_at: SystemTime::now(),
             waiting: slot.waiting.clone(),
             keep_in: pull.keep_in.clone(),
+            lease_above,
         });
         *slot.progress.lock().unwrap_or_else(PoisonError::into_inner) = Some(tracker.reports());
         tracker

@@ -23,6 +23,8 @@ struct Upstream {
     gate: Option<Notify>,
     duration: Duration,
     order: std::sync::Mutex<Vec<String>>,
+    /// The lease each call named to go on from, in the same order.
+    kept_in: std::sync::Mutex<Vec<Option<Arc<str>>>>,
     /// Behind an exhausted registry limit: a pull that will not wait for a token is refused.
     rate_limited: bool,
     refused: AtomicUsize,
@@ -52,6 +54,7 @@ impl Upstream {
         }
         self.calls.fetch_add(1, SeqCst);
         self.order.lock().unwrap().push(spec.image().image.clone());
+        self.kept_in.lock().unwrap().push(spec.keep_in.clone());
         let now = self.running.fetch_add(1, SeqCst) + 1;
         self.most_at_once.fetch_max(now, SeqCst);
         // Counts a cancellation when the future is dropped before it finishes.
@@ -422,7 +425,7 @@ fn for_pod(image: &str, uid: &str) -> Pull {
 fn report(bytes_done: u64, stalled: Option<Duration>) -> Report {
     let progress =
         crate::pull::progress::Progress { bytes_done, bytes_total: 8 << 20, layers_done: 0, layers_total: 2 };
-    Report { progress, bytes_per_second: 0, stalled, kept: 0, layers: Arc::default() }
+    Report { progress, bytes_per_second: 0, stalled, kept: 0, held_in: None, layers: Arc::default() }
 }
 
 #[tokio::test(start_paused = true)]
@@ -522,7 +525,8 @@ impl Serial {
     /// The `nth` tracker handed out reports `bytes_done` of `bytes_total`.
     async fn report(&self, nth: usize, bytes_done: u64, bytes_total: u64) {
         let progress = crate::pull::progress::Progress { bytes_done, bytes_total, layers_done: 0, layers_total: 4 };
-        let report = Report { progress, bytes_per_second: 0, stalled: None, kept: 0, layers: Arc::default() };
+        let report =
+            Report { progress, bytes_per_second: 0, stalled: None, kept: 0, held_in: None, layers: Arc::default() };
         self.tracking.reports.lock().unwrap()[nth].send_replace(Some(report));
         settle().await;
     }
@@ -597,7 +601,7 @@ async fn a_pull_that_yielded_lets_later_ones_go_first_for_a_minute_at_most() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pull_under_the_size_or_past_its_first_32_mib_keeps_its_slot() {
-    for (done, total) in [(0, (256 << 20) - 1), (yielding::YIELD_WITHIN, 1 << 30)] {
+    for (done, total) in [(0, super::DEFAULT_YIELD_ABOVE - 1), (yielding::YIELD_WITHIN, 1 << 30)] {
         let serial = Serial::new(Duration::from_secs(60));
         let first = serial.pull("first:v1").await;
         serial.report(0, done, total).await;
@@ -620,6 +624,94 @@ async fn a_big_pull_yields_when_its_size_is_known_after_the_others_queued() {
     small.await.expect("small").result.expect("pulled");
     big.await.expect("big").result.expect("pulled");
     assert_eq!(serial.ended(), ["small:v1", "big:v1"]);
+}
+
+/// A scheduler of up to ten pulls at once (the default), each taking a minute, watched by
+/// scripted trackers.
+fn parallel_tracked() -> (Arc<Upstream>, Arc<ScriptedTracking>, PullScheduler) {
+    let (upstream, tracking) = (Upstream::slow(Duration::from_secs(60)), Arc::new(ScriptedTracking::default()));
+    let config =
+        SchedulerConfig { answer_grace: Duration::from_secs(3600), resolve_timeout: None, ..Default::default() };
+    let progress: Option<Arc<dyn TrackPulls>> = Some(tracking.clone());
+    let scheduler = PullScheduler::tracked(upstream.service(), config, Default::default(), progress, Arc::default());
+    (upstream, tracking, scheduler)
+}
+
+/// The `nth` tracker handed out reports `bytes_done` of `bytes_total`, its downloads in `held_in`.
+async fn downloading(
+    tracking: &ScriptedTracking,
+    nth: usize,
+    (bytes_done, bytes_total): (u64, u64),
+    held_in: Option<&str>,
+) {
+    let progress = crate::pull::progress::Progress { bytes_done, bytes_total, layers_done: 0, layers_total: 2 };
+    let held_in = held_in.map(Arc::from);
+    let report = Report { progress, bytes_per_second: 0, stalled: None, kept: 0, held_in, layers: Arc::default() };
+    tracking.reports.lock().unwrap()[nth].send_replace(Some(report));
+    // The big pull looks at the pulls beside it every 100 ms.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    settle().await;
+}
+
+fn pull_in_task(scheduler: &PullScheduler, pull: Pull) -> tokio::task::JoinHandle<Scheduled> {
+    let scheduler = scheduler.clone();
+    tokio::spawn(async move { scheduler.pull(pull).await })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_big_pull_makes_way_for_a_much_cheaper_pods_pull_beside_it_and_goes_on_from_its_lease() {
+    let (upstream, tracking, scheduler) = parallel_tracked();
+    let big = pull_in_task(&scheduler, for_pod("big:v1", "u1"));
+    settle().await;
+    downloading(&tracking, 0, (10 << 20, 1 << 30), Some("cri-imaged.resume.test")).await;
+    let small = pull_in_task(&scheduler, for_pod("small:v1", "u2"));
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 0, "the small pull's size is not known yet");
+    downloading(&tracking, 1, (0, 2 << 20), None).await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 1, "2 MiB beside 1014 MiB left: the big pull made way");
+    assert_eq!(scheduler.shared.metrics.pulls_total(PullResult::Yielded), 1);
+    assert_eq!(upstream.running.load(SeqCst), 1, "the small pull has the link to itself");
+
+    small.await.expect("small").result.expect("pulled");
+    big.await.expect("big").result.expect("pulled once the small one was");
+    assert_eq!(*upstream.order.lock().unwrap(), ["big:v1", "small:v1", "big:v1"]);
+    let kept_in = upstream.kept_in.lock().unwrap().clone();
+    let kept_in: Vec<Option<&str>> = kept_in.iter().map(Option::as_deref).collect();
+    assert_eq!(kept_in, [None, None, Some("cri-imaged.resume.test")], "it went on from what its lease held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn big_pulls_share_the_link_with_comparable_pulls_and_pre_pulls_and_make_way_once() {
+    let (upstream, tracking, scheduler) = parallel_tracked();
+    let big = pull_in_task(&scheduler, for_pod("big:v1", "u1"));
+    settle().await;
+    downloading(&tracking, 0, (0, 1 << 30), Some("cri-imaged.resume.test")).await;
+    // A third of what it has left is not much cheaper; a pre-pull is no pod's.
+    let comparable = pull_in_task(&scheduler, for_pod("comparable:v1", "u2"));
+    settle().await;
+    downloading(&tracking, 1, (0, 350 << 20), None).await;
+    let pre_pull = pull_in_task(&scheduler, Pull { class: PullClass::PrePull, ..spec("ahead:v1", "") });
+    settle().await;
+    downloading(&tracking, 2, (0, 2 << 20), None).await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 0, "all three share the link");
+
+    // A small pod's pull: both big ones make way, once.
+    let small = pull_in_task(&scheduler, for_pod("small:v1", "u3"));
+    settle().await;
+    downloading(&tracking, 3, (0, 2 << 20), None).await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 2, "2 MiB is much cheaper than 350 MiB too");
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    settle().await;
+    // Going on, they are watched by new trackers; another small pod's pull does not stop them again.
+    downloading(&tracking, 4, (0, 1 << 30), Some("cri-imaged.resume.test")).await;
+    downloading(&tracking, 5, (0, 350 << 20), Some("cri-imaged.resume.other")).await;
+    let again = pull_in_task(&scheduler, for_pod("again:v1", "u4"));
+    settle().await;
+    downloading(&tracking, 6, (0, 2 << 20), None).await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 2, "each makes way once");
+    for pull in [big, comparable, pre_pull, small, again] {
+        pull.await.expect("a pull").result.expect("pulled");
+    }
 }
 
 mod pods_first;

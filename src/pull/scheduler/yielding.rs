@@ -1,9 +1,15 @@
-//! Small pulls do not wait behind big ones: a pull whose image turns out big (its layers to fetch
-//! come to `SchedulerConfig::yield_above` or more) gives its slot to the pulls queued behind it,
-//! once, if it has fetched less than [`YIELD_WITHIN`] when they are there. It is cancelled and
-//! takes a slot again only while no other pull waits for one, for up to [`YIELD_FOR_AT_MOST`]
-//! (then it queues as any pull does); what it fetched is fetched again (containerd 1.6 drops a
-//! cancelled pull's partial downloads), so that is bounded and small next to the image.
+//! Small pulls do not wait behind big ones, nor share the link with them: a pull whose image turns
+//! out big (its layers come to `SchedulerConfig::yield_above` or more) makes way, once, for the
+//! pods' pulls that are cheaper: those queued for a slot, and those downloading an image of at
+//! most a [`CHEAPER`]th of what it has left to fetch. It is cancelled and goes on only once none
+//! is left (or after [`YIELD_FOR_AT_MOST`]), taking a slot only while no other pull waits for one.
+//!
+//! What it fetched is not fetched again: the poller keeps a big pull's downloads in a lease of
+//! their own from the moment its manifest shows it big ([`super::super::poller::LEASE_LIFETIME`]),
+//! and the pull that goes on names that lease, so containerd resumes each layer where it was. A
+//! pull whose downloads could not be held makes way only while it has fetched less than
+//! [`YIELD_WITHIN`], since that much is fetched again. Pulls that cannot be watched (no content
+//! service: CRI-O) never make way: nothing would say how big they are or keep what they fetched.
 
 use std::{sync::Arc, time::Duration};
 
@@ -12,50 +18,85 @@ use tokio::{
     time::Instant,
 };
 
-use crate::pull::poller::Tracker;
+use super::{PullState, Shared, Slot};
+use crate::pull::{PullClass, poller::Tracker};
 
-/// A pull that has fetched this much no longer gives its slot away.
+/// A pull whose downloads are not held and that has fetched this much no longer makes way.
 pub const YIELD_WITHIN: u64 = 32 << 20;
 
-/// The longest a pull that gave its slot away lets the pulls that come after it go first.
+/// The longest a pull that made way waits for the cheaper pulls to end.
 pub const YIELD_FOR_AT_MOST: Duration = Duration::from_secs(60);
 
-/// Resolves once the pull tracked by `tracker` should give its slot to the pulls waiting for one
-/// (`queued` counts them): its image is at least `above` bytes to fetch and it has fetched less
-/// than [`YIELD_WITHIN`]. Never, with `above` unset, for a pull not watched, or once it is past
-/// that.
-pub(super) async fn big_pull_yields(above: Option<u64>, tracker: &Tracker, queued: &watch::Sender<usize>) {
-    let Some(above) = above else { return std::future::pending().await };
-    let (mut reports, mut queue) = (tracker.reports(), queued.subscribe());
-    loop {
-        // Both marked seen each time round, so that neither wakes the loop again for nothing.
-        let (progress, waiting) =
-            (reports.borrow_and_update().as_ref().map(|report| report.progress), *queue.borrow_and_update() > 0);
-        if let Some(progress) = progress {
-            if progress.bytes_done >= YIELD_WITHIN || progress.bytes_total < above {
+/// A pull makes way for a pod's pull of at most this fraction of what it has left to fetch.
+pub const CHEAPER: u64 = 4;
+
+/// How often a big pull looks at the pulls beside it (their sizes change as the poller finds
+/// their manifests).
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+impl Shared {
+    /// Resolves once the pull of `slot`, tracked by `tracker`, should make way (see the module):
+    /// never with `above` unset, for a pull not watched, or below `above`.
+    pub(super) async fn makes_way(&self, slot: &Slot, above: Option<u64>, tracker: &Tracker) {
+        let Some(above) = above else { return std::future::pending().await };
+        let (mut reports, mut queue) = (tracker.reports(), self.queued.subscribe());
+        loop {
+            // Both marked seen each time round, so that neither wakes the loop again for nothing.
+            let report = reports.borrow_and_update().clone();
+            queue.borrow_and_update();
+            if let Some(report) = report {
+                let (done, total) = (report.progress.bytes_done, report.progress.bytes_total);
                 // The total is known once the manifest is: it does not grow.
-                return std::future::pending().await;
+                if total < above || (report.held_in.is_none() && done >= YIELD_WITHIN) {
+                    return std::future::pending().await;
+                }
+                if self.cheaper_pod_pulls(slot, total.saturating_sub(done) / CHEAPER) {
+                    return;
+                }
             }
-            if waiting {
-                return;
+            tokio::select! {
+                changed = reports.changed() => if changed.is_err() { return std::future::pending().await },
+                _ = queue.changed() => {}
+                () = tokio::time::sleep(LOOK_EVERY) => {}
             }
         }
-        tokio::select! {
-            changed = reports.changed() => if changed.is_err() { return std::future::pending().await },
-            _ = queue.changed() => {}
+    }
+
+    /// Whether a pod's pull other than `own` waits for a slot, or downloads an image of at most
+    /// `bytes` that it has not finished.
+    pub(super) fn cheaper_pod_pulls(&self, own: &Slot, bytes: u64) -> bool {
+        if *self.queued.borrow() > 0 {
+            return true;
+        }
+        self.in_flight().values().any(|slot| {
+            !Arc::ptr_eq(slot, own)
+                && *slot.class.borrow() == PullClass::Pod
+                && slot.state() == PullState::Pulling
+                && slot.report().is_some_and(|report| {
+                    let progress = report.progress;
+                    progress.bytes_total <= bytes && progress.bytes_done < progress.bytes_total
+                })
+        })
+    }
+
+    /// Resolves once no pod's pull cheaper than `bytes` is under way beside `own`, or at `until`.
+    pub(super) async fn cheaper_ones_ended(&self, own: &Slot, bytes: u64, until: Instant) {
+        while Instant::now() < until && self.cheaper_pod_pulls(own, bytes) {
+            tokio::time::sleep(LOOK_EVERY.min(until.saturating_duration_since(Instant::now()))).await;
         }
     }
 }
 
-/// A slot taken only while no other pull waits for one, for up to [`YIELD_FOR_AT_MOST`]: a pull
-/// that gave its slot away lets every pull that queues meanwhile go first. `None` once that time
-/// is up (it then queues as any pull does), or without a cap on slots.
+/// A slot taken only while no other pull waits for one, until `until`: a pull that made way lets
+/// every pull that queues meanwhile go first. `None` once that time is up (it then queues as any
+/// pull does), or without a cap on slots.
 pub(super) async fn last_in_line(
     slots: Option<&Arc<Semaphore>>,
     queued: &watch::Sender<usize>,
+    until: Instant,
 ) -> Option<OwnedSemaphorePermit> {
     let slots = slots?;
-    let (mut queue, until) = (queued.subscribe(), Instant::now() + YIELD_FOR_AT_MOST);
+    let mut queue = queued.subscribe();
     loop {
         let nobody_waits = queue.wait_for(|&waiting| waiting == 0);
         tokio::time::timeout_at(until, nobody_waits).await.ok()?.ok()?;

@@ -29,9 +29,9 @@ fn socket_flag(socket: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled() {
     let images = [("first:v1", 8 * MIB), ("big:v1", 24 * MIB)];
-    let Some(node) = ThrottledNode::start(&images, 2 * MIB, &[]).await else { return };
-    let socket = socket_flag(&node.daemon.socket);
     // One pull at a time (the kubelet's default): big waits for first's slot.
+    let Some(node) = ThrottledNode::start(&images, 2 * MIB, &["--serialize-image-pulls"]).await else { return };
+    let socket = socket_flag(&node.daemon.socket);
     let mut first = Command::new(BIN)
         .args(["pull", &socket, &node.proxy.image("first:v1")])
         .stdout(Stdio::null())

@@ -58,8 +58,8 @@ async fn a_pods_pull_goes_before_a_running_pre_pull_whose_download_stops_and_fin
     stack.route_through(pod_link.addr.port());
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("cri-imaged.sock");
-    // The kubelet's defaults: one pull at a time.
-    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &[]).await;
+    // One pull at a time (the kubelet's default): the pod's pull finds no slot to spare.
+    let daemon = DaemonProcess::start(&socket, &stack.containerd_socket, &["--serialize-image-pulls"]).await;
     let (big, small) = (pre_pull_link.image("prepull/big:1"), pod_link.image("prepull/small:1"));
 
     let submitted = client.ok(&socket, SUBMIT, json!({ "images": [big], "priority": 5 }));

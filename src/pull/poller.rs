@@ -22,7 +22,7 @@ use tokio::{
     time::{Instant, MissedTickBehavior},
 };
 
-use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, manifest_layers};
+use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, host_without_port, manifest_layers};
 use crate::{
     events::{Event, EventType, Events, LayerFacts, Pod, ProgressFacts, reason},
     messages,
@@ -434,17 +434,6 @@ fn progress_event(pull: &Registered, facts: &ProgressFacts) -> Event {
         image: pull.image.clone(),
         progress: Some(facts.clone()),
         ..Event::new(EventType::Normal, reason::PULL_PROGRESS, messages::pull_progress(&pull.image, facts))
-    }
-}
-
-/// The registry host as containerd's source labels name it: without its port (or brackets).
-fn host_without_port(domain: &str) -> &str {
-    if let Some(bracketed) = domain.strip_prefix('[') {
-        return bracketed.split_once(']').map_or(domain, |(host, _)| host);
-    }
-    match domain.rsplit_once(':') {
-        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
-        _ => domain,
     }
 }
 

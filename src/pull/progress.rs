@@ -218,6 +218,17 @@ impl RateWindow {
     }
 }
 
+/// The registry host as containerd's source labels name it: without its port (or brackets).
+pub fn host_without_port(domain: &str) -> &str {
+    if let Some(bracketed) = domain.strip_prefix('[') {
+        return bracketed.split_once(']').map_or(domain, |(host, _)| host);
+    }
+    match domain.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => domain,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

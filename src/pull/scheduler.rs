@@ -42,9 +42,11 @@ use tokio::{
 
 mod admission;
 mod pods_first;
+mod state;
 mod task;
 pub mod yielding;
 
+pub use self::state::{InFlight, PullState};
 use self::{task::run, yielding::Queued};
 
 use crate::{
@@ -364,50 +366,6 @@ impl PullScheduler {
     /// Pods' pulls and pre-pulls waiting for a slot now.
     pub fn queued(&self) -> (usize, usize) {
         (*self.shared.queued.borrow(), *self.shared.pre_pulls_queued.borrow())
-    }
-}
-
-/// A pull under way, as [`PullScheduler::in_flight`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InFlight {
-    pub image: String,
-    /// Callers waiting for it.
-    pub callers: usize,
-    pub asked_at: SystemTime,
-    /// `None` while it waits for a slot.
-    pub started_at: Option<SystemTime>,
-    /// `None` until its downloads are seen (or where they cannot be).
-    pub progress: Option<Report>,
-    /// A pre-pull until a pod's pull joins it.
-    pub class: PullClass,
-    pub state: PullState,
-}
-
-/// What a pull under way waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum PullState {
-    /// A parallel-pull slot (`--max-parallel-image-pulls`).
-    Slot,
-    /// A token of its registry's rate limit.
-    RateLimit,
-    /// Its registry's pull that has had no answer yet: its registry's next pulls wait for it.
-    Registry,
-    /// Nothing: the runtime is pulling it.
-    Pulling,
-}
-
-impl PullState {
-    const ALL: [Self; 4] = [Self::Slot, Self::RateLimit, Self::Registry, Self::Pulling];
-
-    /// GetStatus's word for it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Slot => "slot",
-            Self::RateLimit => "rate-limit",
-            Self::Registry => "registry",
-            Self::Pulling => "pulling",
-        }
     }
 }
 

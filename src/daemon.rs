@@ -186,7 +186,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             limits,
             pre_pulls,
             policy,
-            kubelet_warning: Arc::default(),
+            kubelet_warnings: Arc::default(),
             connections: metrics.connections.clone(),
             calls: metrics.calls.clone(),
         };
@@ -229,8 +229,8 @@ pub struct Settings {
     pub metrics: Option<tokio::net::TcpListener>,
     /// What a reload reads again, and the requests for one (SIGHUP); `None`: no reloads.
     pub reload: Option<(reload::Source, mpsc::UnboundedReceiver<()>)>,
-    /// Why this daemon should not be the kubelet's image service as it runs, if it should not.
-    pub kubelet_warning: Option<String>,
+    /// What the kubelet guard found wrong with the kubelet whose image service this socket is.
+    pub kubelet_warnings: kubelet_guard::Warnings,
 }
 
 /// Builds every part for `settings` and serves `listener` until `shutdown` is requested, then
@@ -256,10 +256,8 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     if let Some(kubelet_root_dir) = &settings.kubelet_root_dir {
         parts.records.adopt_from(kubelet_root_dir);
     }
-    parts.metrics.kubelet_guard.set(settings.kubelet_warning.is_some());
-    if let Some(warning) = settings.kubelet_warning {
-        let _ = parts.services.kubelet_warning.set(warning);
-    }
+    parts.metrics.kubelet_guard.set(&settings.kubelet_warnings);
+    let _ = parts.services.kubelet_warnings.set(settings.kubelet_warnings);
     // A reload's READY=1 must not come before the first one, which says the daemon is up.
     let (announce_ready, ready_announced) = oneshot::channel();
     if let Some((source, requests)) = settings.reload {
@@ -367,10 +365,10 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
     let metrics_listen = args.metrics_listen.map_or_else(|| "off".to_owned(), |addr| addr.to_string());
     // Read before serving, off the async threads: /proc and the kubelet's config file.
     let guarded = (PathBuf::from(&listen), socket_file.is_none(), args.kubelet_config.clone());
-    let kubelet_warning = tokio::task::spawn_blocking(move || kubelet_guard::check(&guarded.0, guarded.1, &guarded.2))
+    let kubelet_warnings = tokio::task::spawn_blocking(move || kubelet_guard::check(&guarded.0, guarded.1, &guarded.2))
         .await
-        .unwrap_or(None);
-    if let Some(warning) = &kubelet_warning {
+        .unwrap_or_default();
+    for warning in [&kubelet_warnings.unactivated, &kubelet_warnings.serial_pulls].into_iter().flatten() {
         tracing::warn!("{warning}");
     }
     tracing::info!(
@@ -434,7 +432,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
         presence_cache: args.presence_cache,
         metrics,
         reload: Some((source, reloads)),
-        kubelet_warning,
+        kubelet_warnings,
     };
     serve(listener, settings, shutdown).await?;
     // The socket file would otherwise look like a stale daemon to the next start; a successor

@@ -11,8 +11,8 @@
 //! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the `/metrics`
 //!   endpoint.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
-//! - [`kubelet_guard`]: the warning when the kubelet's image service is this socket, served
-//!   without systemd socket activation.
+//! - [`kubelet_guard`]: the warnings when the kubelet's image service is this socket, served
+//!   without systemd socket activation, or the kubelet pulls through it serially.
 //! - [`access`]: who may do what on the socket: the roles (read < pull < admin), the one table
 //!   of what each method needs, and which role a caller's credentials hold (pure).
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`) over

@@ -442,12 +442,15 @@ async fn serving_the_kubelets_image_service_socket_without_socket_activation_is_
         status.kubelet_image_service_warning.contains("run cri-imaged under systemd socket activation"),
         "{status:?}"
     );
-    let gauge = tokio::task::spawn_blocking(move || {
-        support::process::metric(port, "cri_imaged_kubelet_image_service_unactivated")
-    })
-    .await
-    .expect("metrics");
-    assert_eq!(gauge, 1.0);
+    assert_eq!(guard_gauges(port).await, (1.0, 1.0), "unactivated, and serial: serializeImagePulls is unset");
+    // serializeImagePulls unset is the kubelet's default: one pull at a time.
+    let serial =
+        log.lines().find(|line| line.contains("the kubelet whose image service is this socket pulls serially"));
+    assert!(serial.is_some_and(|line| line.contains("WARN")), "a warning at start:\n{log}");
+    assert!(
+        status.kubelet_serial_image_pulls_warning.contains("set serializeImagePulls: false in the kubelet's config"),
+        "{status:?}"
+    );
 
     // Another socket than the kubelet's: nothing to warn of.
     // Its own --root-dir: the first daemon, still serving, holds theirs.
@@ -457,6 +460,43 @@ async fn serving_the_kubelets_image_service_socket_without_socket_activation_is_
     let mut client = daemon_client(&other);
     let status = client.get_status(cri_imaged::api::GetStatusRequest::default()).await.expect("status").into_inner();
     assert_eq!(status.kubelet_image_service_warning, "", "{}", other.log_text());
+    assert_eq!(status.kubelet_serial_image_pulls_warning, "", "{}", other.log_text());
+}
+
+/// `(cri_imaged_kubelet_image_service_unactivated, cri_imaged_kubelet_serial_image_pulls)`.
+async fn guard_gauges(port: u16) -> (f64, f64) {
+    tokio::task::spawn_blocking(move || {
+        (
+            support::process::metric(port, "cri_imaged_kubelet_image_service_unactivated"),
+            support::process::metric(port, "cri_imaged_kubelet_serial_image_pulls"),
+        )
+    })
+    .await
+    .expect("metrics")
+}
+
+#[tokio::test]
+async fn a_kubelet_that_pulls_in_parallel_through_this_socket_is_not_warned_of_serial_pulls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let socket = dir.path().join("cri-imaged.sock");
+    let kubelet_config = dir.path().join("kubelet-config.yaml");
+    let config = format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageServiceEndpoint: unix://{}\nserializeImagePulls: false\n",
+        socket.display()
+    );
+    std::fs::write(&kubelet_config, config).expect("kubelet config");
+    let (port, listen) = support::process::metrics_listen();
+    let flags = ["--kubelet-config", kubelet_config.to_str().expect("utf-8"), "--metrics-listen", &listen];
+    let daemon = DaemonProcess::start(&socket, &runtime.socket, &flags).await;
+
+    let mut client = daemon_client(&daemon);
+    let status = client.get_status(cri_imaged::api::GetStatusRequest::default()).await.expect("status").into_inner();
+    assert_eq!(status.kubelet_serial_image_pulls_warning, "", "{}", daemon.log_text());
+    assert_ne!(status.kubelet_image_service_warning, "", "still not socket-activated");
+    assert_eq!(guard_gauges(port).await, (1.0, 0.0));
+    let log = daemon.log_text();
+    assert!(!log.contains("pulls serially"), "{log}");
 }
 
 /// The agents DaemonSet's rolling update with surge: the new daemon takes the socket over while

@@ -165,8 +165,10 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
         let said = shown.map(|(state, count)| format!("{count} {state}")).collect::<Vec<_>>().join(", ");
         say("pre-pulls", Line::plain(said));
     }
-    if !status.kubelet_image_service_warning.is_empty() {
-        say("warning", Line::alert(status.kubelet_image_service_warning.clone()));
+    for warning in [&status.kubelet_image_service_warning, &status.kubelet_serial_image_pulls_warning] {
+        if !warning.is_empty() {
+            say("warning", Line::alert(warning.clone()));
+        }
     }
     if !status.pulls.is_empty() {
         let mut table = Table::new(&["IMAGE", "STATE", "CALLERS", "ASKED", "PROGRESS"]);
@@ -259,6 +261,7 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
         "prePulls": pre_pull_counts(status).iter().map(|(_, count)| u64::from(*count)).sum::<u64>(),
         "prePullsByState": pre_pull_counts(status).iter().map(|(state, count)| ((*state).to_owned(), json!(count))).collect::<serde_json::Map<_, _>>(),
         "kubeletImageServiceWarning": status.kubelet_image_service_warning,
+        "kubeletSerialImagePullsWarning": status.kubelet_serial_image_pulls_warning,
         "imagePolicy": super::policy::status_json(status.image_policy.as_ref()),
     })
 }
@@ -287,6 +290,7 @@ mod tests {
             rate_limit_mode: hostile("mode"),
             rate_limits: vec![api::RateLimitBucket { host: hostile("bucket"), ..Default::default() }],
             kubelet_image_service_warning: hostile("warning"),
+            kubelet_serial_image_pulls_warning: hostile("serial"),
             registries: vec![
                 api::RegistryHealth {
                     host: hostile("open"),
@@ -328,7 +332,10 @@ mod tests {
                     (&value["rateLimitMode"], &value["rateLimits"][0]["host"]),
                     (&json!(hostile("mode")), &json!(hostile("bucket")))
                 );
-                assert_eq!(value["kubeletImageServiceWarning"], hostile("warning"));
+                assert_eq!(
+                    (&value["kubeletImageServiceWarning"], &value["kubeletSerialImagePullsWarning"]),
+                    (&json!(hostile("warning")), &json!(hostile("serial")))
+                );
                 let open = &value["registries"][0];
                 assert_eq!(
                     (&open["host"], &open["breaker"], &open["lastFailure"]),
@@ -339,8 +346,8 @@ mod tests {
             let text = rendered(&lines(&status, &socket, &style, SystemTime::now()), &style);
             if style.table_width().is_none() {
                 let fields = [
-                    "socket", "version", "runtime", "backoff", "gc", "mode", "bucket", "warning", "open", "breaker",
-                    "failure", "closed", "last", "pull", "state",
+                    "socket", "version", "runtime", "backoff", "gc", "mode", "bucket", "warning", "serial", "open",
+                    "breaker", "failure", "closed", "last", "pull", "state",
                 ];
                 for field in fields {
                     assert!(text.contains(&shown(field)), "{field} shown whole in {style:?}:\n{text}");

@@ -342,7 +342,8 @@ pub struct ServeArgs {
     pub take_over_socket: bool,
 
     /// The kubelet's config file, read at start (after a running kubelet's own flags) to warn when
-    /// its image service is this socket served without systemd socket activation.
+    /// its image service is this socket served without systemd socket activation, or when it pulls
+    /// through this socket serially (serializeImagePulls not false).
     #[arg(long, value_name = "PATH", default_value = "/var/lib/kubelet/config.yaml")]
     pub kubelet_config: PathBuf,
 

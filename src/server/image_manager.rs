@@ -38,7 +38,7 @@ pub struct ImageManagerService<R> {
     policy: Arc<PolicyGate>,
     pre_pulls: Arc<PrePulls<R>>,
     events: Arc<Events>,
-    kubelet_warning: Arc<std::sync::OnceLock<String>>,
+    kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
     calls: Arc<CallMetrics>,
 }
 
@@ -54,7 +54,7 @@ impl<R> ImageManagerService<R> {
             policy: services.policy.clone(),
             pre_pulls: services.pre_pulls.clone(),
             events: services.events.clone(),
-            kubelet_warning: services.kubelet_warning.clone(),
+            kubelet_warnings: services.kubelet_warnings.clone(),
             calls: services.calls.clone(),
         }
     }
@@ -142,6 +142,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             bytes_freed: pass.freed,
             failure: pass.failure.unwrap_or_default(),
         });
+        let kubelet_warnings = self.kubelet_warnings.get().cloned().unwrap_or_default();
         Ok(Response::new(api::GetStatusResponse {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             runtime_reachable: runtime_error.is_empty(),
@@ -158,7 +159,8 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             }
             .to_owned(),
             rate_limits: self.limits.buckets().into_iter().map(rate_limit_bucket).collect(),
-            kubelet_image_service_warning: self.kubelet_warning.get().cloned().unwrap_or_default(),
+            kubelet_image_service_warning: kubelet_warnings.unactivated.clone().unwrap_or_default(),
+            kubelet_serial_image_pulls_warning: kubelet_warnings.serial_pulls.clone().unwrap_or_default(),
             registries: self.pulls.scheduler().breakers().status().into_iter().map(registry_health).collect(),
             pre_pulls,
             pulls_queued: u32::try_from(pulls_queued).unwrap_or(u32::MAX),

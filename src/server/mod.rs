@@ -127,8 +127,9 @@ pub struct Services<R> {
     pub pre_pulls: Arc<PrePulls<R>>,
     /// The node's image policy, for reloads and GetStatus.
     pub policy: Arc<PolicyGate>,
-    /// The kubelet guard's warning, once the daemon has one (see [`crate::kubelet_guard`]).
-    pub kubelet_warning: Arc<std::sync::OnceLock<String>>,
+    /// The kubelet guard's warnings, once the daemon has read the kubelet (see
+    /// [`crate::kubelet_guard`]).
+    pub kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
     pub connections: Arc<ConnectionMetrics>,
     /// Calls by method, role and result.
     pub calls: Arc<CallMetrics>,

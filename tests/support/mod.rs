@@ -102,7 +102,7 @@ impl InProcessDaemon {
             presence_cache: true,
             metrics: None,
             reload: None,
-            kubelet_warning: None,
+            kubelet_warnings: Default::default(),
         };
         let (stop, shutdown) = cri_imaged::shutdown::channel();
         let task = tokio::spawn(async move {

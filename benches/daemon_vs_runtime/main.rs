@@ -18,7 +18,9 @@
 //! (idle connections, hostile records and a slow credential plugin at once), and registries over
 //! a shaped link (a registry in a network namespace behind 100 Mbit, 50 ms and 0.1 % loss: pull
 //! times, small pulls behind a big one, a hung registry, a 429 limit, a herd's bytes), and
-//! pre-pulls (a pod's pull of a small image with none and with 8 big pre-pulls queued).
+//! pre-pulls (a pod's pull of a small image with none and with 8 big pre-pulls queued), and a
+//! cold node (a big image's pod first, then 9 pods on small images, over a 100 Mbit link: the
+//! kubelet's own pullers against the same in front of cri-imaged at its defaults).
 // Wall time of real processes, in a program that never pauses tokio's clock.
 #![allow(clippy::disallowed_types)]
 
@@ -35,6 +37,7 @@ macro_rules! progress {
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod cold_node;
 mod credentials;
 mod cri;
 mod events;
@@ -129,6 +132,7 @@ enum Section {
     PrePulls,
     Signatures,
     SignedLink,
+    ColdNode,
 }
 
 /// How much of everything to do.
@@ -191,6 +195,7 @@ fn main() -> ExitCode {
             Section::Registries,
             Section::PrePulls,
             Section::SignedLink,
+            Section::ColdNode,
         ]
     } else {
         args.only.clone()
@@ -217,6 +222,13 @@ fn main() -> ExitCode {
 fn target_dir() -> PathBuf {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     tmp.parent().unwrap_or(tmp).to_owned()
+}
+
+/// Writes out what pushes left to write back, which would otherwise slow containerd's fsyncs
+/// (and so its pulls) in what is measured next.
+fn write_back() {
+    let synced = Command::new("sync").status().expect("sync runs");
+    assert!(synced.success(), "sync: {synced}");
 }
 
 /// Images pushed for this run; each herd gets images of its own so that each starts cold.
@@ -337,6 +349,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     }
     if sections.contains(&Section::SignedLink) {
         registries::signed_link(&bench, &mut findings).await;
+    }
+    if sections.contains(&Section::ColdNode) {
+        cold_node::run(&bench, &mut findings).await;
     }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);

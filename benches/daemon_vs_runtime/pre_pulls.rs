@@ -21,6 +21,7 @@ use crate::{
     Bench, Daemon, Findings, ensure,
     report::{self, Table, Verdict},
     support::{process::metric_with_label, throttle::ThrottleProxy},
+    write_back,
 };
 
 const MIB: u64 = 1 << 20;
@@ -116,8 +117,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
         .collect();
     // The pushes leave hundreds of MiB to write back, which would slow containerd's fsyncs (and
     // so its pulls) for the first row's trials: written out before any.
-    let synced = std::process::Command::new("sync").status().expect("sync runs");
-    assert!(synced.success(), "sync: {synced}");
+    write_back();
     progress!("  images pushed and written out after {}", report::duration(started.elapsed()));
     let mut table = Table::new(
         format!(

@@ -24,7 +24,7 @@ use crate::{
     },
 };
 
-const MB: u64 = 1_000_000;
+pub(crate) const MB: u64 = 1_000_000;
 
 /// The section's sizes: the issue's in a full run, tiny ones in the smoke run.
 struct Shape {
@@ -106,16 +106,19 @@ const QUICK: Shape = Shape {
 /// small pulls alone straight on containerd.
 const PARALLEL_PULLS: usize = 4;
 
-/// The run's shape and its rig, routed for the stack's containerd, with the section's title
-/// (`what` over a shaped link, the link's figures); `None` where the rig cannot be made.
-fn shaped_rig(bench: &Bench, what: &str) -> Option<(&'static Shape, NetRig, String)> {
-    let shape = if bench.sizes.pairs > 1 { &FULL } else { &QUICK };
-    let Some(rig) = NetRig::start(shape.link) else {
+/// The run's shape: the issue's in a full run, the tiny one in a smoke run.
+fn shape(bench: &Bench) -> &'static Shape {
+    if bench.sizes.pairs > 1 { &FULL } else { &QUICK }
+}
+
+/// A rig behind `link`, routed for the stack's containerd, with the section's title (`what`
+/// over a shaped link, the link's figures); `None` where the rig cannot be made.
+pub(crate) fn shaped_rig(bench: &Bench, what: &str, link: LinkShape) -> Option<(NetRig, String)> {
+    let Some(rig) = NetRig::start(link) else {
         progress!("{what} over a shaped link: skipped, the rig cannot be made here");
         return None;
     };
     rig.route(&bench.stack);
-    let link = shape.link;
     let title = format!(
         "{what} over a shaped link ({} Mbit, {} ms RTT, {} % loss)",
         link.mbit.unwrap_or(0.0),
@@ -123,13 +126,14 @@ fn shaped_rig(bench: &Bench, what: &str) -> Option<(&'static Shape, NetRig, Stri
         link.loss_percent
     );
     progress!("{title}: registry at {}", rig.registry());
-    Some((shape, rig, title))
+    Some((rig, title))
 }
 
 pub async fn run(bench: &Bench, findings: &mut Findings) {
-    let Some((shape, rig, title)) = shaped_rig(bench, "Registries") else { return };
+    let shape = shape(bench);
+    let Some((rig, title)) = shaped_rig(bench, "Registries", shape.link) else { return };
     let mut table = Table::new(title, &["row", "cri-imaged", "baseline", "ratio", "target"]);
-    let side = Side { bench, rig: &rig };
+    let side = Side { bench, rig: &rig, section: "registries" };
     one_pull(&side, shape, &mut table, findings).await;
     small_behind_big(&side, shape, &mut table, findings).await;
     hung_registry(&side, shape, &mut table, findings).await;
@@ -143,24 +147,27 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
 /// Issue 49's row over the same link (`--only signed-link`; a section of its own, so that the
 /// registries' rows run without cosign).
 pub async fn signed_link(bench: &Bench, findings: &mut Findings) {
-    let Some((shape, rig, title)) = shaped_rig(bench, "Image signatures") else { return };
+    let shape = shape(bench);
+    let Some((rig, title)) = shaped_rig(bench, "Image signatures", shape.link) else { return };
     let mut table = Table::new(title, &["row", "verified", "not verified", "ratio", "target"]);
-    signed_pull(&Side { bench, rig: &rig }, shape, &mut table, findings).await;
+    signed_pull(&Side { bench, rig: &rig, section: "registries" }, shape, &mut table, findings).await;
     findings.tables.push(table);
 }
 
-/// What every row works with.
-struct Side<'a> {
-    bench: &'a Bench,
-    rig: &'a NetRig,
+/// What every row over a shaped link works with.
+pub(crate) struct Side<'a> {
+    pub(crate) bench: &'a Bench,
+    pub(crate) rig: &'a NetRig,
+    /// The section's name, its images' first path component.
+    pub(crate) section: &'static str,
 }
 
 impl Side<'_> {
-    /// Pushes `count` distinct images `registries/NAME-i:v1` of `(bytes, layers)`; their names.
-    fn push(&self, name: &str, count: usize, (bytes, layers): (u64, usize)) -> Vec<String> {
+    /// Pushes `count` distinct images `SECTION/NAME-i:v1` of `(bytes, layers)`; their names.
+    pub(crate) fn push(&self, name: &str, count: usize, (bytes, layers): (u64, usize)) -> Vec<String> {
         (0..count)
             .map(|index| {
-                let name = format!("registries/{name}-{index}:v1");
+                let name = format!("{}/{name}-{index}:v1", self.section);
                 self.rig.push_image(&name, bytes, layers);
                 self.rig.image(&name)
             })
@@ -172,7 +179,7 @@ impl Side<'_> {
     }
 
     /// CRI PullImage straight on containerd, with no deadline (as a serial kubelet's pull).
-    fn pull(&self, image: &str) -> impl Future<Output = Result<(), String>> + Send + use<> {
+    pub(crate) fn pull(&self, image: &str) -> impl Future<Output = Result<(), String>> + Send + use<> {
         let mut containerd = self.containerd();
         let request = PullImageRequest {
             image: Some(ImageSpec { image: image.into(), ..Default::default() }),
@@ -205,7 +212,7 @@ impl Side<'_> {
 
     /// Removes `images` from containerd (its content and snapshots with them), so that the
     /// next rows have the disk and start cold.
-    async fn remove(&self, images: &[String]) {
+    pub(crate) async fn remove(&self, images: &[String]) {
         let mut containerd = self.containerd();
         for image in images {
             let spec = Some(ImageSpec { image: image.clone(), ..Default::default() });

@@ -137,6 +137,11 @@ impl Signatures {
         self
     }
 
+    /// The registry hosts signatures are read from, for whatever else reads the registries.
+    pub fn registry_hosts(&self) -> Arc<RegistryHosts> {
+        self.hosts.clone()
+    }
+
     /// What `digest` was verified as under exactly these requirements, if it was.
     /// Asks and tells `health` (the pulls' breakers) from now on (set once).
     pub fn watched_by(&self, health: Arc<dyn RegistryHealth>) {

@@ -267,7 +267,13 @@ async fn measure_row(side: &Side<'_>, shape: &Shape, index: usize, row: &Row) ->
     write_back();
     let daemon = match row.endpoint {
         Endpoint::Containerd => None,
-        Endpoint::CriImaged(flags) => Some(Daemon::start(side.bench, &format!("cold-node-{index}"), flags).await),
+        Endpoint::CriImaged(flags) => {
+            // Where the stack's containerd reads its registry hosts, as a node's reads the
+            // default that cri-imaged reads too (/etc/containerd/certs.d).
+            let hosts = format!("--registry-config-path={}", side.bench.stack.registry_config_path().display());
+            let flags: Vec<&str> = flags.iter().copied().chain([hosts.as_str()]).collect();
+            Some(Daemon::start(side.bench, &format!("cold-node-{index}"), &flags).await)
+        }
     };
     let socket = daemon.as_ref().map_or(side.bench.stack.containerd_socket.as_path(), Daemon::socket);
     let kubelet = Kubelet { puller: row.puller, images: ImageServiceClient::new(unix_channel(socket)), gap: shape.gap };

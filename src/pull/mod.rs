@@ -12,7 +12,8 @@
 //! - [`path`]: the pull path as a request walks it: records, the GC guard, the scheduler and
 //!   the pull's events, in one place ([`path::PullPath`]).
 //! - [`scheduler`]: the fair parallel-pull cap and single-flight, calling the stack as a
-//!   [`PullService`]; a big pull that has barely begun lets the pulls queued behind it go first.
+//!   [`PullService`]; a big pull makes way for much cheaper pods' pulls.
+//! - [`size`]: an image's size read from its registry, for pulls the runtime says nothing of.
 
 pub mod breaker;
 mod key;
@@ -24,6 +25,7 @@ pub mod ratelimit;
 pub mod record;
 pub mod scheduler;
 pub mod signed;
+pub mod size;
 pub mod unavailable;
 
 use std::{

@@ -25,6 +25,7 @@ use super::{
     record::RecordPulls,
     scheduler::{PullScheduler, Scheduled, SchedulerConfig},
     signed::SignedPulls,
+    size::RegistrySizes,
 };
 use crate::{
     credentials::{self, AccountCoordinates, Credential, CredentialSource, RegistryAuth, SecretCoordinates},
@@ -112,6 +113,8 @@ impl PullPath {
             .map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()) as Arc<dyn TrackPulls>);
         let service = BoxCloneSyncService::new(pulls);
         let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, progress, events.clone());
+        // Pulls the runtime says nothing of while they run (CRI-O) are sized from their registry.
+        scheduler.size_with(Arc::new(RegistrySizes::new(signatures.registry_hosts())));
         // A signature read counts toward its registry's breaker, as a pull does.
         signatures.watched_by(Arc::new(SignatureReads(scheduler.breakers().clone())));
         let signed = Arc::new(SignedPulls::new(runtime, signatures, policy.clone(), events.clone()));

@@ -56,6 +56,7 @@ use crate::{
         breaker::{Breakers, state::BreakerConfig},
         metrics::PullMetrics,
         poller::{MAX_WAITING_PODS, Report, TrackPulls, WaitingPods},
+        size::SizePulls,
     },
 };
 
@@ -151,6 +152,9 @@ struct PullSlot {
     state: AtomicU8,
     /// Tells, while the upstream call runs, whether it waits for a registry token.
     cleared: Mutex<Option<Arc<watch::Sender<Option<Instant>>>>>,
+    /// Its image's bytes as its registry's manifest says, where its downloads cannot be watched;
+    /// 0 until read (see [`crate::pull::size`]).
+    sized: AtomicU64,
 }
 
 impl PullSlot {
@@ -179,6 +183,22 @@ impl PullSlot {
         progress.as_ref().and_then(|reports| reports.borrow().clone())
     }
 
+    /// What it costs, as far as is known: its bytes fetched and in all, from its downloads where
+    /// they are watched, else from its registry's manifest (nothing known fetched).
+    fn cost(&self) -> Option<Cost> {
+        match self.report() {
+            Some(report) => Some(Cost {
+                done: report.progress.bytes_done,
+                total: report.progress.bytes_total,
+                held_in: report.held_in,
+            }),
+            None => match self.sized.load(Ordering::Relaxed) {
+                0 => None,
+                total => Some(Cost { done: 0, total, held_in: None }),
+            },
+        }
+    }
+
     fn wait_for(&self, caller: Option<&Pod>) {
         let Some(caller) = caller else { return };
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -189,6 +209,14 @@ impl PullSlot {
 }
 
 type Slot = Arc<PullSlot>;
+
+/// A pull's cost as [`PullSlot::cost`] knows it.
+struct Cost {
+    done: u64,
+    total: u64,
+    /// The lease holding what it fetched, where one does (see [`yielding`]).
+    held_in: Option<Arc<str>>,
+}
 
 /// How long a successful pull's result serves callers who decided to pull before it ended.
 const RECENT: Duration = Duration::from_secs(10);
@@ -218,6 +246,8 @@ struct Shared {
     events: Arc<Events>,
     /// Run as each pull starts, once set.
     room: std::sync::OnceLock<Arc<dyn MakeRoom>>,
+    /// Sizes the pulls that cannot be watched, once set.
+    sizes: std::sync::OnceLock<Arc<dyn SizePulls>>,
     /// The leases made for big pulls are named from this, unique to this daemon's start.
     lease_prefix: String,
     leases_named: AtomicU64,
@@ -263,6 +293,7 @@ impl PullScheduler {
             pods_in_flight: watch::Sender::new(0),
             events,
             room: std::sync::OnceLock::new(),
+            sizes: std::sync::OnceLock::new(),
             lease_prefix: format!(
                 "cri-imaged.resume.{}.{}",
                 std::process::id(),
@@ -276,6 +307,11 @@ impl PullScheduler {
     /// Makes room with `room` as each pull starts, from now on (set once).
     pub fn make_room_with(&self, room: Arc<dyn MakeRoom>) {
         let _ = self.shared.room.set(room);
+    }
+
+    /// Sizes with `sizes` the pulls that cannot be watched, from now on (set once).
+    pub fn size_with(&self, sizes: Arc<dyn SizePulls>) {
+        let _ = self.shared.sizes.set(sizes);
     }
 
     /// Each registry's breaker and wait.
@@ -323,6 +359,7 @@ impl PullScheduler {
                         preempt: Notify::new(),
                         state: AtomicU8::new(PullState::Slot as u8),
                         cleared: Mutex::new(None),
+                        sized: AtomicU64::new(0),
                     });
                     slot.wait_for(pull.caller.as_ref());
                     if pull.class == PullClass::Pod {

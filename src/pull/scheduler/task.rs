@@ -90,10 +90,8 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
         let result = match called {
             Called::Ended(result) => result,
             Called::Yielded => {
-                let report = tracker.reports().borrow().clone();
-                let (left, held_in) = report.map_or((0, None), |report| {
-                    (report.progress.bytes_total.saturating_sub(report.progress.bytes_done), report.held_in)
-                });
+                let (left, held_in) =
+                    slot.cost().map_or((0, None), |cost| (cost.total.saturating_sub(cost.done), cost.held_in));
                 tracing::info!(
                     image = %key.image,
                     left,
@@ -205,6 +203,7 @@ impl Shared {
         let cleared = Arc::new(watch::Sender::new(Some(Instant::now())));
         pull.cleared = Some(cleared.clone());
         *slot.cleared.lock().unwrap_or_else(PoisonError::into_inner) = Some(cleared.clone());
+        let sized = Pull { cleared: None, ..pull.clone() };
         let call = self.service.clone().oneshot(pull);
         let bounded = async {
             match self.config.pull_timeout {
@@ -228,7 +227,7 @@ impl Shared {
             })),
             error = unanswered => Called::Ended(Err(error)),
             never = answered => match never {},
-            () = self.makes_way(slot, above, tracker) => Called::Yielded,
+            () = self.makes_way(slot, &sized, above, tracker) => Called::Yielded,
             () = self.preempted(slot) => Called::Preempted,
         }
     }

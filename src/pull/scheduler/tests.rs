@@ -1,4 +1,7 @@
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::{
+    collections::HashMap,
+    sync::atomic::{AtomicUsize, Ordering::SeqCst},
+};
 
 use crate::cri::ImageSpec;
 use tokio::sync::Notify;
@@ -712,6 +715,65 @@ async fn big_pulls_share_the_link_with_comparable_pulls_and_pre_pulls_and_make_w
     for pull in [big, comparable, pre_pull, small, again] {
         pull.await.expect("a pull").result.expect("pulled");
     }
+}
+
+/// Sizes each image as the test says, a registry's round trips later, and counts the reads.
+#[derive(Default)]
+struct ScriptedSizes {
+    sizes: HashMap<&'static str, u64>,
+    reads: AtomicUsize,
+}
+
+impl crate::pull::size::SizePulls for ScriptedSizes {
+    fn size(&self, pull: &Pull) -> futures_util::future::BoxFuture<'static, Option<u64>> {
+        self.reads.fetch_add(1, SeqCst);
+        let size = self.sizes.get(pull.image().image.as_str()).copied();
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            size
+        })
+    }
+}
+
+/// Ten pulls at once, none of them watched (the runtime has no content service), sized by
+/// `sizes`.
+fn parallel_unwatched(sizes: &[(&'static str, u64)]) -> (Arc<Upstream>, Arc<ScriptedSizes>, PullScheduler) {
+    let upstream = Upstream::slow(Duration::from_secs(60));
+    let sizes = Arc::new(ScriptedSizes { sizes: sizes.iter().copied().collect(), ..Default::default() });
+    let scheduler = PullScheduler::new(upstream.service(), SchedulerConfig::default(), Default::default());
+    scheduler.size_with(sizes.clone());
+    (upstream, sizes, scheduler)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unwatched_big_pull_sized_by_its_registry_makes_way_for_a_small_one_early_on() {
+    let (upstream, sizes, scheduler) = parallel_unwatched(&[("big:v1", 1 << 30), ("small:v1", 2 << 20)]);
+    let big = pull_in_task(&scheduler, for_pod("big:v1", "u1"));
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sizes.reads.load(SeqCst), 0, "alone, nothing needs its size");
+    let small = pull_in_task(&scheduler, for_pod("small:v1", "u2"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle().await;
+    assert_eq!(sizes.reads.load(SeqCst), 2, "both sized once the two run side by side");
+    assert_eq!(upstream.cancelled.load(SeqCst), 1, "the big pull made way, 0.8 s into it");
+    small.await.expect("small").result.expect("pulled");
+    big.await.expect("big").result.expect("pulled once the small one was");
+    assert_eq!(*upstream.order.lock().unwrap(), ["big:v1", "small:v1", "big:v1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unwatched_pull_past_its_first_two_seconds_does_not_make_way() {
+    let (upstream, _, scheduler) = parallel_unwatched(&[("big:v1", 1 << 30), ("small:v1", 2 << 20)]);
+    let big = pull_in_task(&scheduler, for_pod("big:v1", "u1"));
+    settle().await;
+    tokio::time::sleep(yielding::UNWATCHED_WITHIN).await;
+    let small = pull_in_task(&scheduler, for_pod("small:v1", "u2"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle().await;
+    assert_eq!(upstream.cancelled.load(SeqCst), 0, "what it fetched would be fetched again: they share the link");
+    small.await.expect("small").result.expect("pulled");
+    big.await.expect("big").result.expect("pulled");
 }
 
 mod pods_first;

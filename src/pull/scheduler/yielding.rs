@@ -8,8 +8,10 @@
 //! their own from the moment its manifest shows it big ([`super::super::poller::LEASE_LIFETIME`]),
 //! and the pull that goes on names that lease, so containerd resumes each layer where it was. A
 //! pull whose downloads could not be held makes way only while it has fetched less than
-//! [`YIELD_WITHIN`], since that much is fetched again. Pulls that cannot be watched (no content
-//! service: CRI-O) never make way: nothing would say how big they are or keep what they fetched.
+//! [`YIELD_WITHIN`], since that much is fetched again. A pull that cannot be watched (no content
+//! service: CRI-O) is sized from its registry's manifest once others run beside it
+//! ([`crate::pull::size`]), and makes way only within [`UNWATCHED_WITHIN`] of its start: nothing
+//! keeps what it fetched, nor says how much that is.
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,8 +20,12 @@ use tokio::{
     time::Instant,
 };
 
-use super::{PullState, Shared, Slot};
-use crate::pull::{PullClass, poller::Tracker};
+use std::sync::atomic::Ordering;
+
+use futures_util::future::BoxFuture;
+
+use super::{Cost, PullState, Shared, Slot};
+use crate::pull::{Pull, PullClass, poller::Tracker};
 
 /// A pull whose downloads are not held and that has fetched this much no longer makes way.
 pub const YIELD_WITHIN: u64 = 32 << 20;
@@ -30,33 +36,60 @@ pub const YIELD_FOR_AT_MOST: Duration = Duration::from_secs(60);
 /// A pull makes way for a pod's pull of at most this fraction of what it has left to fetch.
 pub const CHEAPER: u64 = 4;
 
+/// A pull that cannot be watched makes way only this soon after it started: it then fetches again
+/// what it had, which is at most this long of the link.
+pub const UNWATCHED_WITHIN: Duration = Duration::from_secs(2);
+
 /// How often a big pull looks at the pulls beside it (their sizes change as the poller finds
 /// their manifests).
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 impl Shared {
     /// Resolves once the pull of `slot`, tracked by `tracker`, should make way (see the module):
-    /// never with `above` unset, for a pull not watched, or below `above`.
-    pub(super) async fn makes_way(&self, slot: &Slot, above: Option<u64>, tracker: &Tracker) {
+    /// never with `above` unset, or once it is known to be under `above` or past what it may have
+    /// fetched. A pull that cannot be watched is sized from its registry, once others are beside
+    /// it.
+    pub(super) async fn makes_way(&self, slot: &Slot, pull: &Pull, above: Option<u64>, tracker: &Tracker) {
         let Some(above) = above else { return std::future::pending().await };
+        let (began, watched) = (Instant::now(), tracker.watched());
         let (mut reports, mut queue) = (tracker.reports(), self.queued.subscribe());
+        let mut reporting = watched;
+        // Asked once: the registry's read while it runs, then `None`.
+        let (mut sizing, mut asked): (Option<BoxFuture<'static, Option<u64>>>, bool) = (None, false);
         loop {
             // Both marked seen each time round, so that neither wakes the loop again for nothing.
-            let report = reports.borrow_and_update().clone();
+            reports.borrow_and_update();
             queue.borrow_and_update();
-            if let Some(report) = report {
-                let (done, total) = (report.progress.bytes_done, report.progress.bytes_total);
+            let fetched_again_too_much = |cost: &Cost| match watched {
+                true => cost.held_in.is_none() && cost.done >= YIELD_WITHIN,
+                false => began.elapsed() >= UNWATCHED_WITHIN,
+            };
+            match slot.cost() {
                 // The total is known once the manifest is: it does not grow.
-                if total < above || (report.held_in.is_none() && done >= YIELD_WITHIN) {
+                Some(cost) if cost.total < above || fetched_again_too_much(&cost) => {
                     return std::future::pending().await;
                 }
-                if self.cheaper_pod_pulls(slot, total.saturating_sub(done) / CHEAPER) {
-                    return;
+                Some(cost) if self.cheaper_pod_pulls(slot, cost.total.saturating_sub(cost.done) / CHEAPER) => return,
+                Some(_) => {}
+                None if !watched && began.elapsed() >= UNWATCHED_WITHIN => return std::future::pending().await,
+                // Sized from the registry where that is sooner than the poller (a few round trips)
+                // and matters: beside others, for a pull nothing else sizes; beside a big one.
+                None if !asked && (!watched && self.in_flight().len() > 1 || self.big_pull_beside(slot, above)) => {
+                    asked = true;
+                    sizing = self.sizes.get().map(|sizes| sizes.size(pull));
                 }
+                None => {}
             }
             tokio::select! {
-                changed = reports.changed() => if changed.is_err() { return std::future::pending().await },
+                changed = reports.changed(), if reporting => reporting = changed.is_ok(),
                 _ = queue.changed() => {}
+                size = async { sizing.as_mut().expect("polled only while sizing").await }, if sizing.is_some() => {
+                    sizing = None;
+                    slot.sized.store(size.unwrap_or(0), Ordering::Relaxed);
+                    if size.is_none() && !watched {
+                        return std::future::pending().await;
+                    }
+                }
                 () = tokio::time::sleep(LOOK_EVERY) => {}
             }
         }
@@ -72,11 +105,14 @@ impl Shared {
             !Arc::ptr_eq(slot, own)
                 && *slot.class.borrow() == PullClass::Pod
                 && slot.state() == PullState::Pulling
-                && slot.report().is_some_and(|report| {
-                    let progress = report.progress;
-                    progress.bytes_total <= bytes && progress.bytes_done < progress.bytes_total
-                })
+                && slot.cost().is_some_and(|cost| cost.total <= bytes && cost.done < cost.total)
         })
+    }
+
+    /// Whether a pull other than `own` is known to fetch `above` bytes or more.
+    fn big_pull_beside(&self, own: &Slot, above: u64) -> bool {
+        let in_flight = self.in_flight();
+        in_flight.values().any(|slot| !Arc::ptr_eq(slot, own) && slot.cost().is_some_and(|cost| cost.total >= above))
     }
 
     /// Resolves once no pod's pull cheaper than `bytes` is under way beside `own`, or at `until`.

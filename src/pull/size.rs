@@ -1,0 +1,160 @@
+//! An image's size read from its registry before any layer moves: the manifest at its tag or
+//! digest (for an index, this node's platform's), its layers added up. It lets the scheduler put
+//! the cheaper pulls first where the runtime says nothing of a pull while it runs (CRI-O, or
+//! `--pull-progress=false`); where containerd's content service is watched, the poller tells the
+//! same for free.
+//!
+//! It costs the registry one or two manifest GETs (Docker Hub counts those as a pull), so it is
+//! read only for a pull that has others beside it to be ordered against.
+
+use std::{sync::Arc, time::Duration};
+
+use futures_util::future::BoxFuture;
+
+use super::Pull;
+use crate::{
+    credentials::RegistryAuth,
+    registry::{RegistryClient, RegistryHosts, Repository},
+};
+
+/// The largest manifest or index read for a size.
+const MANIFEST_LIMIT: usize = 4 << 20;
+
+/// How long a size may take to read; past it the pull stays unsized (it shares the link).
+const SIZE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What the scheduler needs to size a pull it cannot watch.
+pub trait SizePulls: Send + Sync {
+    /// The bytes of `pull`'s layers, `None` where they cannot be read.
+    fn size(&self, pull: &Pull) -> BoxFuture<'static, Option<u64>>;
+}
+
+/// Sizes read from the registry, with the pull's credentials, from the hosts containerd's
+/// hosts.toml names.
+pub struct RegistrySizes {
+    hosts: Arc<RegistryHosts>,
+}
+
+impl RegistrySizes {
+    pub fn new(hosts: Arc<RegistryHosts>) -> Self {
+        Self { hosts }
+    }
+}
+
+impl SizePulls for RegistrySizes {
+    fn size(&self, pull: &Pull) -> BoxFuture<'static, Option<u64>> {
+        let Some(reference) = pull.reference.clone() else { return Box::pin(async { None }) };
+        let auth: Option<Arc<RegistryAuth>> = pull.spec.auth.clone();
+        let hosts = self.hosts.current();
+        Box::pin(async move {
+            let repository = Repository { domain: reference.domain().to_owned(), path: reference.path().to_owned() };
+            let at = match reference.digest() {
+                Some(digest) => digest.to_owned(),
+                None => reference.tag().unwrap_or("latest").to_owned(),
+            };
+            let read = async {
+                let mut client = RegistryClient::new(&repository, auth.as_deref(), &hosts);
+                let first = client.manifest(&at, MANIFEST_LIMIT).await.ok()??;
+                match read_manifest(&first.body, node_architecture())? {
+                    Manifest::Image(size) => Some(size),
+                    Manifest::Index(digest) => match read_manifest(
+                        &client.manifest(&digest, MANIFEST_LIMIT).await.ok()??.body,
+                        node_architecture(),
+                    )? {
+                        Manifest::Image(size) => Some(size),
+                        Manifest::Index(_) => None,
+                    },
+                }
+            };
+            tokio::time::timeout(SIZE_DEADLINE, read).await.ok().flatten()
+        })
+    }
+}
+
+/// What a manifest says of its image's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Manifest {
+    /// An image manifest: its layers' bytes.
+    Image(u64),
+    /// An index: the digest of its manifest for linux on this architecture.
+    Index(String),
+}
+
+/// Reads an image manifest or an index (OCI or Docker's); `None` for anything else, or an index
+/// with no manifest for linux on `architecture`.
+pub fn read_manifest(body: &[u8], architecture: &str) -> Option<Manifest> {
+    #[derive(serde::Deserialize)]
+    struct Either {
+        #[serde(default)]
+        layers: Option<Vec<Sized>>,
+        #[serde(default)]
+        manifests: Option<Vec<Entry>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Sized {
+        #[serde(default)]
+        size: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        digest: String,
+        #[serde(default)]
+        platform: Option<Platform>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Platform {
+        #[serde(default)]
+        architecture: String,
+        #[serde(default)]
+        os: String,
+    }
+    let either: Either = serde_json::from_slice(body).ok()?;
+    match (either.layers, either.manifests) {
+        (Some(layers), _) => Some(Manifest::Image(layers.iter().map(|layer| layer.size).sum())),
+        (None, Some(manifests)) => manifests
+            .into_iter()
+            .find(|entry| {
+                entry
+                    .platform
+                    .as_ref()
+                    .is_some_and(|platform| platform.os == "linux" && platform.architecture == architecture)
+            })
+            .map(|entry| Manifest::Index(entry.digest)),
+        (None, None) => None,
+    }
+}
+
+/// This node's architecture as image platforms name it (Go's `GOARCH`).
+pub fn node_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_manifest_is_its_layers_bytes() {
+        let manifest = br#"{"schemaVersion":2,"config":{"digest":"sha256:c","size":900},"layers":[{"digest":"sha256:a","size":1000},{"digest":"sha256:b","size":234}]}"#;
+        assert_eq!(read_manifest(manifest, "amd64"), Some(Manifest::Image(1234)));
+    }
+
+    #[test]
+    fn an_index_names_this_platforms_manifest_or_none() {
+        let index = br#"{"schemaVersion":2,"manifests":[
+            {"digest":"sha256:arm","platform":{"architecture":"arm64","os":"linux"}},
+            {"digest":"sha256:win","platform":{"architecture":"amd64","os":"windows"}},
+            {"digest":"sha256:amd","platform":{"architecture":"amd64","os":"linux"}}]}"#;
+        assert_eq!(read_manifest(index, "amd64"), Some(Manifest::Index("sha256:amd".into())));
+        assert_eq!(read_manifest(index, "arm64"), Some(Manifest::Index("sha256:arm".into())));
+        assert_eq!(read_manifest(index, "s390x"), None);
+        assert_eq!(read_manifest(b"not json", "amd64"), None);
+        assert_eq!(read_manifest(br#"{"schemaVersion":2}"#, "amd64"), None);
+    }
+}

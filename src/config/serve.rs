@@ -162,8 +162,8 @@ pub struct ServeArgs {
 
     /// A pull with this many MiB or more to fetch makes way, once, for pods' pulls queued for a
     /// slot or fetching a quarter of what it has left or less, and goes on where it was (its
-    /// downloads kept in a lease) once they are done, within 60 s. 0 never. Needs --pull-progress
-    /// (containerd).
+    /// downloads kept in a lease) once they are done, within 60 s; without --pull-progress
+    /// (CRI-O), only within its first 2 s, and starting over. 0 never.
     #[arg(long, value_name = "MIB", default_value = "64", allow_hyphen_values = true)]
     pub yield_pulls_above_mib: u64,
 

@@ -13,16 +13,16 @@
 //! ([`crate::pull::size`]), and makes way only within [`UNWATCHED_WITHIN`] of its start: nothing
 //! keeps what it fetched, nor says how much that is.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
+use futures_util::future::BoxFuture;
 use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore, watch},
     time::Instant,
 };
-
-use std::sync::atomic::Ordering;
-
-use futures_util::future::BoxFuture;
 
 use super::{Cost, PullState, Shared, Slot};
 use crate::pull::{Pull, PullClass, poller::Tracker};
@@ -83,7 +83,12 @@ impl Shared {
             tokio::select! {
                 changed = reports.changed(), if reporting => reporting = changed.is_ok(),
                 _ = queue.changed() => {}
-                size = async { sizing.as_mut().expect("polled only while sizing").await }, if sizing.is_some() => {
+                size = async {
+                    match sizing.as_mut() {
+                        Some(sizing) => sizing.await,
+                        None => std::future::pending().await,
+                    }
+                }, if sizing.is_some() => {
                     sizing = None;
                     slot.sized.store(size.unwrap_or(0), Ordering::Relaxed);
                     if size.is_none() && !watched {

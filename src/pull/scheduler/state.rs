@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use super::PullClass;
 use crate::pull::poller::Report;
 
-/// A pull under way, as [`PullScheduler::in_flight`] reports it.
+/// A pull under way, as [`super::PullScheduler::in_flight`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InFlight {
     pub image: String,

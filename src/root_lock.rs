@@ -18,7 +18,11 @@ use rustix::{
     io::Errno,
 };
 
-use crate::{retry::Doubling, shutdown::Shutdown};
+use crate::{
+    files::private::{self, PrivateError},
+    retry::Doubling,
+    shutdown::Shutdown,
+};
 
 /// The lock file's name in `--root-dir`.
 pub const FILE_NAME: &str = "cri-imaged.lock";
@@ -52,6 +56,9 @@ pub enum RootLockError {
     NotRegular { path: PathBuf },
     #[error("cannot lock {}: {source}", path.display())]
     Lock { path: PathBuf, source: io::Error },
+    /// The root dir, or the lock file, is another user's: refused (see [`crate::files::private`]).
+    #[error("--root-dir: {0}")]
+    Private(#[from] PrivateError),
 }
 
 /// The daemon holding the lock, as far as its file says.
@@ -161,13 +168,16 @@ impl RootLock {
 }
 
 /// Opens (creating) the lock file: never through a link, never blocking on a FIFO left in its
-/// place, and never truncated here (see [`RootLock::try_lock`]).
+/// place, and never truncated here (see [`RootLock::try_lock`]). The root dir is made the daemon's
+/// user's alone first, or refused ([`private::secure_dir`]); so is the lock file (whoever else
+/// owns it could hold the lock for ever).
 fn open(root_dir: &Path, path: &Path) -> Result<File, RootLockError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(DIRECTORY_MODE)
         .create(root_dir)
         .map_err(|source| RootLockError::CreateDir { dir: root_dir.to_owned(), source })?;
+    private::secure_dir(root_dir)?;
     let opened = OpenOptions::new()
         .read(true)
         .write(true)
@@ -187,6 +197,9 @@ fn open(root_dir: &Path, path: &Path) -> Result<File, RootLockError> {
     if !metadata.is_file() {
         return Err(not_regular());
     }
+    // It holds only a pid, read for a refusal's message; but whoever else owns it could hold the
+    // lock for ever.
+    private::secure_open(&file, path)?;
     Ok(file)
 }
 

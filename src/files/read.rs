@@ -1,8 +1,8 @@
 //! Reading a file as hostile input: whoever can write the directory could leave a FIFO that
 //! blocks a read forever, a link to `/dev/zero` that never ends, or a file of gigabytes. So a file
 //! is opened without following a link and without blocking, must be a regular file, and is read
-//! to a cap. One that fails these checks can be set aside ([`quarantine`]), so that the next read
-//! finds none.
+//! to a cap; a state file must also be the daemon's user's alone ([`read_private`]). One that
+//! fails these checks can be set aside ([`quarantine`]), so that the next read finds none.
 
 use std::{
     fs::{File, OpenOptions},
@@ -11,6 +11,8 @@ use std::{
     path::{Path, PathBuf},
     time::SystemTime,
 };
+
+use super::private::{self, Exposed, Ownership};
 
 /// Why a file was not read.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +33,9 @@ pub enum Refused {
     NotRegular(&'static str),
     #[error("larger than {limit} bytes")]
     TooLarge { limit: u64 },
+    /// A state file someone other than the daemon's user may have written.
+    #[error("{0}")]
+    Exposed(Exposed),
 }
 
 /// Whether a link at the path read is followed.
@@ -44,6 +49,18 @@ pub enum Links {
 
 /// The contents of the regular file at `path`, at most `limit` bytes; `None` when there is none.
 pub fn read_bounded(path: &Path, limit: u64, links: Links) -> Result<Option<Vec<u8>>, ReadError> {
+    read_checked(path, limit, links, None)
+}
+
+/// As [`read_bounded`] with links refused, for a state file the daemon wrote: one owned by
+/// another user than its own (or root), or writable by others, is refused too (see
+/// [`super::private`]). Judged on the file opened, so a rename in between changes nothing.
+pub fn read_private(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+    read_checked(path, limit, Links::Refuse, Some(private::user()))
+}
+
+/// Reads as [`read_bounded`] does; with `private_to`, a file not that user's alone is refused.
+fn read_checked(path: &Path, limit: u64, links: Links, private_to: Option<u32>) -> Result<Option<Vec<u8>>, ReadError> {
     let no_follow = if links == Links::Refuse { libc::O_NOFOLLOW } else { 0 };
     let opened = OpenOptions::new()
         .read(true)
@@ -62,6 +79,9 @@ pub fn read_bounded(path: &Path, limit: u64, links: Links) -> Result<Option<Vec<
     let file_type = metadata.file_type();
     if !file_type.is_file() {
         return Err(ReadError::Refused(Refused::NotRegular(kind(&file_type))));
+    }
+    if let Some(exposed) = private_to.and_then(|user| Ownership::of(&metadata).exposed_to_others(user)) {
+        return Err(ReadError::Refused(Refused::Exposed(exposed)));
     }
     if metadata.len() > limit {
         return Err(ReadError::Refused(Refused::TooLarge { limit }));

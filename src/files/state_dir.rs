@@ -2,9 +2,11 @@
 //! so that a crash at any instant leaves either the old file or the new one, never a torn one:
 //! write a temporary file, fsync it, rename it over the old one, fsync the directory (and a new
 //! directory's parent). The kubelet renames without the fsyncs. A temporary file is removed at
-//! start only when its writer (the pid in its name) is gone. Reads take the files as hostile
-//! ([`super::read`]): one that is not a regular file, or is larger than the directory's cap, is
-//! quarantined, counted and read as no file. The directory remembers, across restarts (the file
+//! start only when its writer (the pid in its name) is gone. The directory is made the daemon's
+//! user's alone as it is opened, or refused ([`super::private`]). Reads take the files as hostile
+//! ([`super::read::read_private`]): one that is not a regular file, is larger than the
+//! directory's cap, or is owned or writable by another user, is quarantined, counted and read as
+//! no file. The directory remembers, across restarts (the file
 //! stays beside the others), which keys had a file set aside: a reader for whom a lost file is not
 //! the same as none (a pull record) asks [`StateDir::was_set_aside`].
 
@@ -23,7 +25,10 @@ use std::{
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 
-use super::read::{self, Links, QUARANTINE_SUFFIX, ReadError};
+use super::{
+    private,
+    read::{self, QUARANTINE_SUFFIX, ReadError},
+};
 
 /// The suffix of a file being written; one left over is from a write that never finished.
 const TMP_SUFFIX: &str = ".tmp";
@@ -51,9 +56,10 @@ pub struct StateDir {
 
 impl StateDir {
     /// Opens `path`, creating it (and its parents) with mode 0700, each new directory made
-    /// durable in its parent; removes temporary files left by writes a crash interrupted, and
-    /// returns how many it removed. A temporary file that cannot be removed stays, ignored: no
-    /// read takes it for a state file.
+    /// durable in its parent; one found writable by others is made private (logged), one another
+    /// user owns refused (`PermissionDenied`, saying whose it is). Removes temporary files left by
+    /// writes a crash interrupted, and returns how many it removed. A temporary file that cannot
+    /// be removed stays, ignored: no read takes it for a state file.
     pub fn open(path: PathBuf) -> io::Result<(Self, usize)> {
         let new_dirs: Vec<PathBuf> = path
             .ancestors()
@@ -68,6 +74,7 @@ impl StateDir {
                 None => {}
             }
         }
+        private::secure_dir(&path).map_err(|error| io::Error::new(io::ErrorKind::PermissionDenied, error))?;
         let mut stale = 0;
         let mut set_aside = HashSet::new();
         for entry in fs::read_dir(&path)? {
@@ -174,7 +181,7 @@ impl StateDir {
     }
 
     fn read_path(&self, path: &Path) -> io::Result<Option<Vec<u8>>> {
-        match read::read_bounded(path, self.limit, Links::Refuse) {
+        match read::read_private(path, self.limit) {
             Ok(contents) => Ok(contents),
             Err(ReadError::Io(error)) => Err(error),
             Err(ReadError::Refused(refused)) => {
@@ -343,6 +350,49 @@ mod tests {
         assert_eq!(remembered(&dir), [true, true, true, false, false]);
         let (reopened, _) = StateDir::open(root.path().to_owned()).expect("reopens");
         assert_eq!(remembered(&reopened), [true, true, true, false, false], "known after a restart too");
+    }
+
+    #[test]
+    fn a_file_writable_by_others_or_another_users_is_set_aside_and_read_as_none() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let quarantined = Counter::default();
+        let (dir, _) = StateDir::open(root.path().to_owned()).expect("opens");
+        let dir = dir.counting_quarantined(quarantined.clone());
+        for key in ["kept", "readable by all", "writable by the group", "writable by all", "another user's"] {
+            dir.write(key, b"contents").expect("written");
+        }
+        let path = |key: &str| dir.path().join(StateDir::file_name(key));
+        let chmod = |key: &str, mode: u32| fs::set_permissions(path(key), fs::Permissions::from_mode(mode));
+        chmod("readable by all", 0o644).expect("chmod");
+        chmod("writable by the group", 0o620).expect("chmod");
+        chmod("writable by all", 0o666).expect("chmod");
+        let others = private::user() == 0;
+        if others {
+            std::os::unix::fs::chown(path("another user's"), Some(65534), None).expect("chown");
+        }
+        let read = ["kept", "readable by all", "writable by the group", "writable by all", "another user's"]
+            .map(|key| dir.read(key).expect("no error").is_some());
+        assert_eq!(read, [true, true, false, false, !others]);
+        assert_eq!(quarantined.get(), if others { 3 } else { 2 });
+        assert!(dir.was_set_aside("writable by all") && !dir.was_set_aside("readable by all"));
+        assert_eq!(files(&dir).len(), 2, "never read again");
+    }
+
+    #[test]
+    fn a_directory_writable_by_others_is_made_private_on_open_and_another_users_refused() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let path = root.path().join("state");
+        fs::create_dir(&path).expect("created");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).expect("chmod");
+        StateDir::open(path.clone()).expect("opens");
+        assert_eq!(fs::metadata(&path).expect("metadata").permissions().mode() & 0o777, 0o755);
+        if private::user() != 0 {
+            return; // Only root can give a directory to another user.
+        }
+        std::os::unix::fs::chown(&path, Some(65534), None).expect("chown");
+        let refused = StateDir::open(path.clone()).expect_err("another user's");
+        assert_eq!(refused.kind(), io::ErrorKind::PermissionDenied);
+        assert!(refused.to_string().contains("owned by uid 65534"), "{refused}");
     }
 
     #[test]

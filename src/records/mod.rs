@@ -2,7 +2,11 @@
 //! private image only if it could have pulled it. The kubelet's files under `--root-dir`
 //! (`image_manager/pulling/` intents, `image_manager/pulled/` records), written crash-safely
 //! ([`crate::files::StateDir`]), with a bounded cache in front that answers alone while every
-//! record fits in it.
+//! record fits in it. A record is the kubelet's JSON, with no checksum: one that does not decode
+//! is a lost record (its image verified), but a well-formed one is believed. Whoever can write
+//! the directories can forge one (a private image recorded as every pod's); only root, the
+//! daemon's user, can: a directory or file anyone else could write is refused or set aside
+//! ([`crate::files::private`]).
 //!
 //! - [`format`](mod@format): the files' JSON, the kubelet's.
 //! - [`verification`]: which present images are verified (pure).
@@ -37,7 +41,7 @@ use self::{
     metrics::RecordsMetrics,
 };
 pub use self::{intents::PullIntent, merge::RecordTo};
-use crate::files::StateDir;
+use crate::files::{self, StateDir};
 
 /// The most records kept in memory; more stay on disk, read when asked for.
 pub const RECORDS_IN_MEMORY: usize = 10_000;
@@ -98,7 +102,8 @@ pub struct PullRecords {
 }
 
 impl PullRecords {
-    /// Opens (creating, mode 0700) `root_dir/image_manager/{pulling,pulled}`, removes temporary
+    /// Opens (creating, mode 0700; made private, or refused, as [`StateDir::open`] says)
+    /// `root_dir/image_manager/{pulling,pulled}` and `image_manager/` itself, removes temporary
     /// files of writes a crash interrupted, and reads the intents. Records are read later
     /// ([`PullRecords::warm`]), so that a node with many starts serving at once.
     pub fn open(root_dir: &Path, metrics: Arc<RecordsMetrics>) -> Result<Self, RecordsError> {
@@ -111,6 +116,9 @@ impl PullRecords {
         let pulling = pulling.counting_quarantined(metrics.quarantined("intent"));
         let (pulled, stale_records) = StateDir::open(base.join("pulled")).map_err(io_error(&base))?;
         let pulled = pulled.counting_quarantined(metrics.quarantined("record"));
+        // Whoever can write the directory the two are in can put others in their place.
+        files::secure_dir(&base)
+            .map_err(|error| io_error(&base)(io::Error::new(io::ErrorKind::PermissionDenied, error)))?;
         if stale_intents + stale_records > 0 {
             tracing::info!(removed = stale_intents + stale_records, "removed pull records a crash left half-written");
         }

@@ -4,8 +4,15 @@
 //! back once at start, off the request path, as hostile input: a regular file of at most
 //! [`FILE_LIMIT`] bytes, parsed strictly (an unknown field, a malformed digest, a duplicate or an
 //! entry too many refuses the whole file), and checked against the SHA-256 written with its
-//! entries, so that only what this daemon wrote is read as verified. One that is not is set aside
-//! (quarantined, counted, logged once) and the daemon verifies again as if it had none.
+//! entries, so that a torn or edited file is read as nothing verified. One that is not whole is
+//! set aside (quarantined, counted, logged once) and the daemon verifies again as if it had none.
+//!
+//! The SHA-256 has no key: it detects corruption, not forgery. Whoever can write the file can
+//! write entries with a sum that matches (an unsigned image's digest in a signed one's entry), and
+//! the daemon reads them as verified and writes them back. So only root, the daemon's user, can:
+//! the directory and the file are refused or set aside if anyone else could write them
+//! ([`crate::files::private`]). An HMAC key would add nothing: kept in the same root dir, it is
+//! readable by exactly whoever can write the file.
 //!
 //! An entry names the requirements it met by [`super::requirement`]'s name, never holds a key's
 //! bytes or a credential: the digest, the policy and scope that asked, and each key's fingerprint
@@ -60,7 +67,8 @@ pub enum StoredError {
     Io { path: PathBuf, error: io::Error },
 }
 
-/// Why a file is not one this daemon wrote. Names no value from the file but serde's words.
+/// Why a file is not whole as this daemon writes one. Names no value from the file but serde's
+/// words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     #[error("does not decode: {0}")]
@@ -135,7 +143,8 @@ pub fn encode(stored: &[Stored]) -> Vec<u8> {
     bytes
 }
 
-/// The entries of a file this daemon wrote, oldest first; anything else is an error.
+/// The entries of a file whole as this daemon writes one, oldest first; anything else is an
+/// error (a forged one with a matching SHA-256 is not: see the module docs).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Stored>, FormatError> {
     let file: File = serde_json::from_slice(bytes)
         .map_err(|error| FormatError::Decode(messages::echo(&error.to_string().escape_debug().to_string()).into()))?;
@@ -275,7 +284,8 @@ impl VerifiedFile {
     }
 
     /// Opens the directory (mode 0700, removing what a crash left half-written) and reads what it
-    /// keeps: a file that is not one this daemon wrote is set aside and read as none. Blocking.
+    /// keeps: a file that is not whole as this daemon writes one, or that others could write, is
+    /// set aside and read as none. Blocking.
     fn open(&self) -> Result<(StateDir, Vec<Stored>), StoredError> {
         let path = self.root_dir.join("signatures");
         let (dir, _) = StateDir::open(path.clone()).map_err(|error| StoredError::Io { path, error })?;

@@ -111,7 +111,7 @@ fn entry(n: usize) -> Entry {
 type Expected = fn(&FormatError) -> bool;
 
 #[test]
-fn anything_but_what_this_daemon_writes_is_refused_whole() {
+fn anything_not_whole_as_this_daemon_writes_it_is_refused_whole() {
     let good =
         encode(&[Stored { requirement: format!("{:064x}", 1), under: under(None), verified: verified(&digest(1)) }]);
     assert_eq!(decode(&good).expect("decodes").len(), 1);

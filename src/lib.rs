@@ -18,7 +18,8 @@
 //! - [`server`]: gRPC handlers that only translate (our API and `runtime.v1.ImageService`) over
 //!   the [`server::Services`] the root builds; WatchEvents (events encoded once into batches every
 //!   watcher shares), health, reflection, caller and drain deadlines, the accept path that serves
-//!   any `:authority`; `server::status` is the one place errors become gRPC statuses.
+//!   any `:authority`, roles at the door with its audit log (a caller's refusals after its first
+//!   summarised per interval); `server::status` is the one place errors become gRPC statuses.
 //! - [`ensure`]: EnsureImageExists as the kubelet's steps: default tag, presence, decide (and
 //!   verify a present image), back off, find credentials, pull through the pull path.
 //! - [`gc`]: image garbage collection, the kubelet's way: the pure plan (and why it keeps each

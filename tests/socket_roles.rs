@@ -6,7 +6,8 @@
 //! reflection answer anyone who can connect; a process outside the group cannot connect at all;
 //! a pre-pull is its submitter's to cancel; refusals and state-changing calls are logged with the
 //! caller and counted by method, role and result; the command line, refused, names the role and
-//! exits 4.
+//! exits 4; a caller flooding refusals gets its first logged, the rest counted and summarised
+//! (issue 59), while every allowed state-changing call is logged.
 
 mod support;
 
@@ -130,10 +131,23 @@ async fn daemon(
     group: &ThrowawayGroup,
     flags: &[&str],
 ) -> (DaemonProcess, u16) {
+    daemon_logging(dir, name, runtime, group, flags, "info,cri_imaged=trace").await
+}
+
+/// As [`daemon`], with `RUST_LOG=rust_log`.
+async fn daemon_logging(
+    dir: &Path,
+    name: &str,
+    runtime: &Path,
+    group: &ThrowawayGroup,
+    flags: &[&str],
+    rust_log: &str,
+) -> (DaemonProcess, u16) {
     let (port, listen) = metrics_listen();
     let socket = dir.join(name).join("cri-imaged.sock");
     let flags: Vec<&str> = flags.iter().copied().chain(["--metrics-listen", &listen]).collect();
-    let daemon = DaemonProcess::start(&socket, runtime, &flags).await;
+    let daemon = DaemonProcess::spawn_logging(&socket, runtime, &flags, rust_log);
+    daemon.wait_until_serving().await;
     // As the socket unit's DirectoryMode makes it, whatever this process's umask made it.
     let socket_dir = socket.parent().expect("a directory");
     std::fs::set_permissions(socket_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -301,6 +315,111 @@ async fn each_role_may_call_exactly_its_methods_and_a_refusal_names_the_role_nee
     });
     assert_ne!(code, "OK");
     assert!(said.contains("permission denied"), "{said}");
+}
+
+/// How many calls of `method` by callers holding `role` ended `result`, by `/metrics`.
+fn calls_counted(port: u16, method: &str, role: &str, result: &str) -> f64 {
+    let labels = [format!("method=\"{method}\""), format!("role=\"{role}\""), format!("result=\"{result}\"")];
+    http_get(port, "/metrics")
+        .lines()
+        .filter(|line| line.starts_with("cri_imaged_calls_total{") && labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `node tests/clients/call_flood.js`, as `nobody` with setpriv's `groups` flag (`None`: as this
+/// process, root): `calls` calls of our API's `method` with `request` (hex) from one connection;
+/// how many ended with each status code's number.
+fn flood(
+    groups: Option<&str>,
+    socket: &Path,
+    method: &str,
+    calls: usize,
+    request: &str,
+) -> serde_json::Map<String, Value> {
+    let node = require_tool("node").expect("node, checked by the caller");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/call_flood.js");
+    let mut command = match groups {
+        Some(groups) => {
+            let mut setpriv = Command::new("setpriv");
+            setpriv.args([&format!("--reuid={NOBODY}"), &format!("--regid={NOBODY}"), groups]).arg(node);
+            setpriv
+        }
+        None => Command::new(node),
+    };
+    let output = command
+        .arg(script)
+        .arg(socket)
+        .args([&format!("/{OURS}/{method}"), &calls.to_string(), "64", request])
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout} {}", String::from_utf8_lossy(&output.stderr));
+    let answer: Value = serde_json::from_str(&stdout).expect("JSON");
+    eprintln!("{calls} calls of {method}: {answer}");
+    answer["codes"].as_object().cloned().expect("codes")
+}
+
+/// The sum of `field=N` over `lines`.
+fn sum_of(lines: &[&str], field: &str) -> u64 {
+    let prefix = format!("{field}=");
+    let value = |line: &str| line.split(' ').find_map(|word| word.strip_prefix(&prefix)?.parse::<u64>().ok());
+    lines.iter().filter_map(|line| value(line)).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_writes_a_few_lines_while_every_one_is_counted_and_allowed_changes_are_each_logged() {
+    let Some((dir, _)) = as_nobody() else { return };
+    if require_tool("node").is_none() {
+        return;
+    }
+    const CALLS: usize = 20_000;
+    let group = ThrowawayGroup::create();
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    // At info, as the daemon logs by default: what the journal would get.
+    let flags = ["--default-role", "read"];
+    let (daemon, port) = daemon_logging(dir.path(), "flood", &runtime.socket, &group, &flags, "info").await;
+    let socket = daemon.socket.clone();
+    let before = std::fs::metadata(&daemon.log).expect("the log").len();
+    let counted_before = calls_counted(port, "ClearBackoff", "read", "denied");
+
+    let groups = format!("--groups={}", group.gid);
+    let codes = tokio::task::block_in_place(|| flood(Some(&groups), &socket, "ClearBackoff", CALLS, ""));
+    let denied = (tonic::Code::PermissionDenied as i32).to_string();
+    assert_eq!(codes.get(&denied).and_then(Value::as_u64), Some(CALLS as u64), "every call refused: {codes:?}");
+    assert_eq!(calls_counted(port, "ClearBackoff", "read", "denied") - counted_before, CALLS as f64, "each counted");
+
+    // Every refusal is in the log, the first as itself and the rest in summaries, one per caller
+    // per interval: the summary comes even though the refusals have stopped.
+    let caller = format!("uid={NOBODY} gid={NOBODY} pid=");
+    let accounted = |log: &str| {
+        let refused: Vec<&str> =
+            log.lines().filter(|line| line.contains("call refused") && line.contains("ClearBackoff")).collect();
+        let summaries: Vec<&str> =
+            log.lines().filter(|line| line.contains("refused calls aggregated") && line.contains(&caller)).collect();
+        refused.len() as u64 + sum_of(&summaries, "suppressed")
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+    while accounted(&daemon.log_text()) < CALLS as u64 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let log = daemon.log_text();
+    assert_eq!(accounted(&log), CALLS as u64, "{log}");
+    let summary = log.lines().find(|line| line.contains("refused calls aggregated")).expect("a summary");
+    assert!(summary.contains(r#"methods="ClearBackoff""#), "{summary}");
+    let written = std::fs::metadata(&daemon.log).expect("the log").len() - before;
+    eprintln!("{CALLS} refused calls wrote {written} bytes of log");
+    assert!(written <= 8 * 1024, "{written} bytes for {CALLS} refusals:\n{log}");
+
+    // Allowed state changes are each logged, however many: root is admin. ClearBackoff `all`.
+    let allowed_before = log.lines().filter(|line| line.contains("call allowed")).count();
+    let codes = tokio::task::block_in_place(|| flood(None, &socket, "ClearBackoff", 50, "2001"));
+    assert_eq!(codes.get("0").and_then(Value::as_u64), Some(50), "{codes:?}");
+    let log = daemon.log_text();
+    let allowed: Vec<&str> = log.lines().filter(|line| line.contains("call allowed")).skip(allowed_before).collect();
+    assert_eq!(allowed.len(), 50, "{log}");
+    assert!(allowed.iter().all(|line| line.contains(r#"method="ClearBackoff""#) && line.contains("uid=0")), "{log}");
+    daemon.terminate().await;
 }
 
 fn is_root() -> bool {

@@ -6,7 +6,7 @@ use std::{pin::Pin, sync::Arc, time::SystemTime};
 use futures_util::Stream;
 use tonic::{Request, Response, Status};
 
-use super::{metrics::CallMetrics, roles::decide_in_handler};
+use super::roles::{Recorder, decide_in_handler};
 use crate::{
     access::table,
     api::{self, image_manager_server},
@@ -39,11 +39,11 @@ pub struct ImageManagerService<R> {
     pre_pulls: Arc<PrePulls<R>>,
     events: Arc<Events>,
     kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
-    calls: Arc<CallMetrics>,
+    calls: Arc<Recorder>,
 }
 
 impl<R> ImageManagerService<R> {
-    pub fn new(services: &super::Services<R>) -> Self {
+    pub fn new(services: &super::Services<R>, calls: Arc<Recorder>) -> Self {
         Self {
             runtime: services.runtime.clone(),
             manager: services.manager.clone(),
@@ -55,7 +55,7 @@ impl<R> ImageManagerService<R> {
             pre_pulls: services.pre_pulls.clone(),
             events: services.events.clone(),
             kubelet_warnings: services.kubelet_warnings.clone(),
-            calls: services.calls.clone(),
+            calls,
         }
     }
 }

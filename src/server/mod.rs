@@ -88,7 +88,7 @@ use self::{
     deadline::{DeadlineLayer, DrainDeadline, Unanswered},
     image_manager::ImageManagerService,
     metrics::{CallMetrics, ConnectionMetrics},
-    roles::RolesLayer,
+    roles::{Recorder, RolesLayer},
     streams::EndOnShutdown,
     watch::WithWatch,
 };
@@ -251,8 +251,11 @@ pub async fn serve<R: ImageRuntime>(
         shutdown.clone(),
     ));
 
+    let calls = Arc::new(Recorder::new(services.calls.clone()));
+    tokio::spawn(roles::summarise_refusals(calls.clone(), shutdown.clone()));
+
     let cri_image_service = CriImageService::new(services);
-    let image_manager = ImageManagerServer::new(ImageManagerService::new(services))
+    let image_manager = ImageManagerServer::new(ImageManagerService::new(services, calls.clone()))
         .max_decoding_message_size(API_MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let image_manager = WithWatch::new(image_manager, services.events.clone(), shutdown.clone());
@@ -281,7 +284,7 @@ pub async fn serve<R: ImageRuntime>(
     let service = tower::ServiceBuilder::new()
         .layer(DeadlineLayer::new(drained, unanswered.clone()))
         .layer(BodyTimeoutLayer::new(limits.request_body_timeout))
-        .layer(RolesLayer::new(options.access.clone(), services.calls.clone()))
+        .layer(RolesLayer::new(options.access.clone(), calls))
         .service(routes);
     let http2 = Http2Settings {
         max_concurrent_streams: limits.max_concurrent_streams,

@@ -1,5 +1,6 @@
 use std::{
     collections::HashMap,
+    num::NonZeroUsize,
     sync::atomic::{AtomicUsize, Ordering::SeqCst},
 };
 

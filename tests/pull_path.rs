@@ -187,6 +187,8 @@ async fn a_pull_over_the_registry_limit_fails_with_resource_exhausted_and_backs_
 async fn a_mixed_herd_shares_one_pull_that_waits_for_the_registry_limit() {
     let mut config = ManagerConfig::default();
     config.rate_limits.global = cri_imaged::pull::ratelimit::RateLimit::try_new(1.0, 1).expect("valid");
+    // One slot (the kubelet's serial puller), so that the herd's pull queues behind the first.
+    config.scheduler.max_parallel = NonZeroUsize::new(1);
     let stack = stack(config).await;
     let gate = Arc::new(Notify::new());
     stack.runtime.service.script.lock().unwrap().pull_gate = Some(gate.clone());

@@ -65,7 +65,7 @@ async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past
     let dir = tempfile::tempdir().expect("tempdir");
     let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
 
-    // Ten pods on five images of the hung registry, serial pulls (the default).
+    // Ten pods on five images of the hung registry, pulls in parallel (the default).
     let started = Instant::now();
     let stuck: Vec<_> = (0..10)
         .map(|i| ask(&daemon.socket, &format!("{}/hung-{}:1", hung.addr, i % 5), &format!("stuck-{i}")))

@@ -166,7 +166,7 @@ async fn a_failed_pull_is_backed_off_with_retry_info_and_no_upstream_call() {
 #[tokio::test]
 async fn a_pull_over_the_registry_limit_fails_with_resource_exhausted_and_backs_off() {
     let mut config = ManagerConfig::default();
-    config.rate_limits.global = cri_imaged::pull::ratelimit::RateLimit::try_new(0.001, 1).expect("valid");
+    config.rate_limits.each_host = cri_imaged::pull::ratelimit::RateLimit::try_new(0.001, 1).expect("valid");
     let stack = stack(config).await;
     let mut client = stack.daemon.client();
     call(&mut client, pod_request("first:v1", 1)).await.expect("the burst admits one pull");
@@ -186,7 +186,7 @@ async fn a_pull_over_the_registry_limit_fails_with_resource_exhausted_and_backs_
 #[tokio::test]
 async fn a_mixed_herd_shares_one_pull_that_waits_for_the_registry_limit() {
     let mut config = ManagerConfig::default();
-    config.rate_limits.global = cri_imaged::pull::ratelimit::RateLimit::try_new(1.0, 1).expect("valid");
+    config.rate_limits.each_host = cri_imaged::pull::ratelimit::RateLimit::try_new(1.0, 1).expect("valid");
     // One slot (the kubelet's serial puller), so that the herd's pull queues behind the first.
     config.scheduler.max_parallel = NonZeroUsize::new(1);
     let stack = stack(config).await;

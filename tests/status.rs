@@ -103,7 +103,7 @@ async fn each_registry_bucket_shows_its_limit_and_tokens_left() {
     use cri_imaged::pull::ratelimit::{RateLimit, RateLimitConfig, RateLimitMode};
     let limit = |qps, burst| RateLimit::try_new(qps, burst).expect("valid").expect("limited");
     let rate_limits = RateLimitConfig {
-        global: Some(limit(5.0, 10)),
+        each_host: Some(limit(5.0, 10)),
         per_host: vec![("registry.local:5000".into(), limit(0.01, 3))],
         mode: RateLimitMode::Wait,
         ..Default::default()

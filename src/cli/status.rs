@@ -114,19 +114,21 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
         );
     }
     for bucket in &status.rate_limits {
-        let host = if bucket.host.is_empty() { "every registry" } else { bucket.host.as_str() };
         let lowered = if bucket.lowered_from_qps > 0.0 {
             format!(", lowered from {} after 429s", bucket.lowered_from_qps)
         } else {
             String::new()
         };
-        say(
-            "rate limit",
-            Line::plain(format!(
-                "{host}: {} pulls/s, burst {}, {:.1} tokens ({}){lowered}",
-                bucket.qps, bucket.burst, bucket.tokens, status.rate_limit_mode
-            )),
-        );
+        // The default's tokens are those of the bucket shared past the 256th host: rarely used.
+        let line = if bucket.host.is_empty() {
+            format!("each registry: {} pulls/s, burst {} ({})", bucket.qps, bucket.burst, status.rate_limit_mode)
+        } else {
+            format!(
+                "{}: {} pulls/s, burst {}, {:.1} tokens ({}){lowered}",
+                bucket.host, bucket.qps, bucket.burst, bucket.tokens, status.rate_limit_mode
+            )
+        };
+        say("rate limit", Line::plain(line));
     }
     for registry in &status.registries {
         let until = moment(registry.open_until.as_ref())

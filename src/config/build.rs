@@ -141,12 +141,12 @@ impl ServeArgs {
             }
             other => ConfigError::Backoff(other),
         })?;
-        let global = RateLimit::try_new(self.registry_qps, self.registry_burst).map_err(|error| match error {
+        let each_host = RateLimit::try_new(self.registry_qps, self.registry_burst).map_err(|error| match error {
             RateLimitError::ZeroBurst => ConfigError::ZeroBurst { qps: self.registry_qps },
             other => ConfigError::RateLimit(other),
         })?;
         let rate_limits = RateLimitConfig {
-            global,
+            each_host,
             per_host: self.registry_qps_per_host.clone(),
             mode: self.registry_rate_limit_mode.into(),
             adaptive: AdaptiveConfig { floor: self.registry_qps_floor, recovery: self.registry_qps_recovery },

@@ -186,11 +186,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value = "100000", value_parser = parse_at_least_one, allow_hyphen_values = true)]
     pub image_pull_backoff_max_entries: NonZeroUsize,
 
-    /// Average upstream pulls a second (presence checks are never limited); 0 turns the limit off.
+    /// Average upstream pulls a second to each registry host (presence checks are never limited);
+    /// 0 turns the limit off.
     #[arg(long, value_name = "QPS", default_value = "5", value_parser = parse_qps, allow_hyphen_values = true)]
     pub registry_qps: f64,
 
-    /// Pulls allowed at once before the QPS limit applies; at least 1 unless --registry-qps is 0.
+    /// Pulls allowed at once to a registry host before the QPS limit applies; at least 1 unless
+    /// --registry-qps is 0.
     #[arg(long, value_name = "N", default_value = "10", value_parser = parse_burst, allow_hyphen_values = true)]
     pub registry_burst: u32,
 

@@ -91,7 +91,7 @@ fn registry_limits_come_from_their_flags() {
         "--registry-qps-per-host=quay.io=3:4",
     ])
     .expect("valid");
-    assert_eq!(config.rate_limits.global, None, "0 QPS is no limit");
+    assert_eq!(config.rate_limits.each_host, None, "0 QPS is no limit");
     assert_eq!(config.rate_limits.mode, RateLimitMode::Wait);
     let hosts: Vec<&str> = config.rate_limits.per_host.iter().map(|(host, _)| host.as_str()).collect();
     assert_eq!(hosts, ["docker.io", "quay.io"]);

@@ -2,8 +2,11 @@
 //!
 //! Like the kubelet's `throttledImageService`, only PullImage is limited, never presence checks.
 //! By default a pull over the limit fails at once with `pull QPS exceeded`; in wait mode it
-//! queues until a token frees up. A registry host may have a bucket of its own, and gets one
-//! while it answers 429 (`adaptive`): the node stops spending its pull quota.
+//! queues until a token frees up. Unlike the kubelet's one bucket for the node, each registry host
+//! has a bucket of its own: the limit spares a registry, and a registry that hangs or is slow must
+//! not spend the quota of the others (measured: beside ten pulls to a hung registry, half of the
+//! pods of a healthy one were refused with one bucket for the node). A host may be given a limit of
+//! its own, and gets a lower one while it answers 429 (`adaptive`).
 
 mod adaptive;
 mod bucket;
@@ -77,8 +80,8 @@ impl RateLimit {
 /// Every registry limit the daemon applies.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RateLimitConfig {
-    /// The bucket for registries without one of their own; `None` for no limit.
-    pub global: Option<RateLimit>,
+    /// The limit of each registry host without one of its own; `None` for no limit.
+    pub each_host: Option<RateLimit>,
     /// Registry hosts (as in the image reference, port included) with a bucket of their own.
     pub per_host: Vec<(String, RateLimit)>,
     pub mode: RateLimitMode,
@@ -87,11 +90,12 @@ pub struct RateLimitConfig {
 }
 
 impl RateLimitConfig {
-    /// The kubelet's defaults: 5 pulls a second, bursts of 10, failing when over.
+    /// The kubelet's defaults: 5 pulls a second, bursts of 10, failing when over (for each
+    /// registry host, where the kubelet has them for the node).
     pub fn kubelet() -> Self {
-        let global = RateLimit { qps: 5.0, burst: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN) };
+        let each_host = RateLimit { qps: 5.0, burst: NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN) };
         Self {
-            global: Some(global),
+            each_host: Some(each_host),
             per_host: Vec::new(),
             mode: RateLimitMode::Fail,
             adaptive: AdaptiveConfig::default(),
@@ -104,7 +108,8 @@ type Bucket = Mutex<TokenBucket>;
 /// A bucket as GetStatus shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BucketStatus {
-    /// `None` for the bucket of registries without one of their own.
+    /// `None` for the limit of registries without one of their own (its tokens: those of the
+    /// bucket shared by pulls past [`MAX_HOSTS`] hosts, and of names without one).
     pub host: Option<String>,
     pub limit: RateLimit,
     /// Pulls it would admit now, with the fraction of the next one refilled.
@@ -125,8 +130,14 @@ pub struct RegistryLimits {
 }
 
 struct Buckets {
-    global: Option<Arc<Bucket>>,
+    /// The limit each host without a configured bucket gets one of.
+    each_host: Option<RateLimit>,
+    /// Hosts given a limit of their own.
     per_host: HashMap<String, Arc<Bucket>>,
+    /// Buckets of `each_host`, made as hosts are first pulled from (at most [`MAX_HOSTS`]).
+    seen: Mutex<HashMap<String, Arc<Bucket>>>,
+    /// Shared by the pulls of hosts past [`MAX_HOSTS`] and of names without a host.
+    others: Option<Arc<Bucket>>,
     mode: RateLimitMode,
     adaptive: AdaptiveConfig,
 }
@@ -134,9 +145,20 @@ struct Buckets {
 /// The most registries with a lowered rate; past it, a new one keeps its configured bucket.
 const MAX_LOWERED: usize = 256;
 
+/// The most hosts with a bucket of `each_host` of their own; past it, pulls share one, so that
+/// names crafted to differ cannot grow the map without bound.
+pub const MAX_HOSTS: usize = 256;
+
 impl RegistryLimits {
     pub fn new(config: &RateLimitConfig, metrics: Arc<PullMetrics>, events: Arc<Events>) -> Self {
-        let empty = Buckets { global: None, per_host: HashMap::new(), mode: config.mode, adaptive: config.adaptive };
+        let empty = Buckets {
+            each_host: None,
+            per_host: HashMap::new(),
+            seen: Mutex::default(),
+            others: None,
+            mode: config.mode,
+            adaptive: config.adaptive,
+        };
         let buckets = RwLock::new(Arc::new(empty.reconfigured(config, Instant::now())));
         Self { buckets, lowered: Mutex::default(), metrics, events }
     }
@@ -170,9 +192,11 @@ impl RegistryLimits {
             let bucket = bucket.lock().unwrap_or_else(PoisonError::into_inner);
             BucketStatus { host: host.cloned(), limit: bucket.limit(), tokens: bucket.tokens(now), lowered_from: None }
         };
+        let seen = buckets.seen().clone();
         let mut hosts: Vec<BucketStatus> = buckets
             .per_host
             .iter()
+            .chain(seen.iter())
             .filter(|(host, _)| !lowered.contains_key(*host))
             .map(|(host, bucket)| status(Some(host), bucket))
             .chain(lowered.iter().map(|(host, lowered)| BucketStatus {
@@ -183,8 +207,8 @@ impl RegistryLimits {
             }))
             .collect();
         hosts.sort_by(|a, b| a.host.cmp(&b.host));
-        let global = buckets.global.as_ref().map(|bucket| status(None, bucket));
-        global.into_iter().chain(hosts).collect()
+        let others = buckets.others.as_ref().map(|bucket| status(None, bucket));
+        others.into_iter().chain(hosts).collect()
     }
 
     /// The lowered registries, those whose rate recovered at `now` forgotten.
@@ -211,7 +235,7 @@ impl RegistryLimits {
                 return lowered.bucket.take(now);
             }
         }
-        let Some(bucket) = buckets.of(host) else { return Ok(()) };
+        let Some(bucket) = buckets.of(host, now) else { return Ok(()) };
         bucket.lock().unwrap_or_else(PoisonError::into_inner).take(now)
     }
 
@@ -231,7 +255,7 @@ impl RegistryLimits {
                 return;
             }
             let configured = buckets
-                .of(Some(host))
+                .of(Some(host), now)
                 .map_or(UNLIMITED_START, |bucket| bucket.lock().unwrap_or_else(PoisonError::into_inner).limit());
             lowered.insert(host.to_owned(), Lowered::new(configured, now, &buckets.adaptive));
         }
@@ -281,9 +305,28 @@ impl RegistryLimits {
 }
 
 impl Buckets {
-    /// The bucket a pull to `host` takes its token from: the host's own, else the global one.
-    fn of(&self, host: Option<&str>) -> Option<&Arc<Bucket>> {
-        host.and_then(|host| self.per_host.get(host)).or(self.global.as_ref())
+    fn seen(&self) -> MutexGuard<'_, HashMap<String, Arc<Bucket>>> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The bucket a pull to `host` takes its token from: the host's configured one, else its own
+    /// of `each_host` (made now if it is the first pull there), else the shared one.
+    fn of(&self, host: Option<&str>, now: Instant) -> Option<Arc<Bucket>> {
+        let Some(host) = host else { return self.others.clone() };
+        if let Some(bucket) = self.per_host.get(host) {
+            return Some(bucket.clone());
+        }
+        let limit = self.each_host?;
+        let mut seen = self.seen();
+        if let Some(bucket) = seen.get(host) {
+            return Some(bucket.clone());
+        }
+        if seen.len() >= MAX_HOSTS {
+            return self.others.clone();
+        }
+        let bucket = Arc::new(Mutex::new(TokenBucket::full(limit, now)));
+        seen.insert(host.to_owned(), bucket.clone());
+        Some(bucket)
     }
 
     /// The buckets `config` asks for, reusing each of these whose limit is unchanged.
@@ -292,13 +335,27 @@ impl Buckets {
             Some(old) if old.lock().unwrap_or_else(PoisonError::into_inner).limit() == *limit => old.clone(),
             _ => Arc::new(Mutex::new(TokenBucket::full(*limit, now))),
         };
-        Self {
-            global: config.global.as_ref().map(|limit| bucket(limit, self.global.as_ref())),
-            per_host: config
-                .per_host
+        let per_host: HashMap<String, Arc<Bucket>> = config
+            .per_host
+            .iter()
+            .map(|(host, limit)| (host.clone(), bucket(limit, self.per_host.get(host))))
+            .collect();
+        // The hosts' own buckets of an unchanged limit keep their tokens; a new limit starts
+        // them again, full, at their next pull.
+        let seen = match config.each_host {
+            Some(limit) if self.each_host == Some(limit) => self
+                .seen()
                 .iter()
-                .map(|(host, limit)| (host.clone(), bucket(limit, self.per_host.get(host))))
+                .filter(|(host, _)| !per_host.contains_key(*host))
+                .map(|(host, old)| (host.clone(), old.clone()))
                 .collect(),
+            _ => HashMap::new(),
+        };
+        Self {
+            each_host: config.each_host,
+            others: config.each_host.as_ref().map(|limit| bucket(limit, self.others.as_ref())),
+            per_host,
+            seen: Mutex::new(seen),
             mode: config.mode,
             adaptive: config.adaptive,
         }

@@ -270,7 +270,7 @@ async fn a_hung_registry_opens_its_breaker_once_enough_of_its_pulls_failed_waiti
 #[tokio::test(start_paused = true)]
 async fn a_wait_for_a_rate_limit_token_is_not_the_registrys_silence() {
     let limit = RateLimit::try_new(0.02, 1).expect("valid").expect("limited");
-    let config = RateLimitConfig { global: Some(limit), mode: RateLimitMode::Wait, ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit), mode: RateLimitMode::Wait, ..Default::default() };
     let limits = Arc::new(RegistryLimits::new(&config, Default::default(), Arc::default()));
     let node = Node::behind(0, Some(limits));
     node.pull("slow.test/a:1").await.expect("joined").0.expect("the burst");
@@ -289,23 +289,23 @@ fn states(scheduler: &PullScheduler) -> Vec<(String, &'static str)> {
 #[tokio::test(start_paused = true)]
 async fn each_pull_in_flight_says_what_it_waits_for() {
     let limit = RateLimit::try_new(0.02, 1).expect("valid").expect("limited");
-    let config = RateLimitConfig { global: Some(limit), mode: RateLimitMode::Wait, ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit), mode: RateLimitMode::Wait, ..Default::default() };
     let limits = Arc::new(RegistryLimits::new(&config, Default::default(), Arc::default()));
     let node = Node::behind(0, Some(limits));
     node.pull("slow.test/a:1").await.expect("joined").0.expect("the burst");
     // The next token is 50 s away: the serial slot's holder waits for it, the next for the slot.
     let _limited = node.pull("slow.test/b:1");
     sleep(Duration::from_millis(10)).await;
-    let _queued = node.pull("other.test/c:1");
+    let _queued = node.pull("slow.test/c:1");
     sleep(Duration::from_millis(10)).await;
-    let expected = [("slow.test/b:1".to_owned(), "rate-limit"), ("other.test/c:1".to_owned(), "slot")];
+    let expected = [("slow.test/b:1".to_owned(), "rate-limit"), ("slow.test/c:1".to_owned(), "slot")];
     assert_eq!(states(&node.scheduler), expected);
     sleep(Duration::from_secs(50)).await;
-    let after = [("other.test/c:1".to_owned(), "rate-limit")];
+    let after = [("slow.test/c:1".to_owned(), "rate-limit")];
     assert_eq!(states(&node.scheduler), after, "b got its token and pulled; c holds the slot, waiting for the next");
     // Its token came at 100 s; its pull takes 100 ms.
     sleep(Duration::from_millis(49_900)).await;
-    assert_eq!(states(&node.scheduler), [("other.test/c:1".to_owned(), "pulling")]);
+    assert_eq!(states(&node.scheduler), [("slow.test/c:1".to_owned(), "pulling")]);
 
     let node = Node::new(0);
     node.registries.set("hung.test", Behaviour::Hangs);

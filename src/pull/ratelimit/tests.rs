@@ -34,7 +34,7 @@ where
 
 #[tokio::test(start_paused = true)]
 async fn the_burst_passes_and_the_next_pull_fails_with_the_kubelets_words() {
-    let config = RateLimitConfig { global: Some(limit(5.0, 10)), ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit(5.0, 10)), ..Default::default() };
     let limits = limits(&config);
     let calls = Arc::new(AtomicUsize::new(0));
     let service = RateLimitLayer::new(limits.clone()).layer(upstream(calls.clone()));
@@ -53,9 +53,41 @@ async fn the_burst_passes_and_the_next_pull_fails_with_the_kubelets_words() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn each_registry_spends_a_bucket_of_its_own_so_a_busy_one_refuses_none_of_the_others_pulls() {
+    let config = RateLimitConfig { each_host: Some(limit(5.0, 10)), ..Default::default() };
+    let limits = limits(&config);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = RateLimitLayer::new(limits.clone()).layer(upstream(calls.clone()));
+
+    // Ten pulls to a registry that hangs take its whole burst...
+    for i in 0..10 {
+        pull(&service, &format!("hung.test/app-{i}:1")).await.expect("within the burst");
+    }
+    assert!(pull(&service, "hung.test/app-10:1").await.is_err(), "its eleventh is over the limit");
+    // ...and another registry's ten pods are each pulled.
+    for i in 0..10 {
+        pull(&service, &format!("healthy.test/app-{i}:1")).await.expect("a bucket of its own");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hosts_past_the_bound_share_one_bucket_instead_of_growing_the_map() {
+    let config = RateLimitConfig { each_host: Some(limit(1.0, 1)), ..Default::default() };
+    let limits = limits(&config);
+    let service = RateLimitLayer::new(limits.clone()).layer(upstream(Arc::default()));
+    for i in 0..MAX_HOSTS {
+        pull(&service, &format!("host-{i}.test/app:1")).await.expect("a bucket of its own");
+    }
+    pull(&service, "one-more.test/app:1").await.expect("the shared bucket's token");
+    assert!(pull(&service, "and-another.test/app:1").await.is_err(), "the shared bucket is spent");
+    assert_eq!(limits.buckets().len(), MAX_HOSTS + 1, "each host bucket, and the shared one");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_host_with_its_own_bucket_is_independent_of_the_others() {
     let config = RateLimitConfig {
-        global: Some(limit(1.0, 1)),
+        each_host: Some(limit(1.0, 1)),
         per_host: vec![("registry.local:5000".into(), limit(1.0, 2))],
         mode: RateLimitMode::Fail,
         ..Default::default()
@@ -63,8 +95,9 @@ async fn a_host_with_its_own_bucket_is_independent_of_the_others() {
     let limits = limits(&config);
     let service = RateLimitLayer::new(limits).layer(upstream(Arc::new(AtomicUsize::new(0))));
 
-    pull(&service, "busybox:1").await.expect("docker.io uses the global bucket");
-    assert!(pull(&service, "quay.io/app:1").await.is_err(), "the global bucket is empty");
+    pull(&service, "busybox:1").await.expect("docker.io's bucket of the default limit");
+    assert!(pull(&service, "busybox:2").await.is_err(), "docker.io's bucket is empty");
+    pull(&service, "quay.io/app:1").await.expect("quay.io's bucket of the default limit");
     pull(&service, "registry.local:5000/app:1").await.expect("its own bucket");
     pull(&service, "registry.local:5000/app:2").await.expect("burst of two");
     assert!(pull(&service, "registry.local:5000/app:3").await.is_err(), "its own bucket is empty too");
@@ -72,7 +105,7 @@ async fn a_host_with_its_own_bucket_is_independent_of_the_others() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_mode_admits_pulls_at_the_configured_rate() {
-    let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Wait, ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit(5.0, 1)), mode: RateLimitMode::Wait, ..Default::default() };
     let limits = limits(&config);
     let service = RateLimitLayer::new(limits.clone()).layer(upstream(Arc::new(AtomicUsize::new(0))));
 
@@ -96,7 +129,7 @@ fn zero_qps_means_no_limit_and_bad_values_are_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cri_pull_waits_for_a_token_even_in_fail_mode() {
-    let config = RateLimitConfig { global: Some(limit(5.0, 1)), mode: RateLimitMode::Fail, ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit(5.0, 1)), mode: RateLimitMode::Fail, ..Default::default() };
     let limits = limits(&config);
     let service = RateLimitLayer::new(limits).layer(upstream(Arc::new(AtomicUsize::new(0))));
     let cri_spec = |image: &str| Pull { wait_for_rate_limit: true, ..spec(image) };
@@ -112,7 +145,7 @@ async fn a_cri_pull_waits_for_a_token_even_in_fail_mode() {
 async fn each_bucket_tells_its_tokens_refilled_at_its_rate_up_to_its_burst() {
     let host = "registry.local:5000";
     let config = RateLimitConfig {
-        global: Some(limit(5.0, 10)),
+        each_host: Some(limit(5.0, 10)),
         per_host: vec![(host.into(), limit(1.0, 2))],
         mode: RateLimitMode::Fail,
         ..Default::default()
@@ -127,18 +160,27 @@ async fn each_bucket_tells_its_tokens_refilled_at_its_rate_up_to_its_burst() {
         pull(&service, &format!("app:{i}")).await.expect("within the burst");
     }
     pull(&service, &format!("{host}/app:v1")).await.expect("within the burst");
-    assert_eq!(tokens(&limits), [(None, 7.0), (Some(host.to_owned()), 1.0)]);
+    let hub = Some("docker.io".to_owned());
+    assert_eq!(
+        tokens(&limits),
+        [(None, 10.0), (hub.clone(), 7.0), (Some(host.to_owned()), 1.0)],
+        "Docker Hub's pulls got a bucket of their own"
+    );
     tokio::time::advance(Duration::from_millis(500)).await;
-    assert_eq!(tokens(&limits), [(None, 9.5), (Some(host.to_owned()), 1.5)], "refilled at 5 and 1 a second");
+    assert_eq!(
+        tokens(&limits),
+        [(None, 10.0), (hub.clone(), 9.5), (Some(host.to_owned()), 1.5)],
+        "refilled at 5 and 1 a second"
+    );
     tokio::time::advance(Duration::from_secs(10)).await;
-    assert_eq!(tokens(&limits), [(None, 10.0), (Some(host.to_owned()), 2.0)], "never above the burst");
+    assert_eq!(tokens(&limits), [(None, 10.0), (hub, 10.0), (Some(host.to_owned()), 2.0)], "never above the burst");
     assert_eq!(limits.mode(), RateLimitMode::Fail);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_reload_keeps_the_tokens_of_an_unchanged_bucket_and_starts_a_changed_one_full() {
     let before = RateLimitConfig {
-        global: Some(limit(1.0, 2)),
+        each_host: Some(limit(1.0, 2)),
         per_host: vec![("registry.local:5000".into(), limit(1.0, 2))],
         mode: RateLimitMode::Fail,
         ..Default::default()
@@ -150,7 +192,7 @@ async fn a_reload_keeps_the_tokens_of_an_unchanged_bucket_and_starts_a_changed_o
     }
 
     let after = RateLimitConfig {
-        global: Some(limit(1.0, 2)),
+        each_host: Some(limit(1.0, 2)),
         per_host: vec![("registry.local:5000".into(), limit(1.0, 3)), ("quay.io".into(), limit(1.0, 1))],
         mode: RateLimitMode::Fail,
         ..Default::default()
@@ -163,7 +205,9 @@ async fn a_reload_keeps_the_tokens_of_an_unchanged_bucket_and_starts_a_changed_o
     pull(&service, "quay.io/app:1").await.expect("a new host's bucket");
     assert!(pull(&service, "quay.io/app:2").await.is_err(), "with its own burst");
     let hosts: Vec<Option<String>> = limits.buckets().into_iter().map(|bucket| bucket.host).collect();
-    assert_eq!(hosts, [None, Some("quay.io".to_owned()), Some("registry.local:5000".to_owned())]);
+    let hosts_now =
+        [None, Some("docker.io".to_owned()), Some("quay.io".to_owned()), Some("registry.local:5000".to_owned())];
+    assert_eq!(hosts, hosts_now);
 
     limits.reconfigure(&RateLimitConfig { mode: RateLimitMode::Wait, ..RateLimitConfig::default() });
     assert_eq!(limits.mode(), RateLimitMode::Wait);
@@ -193,7 +237,7 @@ fn answering_429(
 #[tokio::test(start_paused = true)]
 async fn a_registry_answering_429_gets_half_the_rate_each_time_down_to_the_floor_and_the_others_keep_theirs() {
     let adaptive = AdaptiveConfig { floor: 0.5, recovery: Duration::from_secs(30) };
-    let config = RateLimitConfig { global: Some(limit(4.0, 10)), adaptive, ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit(4.0, 10)), adaptive, ..Default::default() };
     let limits = limits(&config);
     let (calls, limited) = (Arc::new(AtomicUsize::new(0)), Arc::new(std::sync::atomic::AtomicBool::new(true)));
     let service = RateLimitLayer::new(limits.clone()).layer(answering_429(calls.clone(), limited.clone()));
@@ -229,7 +273,7 @@ async fn a_registry_answering_429_gets_half_the_rate_each_time_down_to_the_floor
 #[tokio::test(start_paused = true)]
 async fn the_rate_recovers_a_tenth_a_quiet_period_and_the_registry_is_forgotten_once_back() {
     let adaptive = AdaptiveConfig { floor: 0.1, recovery: Duration::from_secs(30) };
-    let config = RateLimitConfig { global: Some(limit(4.0, 10)), adaptive, ..Default::default() };
+    let config = RateLimitConfig { each_host: Some(limit(4.0, 10)), adaptive, ..Default::default() };
     let limits = limits(&config);
     let (calls, limited) = (Arc::new(AtomicUsize::new(0)), Arc::new(std::sync::atomic::AtomicBool::new(true)));
     let service = RateLimitLayer::new(limits.clone()).layer(answering_429(calls.clone(), limited.clone()));
@@ -239,7 +283,7 @@ async fn the_rate_recovers_a_tenth_a_quiet_period_and_the_registry_is_forgotten_
         limits
             .buckets()
             .into_iter()
-            .find(|bucket| bucket.host.as_deref() == Some("hub.test"))
+            .find(|bucket| bucket.host.as_deref() == Some("hub.test") && bucket.lowered_from.is_some())
             .map(|bucket| bucket.limit.qps)
     };
     tokio::time::advance(Duration::from_secs(60)).await;
@@ -247,7 +291,7 @@ async fn the_rate_recovers_a_tenth_a_quiet_period_and_the_registry_is_forgotten_
     assert!((recovering - 2.8).abs() < 1e-9, "two steps of 0.4 after 60 s: {recovering}");
     pull(&service, "hub.test/a:2").await.expect("the registry answers again");
     tokio::time::advance(Duration::from_secs(90)).await;
-    assert_eq!(qps(&limits), None, "back to the default bucket");
+    assert_eq!(qps(&limits), None, "back to its bucket of the default limit");
     for i in 0..10 {
         pull(&service, &format!("hub.test/a:{i}")).await.expect("the whole burst again");
     }
@@ -255,7 +299,7 @@ async fn the_rate_recovers_a_tenth_a_quiet_period_and_the_registry_is_forgotten_
 
 #[tokio::test(start_paused = true)]
 async fn a_registry_without_a_limit_that_answers_429_gets_one() {
-    let config = RateLimitConfig { global: None, ..Default::default() };
+    let config = RateLimitConfig { each_host: None, ..Default::default() };
     let limits = limits(&config);
     let limited = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let service = RateLimitLayer::new(limits.clone()).layer(answering_429(Arc::default(), limited));

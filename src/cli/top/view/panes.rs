@@ -310,7 +310,7 @@ pub fn registries(model: &Model, now: SystemTime, width: u16) -> Pane {
 }
 
 fn host_or_default(host: &str) -> &str {
-    if host.is_empty() { "every registry" } else { host }
+    if host.is_empty() { "each registry" } else { host }
 }
 
 /// The node's events, newest last: `14:03:22 Pulled       default/web  Successfully pulled …`.

@@ -2,7 +2,8 @@
 //! by one, every image absent, over a shaped link. A client that pulls as the kubelet does (one
 //! CRI PullImage per pod as its sandbox comes up: serially, or in parallel with and without
 //! `maxParallelImagePulls`) straight to containerd, against the same client in front of
-//! cri-imaged at its defaults; every row cold, ratios from one run, and the link's floor.
+//! cri-imaged at its defaults; every row cold, ratios from one run, and the link's floor. Then
+//! the choice of the default cap: more pods than it, through cri-imaged at three caps.
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,6 +22,7 @@ use crate::{
 };
 
 /// The section's sizes: the in a full run, tiny ones in the smoke run.
+#[derive(Clone, Copy)]
 struct Shape {
     link: LinkShape,
     /// The big image's (bytes, layers); its pod comes up first.
@@ -30,14 +32,25 @@ struct Shape {
     smalls: usize,
     /// Pods come up this far apart, the big one's at once.
     gap: Duration,
+    /// Choosing the cap: small pods after the big one on a wider node, and a rollout's pods
+    /// (each image's bytes, layers; how many) coming up at once.
+    wide_smalls: usize,
+    rollout: ((u64, usize), usize),
 }
 
 /// The node: 100 Mbit/s with 25 ms added to every request, which a 25 ms round trip is
 /// (a request waits one round trip for its answer); no loss was reported.
 const LINK: LinkShape = LinkShape { mbit: Some(100.0), rtt: Duration::from_millis(25), loss_percent: 0.0 };
 
-const FULL: Shape =
-    Shape { link: LINK, big: (150 * MB, 2), small: (2 * MB, 1), smalls: 9, gap: Duration::from_millis(100) };
+const FULL: Shape = Shape {
+    link: LINK,
+    big: (150 * MB, 2),
+    small: (2 * MB, 1),
+    smalls: 9,
+    gap: Duration::from_millis(100),
+    wide_smalls: 29,
+    rollout: ((10 * MB, 2), 20),
+};
 
 /// A shorter round trip: the serial rows wait several for every pull.
 const QUICK: Shape = Shape {
@@ -46,6 +59,8 @@ const QUICK: Shape = Shape {
     small: (MB / 5, 1),
     smalls: 3,
     gap: Duration::from_millis(50),
+    wide_smalls: 5,
+    rollout: ((MB / 5, 1), 5),
 };
 
 /// How the kubelet's image puller sends a node's pulls.
@@ -90,6 +105,10 @@ struct Row {
     endpoint: Endpoint,
     judged: bool,
 }
+
+/// The caps tried for the default, by the flags that set them (10 is the default).
+const CAPS: [(usize, &[&str]); 3] =
+    [(5, &["--max-parallel-image-pulls=5"]), (10, &[]), (20, &["--max-parallel-image-pulls=20"])];
 
 /// The row every cri-imaged row is compared with: what a kubelet can do on its own.
 const BASELINE: usize = 1;
@@ -208,7 +227,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
 
     let mut rows = Vec::with_capacity(ROWS.len());
     for (index, row) in ROWS.iter().enumerate() {
-        rows.push(measure_row(&side, shape, index, row).await);
+        rows.push(measure_row(&side, shape, &format!("row-{index}"), row).await);
     }
 
     let mut table = Table::new(
@@ -256,14 +275,66 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
         }
     }
     findings.tables.push(table);
+    choose_the_cap(&side, shape, rate, findings).await;
     progress!("  cold node: done in {}", report::duration(started.elapsed()));
 }
 
+/// The default cap, chosen by measurement: nodes with more pods than the cap, behind a kubelet
+/// pulling in parallel without a cap of its own, through cri-imaged at each of [`CAPS`].
+async fn choose_the_cap(side: &Side<'_>, shape: &Shape, rate: f64, findings: &mut Findings) {
+    let ((rollout_image, rollout_pods), mb) = (shape.rollout, |bytes: u64| bytes as f64 / MB as f64);
+    let workloads = [
+        Shape { smalls: shape.wide_smalls, ..*shape },
+        Shape { big: rollout_image, small: rollout_image, smalls: rollout_pods - 1, gap: Duration::ZERO, ..*shape },
+    ];
+    let labels = [
+        format!(
+            "{} pods: one {} MB image first, then {} MB ones, {} apart",
+            shape.wide_smalls + 1,
+            mb(shape.big.0),
+            mb(shape.small.0),
+            report::duration(shape.gap)
+        ),
+        format!("a rollout: {rollout_pods} pods on {} MB images, all at once", mb(rollout_image.0)),
+    ];
+    let mut table = Table::new(
+        "Choosing the default cap (`--max-parallel-image-pulls`) on the same link: more pods than the cap,          kubelet pulling in parallel without a cap of its own → cri-imaged"
+            .to_owned(),
+        &["node", "cap", "small pods all pulled", "mean, all pods", "all pods pulled", "all / floor"],
+    );
+    for (index, (load, label)) in workloads.iter().zip(&labels).enumerate() {
+        let bytes = load.big.0 + load.small.0 * load.smalls as u64;
+        let floor = Duration::from_secs_f64(bytes as f64 / rate);
+        let mut means = Vec::with_capacity(CAPS.len());
+        for (cap, flags) in CAPS {
+            let row = Row { puller: Puller::Parallel(None), endpoint: Endpoint::CriImaged(flags), judged: false };
+            let pulled = measure_row(side, load, &format!("cap-{cap}-{index}"), &row).await;
+            table.row(vec![
+                label.clone(),
+                cap.to_string(),
+                report::duration(pulled.smalls()),
+                report::duration(pulled.mean()),
+                report::duration(pulled.all()),
+                report::ratio(pulled.all().as_secs_f64(), floor.as_secs_f64()),
+            ]);
+            means.push((cap, pulled.mean()));
+        }
+        let best = means.iter().map(|(_, mean)| *mean).min().unwrap_or_default();
+        let default = means.iter().find(|(cap, _)| *cap == 10).map(|(_, mean)| *mean).unwrap_or_default();
+        let ratio = default.as_secs_f64() / best.as_secs_f64().max(f64::EPSILON);
+        findings.verdicts.push(Verdict {
+            what: format!("choosing the cap, {label}: the default cap's mean time to pulled / the best cap's"),
+            target: "≤ 1.10".into(),
+            measured: format!("{ratio:.2} ({} vs {})", report::duration(default), report::duration(best)),
+            met: ratio <= 1.1,
+        });
+    }
+    findings.tables.push(table);
+}
+
 /// One row, cold: its images pushed (fresh names), its kubelet's pods, its images removed.
-async fn measure_row(side: &Side<'_>, shape: &Shape, index: usize, row: &Row) -> Pulled {
-    let name = format!("row-{index}");
-    let images =
-        [side.push(&format!("{name}-big"), 1, shape.big), side.push(&name, shape.smalls, shape.small)].concat();
+async fn measure_row(side: &Side<'_>, shape: &Shape, name: &str, row: &Row) -> Pulled {
+    let images = [side.push(&format!("{name}-big"), 1, shape.big), side.push(name, shape.smalls, shape.small)].concat();
     write_back();
     let daemon = match row.endpoint {
         Endpoint::Containerd => None,
@@ -272,17 +343,16 @@ async fn measure_row(side: &Side<'_>, shape: &Shape, index: usize, row: &Row) ->
             // default that cri-imaged reads too (/etc/containerd/certs.d).
             let hosts = format!("--registry-config-path={}", side.bench.stack.registry_config_path().display());
             let flags: Vec<&str> = flags.iter().copied().chain([hosts.as_str()]).collect();
-            Some(Daemon::start(side.bench, &format!("cold-node-{index}"), &flags).await)
+            Some(Daemon::start(side.bench, &format!("cold-node-{name}"), &flags).await)
         }
     };
     let socket = daemon.as_ref().map_or(side.bench.stack.containerd_socket.as_path(), Daemon::socket);
     let kubelet = Kubelet { puller: row.puller, images: ImageServiceClient::new(unix_channel(socket)), gap: shape.gap };
-    let pulled = Pulled(kubelet.start_pods(&name, &images).await);
+    let pulled = Pulled(kubelet.start_pods(name, &images).await);
     drop(daemon);
     side.remove(&images).await;
     progress!(
-        "  row {}: kubelet {} → {}: small ones {}, mean {}, all {}",
-        index + 1,
+        "  {name}: kubelet {} → {}: small ones {}, mean {}, all {}",
         row.puller.label(),
         endpoint_label(row.endpoint),
         report::duration(pulled.smalls()),

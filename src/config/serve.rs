@@ -163,7 +163,9 @@ pub struct ServeArgs {
     /// A pull with this many MiB or more to fetch makes way, once, for pods' pulls queued for a
     /// slot or fetching a quarter of what it has left or less, and goes on where it was (its
     /// downloads kept in a lease) once they are done, within 60 s; without --pull-progress
-    /// (CRI-O), only within its first 2 s, and starting over. 0 never.
+    /// (CRI-O), only within its first 2 s, and starting over. Pods' pulls waiting for a slot
+    /// take one smallest first, an unsized one ranking as one of this size. 0: never, and the
+    /// queue is first come, first served.
     #[arg(long, value_name = "MIB", default_value = "64", allow_hyphen_values = true)]
     pub yield_pulls_above_mib: u64,
 

@@ -13,9 +13,9 @@
 //! that hangs never holds the node's pulls, and serial pulls still mean one download at a time,
 //! but for a pull that waited without a slot and whose registry answered at last.
 //!
-//! Small pulls do not wait behind big ones nor share the link with them: a pull that turns out big
-//! makes way, once, for the pods' pulls that are much cheaper, and goes on from what it fetched
-//! ([`yielding`]).
+//! Small pulls do not wait behind big ones nor share the link with them: pulls waiting for a slot
+//! take one cheapest first (`cheapest_first`), and a pull that turns out big makes way, once, for
+//! the pods' pulls that are much cheaper, and goes on from what it fetched ([`yielding`]).
 //!
 //! Pods first: a pre-pull never holds a slot a pod's pull waits for (`pods_first`).
 //!
@@ -40,17 +40,22 @@ use tokio::{
 };
 
 mod admission;
+mod cheapest_first;
 mod config;
 mod pods_first;
 mod state;
 mod task;
 pub mod yielding;
 
+use self::{
+    cheapest_first::{Line, Ranking},
+    task::run,
+    yielding::Queued,
+};
 pub use self::{
     config::{DEFAULT_MAX_PARALLEL, DEFAULT_YIELD_ABOVE, SchedulerConfig},
     state::{InFlight, PullState},
 };
-use self::{task::run, yielding::Queued};
 
 use crate::{
     events::{Events, Pod},
@@ -115,6 +120,8 @@ struct PullSlot {
     /// Its image's bytes as its registry's manifest says, where its downloads cannot be watched;
     /// 0 until read (see [`crate::pull::size`]).
     sized: AtomicU64,
+    /// Its registry was asked for its size (once is enough, whatever the answer).
+    size_asked: AtomicBool,
 }
 
 impl PullSlot {
@@ -196,6 +203,8 @@ struct Shared {
     progress: Option<Arc<dyn TrackPulls>>,
     /// Pods' pulls waiting for a slot.
     queued: watch::Sender<usize>,
+    /// The order they get one in.
+    line: Line,
     /// Pre-pulls waiting for a slot.
     pre_pulls_queued: watch::Sender<usize>,
     /// Pre-pulls holding a slot, the most recently started last.
@@ -248,6 +257,7 @@ impl PullScheduler {
             metrics,
             progress,
             queued,
+            line: Line::default(),
             pre_pulls_queued,
             running_pre_pulls: Mutex::default(),
             pods_in_flight: watch::Sender::new(0),
@@ -320,6 +330,7 @@ impl PullScheduler {
                         state: AtomicU8::new(PullState::Slot as u8),
                         cleared: Mutex::new(None),
                         sized: AtomicU64::new(0),
+                        size_asked: AtomicBool::new(false),
                     });
                     slot.wait_for(pull.caller.as_ref());
                     if pull.class == PullClass::Pod {
@@ -382,14 +393,16 @@ impl Shared {
     }
 
     /// Waits for a slot; `None` when every caller went away first (the pull is then forgotten).
-    async fn acquire(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
+    async fn acquire(&self, key: &PullKey, slot: &Slot, pull: &Pull) -> Option<Option<OwnedSemaphorePermit>> {
         let Some(slots) = &self.slots else { return Some(None) };
         let queued_at = Instant::now();
         let _queued = Queued::new(&self.queued);
         self.take_slot_from_pre_pull();
         self.metrics.queued();
+        let ranking =
+            Ranking { unknown: self.config.yield_above, sizing: || self.sizes.get().map(|sizes| sizes.size(pull)) };
         let acquired = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.ok().map(Some),
+            permit = self.line.take(slots, slot, ranking) => Some(Some(permit)),
             () = self.unwanted(key, slot) => None,
         };
         self.metrics.dequeued(queued_at.elapsed());

@@ -10,21 +10,31 @@ use std::{num::NonZeroUsize, sync::PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::{Shared, Slot, yielding::Queued};
-use crate::pull::{PullClass, PullKey, metrics::PullMetrics};
+use crate::pull::{Pull, PullClass, PullKey, metrics::PullMetrics};
 
 impl Shared {
     /// Waits for a slot as the pull's class does; `None` when every caller went away first.
-    pub(super) async fn acquire_for(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
+    pub(super) async fn acquire_for(
+        &self,
+        key: &PullKey,
+        slot: &Slot,
+        pull: &Pull,
+    ) -> Option<Option<OwnedSemaphorePermit>> {
         let class = *slot.class.borrow();
         match class {
-            PullClass::Pod => self.acquire(key, slot).await,
-            PullClass::PrePull => self.acquire_behind_pods(key, slot).await,
+            PullClass::Pod => self.acquire(key, slot, pull).await,
+            PullClass::PrePull => self.acquire_behind_pods(key, slot, pull).await,
         }
     }
 
     /// A pre-pull's slot, taken while the pods' pulls leave one to spare; as a pod's pull waits
     /// once a pod joins it.
-    async fn acquire_behind_pods(&self, key: &PullKey, slot: &Slot) -> Option<Option<OwnedSemaphorePermit>> {
+    async fn acquire_behind_pods(
+        &self,
+        key: &PullKey,
+        slot: &Slot,
+        pull: &Pull,
+    ) -> Option<Option<OwnedSemaphorePermit>> {
         let Some(slots) = &self.slots else { return Some(None) };
         let capacity = self.capacity();
         let (mut class, mut pods) = (slot.class.subscribe(), self.pods_in_flight.subscribe());
@@ -42,7 +52,7 @@ impl Shared {
                 }
             }
         }
-        self.acquire(key, slot).await
+        self.acquire(key, slot, pull).await
     }
 
     /// The most pulls at once.

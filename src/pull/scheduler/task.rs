@@ -53,7 +53,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
             return shared.refuse(&key, &slot, pass, not_admitted);
         }
         slot.set_state(PullState::Slot);
-        let Some(permit) = shared.acquire_for(&key, &slot).await else {
+        let Some(permit) = shared.acquire_for(&key, &slot, &pull).await else {
             tracing::debug!(image = %key.image, "every caller gave up while the pull was queued; dropped");
             return;
         };
@@ -120,7 +120,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
                 };
                 let next = match last {
                     Some(last) => Some(last),
-                    None => match shared.acquire(&key, &slot).await {
+                    None => match shared.acquire(&key, &slot, &pull).await {
                         Some(next) => next,
                         None => return,
                     },
@@ -138,7 +138,7 @@ pub(super) async fn run(shared: Arc<Shared>, key: PullKey, mut pull: Pull, slot:
                 drop(tracker);
                 shared.not_running_pre_pull(&slot);
                 drop(permit.take());
-                let Some(next) = shared.acquire_for(&key, &slot).await else { return };
+                let Some(next) = shared.acquire_for(&key, &slot, &pull).await else { return };
                 (permit, tracker) = (next, shared.start(&pull, &slot));
                 continue;
             }

@@ -777,4 +777,5 @@ async fn an_unwatched_pull_past_its_first_two_seconds_does_not_make_way() {
     big.await.expect("big").result.expect("pulled");
 }
 
+mod cheapest_first;
 mod pods_first;

@@ -1,7 +1,7 @@
 //! Small pulls do not wait behind big ones, nor share the link with them: a pull whose image turns
 //! out big (its layers come to `SchedulerConfig::yield_above` or more) makes way, once, for the
-//! pods' pulls that are cheaper: those queued for a slot, and those downloading an image of at
-//! most a [`CHEAPER`]th of what it has left to fetch. It is cancelled and goes on only once none
+//! pods' pulls that are cheaper: those queued for a slot (unless known to fetch more than a
+//! [`CHEAPER`]th of what it has left) and those downloading an image of at most that much. It is cancelled and goes on only once none
 //! is left (or after [`YIELD_FOR_AT_MOST`]), taking a slot only while no other pull waits for one.
 //!
 //! What it fetched is not fetched again: the poller keeps a big pull's downloads in a lease of
@@ -55,7 +55,7 @@ impl Shared {
         let (mut reports, mut queue) = (tracker.reports(), self.queued.subscribe());
         let mut reporting = watched;
         // Asked once: the registry's read while it runs, then `None`.
-        let (mut sizing, mut asked): (Option<BoxFuture<'static, Option<u64>>>, bool) = (None, false);
+        let mut sizing: Option<BoxFuture<'static, Option<u64>>> = None;
         loop {
             // Both marked seen each time round, so that neither wakes the loop again for nothing.
             reports.borrow_and_update();
@@ -74,8 +74,10 @@ impl Shared {
                 None if !watched && began.elapsed() >= UNWATCHED_WITHIN => return std::future::pending().await,
                 // Sized from the registry where that is sooner than the poller (a few round trips)
                 // and matters: beside others, for a pull nothing else sizes; beside a big one.
-                None if !asked && (!watched && self.in_flight().len() > 1 || self.big_pull_beside(slot, above)) => {
-                    asked = true;
+                None if !slot.size_asked.load(Ordering::Relaxed)
+                    && (!watched && self.in_flight().len() > 1 || self.big_pull_beside(slot, above)) =>
+                {
+                    slot.size_asked.store(true, Ordering::Relaxed);
                     sizing = self.sizes.get().map(|sizes| sizes.size(pull));
                 }
                 None => {}
@@ -100,17 +102,19 @@ impl Shared {
         }
     }
 
-    /// Whether a pod's pull other than `own` waits for a slot, or downloads an image of at most
-    /// `bytes` that it has not finished.
+    /// Whether a pod's pull other than `own` waits for a slot (unless it is known to fetch more
+    /// than `bytes`), or downloads an image of at most `bytes` that it has not finished.
     pub(super) fn cheaper_pod_pulls(&self, own: &Slot, bytes: u64) -> bool {
-        if *self.queued.borrow() > 0 {
-            return true;
-        }
+        let queued = *self.queued.borrow() > 0;
         self.in_flight().values().any(|slot| {
+            let cost = slot.cost();
             !Arc::ptr_eq(slot, own)
                 && *slot.class.borrow() == PullClass::Pod
-                && slot.state() == PullState::Pulling
-                && slot.cost().is_some_and(|cost| cost.total <= bytes && cost.done < cost.total)
+                && match slot.state() {
+                    PullState::Slot => queued && cost.is_none_or(|cost| cost.total.saturating_sub(cost.done) <= bytes),
+                    PullState::Pulling => cost.is_some_and(|cost| cost.total <= bytes && cost.done < cost.total),
+                    _ => false,
+                }
         })
     }
 

@@ -55,6 +55,17 @@ async fn registries(socket: &std::path::Path) -> Vec<cri_imaged::api::RegistryHe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past_the_resolve_timeout() {
+    hung_registry_holds_nothing_past_the_resolve_timeout(&[]).await;
+}
+
+/// The same where the runtime says nothing of a pull while it runs, as CRI-O (no content
+/// service): the registry itself is asked whether it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_runtimes_progress_a_hung_registry_holds_nothing_past_the_resolve_timeout() {
+    hung_registry_holds_nothing_past_the_resolve_timeout(&["--pull-progress=false"]).await;
+}
+
+async fn hung_registry_holds_nothing_past_the_resolve_timeout(flags: &[&str]) {
     let Some(stack) = LocalStack::start() else { return };
     let healthy: Vec<String> = (0..3).map(|i| format!("{}:1", stack.image(&format!("healthy-{i}")))).collect();
     for i in 0..healthy.len() {
@@ -63,7 +74,7 @@ async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past
     let hung = HungRegistry::start().await;
     stack.route_through(hung.addr.port());
     let dir = tempfile::tempdir().expect("tempdir");
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, flags).await;
 
     // Ten pods on five images of the hung registry, pulls in parallel (the default).
     let started = Instant::now();

@@ -24,7 +24,7 @@ mod transport;
 pub use self::{
     client::{Fetched, RegistryClient, RegistryError, Repository},
     endpoint::{Capabilities, Endpoint},
-    hosts::{DEFAULT_CONFIG_PATH, HostsConfig, RegistryHosts},
+    hosts::{DEFAULT_CONFIG_PATH, DEFAULT_REGISTRIES_CONF, HostsConfig, RegistryHosts},
     ping::ping,
 };
 

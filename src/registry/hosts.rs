@@ -134,7 +134,9 @@ impl HostsConfig {
                     tracing::warn!(file = %file.display(), %error, "registries.conf: not read; registries are reached as by default");
                     return Self::default();
                 }
-                Err(error) => tracing::warn!(file = %file.display(), %error, "registries.conf: this drop-in is not read"),
+                Err(error) => {
+                    tracing::warn!(file = %file.display(), %error, "registries.conf: this drop-in is not read")
+                }
             }
         }
         let mut config = Self::default();

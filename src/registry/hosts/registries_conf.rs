@@ -48,8 +48,14 @@ pub struct ConfParsed {
     pub ignored: Vec<String>,
 }
 
-const TOP_KEYS: [&str; 6] =
-    ["registry", "unqualified-search-registries", "short-name-mode", "aliases", "credential-helpers", "additional-layer-store-auth-helper"];
+const TOP_KEYS: [&str; 6] = [
+    "registry",
+    "unqualified-search-registries",
+    "short-name-mode",
+    "aliases",
+    "credential-helpers",
+    "additional-layer-store-auth-helper",
+];
 const REGISTRY_KEYS: [&str; 7] =
     ["prefix", "location", "insecure", "blocked", "mirror", "mirror-by-digest-only", "pull-from-mirror"];
 const MIRROR_KEYS: [&str; 3] = ["location", "insecure", "pull-from-mirror"];
@@ -73,7 +79,8 @@ pub fn parse(text: &str) -> Result<ConfParsed, RegistriesConfError> {
         .ok_or(RegistriesConfError::Type { key: "registry".into(), expected: "[[registry]] tables" })?;
     for (index, registry) in registries.iter().enumerate() {
         let key = format!("registry[{index}]");
-        let registry = registry.as_table().ok_or(RegistriesConfError::Type { key: key.clone(), expected: "a table" })?;
+        let registry =
+            registry.as_table().ok_or(RegistriesConfError::Type { key: key.clone(), expected: "a table" })?;
         if let Some(read) = read_registry(registry, &key, &mut parsed.ignored)? {
             parsed.registries.push(read);
         }
@@ -99,10 +106,12 @@ fn read_registry(
     let blocked = boolean(table, key, "blocked")?;
     let mut mirrors = Vec::new();
     if let Some(value) = table.get("mirror") {
-        let wrong = || RegistriesConfError::Type { key: format!("{key}.mirror"), expected: "[[registry.mirror]] tables" };
+        let wrong =
+            || RegistriesConfError::Type { key: format!("{key}.mirror"), expected: "[[registry.mirror]] tables" };
         for (index, mirror) in value.as_array().ok_or_else(wrong)?.iter().enumerate() {
             let key = format!("{key}.mirror[{index}]");
-            let mirror = mirror.as_table().ok_or(RegistriesConfError::Type { key: key.clone(), expected: "a table" })?;
+            let mirror =
+                mirror.as_table().ok_or(RegistriesConfError::Type { key: key.clone(), expected: "a table" })?;
             for name in mirror.keys().filter(|name| !MIRROR_KEYS.contains(&name.as_str())) {
                 ignored.push(format!("{key}.{name}"));
             }

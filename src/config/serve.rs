@@ -422,6 +422,7 @@ pub const RELOADABLE: &[&str] = &[
     "signature-policy-dir",
     "signature-policy-mode",
     "registry-config-path",
+    "registries-conf",
     "registry-qps",
     "registry-burst",
     "registry-rate-limit-mode",

@@ -181,6 +181,24 @@ pub fn node_architecture() -> &'static str {
 mod tests {
     use super::*;
 
+    /// Only a failure that never got an answer counts against the registry's breaker.
+    #[test]
+    fn a_size_read_that_got_no_answer_counts_as_an_unreachable_registry() {
+        let connection = || RegistryError::Connection {
+            registry: "r.test".into(),
+            what: "manifest".into(),
+            reason: "connection refused".into(),
+        };
+        let status = |status| RegistryError::Status { registry: "r.test".into(), what: "manifest".into(), status };
+        assert!(matches!(reached(&Err(connection())), Reached::Unreachable(words) if words.contains("refused")));
+        assert!(matches!(reached(&Err(status(http::StatusCode::BAD_GATEWAY))), Reached::Unreachable(_)));
+        assert_eq!(reached(&Err(status(http::StatusCode::NOT_FOUND))), Reached::Answered);
+        assert_eq!(reached(&Ok(Some(1234))), Reached::Answered);
+        assert_eq!(reached(&Ok(None)), Reached::Answered, "no such manifest: an answer");
+        let no_host = RegistryError::NoHost { registry: "r.test".into(), capability: "resolve" };
+        assert_eq!(reached(&Err(no_host)), Reached::Nothing);
+    }
+
     #[test]
     fn an_image_manifest_is_its_layers_bytes() {
         let manifest = br#"{"schemaVersion":2,"config":{"digest":"sha256:c","size":900},"layers":[{"digest":"sha256:a","size":1000},{"digest":"sha256:b","size":234}]}"#;

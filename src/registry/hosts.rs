@@ -112,10 +112,12 @@ impl HostsConfig {
             .flatten()
             .flatten()
             .map(|entry| entry.path())
+            .take(HOST_DIRS)
             .filter(|path| path.extension().is_some_and(|extension| extension == "conf"))
-            .take(DROP_INS)
             .collect();
+        // The first in lexical order, as CRI-O reads them.
         drop_ins.sort();
+        drop_ins.truncate(DROP_INS);
         files.extend(drop_ins);
         let mut parsed = Vec::new();
         for file in &files {

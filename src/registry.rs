@@ -11,18 +11,21 @@
 //! - `auth`: the `WWW-Authenticate` challenge and the token it leads to.
 //! - `transport`: one GET on a connection of its own, plain or TLS.
 //! - `client`: one request at a time, the hosts tried in order, the answer read to a bound.
+//! - `ping`: whether a registry answers at all (`GET /v2/`), for pulls the runtime says nothing of.
 
 mod auth;
 mod client;
 mod endpoint;
 mod hosts;
+mod ping;
 mod tls;
 mod transport;
 
 pub use self::{
     client::{Fetched, RegistryClient, RegistryError, Repository},
     endpoint::{Capabilities, Endpoint},
-    hosts::{DEFAULT_CONFIG_PATH, HostsConfig, RegistryHosts},
+    hosts::{DEFAULT_CONFIG_PATH, DEFAULT_REGISTRIES_CONF, HostsConfig, RegistryHosts},
+    ping::ping,
 };
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 //! stopped in its network namespace refuses connections, so its pods get `RegistryUnavailable`
 //! from the first pull, and opens its breaker, which lets one pull test it once cooled down and
 //! closes when the registry is back; a registry answering 429 has its rate lowered until it stops.
+//! With `--pull-progress=false` (what CRI-O, without a content service, looks like to us) the hung
+//! registry's spec holds as well, the registry asked itself, through the mirror a registries.conf names.
 
 mod support;
 
@@ -55,6 +57,17 @@ async fn registries(socket: &std::path::Path) -> Vec<cri_imaged::api::RegistryHe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past_the_resolve_timeout() {
+    hung_registry_holds_nothing_past_the_resolve_timeout(&[]).await;
+}
+
+/// The same where the runtime says nothing of a pull while it runs, as CRI-O (no content
+/// service): the registry itself is asked whether it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_runtimes_progress_a_hung_registry_holds_nothing_past_the_resolve_timeout() {
+    hung_registry_holds_nothing_past_the_resolve_timeout(&["--pull-progress=false"]).await;
+}
+
+async fn hung_registry_holds_nothing_past_the_resolve_timeout(flags: &[&str]) {
     let Some(stack) = LocalStack::start() else { return };
     let healthy: Vec<String> = (0..3).map(|i| format!("{}:1", stack.image(&format!("healthy-{i}")))).collect();
     for i in 0..healthy.len() {
@@ -63,7 +76,7 @@ async fn a_hung_registry_holds_neither_a_healthy_registrys_pods_nor_its_own_past
     let hung = HungRegistry::start().await;
     stack.route_through(hung.addr.port());
     let dir = tempfile::tempdir().expect("tempdir");
-    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &[]).await;
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, flags).await;
 
     // Ten pods on five images of the hung registry, pulls in parallel (the default).
     let started = Instant::now();
@@ -243,4 +256,40 @@ async fn a_registry_answering_429_has_its_rate_halved_at_each_and_raised_again_o
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let step = bucket(&daemon.socket, &host).await.expect("still lowered: it rises a step at a time");
     assert_eq!((step.qps, step.lowered_from_qps), (1.75, 5.0), "{step:?}");
+}
+
+/// Without the runtime's progress, on a node configured as CRI-O's (a registries.conf, no
+/// hosts.toml directory), the registry is asked where the file sends its pulls: its mirror first.
+/// The mirror hangs too: the pod is RegistryUnavailable at the resolve timeout, and the mirror
+/// was asked, one probe at a time however many pods wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_runtimes_progress_a_registry_is_asked_through_the_mirror_its_registries_conf_names() {
+    let Some(stack) = LocalStack::start() else { return };
+    let (hung, mirror) = (HungRegistry::start().await, HungRegistry::start().await);
+    stack.route_through(hung.addr.port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("registries.conf");
+    let text = format!(
+        "[[registry]]\nprefix = \"{hung}\"\nlocation = \"{hung}\"\n\n[[registry.mirror]]\nlocation = \"{mirror}\"\n",
+        hung = hung.addr,
+        mirror = mirror.addr
+    );
+    std::fs::write(&conf, text).expect("registries.conf written");
+    let registries_conf = format!("--registries-conf={}", conf.display());
+    let flags = ["--pull-progress=false", "--registry-config-path=", &registries_conf, "--registry-resolve-timeout=4s"];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+
+    let pods: Vec<_> =
+        (0..4).map(|i| ask(&daemon.socket, &hung.image(&format!("app-{i}:1")), &format!("p{i}"))).collect();
+    for pod in pods {
+        let (answer, took) = pod.await.expect("joined");
+        let status = answer.expect_err("neither the registry nor its mirror answers");
+        assert_eq!(reason(&status), "RegistryUnavailable", "{}", status.message());
+        assert!(status.message().contains("did not answer within 4s"), "{}", status.message());
+        assert!(took < Duration::from_secs(10), "answered after {took:?}");
+    }
+    // One probe at a time for the four pods (an attempt each 2 s, half the resolve timeout), and
+    // each pull's size read (pulls side by side are sized): probes per pod would be twelve more.
+    let asked = mirror.connections();
+    assert!((1..=4 + 3).contains(&asked), "the mirror was asked, one probe at a time: {asked} connections");
 }

@@ -69,7 +69,7 @@ impl ServeArgs {
     /// containerd's registry host settings the flag names, read now (what does not read is
     /// logged: it stops neither containerd nor us).
     pub fn registry_hosts(&self) -> HostsConfig {
-        HostsConfig::load(&self.registry_config_path)
+        HostsConfig::load_either(&self.registry_config_path, &self.registries_conf)
     }
 }
 

@@ -13,7 +13,7 @@ use super::{
 use crate::{
     pull::ratelimit::{RateLimit, RateLimitMode},
     records::verification::VerificationPolicy,
-    registry::DEFAULT_CONFIG_PATH,
+    registry::{DEFAULT_CONFIG_PATH, DEFAULT_REGISTRIES_CONF},
     runtime::RuntimeEndpoint,
 };
 
@@ -297,6 +297,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CONFIG_PATH, value_parser = parse_path_or_empty)]
     pub registry_config_path: PathBuf,
 
+    /// CRI-O's containers-registries.conf(5) (v2; its `.d` drop-ins beside it): read instead when
+    /// no directory of --registry-config-path exists and this file does, so that registries are
+    /// asked where CRI-O pulls from (mirrors, insecure, blocked). Empty: never read.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_REGISTRIES_CONF, value_parser = parse_path_or_empty)]
+    pub registries_conf: PathBuf,
+
     /// Which present images a pod must hold the credentials for (KEP-2535, the kubelet's
     /// imagePullCredentialsVerificationPolicy): NeverVerify; NeverVerifyPreloadedImages (only
     /// images cri-imaged pulled); NeverVerifyAllowlistedImages (all but the allowlist's);
@@ -420,6 +426,7 @@ pub const RELOADABLE: &[&str] = &[
     "signature-policy-dir",
     "signature-policy-mode",
     "registry-config-path",
+    "registries-conf",
     "registry-qps",
     "registry-burst",
     "registry-rate-limit-mode",

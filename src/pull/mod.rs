@@ -4,6 +4,7 @@
 //! - `key`: what makes two pulls the same pull.
 //! - [`progress`]: a pull's progress and stall from containerd's ingests (pure).
 //! - [`poller`]: polls containerd's content service for the pulls under way (progress, stalls).
+//! - [`liveness`]: whether a pull's registry answers, asked of it where the runtime cannot say.
 //! - [`breaker`]: each registry's circuit breaker, and the wait behind a registry gone quiet.
 //! - [`unavailable`]: which failed pulls are `RegistryUnavailable`, the network-level failures (pure).
 //! - [`ratelimit`]: registry rate limits (lowered while a registry answers 429), a tower layer
@@ -17,6 +18,7 @@
 
 pub mod breaker;
 mod key;
+pub mod liveness;
 pub mod metrics;
 pub mod path;
 pub mod poller;

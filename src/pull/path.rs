@@ -19,6 +19,7 @@ use tracing::Instrument;
 use super::{
     Peer, Pull, PullError, Pulled, RuntimePull,
     breaker::SignatureReads,
+    liveness::{Liveness, RegistryProbes, attempt_bound},
     metrics::PullMetrics,
     poller::{ProgressConfig, ProgressPoller, TrackPulls},
     ratelimit::{RateLimitLayer, RegistryLimits},
@@ -108,15 +109,18 @@ impl PullPath {
                 pulled
             },
         );
-        let progress = config
-            .progress
-            .map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()) as Arc<dyn TrackPulls>);
+        let poller = config.progress.map(|progress| ProgressPoller::start(runtime.clone(), progress, events.clone()));
+        // Where the runtime says nothing of a pull (CRI-O), its registry is asked whether it answers.
+        let attempt = attempt_bound(config.scheduler.resolve_timeout);
+        let probes = RegistryProbes::new(signatures.registry_hosts(), attempt);
+        let progress = Arc::new(Liveness { poller, probes }) as Arc<dyn TrackPulls>;
         let service = BoxCloneSyncService::new(pulls);
-        let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, progress, events.clone());
+        let scheduler = PullScheduler::tracked(service, config.scheduler, metrics, Some(progress), events.clone());
+        // A signature or size read counts toward its registry's breaker, as a pull does.
+        let reads = Arc::new(SignatureReads(scheduler.breakers().clone()));
         // Pulls the runtime says nothing of while they run (CRI-O) are sized from their registry.
-        scheduler.size_with(Arc::new(RegistrySizes::new(signatures.registry_hosts())));
-        // A signature read counts toward its registry's breaker, as a pull does.
-        signatures.watched_by(Arc::new(SignatureReads(scheduler.breakers().clone())));
+        scheduler.size_with(Arc::new(RegistrySizes::new(signatures.registry_hosts()).counted_by(reads.clone())));
+        signatures.watched_by(reads);
         let signed = Arc::new(SignedPulls::new(runtime, signatures, policy.clone(), events.clone()));
         Self { scheduler, records, guard, events, policy, signed }
     }

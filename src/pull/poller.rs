@@ -24,7 +24,7 @@ use tokio::{
 
 use super::progress::{Ingest, Progress, PullProgress, RateWindow, digest_of_ref, host_without_port, manifest_layers};
 use crate::{
-    events::{Event, EventType, Events, LayerFacts, Pod, ProgressFacts, reason},
+    events::{Event, EventType, Events, Pod, ProgressFacts, reason},
     messages,
     reference::ImageReference,
     runtime::{ContentStore, RuntimeError},
@@ -67,37 +67,6 @@ const SEARCH_INTERVAL: Duration = Duration::from_millis(500);
 /// How much older than the pull's start its manifest may look: containerd stamps it with its own
 /// reading of the same wall clock, to the millisecond or coarser.
 const CLOCK_SLACK: Duration = Duration::from_secs(2);
-
-/// A pull's progress at the last poll.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    pub progress: Progress,
-    /// Each layer it fetches (the first [`crate::events::MOST_LAYERS`]).
-    pub layers: Arc<[LayerFacts]>,
-    /// Over the last two seconds.
-    pub bytes_per_second: u64,
-    /// The stall timeout, once no byte has moved for it while downloading.
-    pub stalled: Option<Duration>,
-    /// Bytes a pull resumed from its lease found fetched already, by an earlier pull cut short;
-    /// 0 for any other.
-    pub kept: u64,
-    /// The lease holding what the pull fetches, once it does: cut short, a pull of the same image
-    /// that names it goes on from there instead of fetching it again.
-    pub held_in: Option<Arc<str>>,
-}
-
-impl Report {
-    pub fn facts(&self) -> ProgressFacts {
-        ProgressFacts {
-            bytes_done: self.progress.bytes_done,
-            bytes_total: self.progress.bytes_total,
-            layers_done: self.progress.layers_done,
-            layers_total: self.progress.layers_total,
-            bytes_per_second: self.bytes_per_second,
-            layers: self.layers.clone(),
-        }
-    }
-}
 
 /// A pull the scheduler has started.
 pub struct TrackedPull {
@@ -148,6 +117,8 @@ struct Registry {
     wake: Arc<Notify>,
     /// The runtime has no content service: nothing is tracked.
     unsupported: AtomicBool,
+    /// A poll has been answered: the runtime has the content service.
+    supported: AtomicBool,
 }
 
 impl Registry {
@@ -169,6 +140,17 @@ impl ProgressPoller {
         let task = Poll { runtime, config, pulls: HashMap::new(), unaccounted: HashMap::new() };
         tokio::spawn(task.run(Arc::downgrade(&registry), registry.wake.clone()));
         Arc::new(Self { registry, events })
+    }
+}
+
+impl ProgressPoller {
+    /// Whether the runtime has the content service the poller reads; `None` until it is known.
+    pub fn supported(&self) -> Option<bool> {
+        if self.registry.unsupported.load(Ordering::Relaxed) {
+            Some(false)
+        } else {
+            self.registry.supported.load(Ordering::Relaxed).then_some(true)
+        }
     }
 }
 
@@ -249,7 +231,11 @@ impl<R: ContentStore> Poll<R> {
             }
             ticker.tick().await;
             match self.poll(&tracked).await {
-                Ok(()) => {}
+                Ok(()) => {
+                    if let Some(registry) = registry.upgrade() {
+                        registry.supported.store(true, Ordering::Relaxed);
+                    }
+                }
                 Err(error) if error.code() == tonic::Code::Unimplemented => {
                     tracing::info!(%error, "pull progress is off: the runtime has no content service to read it from");
                     if let Some(registry) = registry.upgrade() {
@@ -438,10 +424,14 @@ fn progress_event(pull: &Registered, facts: &ProgressFacts) -> Event {
 }
 
 mod lease;
+mod report;
 mod tracker;
 
 use self::tracker::Registration;
-pub use self::tracker::Tracker;
+pub use self::{
+    report::Report,
+    tracker::{Answer, Tracker},
+};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,10 @@
 //! same for free.
 //!
 //! It costs the registry one or two manifest GETs (Docker Hub counts those as a pull), so it is
-//! read only for a pull that has others beside it to be ordered against.
+//! read only for a pull that has others beside it to be ordered against. A read counts toward
+//! the registry's breaker as a pull does (refused while it is open; unreachable, or a 5xx, a
+//! failure); one cut at its deadline says nothing, as the pull's own resolve timeout judges a
+//! registry slow to answer.
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,7 +17,8 @@ use futures_util::future::BoxFuture;
 use super::Pull;
 use crate::{
     credentials::RegistryAuth,
-    registry::{RegistryClient, RegistryHosts, Repository},
+    registry::{RegistryClient, RegistryError, RegistryHosts, Repository},
+    signatures::{Reached, RegistryHealth},
 };
 
 /// The largest manifest or index read for a size.
@@ -33,11 +37,17 @@ pub trait SizePulls: Send + Sync {
 /// hosts.toml names.
 pub struct RegistrySizes {
     hosts: Arc<RegistryHosts>,
+    health: Option<Arc<dyn RegistryHealth>>,
 }
 
 impl RegistrySizes {
     pub fn new(hosts: Arc<RegistryHosts>) -> Self {
-        Self { hosts }
+        Self { hosts, health: None }
+    }
+
+    /// Each read asked of, and told to, its registry's breaker.
+    pub fn counted_by(self, health: Arc<dyn RegistryHealth>) -> Self {
+        Self { health: Some(health), ..self }
     }
 }
 
@@ -46,6 +56,14 @@ impl SizePulls for RegistrySizes {
         let Some(reference) = pull.reference.clone() else { return Box::pin(async { None }) };
         let auth: Option<Arc<RegistryAuth>> = pull.spec.auth.clone();
         let hosts = self.hosts.current();
+        let visit = match &self.health {
+            Some(health) => match health.visit(reference.domain()) {
+                Ok(visit) => Some(visit),
+                // The breaker is open: the pull is refused or waits its turn; no read either.
+                Err(_) => return Box::pin(async { None }),
+            },
+            None => None,
+        };
         Box::pin(async move {
             let repository = Repository { domain: reference.domain().to_owned(), path: reference.path().to_owned() };
             let at = match reference.digest() {
@@ -54,20 +72,44 @@ impl SizePulls for RegistrySizes {
             };
             let read = async {
                 let mut client = RegistryClient::new(&repository, auth.as_deref(), &hosts);
-                let first = client.manifest(&at, MANIFEST_LIMIT).await.ok()??;
-                match read_manifest(&first.body, node_architecture())? {
-                    Manifest::Image(size) => Some(size),
-                    Manifest::Index(digest) => match read_manifest(
-                        &client.manifest(&digest, MANIFEST_LIMIT).await.ok()??.body,
-                        node_architecture(),
-                    )? {
-                        Manifest::Image(size) => Some(size),
-                        Manifest::Index(_) => None,
+                let Some(first) = client.manifest(&at, MANIFEST_LIMIT).await? else { return Ok(None) };
+                let size = match read_manifest(&first.body, node_architecture()) {
+                    Some(Manifest::Image(size)) => Some(size),
+                    Some(Manifest::Index(digest)) => match client.manifest(&digest, MANIFEST_LIMIT).await? {
+                        Some(manifest) => match read_manifest(&manifest.body, node_architecture()) {
+                            Some(Manifest::Image(size)) => Some(size),
+                            _ => None,
+                        },
+                        None => None,
                     },
-                }
+                    None => None,
+                };
+                Ok::<_, RegistryError>(size)
             };
-            tokio::time::timeout(SIZE_DEADLINE, read).await.ok().flatten()
+            let read = tokio::time::timeout(SIZE_DEADLINE, read).await;
+            if let Some(visit) = visit {
+                visit.ended(match &read {
+                    Ok(read) => reached(read),
+                    Err(_) => Reached::Nothing,
+                });
+            }
+            read.ok()?.ok()?
         })
+    }
+}
+
+/// What a size read learnt of its registry: a failure that never got an answer (a connection,
+/// TLS, a 5xx) is the registry's; any other answer is one.
+fn reached(read: &Result<Option<u64>, RegistryError>) -> Reached {
+    match read {
+        Err(error @ (RegistryError::Connection { .. } | RegistryError::Tls { .. })) => {
+            Reached::Unreachable(error.to_string())
+        }
+        Err(error @ RegistryError::Status { status, .. }) if status.is_server_error() => {
+            Reached::Unreachable(error.to_string())
+        }
+        Err(RegistryError::NoHost { .. }) => Reached::Nothing,
+        _ => Reached::Answered,
     }
 }
 
@@ -138,6 +180,24 @@ pub fn node_architecture() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a failure that never got an answer counts against the registry's breaker.
+    #[test]
+    fn a_size_read_that_got_no_answer_counts_as_an_unreachable_registry() {
+        let connection = || RegistryError::Connection {
+            registry: "r.test".into(),
+            what: "manifest".into(),
+            reason: "connection refused".into(),
+        };
+        let status = |status| RegistryError::Status { registry: "r.test".into(), what: "manifest".into(), status };
+        assert!(matches!(reached(&Err(connection())), Reached::Unreachable(words) if words.contains("refused")));
+        assert!(matches!(reached(&Err(status(http::StatusCode::BAD_GATEWAY))), Reached::Unreachable(_)));
+        assert_eq!(reached(&Err(status(http::StatusCode::NOT_FOUND))), Reached::Answered);
+        assert_eq!(reached(&Ok(Some(1234))), Reached::Answered);
+        assert_eq!(reached(&Ok(None)), Reached::Answered, "no such manifest: an answer");
+        let no_host = RegistryError::NoHost { registry: "r.test".into(), capability: "resolve" };
+        assert_eq!(reached(&Err(no_host)), Reached::Nothing);
+    }
 
     #[test]
     fn an_image_manifest_is_its_layers_bytes() {

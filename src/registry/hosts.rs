@@ -10,24 +10,30 @@
 //! each bounded, a bounded number of directories.
 
 mod file;
+mod registries_conf;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
 };
 
 use http::{HeaderName, HeaderValue};
 
-use self::file::{HostEntry, HostUrl, HostsFileError, parse};
+use self::{
+    file::{HostEntry, HostUrl, HostsFileError, parse},
+    registries_conf::{ConfHost, ConfRegistry, drop_in_dir, merge},
+};
 use super::{
-    endpoint::{Capabilities, Endpoint, split_port},
+    endpoint::{Capabilities, Endpoint, is_loopback, split_port},
     tls::{CA_FILE_LIMIT, Tls, pem_certificates},
 };
 use crate::files::read_named;
 
 /// containerd's default `config_path` directory for hosts.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/containerd/certs.d";
+/// CRI-O's registries configuration (containers-registries.conf(5)).
+pub const DEFAULT_REGISTRIES_CONF: &str = "/etc/containers/registries.conf";
 /// A hosts.toml is a few hundred bytes.
 const HOSTS_FILE_LIMIT: u64 = 256 * 1024;
 /// Host directories read from one directory of the path; CA files from one host directory.
@@ -51,11 +57,19 @@ impl RegistryHosts {
     }
 }
 
-/// Every host directory read, by directory of the path and by name.
+/// Every host directory read, by directory of the path and by name; or CRI-O's registries.conf.
 #[derive(Debug, Default)]
 pub struct HostsConfig {
     roots: Vec<BTreeMap<String, Vec<Host>>>,
+    /// From a registries.conf: each registry's hosts, by its name in references.
+    registries: BTreeMap<String, Vec<Host>>,
+    /// From a registries.conf: registries no host of which may be asked.
+    blocked: BTreeSet<String>,
 }
+
+/// A registries.conf or drop-in is a few KiB; drop-ins read at most.
+const REGISTRIES_CONF_LIMIT: u64 = 256 * 1024;
+const DROP_INS: usize = 256;
 
 /// A host of a host directory, its files read.
 #[derive(Debug, Clone)]
@@ -75,11 +89,79 @@ impl HostsConfig {
     pub fn load(config_path: &Path) -> Self {
         let text = config_path.to_string_lossy();
         let roots = text.split(':').filter(|dir| !dir.is_empty()).map(|dir| read_root(Path::new(dir))).collect();
-        Self { roots }
+        Self { roots, ..Self::default() }
     }
 
-    /// The hosts to ask for `domain`'s repositories, in order.
+    /// containerd's host directories where one of `config_path`'s exists; else, where the file
+    /// `registries_conf` exists (CRI-O's node), its registries; else the defaults.
+    pub fn load_either(config_path: &Path, registries_conf: &Path) -> Self {
+        let text = config_path.to_string_lossy();
+        let dirs = text.split(':').filter(|dir| !dir.is_empty()).any(|dir| Path::new(dir).is_dir());
+        if dirs || registries_conf.as_os_str().is_empty() || !registries_conf.exists() {
+            return Self::load(config_path);
+        }
+        Self::from_registries_conf(registries_conf)
+    }
+
+    /// The registries of `path` and its drop-ins; what does not read is logged and passed over
+    /// (a drop-in), or leaves the defaults (the file itself).
+    fn from_registries_conf(path: &Path) -> Self {
+        let mut files = vec![path.to_owned()];
+        let mut drop_ins: Vec<PathBuf> = std::fs::read_dir(drop_in_dir(path))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .take(HOST_DIRS)
+            .filter(|path| path.extension().is_some_and(|extension| extension == "conf"))
+            .collect();
+        // The first in lexical order, as CRI-O reads them.
+        drop_ins.sort();
+        drop_ins.truncate(DROP_INS);
+        files.extend(drop_ins);
+        let mut parsed = Vec::new();
+        for file in &files {
+            let read = read_named(file, REGISTRIES_CONF_LIMIT).map_err(|error| error.to_string()).and_then(|bytes| {
+                let text = String::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
+                registries_conf::parse(&text).map_err(|error| error.to_string())
+            });
+            match read {
+                Ok(read) => {
+                    if !read.ignored.is_empty() {
+                        tracing::info!(file = %file.display(), ignored = ?read.ignored, "registries.conf: settings cri-imaged does not use, passed over");
+                    }
+                    parsed.push(read);
+                }
+                Err(error) if file == path => {
+                    tracing::warn!(file = %file.display(), %error, "registries.conf: not read; registries are reached as by default");
+                    return Self::default();
+                }
+                Err(error) => {
+                    tracing::warn!(file = %file.display(), %error, "registries.conf: this drop-in is not read")
+                }
+            }
+        }
+        let mut config = Self::default();
+        for registry in merge(parsed) {
+            if registry.blocked {
+                config.blocked.insert(registry.prefix);
+                continue;
+            }
+            let ConfRegistry { prefix, location, mirrors, .. } = registry;
+            let hosts = mirrors.iter().chain([&location]).flat_map(conf_hosts).collect();
+            config.registries.insert(prefix, hosts);
+        }
+        config
+    }
+
+    /// The hosts to ask for `domain`'s repositories, in order: none for a blocked registry.
     pub fn endpoints(&self, domain: &str) -> Vec<Endpoint> {
+        if self.blocked.contains(domain) {
+            return Vec::new();
+        }
+        if let Some(hosts) = self.registries.get(domain) {
+            return hosts.iter().map(|host| host.endpoint(domain)).collect();
+        }
         let Some(hosts) = self.roots.iter().find_map(|root| directory_names(domain).find_map(|name| root.get(&name)))
         else {
             return vec![Endpoint::of(domain)];
@@ -105,6 +187,29 @@ impl Host {
         endpoint.tls = self.tls.clone();
         endpoint.dial_timeout = self.dial_timeout;
         endpoint
+    }
+}
+
+/// A registries.conf host: over TLS (plain HTTP for a loopback one, as by default); an insecure
+/// one over TLS unverified, then plain HTTP, as containers/image falls back.
+fn conf_hosts(conf: &ConfHost) -> Vec<Host> {
+    let authority = if conf.location == "docker.io" { "registry-1.docker.io" } else { conf.location.as_str() };
+    let at = |plain_http: bool, skip_verify: Option<bool>| {
+        let url = HostUrl { plain_http, authority: authority.to_owned(), root: "/v2".to_owned() };
+        let entry = HostEntry {
+            url: Some(url),
+            capabilities: None,
+            ca: Vec::new(),
+            skip_verify,
+            headers: Vec::new(),
+            dial_timeout: None,
+        };
+        host(entry, Path::new("registries.conf"))
+    };
+    match (conf.insecure, is_loopback(split_port(authority).0)) {
+        (_, true) => vec![at(true, None)],
+        (true, false) => vec![at(false, Some(true)), at(true, None)],
+        (false, false) => vec![at(false, None)],
     }
 }
 

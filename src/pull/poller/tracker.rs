@@ -1,5 +1,6 @@
 //! A tracked pull's handle: its progress reports, its stall, and whether its registry has
-//! answered ([`Tracker`]).
+//! answered ([`Tracker`]), as the poller finds it or, where the runtime has no progress to give,
+//! as a probe of the registry itself finds it ([`Answer`]).
 
 use std::{
     sync::{Arc, Weak, atomic::Ordering},
@@ -20,6 +21,21 @@ pub struct Tracker {
     activity: watch::Receiver<Option<Instant>>,
     since: Instant,
     _registration: Option<Registration>,
+    /// Whether the registry answered a probe since the pull began: where the poller cannot tell.
+    answer: Option<Answer>,
+}
+
+/// A probe's word on a pull's registry: `true` once it answered after the pull began. Holds what
+/// keeps the pull among the probe's (dropped with the tracker).
+pub struct Answer {
+    answered: watch::Receiver<bool>,
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Answer {
+    pub fn new(answered: watch::Receiver<bool>, held: Box<dyn Send + Sync>) -> Self {
+        Self { answered, _held: held }
+    }
 }
 
 impl Tracker {
@@ -38,7 +54,25 @@ impl Tracker {
     }
 
     fn unregistered(reports: watch::Receiver<Option<Report>>, activity: watch::Receiver<Option<Instant>>) -> Self {
-        Self { reports, activity, since: Instant::now(), _registration: None }
+        Self { reports, activity, since: Instant::now(), _registration: None, answer: None }
+    }
+
+    /// A tracker with no progress whose registry's answer a probe tells.
+    pub fn probed(answer: Answer) -> Self {
+        Self { answer: Some(answer), ..Self::untracked() }
+    }
+
+    /// This tracker, its registry's answer also told by a probe: for a pull tracked before the
+    /// poller learnt whether the runtime has a content service.
+    pub fn or_probed(self, answer: Answer) -> Self {
+        Self { answer: Some(answer), ..self }
+    }
+
+    /// Whether the poller follows this pull and the runtime has the service it reads.
+    fn polled(&self) -> bool {
+        self._registration.as_ref().is_some_and(|registration| {
+            registration.registry.upgrade().is_none_or(|registry| !registry.unsupported.load(Ordering::Relaxed))
+        })
     }
 
     /// A tracker whose reports and unaccounted downloads the test sends; it counts as watched.
@@ -51,16 +85,23 @@ impl Tracker {
         (reports, activity, tracker)
     }
 
-    /// Whether the pull's downloads are watched: only then can it be found unanswered.
+    /// Whether the pull's downloads are watched.
     pub fn watched(&self) -> bool {
         self._registration.is_some()
     }
 
-    /// Resolves once the registry has answered the pull (its manifest was found).
+    /// Resolves once the registry has answered the pull (its manifest was found, or it answered
+    /// a probe since the pull began).
     pub async fn answered(&self) {
         let mut reports = self.reports.clone();
-        if reports.wait_for(Option::is_some).await.is_err() {
-            std::future::pending::<()>().await;
+        let found = async {
+            if reports.wait_for(Option::is_some).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = found => {}
+            () = probe_answered(self.answer.as_ref()) => {}
         }
     }
 
@@ -70,8 +111,8 @@ impl Tracker {
     /// answers; its manifest is slow over a link full of it). Never, once it is answered or for a
     /// pull not watched.
     pub async fn unanswered_for(&self, quiet: Duration, since: Instant) {
-        if !self.watched() {
-            std::future::pending::<()>().await;
+        if !self.polled() {
+            return self.probe_quiet_for(quiet, since).await;
         }
         let mut activity = self.activity.clone();
         loop {
@@ -79,6 +120,10 @@ impl Tracker {
             let last = (*activity.borrow_and_update()).map_or(since, |moved| moved.max(since));
             tokio::select! {
                 () = tokio::time::sleep_until(last + quiet) => {
+                    // The poller learnt meanwhile that the runtime has nothing to read.
+                    if !self.polled() {
+                        return self.probe_quiet_for(quiet, since).await;
+                    }
                     if self.reports.borrow().is_none() && !activity.has_changed().unwrap_or(false) {
                         return;
                     }
@@ -95,6 +140,20 @@ impl Tracker {
                 std::future::pending::<()>().await;
             }
         }
+    }
+
+    /// [`Self::unanswered_for`] as a probe tells it; never without a probe.
+    async fn probe_quiet_for(&self, quiet: Duration, since: Instant) {
+        let Some(answer) = &self.answer else { return std::future::pending().await };
+        tokio::select! {
+            () = probe_answered(Some(answer)) => {}
+            () = tokio::time::sleep_until(since.max(self.since) + quiet) => {
+                if !*answer.answered.borrow() {
+                    return;
+                }
+            }
+        }
+        std::future::pending().await
     }
 
     /// The reports as they come, for whoever asks how the pull is going.
@@ -131,6 +190,16 @@ impl Tracker {
                 std::future::pending::<()>().await;
             }
         }
+    }
+}
+
+/// Resolves once `answer` says the registry answered; never without one, or once its probe is
+/// gone.
+async fn probe_answered(answer: Option<&Answer>) {
+    let Some(answer) = answer else { return std::future::pending().await };
+    let mut answered = answer.answered.clone();
+    if answered.wait_for(|answered| *answered).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -19,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod file;
 mod load;
+mod modes;
 pub mod policy;
 pub mod serve;
 pub mod value;
@@ -30,8 +31,9 @@ pub use self::{
         Cli, Command, DEFAULT_LISTEN, DEFAULT_MAX_CONNECTIONS, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, usage_error,
     },
     load::{Change, LoadError, Loaded, Values, load},
+    modes::{PolicyModeArg, RateLimitModeArg},
     policy::PolicyLoadError,
-    serve::{PolicyModeArg, RELOADABLE, RateLimitModeArg, ServeArgs},
+    serve::{RELOADABLE, ServeArgs},
     value::{
         MOST_CONNECTIONS, ValueError, parse_allowlist_entry, parse_at_least_one, parse_burst, parse_connection_count,
         parse_duration, parse_duration_or_zero, parse_go_duration, parse_host_limit, parse_listen_address,

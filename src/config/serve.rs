@@ -4,6 +4,7 @@ use std::{net::SocketAddr, num::NonZeroUsize, path::PathBuf, time::Duration};
 
 use clap::{ArgAction, Args};
 
+use super::modes::{PolicyModeArg, RateLimitModeArg};
 use super::{
     DEFAULT_LISTEN, DEFAULT_ROOT_DIR, DEFAULT_RUNTIME_ENDPOINT, DefaultRoleArg, RoleArg, parse_allowlist_entry,
     parse_at_least_one, parse_burst, parse_connection_count, parse_duration, parse_duration_or_zero, parse_go_duration,
@@ -11,7 +12,7 @@ use super::{
     parse_role, parse_runtime_endpoint, parse_stream_count,
 };
 use crate::{
-    pull::ratelimit::{RateLimit, RateLimitMode},
+    pull::ratelimit::RateLimit,
     records::verification::VerificationPolicy,
     registry::{DEFAULT_CONFIG_PATH, DEFAULT_REGISTRIES_CONF},
     runtime::RuntimeEndpoint,
@@ -383,40 +384,6 @@ pub struct ServeArgs {
     /// The most pre-pulls under way at once; they never hold a slot a pod's pull waits for.
     #[arg(long, value_name = "N", default_value = "1", value_parser = parse_at_least_one, allow_hyphen_values = true)]
     pub max_parallel_pre_pulls: NonZeroUsize,
-}
-
-/// `--registry-rate-limit-mode` as typed; the rate limiter has its own [`RateLimitMode`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RateLimitModeArg {
-    /// Fail at once with `pull QPS exceeded`, as the kubelet does.
-    Fail,
-    /// Wait until a token frees up, bounded by the caller's deadline.
-    Wait,
-}
-
-/// `--signature-policy-mode` as typed; the gate has its own [`crate::policy::Mode`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PolicyModeArg {
-    Enforce,
-    Audit,
-}
-
-impl From<PolicyModeArg> for crate::policy::Mode {
-    fn from(mode: PolicyModeArg) -> Self {
-        match mode {
-            PolicyModeArg::Enforce => Self::Enforce,
-            PolicyModeArg::Audit => Self::Audit,
-        }
-    }
-}
-
-impl From<RateLimitModeArg> for RateLimitMode {
-    fn from(mode: RateLimitModeArg) -> Self {
-        match mode {
-            RateLimitModeArg::Fail => Self::Fail,
-            RateLimitModeArg::Wait => Self::Wait,
-        }
-    }
 }
 
 /// The flags a reload (SIGHUP) applies; the others take effect at the next start.

@@ -239,15 +239,22 @@ impl ImageRuntime for CriClient {
     }
 
     async fn image_fs_usage(&self) -> Result<ImageFsUsage, RuntimeError> {
+        let mountpoint = self
+            .image_fs_mountpoint()
+            .await?
+            .ok_or_else(|| RuntimeError::ImageFs("ImageFsInfo reported no filesystem".into()))?;
+        let statted = tokio::task::spawn_blocking(move || statvfs(mountpoint)).await;
+        statted.map_err(|error| RuntimeError::ImageFs(error.to_string()))?
+    }
+
+    async fn image_fs_mountpoint(&self) -> Result<Option<PathBuf>, RuntimeError> {
         let request = self.request(ImageFsInfoRequest {});
         let response = self.bounded(self.client.clone().image_fs_info(request)).await?;
-        let mountpoint = response
+        Ok(response
             .image_filesystems
             .into_iter()
             .find_map(|filesystem| filesystem.fs_id.map(|id| id.mountpoint).filter(|path| !path.is_empty()))
-            .ok_or_else(|| RuntimeError::ImageFs("ImageFsInfo reported no filesystem".into()))?;
-        let statted = tokio::task::spawn_blocking(move || statvfs(PathBuf::from(mountpoint))).await;
-        statted.map_err(|error| RuntimeError::ImageFs(error.to_string()))?
+            .map(PathBuf::from))
     }
 
     async fn remove_image(&self, id: &str, runtime_handler: &str) -> Result<(), RuntimeError> {

@@ -22,7 +22,7 @@ pub mod fake;
 mod forward;
 pub mod passthrough;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use crate::cri::{ImageSpec, PodSandboxConfig};
 use bytes::Bytes;
@@ -249,6 +249,13 @@ pub trait ImageRuntime: Send + Sync + 'static {
     /// Capacity and available bytes of the filesystem the runtime keeps images on: the first
     /// one CRI `ImageFsInfo` reports, read with `statvfs`.
     fn image_fs_usage(&self) -> impl Future<Output = Result<ImageFsUsage, RuntimeError>> + Send {
+        async { Err(RuntimeError::Unsupported("report its image filesystem")) }
+    }
+
+    /// The directory the runtime keeps images in, as the first image filesystem CRI
+    /// `ImageFsInfo` reports names it (CRI-O: its image store's directory); `None` when it names
+    /// none.
+    fn image_fs_mountpoint(&self) -> impl Future<Output = Result<Option<PathBuf>, RuntimeError>> + Send {
         async { Err(RuntimeError::Unsupported("report its image filesystem")) }
     }
 

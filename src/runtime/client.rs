@@ -257,12 +257,23 @@ impl ImageRuntime for CriClient {
             .map(PathBuf::from))
     }
 
-    async fn remove_image(&self, id: &str, runtime_handler: &str) -> Result<(), RuntimeError> {
-        let image =
-            ImageSpec { image: id.to_owned(), runtime_handler: runtime_handler.to_owned(), ..Default::default() };
-        let request = self.request(RemoveImageRequest { image: Some(image) });
+    async fn remove_image(&self, name: &str, runtime_handler: &str) -> Result<(), RuntimeError> {
+        let spec = |image: &str| ImageSpec {
+            image: image.to_owned(),
+            runtime_handler: runtime_handler.to_owned(),
+            ..Default::default()
+        };
+        // Always by id: CRI-O answers OK to a removal by `repo@digest` and removes nothing.
+        let Some(image) = self.image_status(spec(name)).await? else {
+            return Ok(());
+        };
+        let request = self.request(RemoveImageRequest { image: Some(spec(&image.id)) });
         self.bounded(self.client.clone().remove_image(request)).await?;
-        Ok(())
+        // An answer is no proof: only an image the runtime no longer has is removed.
+        match self.image_status(spec(&image.id)).await? {
+            Some(_) => Err(RuntimeError::NotRemoved(image.id)),
+            None => Ok(()),
+        }
     }
 
     async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {

@@ -120,7 +120,9 @@ impl From<CriPullError> for Status {
             PullError::Runtime(RuntimeError::Timeout(_)) | PullError::TimedOut(_) | PullError::Stalled { .. } => {
                 Status::deadline_exceeded(error.to_string())
             }
-            PullError::Runtime(RuntimeError::EmptyImageRef(_) | RuntimeError::ImageFs(_)) => {
+            PullError::Runtime(
+                RuntimeError::EmptyImageRef(_) | RuntimeError::ImageFs(_) | RuntimeError::NotRemoved(_),
+            ) => {
                 Status::unknown(error.to_string())
             }
             PullError::Runtime(RuntimeError::Unsupported(_)) => Status::unimplemented(error.to_string()),

@@ -59,6 +59,11 @@ pub struct Script {
     pub container_fs: Option<PathBuf>,
     /// Every RemoveImage asked, in order.
     pub removals: Vec<ImageSpec>,
+    /// Removals as CRI-O does them: by id the image goes, by any other name (`repo@digest`) the
+    /// answer is OK and nothing is removed.
+    pub removes_by_id_only: bool,
+    /// Every removal answers OK and removes nothing.
+    pub removals_ignored: bool,
     /// Serve StreamImages, this many images a message (as containerd from 2.4 and CRI-O from
     /// 1.36); `None`: UNIMPLEMENTED, as older runtimes.
     pub stream_images: Option<usize>,
@@ -153,7 +158,8 @@ impl ImageService for FakeImageService {
         if let Some(status) = &script.status_error {
             return Err(status.clone());
         }
-        let image = script.images.get(&name).cloned();
+        // By any name, or by id, as runtimes resolve them.
+        let image = script.images.get(&name).or_else(|| script.images.values().find(|image| image.id == name)).cloned();
         Ok(Response::new(ImageStatusResponse { image, info: HashMap::new() }))
     }
 
@@ -190,8 +196,19 @@ impl ImageService for FakeImageService {
         request: Request<RemoveImageRequest>,
     ) -> Result<Response<RemoveImageResponse>, Status> {
         let spec = request.into_inner().image.unwrap_or_default();
-        self.script.lock().unwrap().removals.push(spec.clone());
-        self.remove(&spec.image);
+        let names: Vec<String> = {
+            let mut script = self.script.lock().unwrap();
+            script.removals.push(spec.clone());
+            let by_name = script.images.get(&spec.image).filter(|_| !script.removes_by_id_only);
+            let id = by_name.map_or(spec.image.clone(), |image| image.id.clone());
+            let named = script.images.iter().filter(|(_, image)| image.id == id);
+            let names = named.map(|(name, _)| name.clone()).collect();
+            if script.removals_ignored { Vec::new() } else { names }
+        };
+        // The image goes with every name it has, as containerd's CRI removes it.
+        for name in names {
+            self.remove(&name);
+        }
         Ok(Response::new(RemoveImageResponse {}))
     }
 

@@ -38,10 +38,8 @@ impl Store {
         let store = Self { dir: tempfile::tempdir().expect("tempdir") };
         let root = store.dir.path();
         std::fs::write(root.join("policy.json"), r#"{"default":[{"type":"insecureAcceptAnything"}]}"#).expect("policy");
-        let conf = format!(
-            "[storage]\ndriver = \"vfs\"\nrunroot = \"{0}/run\"\ngraphroot = \"{0}/root\"\n",
-            root.display()
-        );
+        let conf =
+            format!("[storage]\ndriver = \"vfs\"\nrunroot = \"{0}/run\"\ngraphroot = \"{0}/root\"\n", root.display());
         std::fs::write(root.join("storage.conf"), conf).expect("storage.conf");
         write_layout(&root.join("layout"));
         store.copy(IMAGE);

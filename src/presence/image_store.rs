@@ -86,7 +86,8 @@ pub fn classify(flags: ReadFlags, name: Option<&CStr>) -> Seen {
     }
     let changes =
         ReadFlags::CLOSE_WRITE | ReadFlags::MOVED_TO | ReadFlags::MOVED_FROM | ReadFlags::CREATE | ReadFlags::DELETE;
-    let ours = name.is_some_and(|name| [IMAGES_JSON, IMAGES_LOCK].iter().any(|ours| name.to_bytes() == ours.as_bytes()));
+    let ours =
+        name.is_some_and(|name| [IMAGES_JSON, IMAGES_LOCK].iter().any(|ours| name.to_bytes() == ours.as_bytes()));
     if ours && flags.intersects(changes) { Seen::Changed } else { Seen::Nothing }
 }
 

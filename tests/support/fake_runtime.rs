@@ -151,15 +151,16 @@ impl ImageService for FakeImageService {
         &self,
         request: Request<ImageStatusRequest>,
     ) -> Result<Response<ImageStatusResponse>, Status> {
-        let name = request.into_inner().image.unwrap_or_default().image;
+        let ImageSpec { image: name, runtime_handler, .. } = request.into_inner().image.unwrap_or_default();
         self.wait_while_frozen().await;
         let mut script = self.script.lock().unwrap();
         script.status_calls += 1;
         if let Some(status) = &script.status_error {
             return Err(status.clone());
         }
-        // By any name, or by id, as runtimes resolve them.
-        let image = script.images.get(&name).or_else(|| script.images.values().find(|image| image.id == name)).cloned();
+        // By any name, or by id (the copy kept for the handler asked), as runtimes resolve them.
+        let by_id = |image: &&Image| image.id == name && handler_of(image) == runtime_handler;
+        let image = script.images.get(&name).or_else(|| script.images.values().find(by_id)).cloned();
         Ok(Response::new(ImageStatusResponse { image, info: HashMap::new() }))
     }
 
@@ -201,7 +202,8 @@ impl ImageService for FakeImageService {
             script.removals.push(spec.clone());
             let by_name = script.images.get(&spec.image).filter(|_| !script.removes_by_id_only);
             let id = by_name.map_or(spec.image.clone(), |image| image.id.clone());
-            let named = script.images.iter().filter(|(_, image)| image.id == id);
+            let named =
+                script.images.iter().filter(|(_, image)| image.id == id && handler_of(image) == spec.runtime_handler);
             let names = named.map(|(name, _)| name.clone()).collect();
             if script.removals_ignored { Vec::new() } else { names }
         };
@@ -225,6 +227,11 @@ impl ImageService for FakeImageService {
         let container_filesystems = container_fs.map(|path| vec![usage(Some(path))]).unwrap_or_default();
         Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage(image_fs)], container_filesystems }))
     }
+}
+
+/// The runtime handler an image is kept for (KEP-4216); empty for the default.
+fn handler_of(image: &Image) -> &str {
+    image.spec.as_ref().map_or("", |spec| spec.runtime_handler.as_str())
 }
 
 /// The fake served on a socket; dropping or stopping it takes the socket away.

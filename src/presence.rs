@@ -13,10 +13,11 @@
 //! before the marker has been applied by then. A hit is trusted while the newest barrier that came
 //! back started at most `max_staleness` ago; with zero, every hit waits for a barrier that
 //! started after it was asked (strict). The image store's barrier is reading its inotify queue dry
-//! (see [`image_store`]): the same contract, without a round trip. Last, containerd's CRI plugin applies each image event to
-//! its own image store (what ImageStatus reads) on its own schedule, so the watcher forgets
-//! everything once more [`SETTLE`] after the last event: an answer the plugin gave before it had
-//! caught up is not kept longer than that.
+//! (see [`image_store`]): the same contract, without a round trip. Last, containerd's CRI plugin
+//! applies each image event to its own image store (what ImageStatus reads) on its own schedule,
+//! so the watcher forgets everything once more [`SETTLE`] after the last event: an answer the
+//! plugin gave before it had caught up is not kept longer than that (the image store's watcher
+//! does the same, though CRI-O reads its store directly).
 //!
 //! The same rules keep the CRI answers the pass-through remembers ([`answers`]): ImageStatus and
 //! ListImages by their request bytes, and the image filesystem's snapshot.

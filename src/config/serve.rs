@@ -61,9 +61,8 @@ pub struct ServeArgs {
 
     /// A remembered answer is trusted while the cache was proven current (a marker event came back
     /// through containerd's events, the image store's inotify queue read dry) at most this long
-    /// ago; 0s proves every hit,
-    /// so that no removal that has returned is ever missed. Under traffic the proof is renewed
-    /// ahead of time, so hits rarely wait.
+    /// ago; 0s proves every hit, so that no removal that has returned is ever missed. Under
+    /// traffic the proof is renewed ahead of time, so hits rarely wait.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub presence_cache_max_staleness: Duration,
 

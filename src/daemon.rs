@@ -223,8 +223,11 @@ pub struct Settings {
     /// The kubelet's root dir, whose pull records are adopted as ours settle.
     pub kubelet_root_dir: Option<PathBuf>,
     pub serve: ServeOptions,
-    /// Whether to watch containerd's image events and remember presence answers.
+    /// Whether to watch a change signal (containerd's image events, CRI-O's image store) and
+    /// remember presence answers.
     pub presence_cache: bool,
+    /// The image store to watch when the runtime's ImageFsInfo names none (`--image-store-path`).
+    pub image_store_path: Option<PathBuf>,
     /// Where to serve `/metrics`, already bound.
     pub metrics: Option<tokio::net::TcpListener>,
     /// What a reload reads again, and the requests for one (SIGHUP); `None`: no reloads.
@@ -283,11 +286,8 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     tokio::spawn(parts.services.pre_pulls.clone().run(shutdown.clone()));
     tokio::spawn(memory::trim_periodically(shutdown.clone()));
     if settings.presence_cache {
-        tokio::spawn(presence::image_events::watch(
-            runtime.channel(),
-            parts.services.presence.clone(),
-            shutdown.clone(),
-        ));
+        let (channel, cache, store) = (runtime.channel(), parts.services.presence.clone(), settings.image_store_path);
+        tokio::spawn(presence::signal::watch(channel, runtime.clone(), store, cache, shutdown.clone()));
     }
     if let Some(listener) = settings.metrics {
         let served = metrics::serve(listener, parts.metrics.clone(), shutdown.clone().requested());
@@ -430,6 +430,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
             access,
         },
         presence_cache: args.presence_cache,
+        image_store_path: args.image_store_path,
         metrics,
         reload: Some((source, reloads)),
         kubelet_warnings,

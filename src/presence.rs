@@ -1,6 +1,7 @@
-//! The presence cache: images the runtime said it has, remembered only while the runtime's image
-//! events are watched ([`image_events`]: containerd's image events), so that asking about a present
-//! image again costs no runtime call.
+//! The presence cache: images the runtime said it has, remembered only while a change signal is
+//! watched ([`image_events`]: containerd's image events; [`image_store`]: CRI-O's image store
+//! under inotify; [`signal`] picks one), so that asking about a present image again costs no
+//! runtime call.
 //!
 //! Correctness rests on three rules. Any image event forgets everything: events are rare, and
 //! forgetting all needs no agreement between our names and the runtime's normalised ones. An
@@ -11,10 +12,12 @@
 //! for it to come back (a barrier); containerd delivers events in order, so every event published
 //! before the marker has been applied by then. A hit is trusted while the newest barrier that came
 //! back started at most `max_staleness` ago; with zero, every hit waits for a barrier that
-//! started after it was asked (strict). Last, containerd's CRI plugin applies each image event to
-//! its own image store (what ImageStatus reads) on its own schedule, so the watcher forgets
-//! everything once more [`SETTLE`] after the last event: an answer the plugin gave before it had
-//! caught up is not kept longer than that.
+//! started after it was asked (strict). The image store's barrier is reading its inotify queue dry
+//! (see [`image_store`]): the same contract, without a round trip. Last, containerd's CRI plugin
+//! applies each image event to its own image store (what ImageStatus reads) on its own schedule,
+//! so the watcher forgets everything once more [`SETTLE`] after the last event: an answer the
+//! plugin gave before it had caught up is not kept longer than that (the image store's watcher
+//! does the same, though CRI-O reads its store directly).
 //!
 //! The same rules keep the CRI answers the pass-through remembers ([`answers`]): ImageStatus and
 //! ListImages by their request bytes, and the image filesystem's snapshot.
@@ -33,7 +36,9 @@ use tokio::{
 
 pub mod answers;
 pub mod image_events;
+pub mod image_store;
 pub mod metrics;
+pub mod signal;
 
 use self::{
     answers::Remembered,
@@ -55,6 +60,28 @@ pub const PROOF_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket(u64);
 
+/// What tells the cache that the runtime's images changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Signal {
+    /// Nothing: every presence check asks the runtime.
+    #[default]
+    None,
+    /// containerd's image events.
+    ContainerdEvents,
+    /// inotify on a containers/storage image store's `images.json` (CRI-O), in this directory.
+    ImageStore(std::path::PathBuf),
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("none"),
+            Self::ContainerdEvents => f.write_str("containerd image events"),
+            Self::ImageStore(dir) => write!(f, "image store {}", dir.display()),
+        }
+    }
+}
+
 /// What the cache can say about an image (or a remembered answer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup<T = PresentImage> {
@@ -66,7 +93,7 @@ pub enum Lookup<T = PresentImage> {
     Miss,
 }
 
-/// What the runtime said is present, while its events are watched.
+/// What the runtime said is present, while a change signal is watched.
 pub struct PresenceCache {
     state: Mutex<State>,
     metrics: Arc<PresenceMetrics>,
@@ -81,8 +108,11 @@ pub struct PresenceCache {
 
 #[derive(Default)]
 struct State {
-    /// Whether a subscription to the runtime's image events is known to be live.
+    /// Whether the change signal is known to be live (a subscription to the runtime's image
+    /// events, a watch on its image store).
     watching: bool,
+    /// The signal the watcher in charge follows.
+    signal: Signal,
     /// Moves on at every event and every change of `watching`.
     generation: u64,
     /// When the newest barrier that came back was started: every image event published before
@@ -246,8 +276,8 @@ impl PresenceCache {
         self.metrics.invalidated();
     }
 
-    /// The subscription to image events became live or was lost; either way, start empty and
-    /// unproven.
+    /// The change signal (a subscription to image events, a watch on the image store) became
+    /// live or was lost; either way, start empty and unproven.
     pub fn set_watching(&self, watching: bool) {
         let mut state = self.state();
         state.watching = watching;
@@ -256,6 +286,17 @@ impl PresenceCache {
         drop(state);
         self.metrics.watching(watching);
         self.proofs.send_replace(());
+    }
+
+    /// For the watcher in charge: the signal it follows, from now on.
+    pub fn set_signal(&self, signal: Signal) {
+        self.state().signal = signal;
+    }
+
+    /// The signal that keeps the cache current: [`Signal::None`] while none is live.
+    pub fn signal(&self) -> Signal {
+        let state = self.state();
+        if state.watching { state.signal.clone() } else { Signal::None }
     }
 
     /// Whether answers are being remembered.

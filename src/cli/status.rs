@@ -85,7 +85,7 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
     say(
         "presence cache",
         Line::plain(if status.presence_cache_watching {
-            format!("from memory, {} images", status.presence_cache_entries)
+            format!("from memory, {} images ({})", status.presence_cache_entries, status.presence_cache_signal)
         } else {
             "asks the runtime every time".to_owned()
         }),
@@ -243,6 +243,7 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
         })),
         "presenceCacheWatching": status.presence_cache_watching,
         "presenceCacheEntries": status.presence_cache_entries,
+        "presenceCacheSignal": status.presence_cache_signal,
         "lastGcPass": status.last_gc_pass.as_ref().map(|pass| json!({
             "finished": time(pass.finished.as_ref()),
             "dryRun": pass.dry_run,

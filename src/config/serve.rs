@@ -49,16 +49,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     pub metrics_listen: Option<SocketAddr>,
 
-    /// Answer presence checks from memory while containerd's image events are watched (any image
-    /// event forgets everything). false asks the runtime every time, as the kubelet does; so does
-    /// a runtime without containerd's event service.
+    /// Answer presence checks from memory while containerd's image events, or else CRI-O's image
+    /// store, are watched (any change forgets everything). false asks the runtime every time, as
+    /// the kubelet does; so does a runtime with neither.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set)]
     pub presence_cache: bool,
 
-    /// A remembered answer is trusted while the cache was proven current (a marker event sent
-    /// through containerd's event stream came back) at most this long ago; 0s proves every hit,
-    /// so that no removal that has returned is ever missed. Under traffic the proof is renewed
-    /// ahead of time, so hits rarely wait.
+    /// The containers/storage image store to watch (the directory holding images.json) when the
+    /// runtime has no image events and its ImageFsInfo names no such directory.
+    #[arg(long, value_name = "DIR")]
+    pub image_store_path: Option<PathBuf>,
+
+    /// A remembered answer is trusted while the cache was proven current (a marker event came back
+    /// through containerd's events, the image store's inotify queue read dry) at most this long
+    /// ago; 0s proves every hit, so that no removal that has returned is ever missed. Under
+    /// traffic the proof is renewed ahead of time, so hits rarely wait.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
     pub presence_cache_max_staleness: Duration,
 

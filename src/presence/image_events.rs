@@ -7,8 +7,8 @@
 //! published, so when a marker comes back, every event published before it was sent has been
 //! applied, and the cache is current as of the moment we sent it. The cache asks for barriers
 //! as it needs them (see [`super`]).
-//! Runtimes without containerd's event service (CRI-O) answer UNIMPLEMENTED; the cache then stays
-//! off and every presence check asks the runtime, as the kubelet does.
+//! Runtimes without containerd's event service (CRI-O) answer UNIMPLEMENTED; watching then ends,
+//! and [`super::signal`] looks for another signal.
 
 use std::{
     collections::VecDeque,
@@ -20,7 +20,7 @@ use std::{
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use super::{PresenceCache, SETTLE};
+use super::{PresenceCache, SETTLE, Signal};
 use crate::{retry::Doubling, shutdown::Shutdown};
 
 use crate::runtime::containerd::events::{PublishRequest, SubscribeRequest, events_client::EventsClient};
@@ -62,9 +62,19 @@ impl From<tonic::Status> for WatchError {
     }
 }
 
+/// Why [`watch`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// The runtime has no containerd event service.
+    Unsupported,
+    /// Shutdown was requested.
+    Stopped,
+}
+
 /// Keeps `cache` watching the runtime's image events for as long as the runtime offers them,
 /// subscribing again after failures (the runtime restarted, say), until shutdown.
-pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdown) {
+pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdown) -> Finished {
+    cache.set_signal(Signal::ContainerdEvents);
     let stopping = shutdown.requested();
     tokio::pin!(stopping);
     let mut retries = Doubling::new(RETRY_MIN, RETRY_MAX);
@@ -72,21 +82,24 @@ pub async fn watch(channel: Channel, cache: Arc<PresenceCache>, shutdown: Shutdo
     loop {
         let error = tokio::select! {
             error = watch_once(channel.clone(), &cache, &mut markers) => error,
-            () = &mut stopping => return cache.set_watching(false),
+            () = &mut stopping => {
+                cache.set_watching(false);
+                return Finished::Stopped;
+            }
         };
         if cache.is_watching() {
             retries.reset();
         }
         cache.set_watching(false);
         if let WatchError::Unsupported(_) = error {
-            tracing::info!(%error, "presence checks will always ask the runtime");
-            return;
+            tracing::info!(%error, "containerd's image events cannot be watched");
+            return Finished::Unsupported;
         }
         let retry = retries.next_wait();
         tracing::warn!(%error, retry_in = ?retry, "presence checks ask the runtime until image events are watched again");
         tokio::select! {
             () = tokio::time::sleep(retry) => {}
-            () = &mut stopping => return,
+            () = &mut stopping => return Finished::Stopped,
         }
     }
 }

@@ -63,12 +63,12 @@ impl PresenceMetrics {
         );
         registry.register(
             "presence_cache_watching",
-            "1 while the runtime's image events are watched and presence answers are remembered",
+            "1 while a change signal (containerd's image events, CRI-O's image store) is watched and presence answers are remembered",
             metrics.watching.clone(),
         );
         registry.register(
             "presence_cache_barriers",
-            "Marker events published to prove the presence cache current (see --presence-cache-max-staleness)",
+            "Barriers that proved the presence cache current: marker events published, or the image store's inotify queue read dry (see --presence-cache-max-staleness)",
             metrics.barriers.clone(),
         );
         metrics

@@ -239,23 +239,41 @@ impl ImageRuntime for CriClient {
     }
 
     async fn image_fs_usage(&self) -> Result<ImageFsUsage, RuntimeError> {
-        let request = self.request(ImageFsInfoRequest {});
-        let response = self.bounded(self.client.clone().image_fs_info(request)).await?;
-        let mountpoint = response
-            .image_filesystems
-            .into_iter()
-            .find_map(|filesystem| filesystem.fs_id.map(|id| id.mountpoint).filter(|path| !path.is_empty()))
+        let mountpoint = self
+            .image_fs_mountpoint()
+            .await?
             .ok_or_else(|| RuntimeError::ImageFs("ImageFsInfo reported no filesystem".into()))?;
-        let statted = tokio::task::spawn_blocking(move || statvfs(PathBuf::from(mountpoint))).await;
+        let statted = tokio::task::spawn_blocking(move || statvfs(mountpoint)).await;
         statted.map_err(|error| RuntimeError::ImageFs(error.to_string()))?
     }
 
-    async fn remove_image(&self, id: &str, runtime_handler: &str) -> Result<(), RuntimeError> {
-        let image =
-            ImageSpec { image: id.to_owned(), runtime_handler: runtime_handler.to_owned(), ..Default::default() };
-        let request = self.request(RemoveImageRequest { image: Some(image) });
+    async fn image_fs_mountpoint(&self) -> Result<Option<PathBuf>, RuntimeError> {
+        let request = self.request(ImageFsInfoRequest {});
+        let response = self.bounded(self.client.clone().image_fs_info(request)).await?;
+        Ok(response
+            .image_filesystems
+            .into_iter()
+            .find_map(|filesystem| filesystem.fs_id.map(|id| id.mountpoint).filter(|path| !path.is_empty()))
+            .map(PathBuf::from))
+    }
+
+    async fn remove_image(&self, name: &str, runtime_handler: &str) -> Result<(), RuntimeError> {
+        let spec = |image: &str| ImageSpec {
+            image: image.to_owned(),
+            runtime_handler: runtime_handler.to_owned(),
+            ..Default::default()
+        };
+        // Always by id: CRI-O answers OK to a removal by `repo@digest` and removes nothing.
+        let Some(image) = self.image_status(spec(name)).await? else {
+            return Ok(());
+        };
+        let request = self.request(RemoveImageRequest { image: Some(spec(&image.id)) });
         self.bounded(self.client.clone().remove_image(request)).await?;
-        Ok(())
+        // An answer is no proof: only an image the runtime no longer has is removed.
+        match self.image_status(spec(&image.id)).await? {
+            Some(_) => Err(RuntimeError::NotRemoved(image.id)),
+            None => Ok(()),
+        }
     }
 
     async fn forward_raw(&self, path: &'static str, message: Bytes) -> Result<Bytes, tonic::Status> {

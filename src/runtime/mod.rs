@@ -22,7 +22,7 @@ pub mod fake;
 mod forward;
 pub mod passthrough;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use crate::cri::{ImageSpec, PodSandboxConfig};
 use bytes::Bytes;
@@ -56,6 +56,9 @@ pub enum RuntimeError {
     /// This runtime cannot do what was asked (a fake, or a runtime without the call).
     #[error("the runtime cannot {0}")]
     Unsupported(&'static str),
+    /// The runtime answered a removal, but still has the image.
+    #[error("image {0} is still present after the runtime answered its removal")]
+    NotRemoved(String),
 }
 
 impl RuntimeError {
@@ -64,7 +67,7 @@ impl RuntimeError {
         match self {
             Self::Status(status) => status.code(),
             Self::Timeout(_) => tonic::Code::DeadlineExceeded,
-            Self::EmptyImageRef(_) | Self::ImageFs(_) => tonic::Code::Unknown,
+            Self::EmptyImageRef(_) | Self::ImageFs(_) | Self::NotRemoved(_) => tonic::Code::Unknown,
             Self::Unsupported(_) => tonic::Code::Unimplemented,
         }
     }
@@ -252,9 +255,18 @@ pub trait ImageRuntime: Send + Sync + 'static {
         async { Err(RuntimeError::Unsupported("report its image filesystem")) }
     }
 
-    /// Removes the image by id, for the runtime handler it is kept for (CRI `RemoveImage`).
-    fn remove_image(&self, id: &str, runtime_handler: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
-        let _ = (id, runtime_handler);
+    /// The directory the runtime keeps images in, as the first image filesystem CRI
+    /// `ImageFsInfo` reports names it (CRI-O: its image store's directory); `None` when it names
+    /// none.
+    fn image_fs_mountpoint(&self) -> impl Future<Output = Result<Option<PathBuf>, RuntimeError>> + Send {
+        async { Err(RuntimeError::Unsupported("report its image filesystem")) }
+    }
+
+    /// Removes the image `name` names (its id, or any name the runtime knows it by) by its id, for
+    /// the runtime handler it is kept for (CRI `RemoveImage`), then checks that the runtime no
+    /// longer has it ([`RuntimeError::NotRemoved`] if it does). An image already absent is `Ok`.
+    fn remove_image(&self, name: &str, runtime_handler: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send {
+        let _ = (name, runtime_handler);
         async { Err(RuntimeError::Unsupported("remove images")) }
     }
 

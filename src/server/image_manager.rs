@@ -152,6 +152,7 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             backoff,
             presence_cache_watching: self.presence.is_watching(),
             presence_cache_entries: self.presence.len() as u64,
+            presence_cache_signal: self.presence.signal().to_string(),
             last_gc_pass,
             rate_limit_mode: match self.limits.mode() {
                 RateLimitMode::Fail => "fail",

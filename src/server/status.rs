@@ -120,9 +120,9 @@ impl From<CriPullError> for Status {
             PullError::Runtime(RuntimeError::Timeout(_)) | PullError::TimedOut(_) | PullError::Stalled { .. } => {
                 Status::deadline_exceeded(error.to_string())
             }
-            PullError::Runtime(RuntimeError::EmptyImageRef(_) | RuntimeError::ImageFs(_)) => {
-                Status::unknown(error.to_string())
-            }
+            PullError::Runtime(
+                RuntimeError::EmptyImageRef(_) | RuntimeError::ImageFs(_) | RuntimeError::NotRemoved(_),
+            ) => Status::unknown(error.to_string()),
             PullError::Runtime(RuntimeError::Unsupported(_)) => Status::unimplemented(error.to_string()),
             PullError::RateLimited => Status::resource_exhausted(error.to_string()),
             // UNKNOWN, as a runtime's plain error: the kubelet's CRI client hands only such a

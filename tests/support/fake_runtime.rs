@@ -59,6 +59,11 @@ pub struct Script {
     pub container_fs: Option<PathBuf>,
     /// Every RemoveImage asked, in order.
     pub removals: Vec<ImageSpec>,
+    /// Removals as CRI-O does them: by id the image goes, by any other name (`repo@digest`) the
+    /// answer is OK and nothing is removed.
+    pub removes_by_id_only: bool,
+    /// Every removal answers OK and removes nothing.
+    pub removals_ignored: bool,
     /// Serve StreamImages, this many images a message (as containerd from 2.4 and CRI-O from
     /// 1.36); `None`: UNIMPLEMENTED, as older runtimes.
     pub stream_images: Option<usize>,
@@ -146,14 +151,16 @@ impl ImageService for FakeImageService {
         &self,
         request: Request<ImageStatusRequest>,
     ) -> Result<Response<ImageStatusResponse>, Status> {
-        let name = request.into_inner().image.unwrap_or_default().image;
+        let ImageSpec { image: name, runtime_handler, .. } = request.into_inner().image.unwrap_or_default();
         self.wait_while_frozen().await;
         let mut script = self.script.lock().unwrap();
         script.status_calls += 1;
         if let Some(status) = &script.status_error {
             return Err(status.clone());
         }
-        let image = script.images.get(&name).cloned();
+        // By any name, or by id (the copy kept for the handler asked), as runtimes resolve them.
+        let by_id = |image: &&Image| image.id == name && handler_of(image) == runtime_handler;
+        let image = script.images.get(&name).or_else(|| script.images.values().find(by_id)).cloned();
         Ok(Response::new(ImageStatusResponse { image, info: HashMap::new() }))
     }
 
@@ -190,8 +197,20 @@ impl ImageService for FakeImageService {
         request: Request<RemoveImageRequest>,
     ) -> Result<Response<RemoveImageResponse>, Status> {
         let spec = request.into_inner().image.unwrap_or_default();
-        self.script.lock().unwrap().removals.push(spec.clone());
-        self.remove(&spec.image);
+        let names: Vec<String> = {
+            let mut script = self.script.lock().unwrap();
+            script.removals.push(spec.clone());
+            let by_name = script.images.get(&spec.image).filter(|_| !script.removes_by_id_only);
+            let id = by_name.map_or(spec.image.clone(), |image| image.id.clone());
+            let named =
+                script.images.iter().filter(|(_, image)| image.id == id && handler_of(image) == spec.runtime_handler);
+            let names = named.map(|(name, _)| name.clone()).collect();
+            if script.removals_ignored { Vec::new() } else { names }
+        };
+        // The image goes with every name it has, as containerd's CRI removes it.
+        for name in names {
+            self.remove(&name);
+        }
         Ok(Response::new(RemoveImageResponse {}))
     }
 
@@ -208,6 +227,11 @@ impl ImageService for FakeImageService {
         let container_filesystems = container_fs.map(|path| vec![usage(Some(path))]).unwrap_or_default();
         Ok(Response::new(ImageFsInfoResponse { image_filesystems: vec![usage(image_fs)], container_filesystems }))
     }
+}
+
+/// The runtime handler an image is kept for (KEP-4216); empty for the default.
+fn handler_of(image: &Image) -> &str {
+    image.spec.as_ref().map_or("", |spec| spec.runtime_handler.as_str())
 }
 
 /// The fake served on a socket; dropping or stopping it takes the socket away.

@@ -100,6 +100,7 @@ impl InProcessDaemon {
                 access: Arc::default(),
             },
             presence_cache: true,
+            image_store_path: None,
             metrics: None,
             reload: None,
             kubelet_warnings: Default::default(),

@@ -155,7 +155,9 @@ impl SignedPulls {
         if found.as_ref().is_some_and(|image| image.repo_digests.contains(&wanted)) {
             return Ok(());
         }
-        let removed = (self.remove)(pulled.image_ref.clone(), runtime_handler.to_owned()).await;
+        // By its id: CRI-O answers OK to a removal by `repo@digest` and removes nothing.
+        let id = found.map_or_else(|| pulled.image_ref.clone(), |image| image.id);
+        let removed = (self.remove)(id, runtime_handler.to_owned()).await;
         if let Err(error) = &removed {
             tracing::warn!(image_ref = %pulled.image_ref, %error, "the image pulled after its tag moved was not removed");
         }

@@ -70,22 +70,29 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
         },
     );
     if let Some(fs) = &status.image_fs {
+        // As `top` says it: a high threshold of 100 is GC for space turned off; 0, a daemon that
+        // does not say.
+        let gc = match (status.gc_high_threshold_percent, status.gc_low_threshold_percent) {
+            (0, _) => String::new(),
+            (100.., _) => "; GC off".to_owned(),
+            (high, low) => format!("; GC from {high}% down to {low}%"),
+        };
         say(
             "image fs",
             Line::plain(format!(
-                "{} of {} used ({}%); GC from {}% down to {}%",
+                "{} of {} used ({}%){gc}",
                 bytes(fs.capacity_bytes.saturating_sub(fs.available_bytes)),
                 bytes(fs.capacity_bytes),
                 fs.usage_percent,
-                status.gc_high_threshold_percent,
-                status.gc_low_threshold_percent
             )),
         );
     }
     say(
         "presence cache",
+        // Answers remembered (an image asked for, with its credentials), not the node's images.
         Line::plain(if status.presence_cache_watching {
-            format!("from memory, {} images", status.presence_cache_entries)
+            let count = status.presence_cache_entries;
+            format!("from memory, {count} {} remembered", if count == 1 { "answer" } else { "answers" })
         } else {
             "asks the runtime every time".to_owned()
         }),

@@ -172,6 +172,16 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
         let said = shown.map(|(state, count)| format!("{count} {state}")).collect::<Vec<_>>().join(", ");
         say("pre-pulls", Line::plain(said));
     }
+    if let Some(refused) = &status.reload_refused {
+        // Until a reload succeeds, the configuration in force is the one before it.
+        let at = rfc3339(refused.at.as_ref()).map(|at| format!(" (at {at})")).unwrap_or_default();
+        let text = format!(
+            "last reload refused {} ago{at}, the configuration before it kept: {}",
+            age(moment(refused.at.as_ref()), now),
+            refused.reason
+        );
+        say("reload", Line::alert(text));
+    }
     for warning in [&status.kubelet_image_service_warning, &status.kubelet_serial_image_pulls_warning] {
         if !warning.is_empty() {
             say("warning", Line::alert(warning.clone()));
@@ -269,6 +279,9 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
         "prePullsByState": pre_pull_counts(status).iter().map(|(state, count)| ((*state).to_owned(), json!(count))).collect::<serde_json::Map<_, _>>(),
         "kubeletImageServiceWarning": status.kubelet_image_service_warning,
         "kubeletSerialImagePullsWarning": status.kubelet_serial_image_pulls_warning,
+        "reloadRefused": status.reload_refused.as_ref().map(|refused| json!({
+            "at": time(refused.at.as_ref()), "reason": refused.reason,
+        })),
         "imagePolicy": super::policy::status_json(status.image_policy.as_ref()),
     })
 }
@@ -298,6 +311,7 @@ mod tests {
             rate_limits: vec![api::RateLimitBucket { host: hostile("bucket"), ..Default::default() }],
             kubelet_image_service_warning: hostile("warning"),
             kubelet_serial_image_pulls_warning: hostile("serial"),
+            reload_refused: Some(api::ReloadRefusal { at: None, reason: hostile("reload") }),
             registries: vec![
                 api::RegistryHealth {
                     host: hostile("open"),
@@ -343,6 +357,7 @@ mod tests {
                     (&value["kubeletImageServiceWarning"], &value["kubeletSerialImagePullsWarning"]),
                     (&json!(hostile("warning")), &json!(hostile("serial")))
                 );
+                assert_eq!(value["reloadRefused"]["reason"], hostile("reload"));
                 let open = &value["registries"][0];
                 assert_eq!(
                     (&open["host"], &open["breaker"], &open["lastFailure"]),
@@ -354,7 +369,7 @@ mod tests {
             if style.table_width().is_none() {
                 let fields = [
                     "socket", "version", "runtime", "backoff", "gc", "mode", "bucket", "warning", "serial", "open",
-                    "breaker", "failure", "closed", "last", "pull", "state",
+                    "breaker", "failure", "closed", "last", "pull", "state", "reload",
                 ];
                 for field in fields {
                     assert!(text.contains(&shown(field)), "{field} shown whole in {style:?}:\n{text}");

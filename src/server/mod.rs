@@ -130,6 +130,8 @@ pub struct Services<R> {
     /// The kubelet guard's warnings, once the daemon has read the kubelet (see
     /// [`crate::kubelet_guard`]).
     pub kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
+    /// The last configuration reload's refusal, for GetStatus.
+    pub last_reload: Arc<crate::reload::last::LastReload>,
     pub connections: Arc<ConnectionMetrics>,
     /// Calls by method, role and result.
     pub calls: Arc<CallMetrics>,

@@ -85,7 +85,9 @@ async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_wh
     let status = status_text(&socket);
     let line = status.lines().find(|line| line.starts_with("reload ")).unwrap_or_else(|| panic!("{status}"));
     assert!(
-        line.contains("last reload refused ") && line.contains(" ago (at ") && line.contains("QPS \"0\" is not accepted"),
+        line.contains("last reload refused ")
+            && line.contains(" ago (at ")
+            && line.contains("QPS \"0\" is not accepted"),
         "the person at the terminal sees it too: {line}"
     );
 

@@ -30,18 +30,18 @@ pub const NAMESPACE_FILES: usize = 10_000;
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyLoadError {
     /// `setting`: the flag (`--signature-policy`), or where the config file sets it
-    /// (`config.yaml:3: signature-policy`).
+    /// (`config.yaml:3: signature-policy`); boxed, as small as the `&str` it was.
     #[error("{setting} {}: {source}", path.display())]
-    Read { setting: String, path: PathBuf, source: std::io::Error },
+    Read { setting: Box<str>, path: PathBuf, source: std::io::Error },
     #[error("{setting} {}: {source}", path.display())]
-    Parse { setting: String, path: PathBuf, source: PolicyFileError },
+    Parse { setting: Box<str>, path: PathBuf, source: PolicyFileError },
     #[error(
         "{setting} {}: {name:?} is no namespace's file: a namespace's is <namespace>.json, the namespace a DNS label (lower case, digits and '-', at most 63)",
         dir.display()
     )]
-    NotANamespace { setting: String, dir: PathBuf, name: String },
+    NotANamespace { setting: Box<str>, dir: PathBuf, name: String },
     #[error("{setting} {}: more than {NAMESPACE_FILES} namespace files", dir.display())]
-    TooMany { setting: String, dir: PathBuf },
+    TooMany { setting: Box<str>, dir: PathBuf },
 }
 
 impl ServeArgs {
@@ -98,7 +98,7 @@ impl FilesDigest {
 
 fn read_policy(setting: &str, path: &Path, name: &str, digest: &FilesDigest) -> Result<PolicyFile, PolicyLoadError> {
     let text = read_named(path, POLICY_FILE_BYTES).map_err(|source| PolicyLoadError::Read {
-        setting: setting.to_owned(),
+        setting: setting.into(),
         path: path.into(),
         source,
     })?;
@@ -109,7 +109,7 @@ fn read_policy(setting: &str, path: &Path, name: &str, digest: &FilesDigest) -> 
         Ok(bytes)
     };
     crate::policy::parse_with_keys(&text, &read_key).map_err(|source| PolicyLoadError::Parse {
-        setting: setting.to_owned(),
+        setting: setting.into(),
         path: path.into(),
         source,
     })
@@ -133,7 +133,7 @@ fn namespace_files(
             std::io::ErrorKind::NotFound => std::io::Error::new(source.kind(), "the directory does not exist"),
             _ => source,
         };
-        PolicyLoadError::Read { setting: setting.to_owned(), path: dir.into(), source }
+        PolicyLoadError::Read { setting: setting.into(), path: dir.into(), source }
     };
     let mut named = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_error)? {
@@ -141,10 +141,10 @@ fn namespace_files(
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(namespace) = name.strip_suffix(".json") else { continue };
         if !is_namespace(namespace) {
-            return Err(PolicyLoadError::NotANamespace { setting: setting.to_owned(), dir: dir.into(), name });
+            return Err(PolicyLoadError::NotANamespace { setting: setting.into(), dir: dir.into(), name });
         }
         if named.len() == NAMESPACE_FILES {
-            return Err(PolicyLoadError::TooMany { setting: setting.to_owned(), dir: dir.into() });
+            return Err(PolicyLoadError::TooMany { setting: setting.into(), dir: dir.into() });
         }
         named.push((namespace.to_owned(), entry.path()));
     }

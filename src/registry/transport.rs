@@ -26,7 +26,7 @@ pub struct Ask<'a> {
     pub what: &'a str,
 }
 
-/// Why a GET got no answer; the client says it as its own `TransportError` (`Connection`, `Tls`).
+/// Why a GET got no answer; the client says it as its own `RegistryError` (`Connection`, `Tls`).
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     #[error("registry {registry}: {what}: {reason}")]

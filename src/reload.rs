@@ -18,11 +18,9 @@ use crate::{
     prepull::PrePulls,
     pull::ratelimit::RegistryLimits,
     registry::RegistryHosts,
-    reload::{
-        last::LastReload,
-        metrics::{ReloadMetrics, ReloadResult},
-    },
+    reload::metrics::{ReloadMetrics, ReloadResult},
     runtime::ImageRuntime,
+    server::LastReload,
     shutdown::Shutdown,
 };
 
@@ -171,7 +169,6 @@ fn log(reloaded: &Reloaded) -> String {
     format!("configuration reloaded: {applied} changed, {waiting} waiting for a restart")
 }
 
-pub mod last;
 pub mod metrics;
 
 #[cfg(test)]

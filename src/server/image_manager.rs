@@ -39,7 +39,7 @@ pub struct ImageManagerService<R> {
     pre_pulls: Arc<PrePulls<R>>,
     events: Arc<Events>,
     kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
-    last_reload: Arc<crate::reload::last::LastReload>,
+    last_reload: Arc<super::LastReload>,
     calls: Arc<Recorder>,
 }
 

@@ -62,6 +62,7 @@ mod cri_image_service;
 mod deadline;
 mod health;
 mod image_manager;
+mod last_reload;
 pub mod metrics;
 mod peer;
 mod policy_views;
@@ -79,7 +80,7 @@ use tokio::net::UnixListener;
 use tokio_stream::StreamExt;
 use tonic::service::Routes;
 
-pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE};
+pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE, last_reload::LastReload};
 use self::{
     authority::AuthorityTolerant,
     body_timeout::BodyTimeoutLayer,
@@ -131,7 +132,7 @@ pub struct Services<R> {
     /// [`crate::kubelet_guard`]).
     pub kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
     /// The last configuration reload's refusal, for GetStatus.
-    pub last_reload: Arc<crate::reload::last::LastReload>,
+    pub last_reload: Arc<LastReload>,
     pub connections: Arc<ConnectionMetrics>,
     /// Calls by method, role and result.
     pub calls: Arc<CallMetrics>,

@@ -1,6 +1,6 @@
-//! Whether the last reload was refused, when and why: kept for GetStatus until a reload succeeds,
-//! so that a refusal is not in the log alone while the status shows the old configuration as if
-//! all were well.
+//! Whether the last configuration reload (SIGHUP) was refused, when and why: the reloader records
+//! it, GetStatus shows it until a reload succeeds, so that a refusal is not in the log alone while
+//! the status shows the old configuration as if all were well.
 
 use std::{
     sync::{Mutex, PoisonError},

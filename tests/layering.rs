@@ -166,13 +166,14 @@ fn tree_paths(text: &str) -> Vec<Vec<String>> {
                 at += 1;
                 loop {
                     at += text[at..].len() - text[at..].trim_start().len();
+                    // Past its `}` (a file cut short ends it too).
                     if at >= text.len() || text[at..].starts_with('}') {
-                        return at + 1;
+                        return (at + 1).min(text.len());
                     }
                     at += walk(&text[at..], &path, paths);
                     at += text[at..].len() - text[at..].trim_start().len();
                     if !text[at..].starts_with(',') {
-                        return at + 1;
+                        return (at + 1).min(text.len());
                     }
                     at += 1;
                 }
@@ -328,6 +329,14 @@ fn the_file_import_reader_leaves_out_comments_and_test_modules() {
     let module = ["m".to_owned(), "f".to_owned()];
     let found: Vec<String> = named_paths(&code_of(text), &module).into_iter().map(|path| path.join("::")).collect();
     assert_eq!(found, ["m::b", "m::e"]);
+}
+
+#[test]
+fn a_use_tree_cut_short_is_read_without_a_panic() {
+    let module = ["m".to_owned()];
+    let found: Vec<String> =
+        named_paths("use crate::{a::{b", &module).into_iter().map(|path| path.join("::")).collect();
+    assert_eq!(found, ["a::b"]);
 }
 
 #[test]

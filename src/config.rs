@@ -18,6 +18,7 @@ pub mod build;
 pub mod cli;
 pub mod client;
 pub mod file;
+mod help;
 mod load;
 mod modes;
 pub mod policy;

@@ -187,6 +187,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             pre_pulls,
             policy,
             kubelet_warnings: Arc::default(),
+            last_reload: Arc::default(),
             connections: metrics.connections.clone(),
             calls: metrics.calls.clone(),
         };
@@ -273,6 +274,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
             credentials: node_credentials,
             registry_hosts: parts.registry_hosts.clone(),
             metrics: parts.metrics.reloads.clone(),
+            last: parts.services.last_reload.clone(),
         };
         tokio::spawn(reloadable.serve(source, requests, ready_announced, shutdown.clone()));
     }

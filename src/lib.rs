@@ -7,7 +7,7 @@
 //! - [`config`]: the command line and the config file (a field per flag), with every default, the
 //!   reloadable flags, and each part's config built from them.
 //! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
-//!   serving (rate limits, backoff, image GC, credential files).
+//!   serving (rate limits, backoff, image GC, credential files); a refusal kept for GetStatus.
 //! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the `/metrics`
 //!   endpoint.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.

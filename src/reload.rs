@@ -4,7 +4,7 @@
 //! files and containerd's registry host settings (read afresh even when no flag changed). Any other flag that changed is logged as waiting for a restart. A file that does not
 //! load, or a configuration that does not validate, changes nothing: the running one is kept.
 
-use std::{ffi::OsString, sync::Arc};
+use std::{ffi::OsString, sync::Arc, time::SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -20,6 +20,7 @@ use crate::{
     registry::RegistryHosts,
     reload::metrics::{ReloadMetrics, ReloadResult},
     runtime::ImageRuntime,
+    server::LastReload,
     shutdown::Shutdown,
 };
 
@@ -58,6 +59,8 @@ pub struct Reloadable<R> {
     pub credentials: Arc<NodeCredentials>,
     pub registry_hosts: Arc<RegistryHosts>,
     pub metrics: Arc<ReloadMetrics>,
+    /// The last reload's refusal, for GetStatus.
+    pub last: Arc<LastReload>,
 }
 
 /// What one reload did.
@@ -132,15 +135,18 @@ impl<R: ImageRuntime> Reloadable<R> {
                 Ok(Ok((reloaded, read))) => {
                     source = read;
                     reloadable.metrics.reloaded(ReloadResult::Applied);
+                    reloadable.last.applied();
                     log(&reloaded)
                 }
                 Ok(Err(error)) => {
                     reloadable.metrics.reloaded(ReloadResult::Refused);
+                    reloadable.last.refused(SystemTime::now(), error.to_string());
                     tracing::error!(%error, "configuration reload refused; the running configuration is kept");
                     "configuration reload refused; the running configuration is kept".to_owned()
                 }
                 Err(error) => {
                     reloadable.metrics.reloaded(ReloadResult::Refused);
+                    reloadable.last.refused(SystemTime::now(), format!("the reload failed: {error}"));
                     tracing::error!(%error, "configuration reload failed; the running configuration is kept");
                     "configuration reload failed; the running configuration is kept".to_owned()
                 }

@@ -26,6 +26,41 @@ fn socket_flag(socket: &Path) -> String {
     format!("--socket={}", socket.display())
 }
 
+#[test]
+fn backoff_clear_with_nothing_to_clear_shows_both_ways_to_name_it() {
+    let (status, _, stderr) = cli(&["backoff", "clear"]);
+    assert_eq!(status, 2, "{stderr}");
+    assert!(stderr.contains("cri-imaged backoff clear [OPTIONS] <POD_UID> <IMAGE>"), "{stderr}");
+    assert!(stderr.contains("cri-imaged backoff clear [OPTIONS] --all"), "{stderr}");
+}
+
+#[test]
+fn every_command_with_a_table_explains_each_column_in_its_help() {
+    let tables: [(&str, &[&str]); 5] = [
+        ("images", &["IMAGE", "IMAGE ID", "SIZE", "AGE", "LAST USED", "PINNED", "IN USE", "VERIFIED"]),
+        ("backoff", &["POD", "POD UID", "IMAGE", "RETRY IN", "DELAY", "LAST ERROR"]),
+        ("gc", &["IMAGE", "IMAGE ID", "SIZE", "WHY", "LAST USED", "RESULT"]),
+        ("prepull", &["ID", "IMAGE", "NAMESPACE", "STATE", "PRIORITY", "AGE", "DETAIL"]),
+        ("status", &["IMAGE", "STATE", "CALLERS", "ASKED", "PROGRESS"]),
+    ];
+    for (command, columns) in tables {
+        let (status, help, stderr) = cli(&[command, "--help"]);
+        assert_eq!(status, 0, "{stderr}");
+        for column in columns {
+            let explained = help.lines().any(|line| {
+                line.strip_prefix("  ").and_then(|rest| rest.strip_prefix(column)).is_some_and(|rest| {
+                    rest.starts_with("  ") && rest.trim_start().chars().next().is_some_and(char::is_lowercase)
+                })
+            });
+            assert!(explained, "{command} --help explains {column}:\n{help}");
+        }
+        assert!(help.contains("Exit status:"), "{help}");
+    }
+    let (_, help, _) = cli(&["images", "--help"]);
+    assert!(help.contains("`-` until then, as for an image just pulled"), "{help}");
+    assert!(help.contains("`never` if none"), "{help}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_on_a_terminal_shows_its_layer_and_total_bars_then_what_it_pulled() {
     let images = [("first:v1", 8 * MIB), ("big:v1", 24 * MIB)];
@@ -133,6 +168,7 @@ async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looke
     let (status, _, stderr) = cli(&pull_for_pod);
     assert_eq!(status, 6, "backing off is for later: {stderr}");
     assert!(stderr.contains("ImagePullBackOff") && stderr.contains("try again in "), "{stderr}");
+    assert!(stderr.contains(&format!("to try at once: cri-imaged backoff clear uid-1 {missing}")), "{stderr}");
 
     let (status, stdout, stderr) = cli(&["backoff", &socket]);
     assert_eq!(status, 0, "{stderr}");
@@ -211,4 +247,34 @@ async fn a_failed_pull_backs_off_is_listed_and_cleared_and_the_node_can_be_looke
         assert!(screen.contains(&format!("{small} is already present")), "{screen}");
         assert_eq!(screen.contains("\x1b["), bold, "{env:?}: {screen:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_top_agree_that_gc_is_off_and_status_says_what_the_presence_cache_holds() {
+    let flags = ["--image-gc-high-threshold", "100"];
+    let Some(node) = ThrottledNode::start(&[("small:v1", MIB)], 64 * MIB, &flags).await else { return };
+    let socket = socket_flag(&node.daemon.socket);
+    let cli = |args: &[&str]| tokio::task::block_in_place(|| cli(args));
+    let small = node.proxy.image("small:v1");
+    assert_eq!(cli(&["pull", &socket, &small]).0, 0);
+    assert_eq!(cli(&["pull", &socket, &small]).0, 0, "answered present");
+
+    let (status, stdout, stderr) = cli(&["status", &socket]);
+    assert_eq!(status, 0, "{stderr}");
+    let line = |what: &str| {
+        let found = stdout.lines().find(|line| line.starts_with(what));
+        found.unwrap_or_else(|| panic!("{what}: {stdout}")).to_owned()
+    };
+    assert!(line("image fs ").ends_with("%); GC off"), "as top says it: {stdout}");
+    let presence = line("presence cache ");
+    let remembered = presence.strip_prefix("presence cache from memory, ").and_then(|rest| rest.split_once(' '));
+    assert!(
+        remembered.is_some_and(|(count, rest)| count.parse::<u64>().is_ok() && rest.starts_with("answer")),
+        "answers, not images: {presence}"
+    );
+
+    let command = format!("{BIN} top {socket} --interval 250ms");
+    let Some(top) = Terminal::start(&command, 100, 24, &[]) else { return };
+    top.wait_for("the disk line with GC off", Duration::from_secs(10), |screen| screen.contains("  GC off"));
+    top.send_keys(&["q"]);
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::{path::Path, time::Duration};
 
-use cri_imaged::api::{GetStatusRequest, image_manager_client::ImageManagerClient};
+use cri_imaged::api::{GetStatusRequest, ReloadRefusal, image_manager_client::ImageManagerClient};
 use support::{process::DaemonProcess, unix_channel};
 
 /// The registry buckets GetStatus shows: (host, qps, burst), the default bucket's host empty.
@@ -15,6 +15,22 @@ async fn buckets(socket: &Path) -> (String, Vec<(String, f64, u32)>) {
     let status = client.get_status(GetStatusRequest::default()).await.expect("GetStatus answers").into_inner();
     let buckets = status.rate_limits.into_iter().map(|bucket| (bucket.host, bucket.qps, bucket.burst)).collect();
     (status.rate_limit_mode, buckets)
+}
+
+/// GetStatus's word on the last reload, when it was refused.
+async fn reload_refused(socket: &Path) -> Option<ReloadRefusal> {
+    let mut client = ImageManagerClient::new(unix_channel(socket));
+    client.get_status(GetStatusRequest::default()).await.expect("GetStatus answers").into_inner().reload_refused
+}
+
+/// `cri-imaged status` as the real binary prints it through a pipe.
+fn status_text(socket: &Path) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cri-imaged"))
+        .args(["status", "--socket", socket.to_str().expect("utf-8")])
+        .output()
+        .expect("cri-imaged runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("UTF-8")
 }
 
 /// Waits until the log says `text` `count` times; the log.
@@ -62,12 +78,32 @@ async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_wh
         "names the line, the field and the reason: {refusal}"
     );
     assert_eq!(buckets(&socket).await.1[0], (String::new(), 1.0, 4), "the running configuration is kept");
+    let refused = reload_refused(&socket).await.expect("GetStatus says the last reload was refused");
+    assert!(refused.reason.contains("config.yaml:2: registry-qps-per-host"), "why, as logged: {refused:?}");
+    let at = std::time::SystemTime::try_from(refused.at.expect("when")).expect("a time");
+    assert!(at.elapsed().expect("in the past") < Duration::from_secs(60), "when: {at:?}");
+    let status = status_text(&socket);
+    let line = status.lines().find(|line| line.starts_with("reload ")).unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        line.contains("last reload refused ")
+            && line.contains(" ago (at ")
+            && line.contains("QPS \"0\" is not accepted"),
+        "the person at the terminal sees it too: {line}"
+    );
 
     std::fs::write(&config, "image-pull-backoff-initial: 10m\nimage-pull-backoff-max: 1m\n").expect("written");
     daemon.signal("-HUP");
     let log = logged(&daemon, "configuration reload refused", 2).await;
     assert!(log.contains("--image-pull-backoff-initial 10m must not exceed --image-pull-backoff-max 1m"), "{log}");
     assert_eq!(buckets(&socket).await.1.len(), 2, "still the last good configuration");
+    let refused = reload_refused(&socket).await.expect("still refused");
+    assert!(refused.reason.contains("must not exceed --image-pull-backoff-max 1m"), "the newest: {refused:?}");
+
+    std::fs::write(&config, "registry-qps: 1\n").expect("a good config written");
+    daemon.signal("-HUP");
+    logged(&daemon, "configuration reloaded; credential files read again", 2).await;
+    assert_eq!(reload_refused(&socket).await, None, "a reload that succeeded ends it");
+    assert!(!status_text(&socket).lines().any(|line| line.starts_with("reload ")));
 
     let (status, log) = daemon.terminate().await;
     assert!(status.success(), "serving all along, then a clean stop:\n{log}");
@@ -163,4 +199,47 @@ async fn a_reload_of_a_fifo_a_device_or_a_deeply_nested_file_is_refused_at_once_
     let began = tokio::time::Instant::now();
     let (status, log) = daemon.terminate().await;
     assert!(status.success() && began.elapsed() < Duration::from_secs(5), "a prompt, clean stop:\n{log}");
+}
+
+#[tokio::test]
+async fn a_missing_file_is_said_not_to_exist_and_a_policy_the_file_sets_is_named_by_its_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "registry-qps: 2\nsignature-policy: /nonexistent/policy.json\n").expect("config written");
+    let config_flag = config.to_str().expect("utf-8").to_owned();
+    let cases: [(&[&str], i32, String); 5] = [
+        (
+            &["--config", &config_flag],
+            1,
+            format!("{config_flag}:2: signature-policy /nonexistent/policy.json: the file does not exist"),
+        ),
+        (
+            &["--signature-policy", "/nonexistent/policy.json"],
+            1,
+            "--signature-policy /nonexistent/policy.json: the file does not exist".to_owned(),
+        ),
+        (
+            &["--signature-policy-dir", "/nonexistent/policies"],
+            1,
+            "--signature-policy-dir /nonexistent/policies: the directory does not exist".to_owned(),
+        ),
+        (
+            &["--config", "/nonexistent/config.yaml"],
+            2,
+            "cannot read the config file /nonexistent/config.yaml: the file does not exist".to_owned(),
+        ),
+        (
+            &["--node-docker-config", "/nonexistent/config.json"],
+            1,
+            "cannot read the node docker config /nonexistent/config.json: the file does not exist".to_owned(),
+        ),
+    ];
+    for (flags, code, says) in cases {
+        let mut daemon = DaemonProcess::spawn(&dir.path().join("s.sock"), &dir.path().join("r.sock"), flags);
+        let status = daemon.wait_for_exit(Duration::from_secs(10)).await;
+        let stderr = daemon.log_text();
+        assert_eq!(status.code(), Some(code), "{flags:?}: {stderr}");
+        assert!(stderr.contains(&format!("cri-imaged: {says}")), "{flags:?}: {says:?} missing from {stderr}");
+        assert!(!stderr.contains("entity not found"), "{stderr}");
+    }
 }

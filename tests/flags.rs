@@ -86,12 +86,24 @@ async fn a_value_its_flag_does_not_take_is_a_usage_error_naming_the_flag_the_val
         ),
         (&["--registry-rate-limit-mode", "queue"], &["invalid value 'queue'", "[possible values: fail, wait]"]),
         (&["--no-such-flag"], &["unexpected argument '--no-such-flag' found"]),
+        (
+            &["--regsitry-qps", "1"],
+            &["unexpected argument '--regsitry-qps' found", "tip: a similar argument exists: '--registry-qps'"],
+        ),
     ];
     for (flags, says) in cases {
         let (code, stderr) = refused(flags).await;
         assert_eq!(code, Some(USAGE_ERROR), "{flags:?}: {stderr}");
         assert_one_style(flags, &stderr, says);
     }
+}
+
+#[test]
+fn a_mistyped_command_is_refused_naming_the_one_meant() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_cri-imaged")).arg("serv").output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(USAGE_ERROR), "{stderr}");
+    assert_one_style(&["serv"], &stderr, &["unrecognized subcommand 'serv'", "a similar subcommand exists: 'serve'"]);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! The shape of `src/`, as the README's layout section draws it: the crate's top modules import
 //! one another without a circle, nothing below the composition root (`daemon`) imports it, only
 //! the composition root imports the metrics aggregate (each concern's metrics use the
-//! `metric_labels` leaf), and no source file grows past what reads in one sitting.
+//! `metric_labels` leaf), no two files of `src/` import each other (nor through others), and no
+//! source file grows past what reads in one sitting.
 //!
 //! An import is any `crate::module` path in a file, doc links included: a link is an arrow a
 //! reader follows too.
@@ -141,6 +142,156 @@ fn find_circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>
     graph.keys().find_map(|module| visit(module, graph, &mut Vec::new(), &mut done))
 }
 
+/// A file's module path: `src/policy/sigstore/bundle.rs` is `policy::sigstore::bundle`,
+/// `src/pull/mod.rs` is `pull`.
+fn module_path(file: &Path) -> Vec<String> {
+    let relative = file.strip_prefix(src()).expect("under src/").with_extension("");
+    let mut path: Vec<String> =
+        relative.components().map(|part| part.as_os_str().to_string_lossy().into_owned()).collect();
+    if path.last().is_some_and(|last| last == "mod") {
+        path.pop();
+    }
+    path
+}
+
+/// The paths a `use` tree names, its text after the first `::`: `a::{b, c::d}` is `a::b`, `a::c::d`.
+fn tree_paths(text: &str) -> Vec<Vec<String>> {
+    /// Reads one tree after `prefix`, returning how much of `text` it took.
+    fn walk(text: &str, prefix: &[String], paths: &mut Vec<Vec<String>>) -> usize {
+        let mut path = prefix.to_vec();
+        let mut at = 0;
+        loop {
+            if text[at..].starts_with('{') {
+                // A group: each item a tree of its own after the path so far, up to its `}`.
+                at += 1;
+                loop {
+                    at += text[at..].len() - text[at..].trim_start().len();
+                    // Past its `}` (a file cut short ends it too).
+                    if at >= text.len() || text[at..].starts_with('}') {
+                        return (at + 1).min(text.len());
+                    }
+                    at += walk(&text[at..], &path, paths);
+                    at += text[at..].len() - text[at..].trim_start().len();
+                    if !text[at..].starts_with(',') {
+                        return (at + 1).min(text.len());
+                    }
+                    at += 1;
+                }
+            }
+            let name: String = text[at..].chars().take_while(|&c| is_identifier_char(c)).collect();
+            at += name.len();
+            if !name.is_empty() && name != "self" {
+                path.push(name);
+            }
+            if text[at..].starts_with("::") {
+                at += 2;
+            } else {
+                paths.push(path);
+                return at;
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(text, &[], &mut paths);
+    paths
+}
+
+/// `text`'s code: comment lines and inline `#[cfg(test)] mod … { … }` blocks left out.
+fn code_of(text: &str) -> String {
+    let mut code: String =
+        text.lines().filter(|line| !line.trim_start().starts_with("//")).map(|line| format!("{line}\n")).collect();
+    while let Some(at) = code.find("#[cfg(test)]") {
+        let after = code[at + "#[cfg(test)]".len()..].trim_start();
+        let Some(block) = after.strip_prefix("mod ").and_then(|rest| {
+            let open = rest.find(['{', ';'])?;
+            (rest.as_bytes()[open] == b'{').then(|| &rest[open..])
+        }) else {
+            code.replace_range(at..at + "#[cfg(test)]".len(), "");
+            continue;
+        };
+        let mut depth = 0usize;
+        let close = block
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .map_or(block.len(), |(close, _)| close + 1);
+        let end = code.len() - block.len() + close;
+        code.replace_range(at..end, "");
+    }
+    code
+}
+
+/// The module paths `text` (the file of `module`) names with `crate::`, `super::` or `self::`.
+fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut named = Vec::new();
+    for start in ["crate::", "super::", "self::"] {
+        for (at, _) in text.match_indices(start) {
+            let before = text[..at].chars().next_back();
+            if before.is_some_and(|c| is_identifier_char(c) || c == ':' || c == '$') {
+                continue;
+            }
+            // `self` in a file is the file's module; `super` its parent (a `mod.rs`-less
+            // `a/b.rs` is module `a::b`, whose `super` is `a`).
+            let mut base: Vec<String> = match start {
+                "crate::" => Vec::new(),
+                _ => module.to_vec(),
+            };
+            let mut rest = &text[at + start.len()..];
+            if start == "super::" {
+                base.pop();
+                while let Some(more) = rest.strip_prefix("super::") {
+                    base.pop();
+                    rest = more;
+                }
+            }
+            for path in tree_paths(rest) {
+                named.push(base.iter().cloned().chain(path).collect());
+            }
+        }
+    }
+    named
+}
+
+/// Which files of `src/` each file's code imports, by the longest module path a named path starts
+/// with. Left out: a module's own file naming its descendants (`mod` and `pub use self::…`
+/// re-exports are its face, not a dependence), doc links (a pointer to read on), and test code
+/// (a test may use its siblings' test helpers).
+fn file_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files: BTreeMap<Vec<String>, String> = sources(&src())
+        .into_iter()
+        .filter(|file| !file.ends_with("lib.rs") && !file.ends_with("main.rs"))
+        .filter(|file| !file.components().any(|part| part.as_os_str() == "tests") && !file.ends_with("tests.rs"))
+        .map(|file| {
+            let shown = file.strip_prefix(src()).expect("under src/").to_string_lossy().into_owned();
+            (module_path(&file), shown)
+        })
+        .collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, shown) in &files {
+        let text = code_of(&fs::read_to_string(src().join(shown)).expect("a source file reads"));
+        let imports = graph.entry(shown.clone()).or_default();
+        for path in named_paths(&text, module) {
+            let target = (1..=path.len()).rev().find_map(|length| {
+                let prefix = &path[..length];
+                files.get(prefix).map(|file| (prefix, file))
+            });
+            if let Some((prefix, file)) = target
+                && file != shown
+                && !prefix.starts_with(module)
+            {
+                imports.insert(file.clone());
+            }
+        }
+    }
+    graph
+}
+
 #[test]
 fn the_import_reader_sees_paths_groups_and_doc_links() {
     let text = "use crate::{\n    api,\n    pull::{Pull, path::PullPath},\n    self,\n};\n/// See [`crate::presence`].\nlet x = crate::messages::echo(y);";
@@ -153,6 +304,46 @@ fn the_top_modules_import_one_another_without_a_circle() {
     let graph = import_graph();
     assert!(graph.len() > 20, "the crate's modules were found: {:?}", graph.keys());
     assert_eq!(find_circle(&graph), None, "a circle of imports");
+}
+
+#[test]
+fn the_file_import_reader_follows_groups_super_and_self() {
+    let text = "use super::{\n    artifact::{A, B},\n    verify::{self, C},\n    D,\n};\nuse crate::policy::{X, scope::shown};";
+    let module = ["policy".to_owned(), "sigstore".to_owned(), "bundle".to_owned()];
+    let found: BTreeSet<String> = named_paths(text, &module).into_iter().map(|path| path.join("::")).collect();
+    let expected = [
+        "policy::X",
+        "policy::scope::shown",
+        "policy::sigstore::D",
+        "policy::sigstore::artifact::A",
+        "policy::sigstore::artifact::B",
+        "policy::sigstore::verify",
+        "policy::sigstore::verify::C",
+    ];
+    assert_eq!(found, expected.iter().map(|path| path.to_string()).collect());
+}
+
+#[test]
+fn the_file_import_reader_leaves_out_comments_and_test_modules() {
+    let text = "/// [`super::a`]\nuse super::b;\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod tests {\n    use super::c::{d};\n}\nuse super::e;";
+    let module = ["m".to_owned(), "f".to_owned()];
+    let found: Vec<String> = named_paths(&code_of(text), &module).into_iter().map(|path| path.join("::")).collect();
+    assert_eq!(found, ["m::b", "m::e"]);
+}
+
+#[test]
+fn a_use_tree_cut_short_is_read_without_a_panic() {
+    let module = ["m".to_owned()];
+    let found: Vec<String> =
+        named_paths("use crate::{a::{b", &module).into_iter().map(|path| path.join("::")).collect();
+    assert_eq!(found, ["a::b"]);
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let graph = file_graph();
+    assert!(graph.len() > 100, "the crate's files were found: {}", graph.len());
+    assert_eq!(find_circle(&graph), None, "a circle of imports between files of src/");
 }
 
 #[test]

@@ -48,8 +48,9 @@ pub enum CliError {
     /// The daemon's verdict: the kubelet's reason and message.
     #[error("{reason}: {message}")]
     Refused { reason: String, message: String },
-    #[error("{reason}: {message}{}", retry_after.map(retry_when).unwrap_or_default())]
-    RetryLater { reason: String, message: String, retry_after: Option<Duration> },
+    /// `then`: what a person may do instead of waiting, or empty.
+    #[error("{reason}: {message}{}{then}", retry_after.map(retry_when).unwrap_or_default())]
+    RetryLater { reason: String, message: String, retry_after: Option<Duration>, then: String },
     #[error("{0}")]
     Usage(String),
     #[error("interrupted")]
@@ -85,7 +86,8 @@ impl CliError {
         }
         if status.code() == Code::ResourceExhausted || retry.is_some() {
             let reason = reason.unwrap_or_else(|| "ResourceExhausted".to_owned());
-            return Self::RetryLater { reason, message, retry_after: retry.and_then(|retry| retry.retry_delay) };
+            let retry_after = retry.and_then(|retry| retry.retry_delay);
+            return Self::RetryLater { reason, message, retry_after, then: String::new() };
         }
         // Past --timeout: tonic's own CANCELLED, or the daemon's answer that the caller's deadline
         // passed (reason DeadlineExceeded).
@@ -103,6 +105,26 @@ impl CliError {
             (Some(reason), _) if reason != "ShuttingDown" => Self::Refused { reason, message },
             (Some(_), _) | (None, Code::Unavailable | Code::Unknown | Code::Cancelled) => lost(message),
             (None, code) => Self::Refused { reason: format!("{code:?}"), message },
+        }
+    }
+
+    /// A pod's backoff (ImagePullBackOff) says how to end it at once: the command that clears
+    /// this pod's backoff for `image`.
+    pub fn with_backoff_clear(self, pod_uid: &str, image: &str, runtime_handler: &str) -> Self {
+        match self {
+            Self::RetryLater { reason, message, retry_after, .. } if reason == "ImagePullBackOff" => {
+                // A pull backs off only for a pod's uid; the placeholder is for a daemon that
+                // would say otherwise.
+                let uid = if pod_uid.is_empty() { "POD_UID" } else { pod_uid };
+                let handler = if runtime_handler.is_empty() {
+                    String::new()
+                } else {
+                    format!(" --runtime-handler {runtime_handler}")
+                };
+                let then = format!("; to try at once: cri-imaged backoff clear {uid} {image}{handler}");
+                Self::RetryLater { reason, message, retry_after, then }
+            }
+            other => other,
         }
     }
 }
@@ -135,6 +157,19 @@ mod tests {
 
     fn exit_of(status: &Status) -> Exit {
         CliError::from_status(status, Path::new("/run/s.sock"), "ListImages").exit()
+    }
+
+    #[test]
+    fn a_pods_backoff_says_the_command_that_ends_it_and_other_waits_do_not() {
+        let mut details = ErrorDetails::with_error_info("ImagePullBackOff", "cri-imaged", HashMap::new());
+        details.set_retry_info(Some(Duration::from_secs(9)));
+        let status = Status::with_error_details(Code::ResourceExhausted, "Back-off pulling image", details);
+        let error = CliError::from_status(&status, Path::new("/run/s.sock"), "EnsureImageExists");
+        let said = error.with_backoff_clear("uid-1", "busybox:1.36", "").to_string();
+        assert!(said.ends_with(" UTC); to try at once: cri-imaged backoff clear uid-1 busybox:1.36"), "{said}");
+        let qps = with_reason(Code::ResourceExhausted, "ErrImagePull", "pull QPS exceeded");
+        let error = CliError::from_status(&qps, Path::new("/run/s.sock"), "EnsureImageExists");
+        assert!(!error.with_backoff_clear("uid-1", "busybox", "").to_string().contains("backoff clear"));
     }
 
     #[test]

@@ -78,7 +78,11 @@ pub async fn run(args: PullArgs) -> Result<(), CliError> {
     screen.clear()?;
     match answer {
         Ok(answer) => done(&args.image, &answer.into_inner(), &style),
-        Err(status) => Err(daemon.error(&status, "EnsureImageExists").await),
+        Err(status) => {
+            let error = daemon.error(&status, "EnsureImageExists").await;
+            let uid = args.pod_uid.as_deref().unwrap_or_default();
+            Err(error.with_backoff_clear(uid, &args.image, &args.runtime_handler))
+        }
     }
 }
 

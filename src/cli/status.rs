@@ -70,22 +70,30 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
         },
     );
     if let Some(fs) = &status.image_fs {
+        // As `top` says it: a high threshold of 100 is GC for space turned off; 0, a daemon that
+        // does not say.
+        let gc = match (status.gc_high_threshold_percent, status.gc_low_threshold_percent) {
+            (0, _) => String::new(),
+            (100.., _) => "; GC off".to_owned(),
+            (high, low) => format!("; GC from {high}% down to {low}%"),
+        };
         say(
             "image fs",
             Line::plain(format!(
-                "{} of {} used ({}%); GC from {}% down to {}%",
+                "{} of {} used ({}%){gc}",
                 bytes(fs.capacity_bytes.saturating_sub(fs.available_bytes)),
                 bytes(fs.capacity_bytes),
                 fs.usage_percent,
-                status.gc_high_threshold_percent,
-                status.gc_low_threshold_percent
             )),
         );
     }
     say(
         "presence cache",
+        // Answers remembered (an image asked for, with its credentials), not the node's images.
         Line::plain(if status.presence_cache_watching {
-            format!("from memory, {} images ({})", status.presence_cache_entries, status.presence_cache_signal)
+            let count = status.presence_cache_entries;
+            let answers = if count == 1 { "answer" } else { "answers" };
+            format!("from memory, {count} {answers} remembered ({})", status.presence_cache_signal)
         } else {
             "asks the runtime every time".to_owned()
         }),
@@ -166,6 +174,16 @@ fn lines(status: &api::GetStatusResponse, socket: &str, style: &Style, now: Syst
             .filter(|(state, count)| *count > 0 || ["queued", "pulling", "done", "failed"].contains(state));
         let said = shown.map(|(state, count)| format!("{count} {state}")).collect::<Vec<_>>().join(", ");
         say("pre-pulls", Line::plain(said));
+    }
+    if let Some(refused) = &status.reload_refused {
+        // Until a reload succeeds, the configuration in force is the one before it.
+        let at = rfc3339(refused.at.as_ref()).map(|at| format!(" (at {at})")).unwrap_or_default();
+        let text = format!(
+            "last reload refused {} ago{at}, the configuration before it kept: {}",
+            age(moment(refused.at.as_ref()), now),
+            refused.reason
+        );
+        say("reload", Line::alert(text));
     }
     for warning in [&status.kubelet_image_service_warning, &status.kubelet_serial_image_pulls_warning] {
         if !warning.is_empty() {
@@ -265,6 +283,9 @@ fn json_of(status: &api::GetStatusResponse) -> Value {
         "prePullsByState": pre_pull_counts(status).iter().map(|(state, count)| ((*state).to_owned(), json!(count))).collect::<serde_json::Map<_, _>>(),
         "kubeletImageServiceWarning": status.kubelet_image_service_warning,
         "kubeletSerialImagePullsWarning": status.kubelet_serial_image_pulls_warning,
+        "reloadRefused": status.reload_refused.as_ref().map(|refused| json!({
+            "at": time(refused.at.as_ref()), "reason": refused.reason,
+        })),
         "imagePolicy": super::policy::status_json(status.image_policy.as_ref()),
     })
 }
@@ -294,6 +315,7 @@ mod tests {
             rate_limits: vec![api::RateLimitBucket { host: hostile("bucket"), ..Default::default() }],
             kubelet_image_service_warning: hostile("warning"),
             kubelet_serial_image_pulls_warning: hostile("serial"),
+            reload_refused: Some(api::ReloadRefusal { at: None, reason: hostile("reload") }),
             registries: vec![
                 api::RegistryHealth {
                     host: hostile("open"),
@@ -339,6 +361,7 @@ mod tests {
                     (&value["kubeletImageServiceWarning"], &value["kubeletSerialImagePullsWarning"]),
                     (&json!(hostile("warning")), &json!(hostile("serial")))
                 );
+                assert_eq!(value["reloadRefused"]["reason"], hostile("reload"));
                 let open = &value["registries"][0];
                 assert_eq!(
                     (&open["host"], &open["breaker"], &open["lastFailure"]),
@@ -350,7 +373,7 @@ mod tests {
             if style.table_width().is_none() {
                 let fields = [
                     "socket", "version", "runtime", "backoff", "gc", "mode", "bucket", "warning", "serial", "open",
-                    "breaker", "failure", "closed", "last", "pull", "state",
+                    "breaker", "failure", "closed", "last", "pull", "state", "reload",
                 ];
                 for field in fields {
                     assert!(text.contains(&shown(field)), "{field} shown whole in {style:?}:\n{text}");

@@ -73,18 +73,8 @@ pub enum ClientCommand {
     GenerateMan(ManArgs),
 }
 
-/// The exit statuses every command that talks to the daemon shares.
-pub const EXIT_STATUS_HELP: &str = "\
-Exit status:
-  0    done
-  1    the daemon refused or failed (the kubelet's reason and message are printed)
-  2    the command line cannot be used
-  3    the daemon cannot be reached (no socket, nothing listening, it stopped)
-  4    permission denied: on the socket or its directory, or the caller's role does not allow
-       the command (the daemon names the role it needs: see --role)
-  5    the daemon is too old for this command
-  6    try again later (backing off, over a registry's rate limit)
-  130  interrupted (Ctrl-C, SIGTERM, SIGHUP)";
+pub use super::help::EXIT_STATUS_HELP;
+use super::help::{BACKOFF_HELP, GC_HELP, IMAGES_HELP, PREPULL_HELP, STATUS_HELP};
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = EXIT_STATUS_HELP)]
@@ -134,7 +124,7 @@ pub enum PolicyArg {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = EXIT_STATUS_HELP)]
+#[command(after_help = EXIT_STATUS_HELP, after_long_help = IMAGES_HELP)]
 pub struct ImagesArgs {
     /// Only images whose name contains this.
     #[arg(value_name = "FILTER")]
@@ -148,7 +138,7 @@ pub struct ImagesArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = EXIT_STATUS_HELP)]
+#[command(after_help = EXIT_STATUS_HELP, after_long_help = STATUS_HELP)]
 pub struct StatusArgs {
     /// With --image: whether this pod's pulls of the image are backing off.
     #[arg(long, value_name = "UID", requires = "image")]
@@ -200,7 +190,7 @@ pub struct EventsArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = EXIT_STATUS_HELP)]
+#[command(after_help = EXIT_STATUS_HELP, after_long_help = GC_HELP)]
 pub struct GcArgs {
     /// Say what a pass would remove, and why each other image stays; remove nothing.
     #[arg(long)]
@@ -219,7 +209,7 @@ pub struct GcArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = EXIT_STATUS_HELP, args_conflicts_with_subcommands = true)]
+#[command(after_help = EXIT_STATUS_HELP, after_long_help = BACKOFF_HELP, args_conflicts_with_subcommands = true)]
 pub struct BackoffArgs {
     #[command(subcommand)]
     pub action: Option<BackoffAction>,
@@ -233,12 +223,17 @@ pub struct BackoffArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum BackoffAction {
-    /// Forget a pod's backoff for an image, so that its next pull is tried at once.
+    /// Forget a pod's backoff for an image, or every backoff (--all): their pulls are tried at
+    /// once.
     Clear(BackoffClearArgs),
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = EXIT_STATUS_HELP)]
+#[command(
+    after_help = EXIT_STATUS_HELP,
+    // Both ways in the usage a refused command line prints, not only the pair's.
+    override_usage = "cri-imaged backoff clear [OPTIONS] <POD_UID> <IMAGE>\n       cri-imaged backoff clear [OPTIONS] --all"
+)]
 pub struct BackoffClearArgs {
     /// The pod's uid, as `cri-imaged backoff` lists it.
     #[arg(value_name = "POD_UID", required_unless_present = "all", conflicts_with = "all")]
@@ -299,7 +294,7 @@ pub struct PolicyCheckArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = EXIT_STATUS_HELP)]
+#[command(after_help = EXIT_STATUS_HELP, after_long_help = PREPULL_HELP)]
 pub struct PrePullArgs {
     /// The images, as a pod would name them (the default tag is applied); none: list the
     /// pre-pulls.

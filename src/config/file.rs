@@ -5,6 +5,7 @@
 //! the field.
 
 use std::{
+    collections::BTreeMap,
     ffi::OsString,
     fmt,
     path::{Path, PathBuf},
@@ -41,6 +42,21 @@ impl fmt::Display for Location {
     }
 }
 
+/// Where the file set each flag it set; a flag the command line gave is the command line's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins(BTreeMap<String, Location>);
+
+impl Origins {
+    /// `flag` as an error names the setting: `--signature-policy` when the command line (or the
+    /// default) set it, `config.yaml:3: signature-policy` when the file did.
+    pub fn setting(&self, flag: &str) -> String {
+        match self.0.get(flag) {
+            Some(at) => format!("{at}: {flag}"),
+            None => format!("--{flag}"),
+        }
+    }
+}
+
 /// A config file that cannot be used, saying where and why.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
@@ -66,17 +82,18 @@ pub enum FileError {
 }
 
 /// The arguments the file at `path` adds to the `serve` command line, as `--field=value`, each
-/// value checked by its flag's parser. A field whose flag `given_on_command_line` is left out:
-/// the command line wins. An empty field (`field:` or `field: null`) sets nothing.
+/// value checked by its flag's parser, and where each is written. A field whose flag
+/// `given_on_command_line` is left out: the command line wins. An empty field (`field:` or
+/// `field: null`) sets nothing.
 pub fn read(
     path: &Path,
     serve: &Command,
     given_on_command_line: impl Fn(&Arg) -> bool,
-) -> Result<Vec<OsString>, FileError> {
+) -> Result<(Vec<OsString>, Origins), FileError> {
     let read_error = |source| FileError::Read { path: path.to_owned(), source };
     let bytes = match files::read_bounded(path, CONFIG_LIMIT, Links::Follow) {
         Ok(Some(bytes)) => bytes,
-        Ok(None) => return Err(read_error(std::io::ErrorKind::NotFound.into())),
+        Ok(None) => return Err(read_error(files::read::missing())),
         Err(ReadError::Io(source)) => return Err(read_error(source)),
         Err(ReadError::Refused(refused)) => return Err(FileError::Refused { path: path.to_owned(), refused }),
     };
@@ -91,18 +108,18 @@ pub fn parse(
     text: &str,
     serve: &Command,
     given_on_command_line: impl Fn(&Arg) -> bool,
-) -> Result<Vec<OsString>, FileError> {
+) -> Result<(Vec<OsString>, Origins), FileError> {
     if flow_nesting(text) > MAX_NESTING {
         return Err(FileError::TooDeep { path: path.to_owned() });
     }
     let document: Value = serde_yaml_ng::from_str(text)
         .map_err(|error| FileError::Syntax { path: path.to_owned(), reason: error.to_string() })?;
     let fields = match document {
-        Value::Null => return Ok(Vec::new()),
+        Value::Null => return Ok((Vec::new(), Origins::default())),
         Value::Mapping(fields) => fields,
         _ => return Err(FileError::NotAMapping { path: path.to_owned() }),
     };
-    let mut args = Vec::new();
+    let (mut args, mut origins) = (Vec::new(), Origins::default());
     for (key, value) in &fields {
         let field = match key {
             Value::String(field) => field.as_str(),
@@ -121,11 +138,12 @@ pub fn parse(
         for value in &values {
             check(arg, value).map_err(bad_value)?;
         }
-        if !given_on_command_line(arg) {
+        if !given_on_command_line(arg) && !values.is_empty() {
             args.extend(values.iter().map(|value| OsString::from(format!("--{field}={value}"))));
+            origins.0.insert(field.to_owned(), at);
         }
     }
-    Ok(args)
+    Ok((args, origins))
 }
 
 /// The deepest nesting of flow collections (`[`, `{`) in `text`, comments left out. Brackets in

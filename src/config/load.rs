@@ -33,15 +33,21 @@ pub fn load(argv: &[OsString]) -> Result<Loaded, LoadError> {
     let command = Cli::command();
     let given = command.clone().try_get_matches_from(argv).map_err(LoadError::Usage)?;
     let mut argv = argv.to_vec();
+    let mut origins = file::Origins::default();
     if let Some((serve, given)) = serve_parts(&command, &given)
         && let Some(path) = given.get_one::<PathBuf>("config")
     {
         let on_command_line =
             |arg: &clap::Arg| given.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine);
-        argv.extend(file::read(path, serve, on_command_line)?);
+        let (args, from_file) = file::read(path, serve, on_command_line)?;
+        argv.extend(args);
+        origins = from_file;
     }
     let matches = command.clone().try_get_matches_from(&argv).map_err(LoadError::Usage)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(LoadError::Usage)?;
+    if let super::Command::Serve(serve) = &mut cli.command {
+        serve.origins = origins;
+    }
     let values = serve_parts(&command, &matches).map(|(serve, matches)| Values::of(serve, matches)).unwrap_or_default();
     Ok(Loaded { cli, values })
 }

@@ -29,17 +29,19 @@ pub const NAMESPACE_FILES: usize = 10_000;
 /// Why the image policy was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyLoadError {
-    #[error("--{flag} {}: {source}", path.display())]
-    Read { flag: &'static str, path: PathBuf, source: std::io::Error },
-    #[error("--{flag} {}: {source}", path.display())]
-    Parse { flag: &'static str, path: PathBuf, source: PolicyFileError },
+    /// `setting`: the flag (`--signature-policy`), or where the config file sets it
+    /// (`config.yaml:3: signature-policy`); boxed, as small as the `&str` it was.
+    #[error("{setting} {}: {source}", path.display())]
+    Read { setting: Box<str>, path: PathBuf, source: std::io::Error },
+    #[error("{setting} {}: {source}", path.display())]
+    Parse { setting: Box<str>, path: PathBuf, source: PolicyFileError },
     #[error(
-        "--signature-policy-dir {}: {name:?} is no namespace's file: a namespace's is <namespace>.json, the namespace a DNS label (lower case, digits and '-', at most 63)",
+        "{setting} {}: {name:?} is no namespace's file: a namespace's is <namespace>.json, the namespace a DNS label (lower case, digits and '-', at most 63)",
         dir.display()
     )]
-    NotANamespace { dir: PathBuf, name: String },
-    #[error("--signature-policy-dir {}: more than {NAMESPACE_FILES} namespace files", dir.display())]
-    TooMany { dir: PathBuf },
+    NotANamespace { setting: Box<str>, dir: PathBuf, name: String },
+    #[error("{setting} {}: more than {NAMESPACE_FILES} namespace files", dir.display())]
+    TooMany { setting: Box<str>, dir: PathBuf },
 }
 
 impl ServeArgs {
@@ -47,11 +49,11 @@ impl ServeArgs {
     pub fn image_policy(&self) -> Result<InForce, PolicyLoadError> {
         let digest = FilesDigest::default();
         let default = match &self.signature_policy {
-            Some(path) => Some(read_policy("signature-policy", path, "policy.json", &digest)?),
+            Some(path) => Some(read_policy(&self.origins.setting("signature-policy"), path, "policy.json", &digest)?),
             None => None,
         };
         let namespaces = match &self.signature_policy_dir {
-            Some(dir) => namespace_files(dir, &digest)?,
+            Some(dir) => namespace_files(&self.origins.setting("signature-policy-dir"), dir, &digest)?,
             None => Default::default(),
         };
         let loaded = Loaded {
@@ -94,14 +96,9 @@ impl FilesDigest {
     }
 }
 
-fn read_policy(
-    flag: &'static str,
-    path: &Path,
-    name: &str,
-    digest: &FilesDigest,
-) -> Result<PolicyFile, PolicyLoadError> {
+fn read_policy(setting: &str, path: &Path, name: &str, digest: &FilesDigest) -> Result<PolicyFile, PolicyLoadError> {
     let text = read_named(path, POLICY_FILE_BYTES).map_err(|source| PolicyLoadError::Read {
-        flag,
+        setting: setting.into(),
         path: path.into(),
         source,
     })?;
@@ -112,7 +109,7 @@ fn read_policy(
         Ok(bytes)
     };
     crate::policy::parse_with_keys(&text, &read_key).map_err(|source| PolicyLoadError::Parse {
-        flag,
+        setting: setting.into(),
         path: path.into(),
         source,
     })
@@ -121,29 +118,33 @@ fn read_policy(
 /// A public key file a policy names: a regular file (a link to one followed) of at most
 /// [`KEY_FILE_LIMIT`] bytes.
 fn read_key(path: &Path) -> Result<Vec<u8>, String> {
-    read_named(path, KEY_FILE_LIMIT).map_err(|error| match error.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_owned(),
-        _ => error.to_string(),
-    })
+    read_named(path, KEY_FILE_LIMIT).map_err(|error| error.to_string())
 }
 
 /// Each `<namespace>.json` of `dir`; other names are left alone.
 fn namespace_files(
+    setting: &str,
     dir: &Path,
     digest: &FilesDigest,
 ) -> Result<std::collections::BTreeMap<String, PolicyFile>, PolicyLoadError> {
-    let flag = "signature-policy-dir";
-    let read_error = |source| PolicyLoadError::Read { flag, path: dir.into(), source };
+    let read_error = |source: std::io::Error| {
+        // std's words for a missing directory carry an OS error number; these say it plainly.
+        let source = match source.kind() {
+            std::io::ErrorKind::NotFound => std::io::Error::new(source.kind(), "the directory does not exist"),
+            _ => source,
+        };
+        PolicyLoadError::Read { setting: setting.into(), path: dir.into(), source }
+    };
     let mut named = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(read_error)? {
         let entry = entry.map_err(read_error)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(namespace) = name.strip_suffix(".json") else { continue };
         if !is_namespace(namespace) {
-            return Err(PolicyLoadError::NotANamespace { dir: dir.into(), name });
+            return Err(PolicyLoadError::NotANamespace { setting: setting.into(), dir: dir.into(), name });
         }
         if named.len() == NAMESPACE_FILES {
-            return Err(PolicyLoadError::TooMany { dir: dir.into() });
+            return Err(PolicyLoadError::TooMany { setting: setting.into(), dir: dir.into() });
         }
         named.push((namespace.to_owned(), entry.path()));
     }
@@ -151,7 +152,7 @@ fn namespace_files(
     named.sort();
     let mut files = std::collections::BTreeMap::new();
     for (namespace, path) in named {
-        let policy = read_policy(flag, &path, &format!("{namespace}.json"), digest)?;
+        let policy = read_policy(setting, &path, &format!("{namespace}.json"), digest)?;
         files.insert(namespace, policy);
     }
     Ok(files)
@@ -192,7 +193,7 @@ mod tests {
             std::fs::write(dir.path().join(name), text).expect("written");
         }
         let digest = FilesDigest::default();
-        let namespaces = namespace_files(&dir.path().join("ns"), &digest).expect("read");
+        let namespaces = namespace_files("--signature-policy-dir", &dir.path().join("ns"), &digest).expect("read");
         read_policy("signature-policy", &dir.path().join("policy.json"), "policy.json", &digest).expect("read");
         (digest.finish(), namespaces.len())
     }
@@ -215,7 +216,10 @@ mod tests {
         let key = include_bytes!("../policy/sigstore/testdata/p256.pub");
         assert!(loaded(Some(key)).is_ok());
         let error = loaded(None).expect_err("refused");
-        assert!(error.contains("default: keyPath") && error.contains("cannot be read: no such file"), "{error}");
+        assert!(
+            error.contains("default: keyPath") && error.contains("cannot be read: the file does not exist"),
+            "{error}"
+        );
         let mut huge = key.to_vec();
         huge.resize(KEY_FILE_LIMIT as usize + 1, b'\n');
         let error = loaded(Some(&huge)).expect_err("refused");

@@ -20,6 +20,10 @@ use crate::{
 
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// Where the config file set each flag it set, for errors that name a setting.
+    #[arg(skip)]
+    pub origins: super::file::Origins,
+
     /// A YAML file with a field for any of these flags, named as the flag without its dashes
     /// (`registry-qps: 5`; a repeatable flag takes a list). A flag given here wins over the file.
     /// SIGHUP reads it again and applies what can change while serving.

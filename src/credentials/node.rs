@@ -73,7 +73,7 @@ impl NodeDockerConfig {
         };
         let config = Self::from_candidates(vec![Candidate { path: path.clone(), shape }]);
         if config.load()?.is_none() {
-            let error = std::io::Error::from(std::io::ErrorKind::NotFound);
+            let error = crate::files::read::missing();
             return Err(NodeConfigError::Read { path, error });
         }
         Ok(config)

@@ -89,12 +89,18 @@ fn read_checked(path: &Path, limit: u64, links: Links, private_to: Option<u32>) 
     read_to_cap(file, metadata.len(), limit).map(Some)
 }
 
+/// A file that is not there, said plainly: io's bare `NotFound` says "entity not found". Every
+/// file a person names (a config, a policy, credentials) that is missing is this, after its path.
+pub fn missing() -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, "the file does not exist")
+}
+
 /// A file the operator names (a docker config, a plugin config): links followed, a regular file of
 /// at most `limit` bytes; a missing one is `NotFound`, a refused one `InvalidData` saying why.
 pub fn read_named(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     match read_bounded(path, limit, Links::Follow) {
         Ok(Some(contents)) => Ok(contents),
-        Ok(None) => Err(io::ErrorKind::NotFound.into()),
+        Ok(None) => Err(missing()),
         Err(ReadError::Io(error)) => Err(error),
         Err(ReadError::Refused(refused)) => Err(io::Error::new(io::ErrorKind::InvalidData, refused.to_string())),
     }

@@ -13,7 +13,7 @@ use super::{
     auth::{self, Challenge},
     endpoint::Endpoint,
     hosts::HostsConfig,
-    transport::{self, Ask},
+    transport::{self, Ask, TransportError},
 };
 use crate::{credentials::RegistryAuth, messages};
 
@@ -44,6 +44,15 @@ pub enum RegistryError {
     DigestMismatch { registry: String, what: String, digest: String, found: String },
     #[error("registry {registry}: the token answer is not a token document")]
     Token { registry: String },
+}
+
+impl From<TransportError> for RegistryError {
+    fn from(error: TransportError) -> Self {
+        match error {
+            TransportError::Connection { registry, what, reason } => Self::Connection { registry, what, reason },
+            TransportError::Tls { registry, reason } => Self::Tls { registry, reason },
+        }
+    }
 }
 
 /// What was fetched: the body, its digest and the type the registry gave it.
@@ -231,7 +240,7 @@ impl<'a> RegistryClient<'a> {
         let kept = &mut self.kept[index];
         let answer = transport::send_kept(&self.endpoints[index], path, &ask(Some(&authorization)), kept).await;
         self.authorizations[index] = Some(authorization);
-        answer
+        Ok(answer?)
     }
 
     fn unauthorized(&self, what: &str, reason: &'static str) -> RegistryError {

@@ -13,7 +13,7 @@ use tokio::{
     net::TcpStream,
 };
 
-use super::{client::RegistryError, endpoint::Endpoint};
+use super::endpoint::Endpoint;
 use crate::messages;
 
 /// What a request carries besides its path.
@@ -24,6 +24,15 @@ pub struct Ask<'a> {
     pub host_headers: bool,
     /// What is asked, for messages.
     pub what: &'a str,
+}
+
+/// Why a GET got no answer; the client says it as its own `RegistryError` (`Connection`, `Tls`).
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("registry {registry}: {what}: {reason}")]
+    Connection { registry: String, what: String, reason: String },
+    #[error("registry {registry}: TLS: {reason}")]
+    Tls { registry: String, reason: String },
 }
 
 /// How long a kept connection may take to be free again (its last answer's end is being read).
@@ -40,7 +49,7 @@ pub async fn send_kept(
     path: &str,
     ask: &Ask<'_>,
     kept: &mut Kept,
-) -> Result<Response<Incoming>, RegistryError> {
+) -> Result<Response<Incoming>, TransportError> {
     if let Some(mut sender) = kept.0.take() {
         // Free once the last answer was read to its end; closed if it was dropped before (or the
         // registry ended it). Never waited on long: an answer still held keeps it busy.
@@ -60,7 +69,7 @@ pub async fn send_kept(
 }
 
 /// GETs `path` (absolute, with its query) from `endpoint` on a connection of its own.
-pub async fn send(endpoint: &Endpoint, path: &str, ask: &Ask<'_>) -> Result<Response<Incoming>, RegistryError> {
+pub async fn send(endpoint: &Endpoint, path: &str, ask: &Ask<'_>) -> Result<Response<Incoming>, TransportError> {
     connect_and_send(endpoint, path, ask).await.map(|(answer, _)| answer)
 }
 
@@ -84,10 +93,10 @@ async fn connect_and_send(
     endpoint: &Endpoint,
     path: &str,
     ask: &Ask<'_>,
-) -> Result<(Response<Incoming>, SendRequest<Empty<Bytes>>), RegistryError> {
+) -> Result<(Response<Incoming>, SendRequest<Empty<Bytes>>), TransportError> {
     let registry = messages::echo(&endpoint.authority()).into_owned();
     let failed =
-        |reason: String| RegistryError::Connection { registry: registry.clone(), what: ask.what.to_owned(), reason };
+        |reason: String| TransportError::Connection { registry: registry.clone(), what: ask.what.to_owned(), reason };
     let connect = TcpStream::connect((endpoint.connect_host(), endpoint.port));
     let stream = match endpoint.dial_timeout {
         Some(limit) => tokio::time::timeout(limit, connect)
@@ -104,7 +113,7 @@ async fn connect_and_send(
         .tls
         .connect(stream, endpoint.connect_host())
         .await
-        .map_err(|error| RegistryError::Tls { registry: registry.clone(), reason: error.to_string() })?;
+        .map_err(|error| TransportError::Tls { registry: registry.clone(), reason: error.to_string() })?;
     exchange(stream, request).await.map_err(failed)
 }
 

@@ -39,6 +39,7 @@ pub struct ImageManagerService<R> {
     pre_pulls: Arc<PrePulls<R>>,
     events: Arc<Events>,
     kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
+    last_reload: Arc<super::LastReload>,
     calls: Arc<Recorder>,
 }
 
@@ -55,6 +56,7 @@ impl<R> ImageManagerService<R> {
             pre_pulls: services.pre_pulls.clone(),
             events: services.events.clone(),
             kubelet_warnings: services.kubelet_warnings.clone(),
+            last_reload: services.last_reload.clone(),
             calls,
         }
     }
@@ -162,6 +164,10 @@ impl<R: ImageRuntime> image_manager_server::ImageManager for ImageManagerService
             rate_limits: self.limits.buckets().into_iter().map(rate_limit_bucket).collect(),
             kubelet_image_service_warning: kubelet_warnings.unactivated.clone().unwrap_or_default(),
             kubelet_serial_image_pulls_warning: kubelet_warnings.serial_pulls.clone().unwrap_or_default(),
+            reload_refused: self
+                .last_reload
+                .refusal()
+                .map(|refusal| api::ReloadRefusal { at: timestamp(refusal.at), reason: refusal.reason }),
             registries: self.pulls.scheduler().breakers().status().into_iter().map(registry_health).collect(),
             pre_pulls,
             pulls_queued: u32::try_from(pulls_queued).unwrap_or(u32::MAX),

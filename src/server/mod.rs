@@ -62,6 +62,7 @@ mod cri_image_service;
 mod deadline;
 mod health;
 mod image_manager;
+mod last_reload;
 pub mod metrics;
 mod peer;
 mod policy_views;
@@ -79,7 +80,7 @@ use tokio::net::UnixListener;
 use tokio_stream::StreamExt;
 use tonic::service::Routes;
 
-pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE};
+pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE, last_reload::LastReload};
 use self::{
     authority::AuthorityTolerant,
     body_timeout::BodyTimeoutLayer,
@@ -130,6 +131,8 @@ pub struct Services<R> {
     /// The kubelet guard's warnings, once the daemon has read the kubelet (see
     /// [`crate::kubelet_guard`]).
     pub kubelet_warnings: Arc<std::sync::OnceLock<crate::kubelet_guard::Warnings>>,
+    /// The last configuration reload's refusal, for GetStatus.
+    pub last_reload: Arc<LastReload>,
     pub connections: Arc<ConnectionMetrics>,
     /// Calls by method, role and result.
     pub calls: Arc<CallMetrics>,

@@ -11,7 +11,7 @@ fn serve() -> Command {
 
 /// The arguments `text` adds when the command line gave none of its flags.
 fn args(text: &str) -> Result<Vec<String>, FileError> {
-    let args = parse(Path::new("cri-imaged.yaml"), text, &serve(), |_| false)?;
+    let (args, _) = parse(Path::new("cri-imaged.yaml"), text, &serve(), |_| false)?;
     Ok(args.into_iter().map(|arg| arg.into_string().expect("utf-8")).collect())
 }
 
@@ -46,7 +46,7 @@ fn an_empty_file_or_an_empty_field_sets_nothing() {
 #[test]
 fn a_flag_given_on_the_command_line_is_left_to_it() {
     let given = |arg: &Arg| arg.get_long() == Some("registry-qps");
-    let args = parse(Path::new("f.yaml"), "registry-qps: 1\nregistry-burst: 2\n", &serve(), given).expect("valid");
+    let (args, _) = parse(Path::new("f.yaml"), "registry-qps: 1\nregistry-burst: 2\n", &serve(), given).expect("valid");
     assert_eq!(args, [OsString::from("--registry-burst=2")]);
 }
 
@@ -145,7 +145,8 @@ fn a_config_path_that_is_no_regular_file_or_too_large_is_refused_at_once() {
     std::os::unix::fs::symlink(dir.path().join("real.yaml"), &linked).expect("link");
     let zero = dir.path().join("zero.yaml");
     std::os::unix::fs::symlink("/dev/zero", &zero).expect("link");
-    let read = |path: &Path| super::read(path, &serve(), |_| false).map_err(|error| error.to_string());
+    let read =
+        |path: &Path| super::read(path, &serve(), |_| false).map(|(args, _)| args).map_err(|error| error.to_string());
     assert!(read(&fifo).expect_err("a FIFO").ends_with("fifo.yaml: it is a FIFO, not a regular file"));
     assert!(read(&huge).expect_err("too large").ends_with("huge.yaml: it is larger than 1048576 bytes"));
     assert!(read(&zero).expect_err("a device").ends_with("zero.yaml: it is a character device, not a regular file"));

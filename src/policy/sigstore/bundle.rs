@@ -10,126 +10,22 @@
 //! taken to claim the repository it is attached in, so `signedIdentity` judges it as it judges
 //! cosign's legacy payload, which names the repository without a tag.
 
-use std::collections::BTreeMap;
-
-use base64::Engine as _;
 use rustls::pki_types::CertificateDer;
-use serde::{Deserialize, de::IgnoredAny};
 
 use super::{
     artifact::BUNDLE_MEDIA_TYPES,
-    certificate, identity,
-    rekor::{self, TlogEntry},
-    verify::{Accepted, Why, certificate_name, named, short},
+    certificate,
+    envelope::{
+        BundleError, ENVELOPE_SIGNATURE_LIMIT, IN_TOTO_PAYLOAD_TYPE, Material, RawBundle, RawBytes,
+        SIGN_PREDICATE_TYPE, SIGNATURE_BASE64_LIMIT, STATEMENT_TYPES, Statement, Subject, bounded, decode, pae,
+    },
+    identity, rekor,
+    verdict::{Accepted, Why, certificate_name, named, short},
 };
 use crate::{
     policy::{SignedIdentity, SigstoreSigned, scope::shown},
     reference::ImageReference,
 };
-
-/// The predicate type of cosign's image signature as an in-toto statement.
-pub const SIGN_PREDICATE_TYPE: &str = "https://sigstore.dev/cosign/sign/v1";
-
-/// The payload type of a DSSE envelope holding an in-toto statement.
-const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
-
-/// The in-toto statement types read.
-const STATEMENT_TYPES: [&str; 2] = ["https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1"];
-
-/// The most signatures of one envelope tried.
-const ENVELOPE_SIGNATURE_LIMIT: usize = 4;
-
-/// The longest base64 signature read, as for a cosign layer's annotation.
-const SIGNATURE_BASE64_LIMIT: usize = 4096;
-
-/// Why a bundle is not read as an image signature.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BundleError {
-    /// serde's words, escaped and bounded: they may quote what the registry sent.
-    #[error("the bundle is not a Sigstore bundle: {0}")]
-    Parse(String),
-    #[error("the bundle's mediaType is {0}, not a Sigstore bundle's")]
-    MediaType(String),
-    #[error("the bundle signs a blob (messageSignature), not an image")]
-    MessageSignature,
-    #[error("the bundle has no DSSE envelope")]
-    NoEnvelope,
-    #[error("the envelope's payloadType is {0}, not {IN_TOTO_PAYLOAD_TYPE}")]
-    PayloadType(String),
-    #[error("the envelope's payload is not base64")]
-    PayloadEncoding,
-    #[error("the envelope holds {0} signatures, not 1 to {ENVELOPE_SIGNATURE_LIMIT}")]
-    SignatureCount(usize),
-    #[error("an envelope signature is not base64 of at most {SIGNATURE_BASE64_LIMIT} characters")]
-    SignatureEncoding,
-    #[error("the bundle's certificate is not base64 DER")]
-    CertificateEncoding,
-    #[error("the envelope's payload is not an in-toto statement: {0}")]
-    Statement(String),
-    #[error("the statement's _type is {0}, not an in-toto statement's")]
-    StatementType(String),
-    #[error("a {0} attestation, not a cosign signature ({SIGN_PREDICATE_TYPE})")]
-    NotASignature(String),
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawBundle {
-    media_type: String,
-    verification_material: Material,
-    dsse_envelope: Option<Envelope>,
-    message_signature: Option<IgnoredAny>,
-}
-
-/// What the bundle says of its signer and log; a `publicKey` hint is not read (the policy's keys
-/// are tried in turn), nor RFC 3161 timestamps (containers-policy.json names no TSA).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Material {
-    certificate: Option<RawBytes>,
-    x509_certificate_chain: Option<Chain>,
-    #[serde(default)]
-    tlog_entries: Vec<TlogEntry>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawBytes {
-    raw_bytes: String,
-}
-
-#[derive(Deserialize)]
-struct Chain {
-    certificates: Vec<RawBytes>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope {
-    payload: String,
-    payload_type: String,
-    signatures: Vec<EnvelopeSignature>,
-}
-
-#[derive(Deserialize)]
-struct EnvelopeSignature {
-    sig: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Statement {
-    #[serde(rename = "_type")]
-    statement_type: String,
-    predicate_type: String,
-    subject: Vec<Subject>,
-}
-
-#[derive(Deserialize)]
-struct Subject {
-    name: Option<String>,
-    digest: BTreeMap<String, String>,
-}
 
 /// Judges one bundle (`blob`, already checked against its layer's digest and size) for `image`
 /// at `manifest_digest`: see the module's words.
@@ -236,19 +132,4 @@ fn certificates(material: &Material) -> Result<(CertificateDer<'static>, Vec<Cer
     let leaf = read.next().flatten().ok_or(BundleError::CertificateEncoding)?;
     let intermediates = read.collect::<Option<Vec<_>>>().ok_or(BundleError::CertificateEncoding)?;
     Ok((leaf, intermediates))
-}
-
-/// DSSE's pre-authentication encoding: what an envelope's signature is over.
-pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
-    let mut encoded = format!("DSSEv1 {} {payload_type} {} ", payload_type.len(), payload.len()).into_bytes();
-    encoded.extend_from_slice(payload);
-    encoded
-}
-
-fn decode(text: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
-}
-
-fn bounded(error: &serde_json::Error) -> String {
-    crate::messages::echo(&error.to_string().escape_debug().to_string()).into_owned()
 }

@@ -22,7 +22,7 @@ pub async fn ping(hosts: &HostsConfig, domain: &str) -> Result<StatusCode, Regis
         match transport::send(endpoint, &format!("{}/", endpoint.root), &ask).await {
             Ok(answer) => return Ok(answer.status()),
             Err(error) => {
-                first_failure.get_or_insert(error);
+                first_failure.get_or_insert(RegistryError::from(error));
             }
         }
     }

@@ -300,7 +300,7 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         });
     }
     // systemd starts what is ordered after us once we serve and know how the runtime is.
-    let serving = listener.local_addr().ok().and_then(|addr| addr.as_pathname().map(|path| path.display().to_string()));
+    let serving = listener::path_of(&listener).map(|path| path.display().to_string());
     tokio::spawn({
         let (runtime, timeout) = (runtime.clone(), settings.serve.health_probe_timeout);
         async move {
@@ -356,10 +356,7 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
             (listener, Some(socket_file))
         }
     };
-    let listen = match listener.local_addr().ok().as_ref().and_then(|addr| addr.as_pathname()) {
-        Some(path) => path.display().to_string(),
-        None => args.listen.display().to_string(),
-    };
+    let listen = listener::path_of(&listener).unwrap_or_else(|| args.listen.clone()).display().to_string();
     let metrics = match args.metrics_listen {
         Some(addr) => Some(metrics::bind(addr).await?),
         None => None,

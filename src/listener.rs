@@ -118,18 +118,39 @@ pub async fn take_over(path: &Path) -> Result<(UnixListener, SocketFile), Listen
     {
         return Err(ListenError::NotASocket(path.to_owned()));
     }
-    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let temporary = path.with_file_name(format!(".{name}.{}.new", std::process::id()));
+    let temporary = temporary_name(path);
     let bind_error = |source| ListenError::Bind { path: path.to_owned(), source };
     // One left by a taking over that died half way is ours to replace (its pid was ours).
     let _ = std::fs::remove_file(&temporary);
     let listener = UnixListener::bind(&temporary).map_err(bind_error)?;
     std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(SOCKET_MODE))
         .map_err(|source| ListenError::Permissions { path: temporary.clone(), source })?;
+    // Said only when a daemon answers on the old socket: on a fresh start there is none to drain.
+    let live = UnixStream::connect(path).await.is_ok();
     std::fs::rename(&temporary, path).map_err(bind_error)?;
     let metadata = std::fs::symlink_metadata(path).map_err(bind_error)?;
-    tracing::info!(path = %path.display(), "took the socket over; a daemon serving the old one drains what it accepted");
+    if live {
+        tracing::info!(path = %path.display(), "took the socket over; a daemon serving the old one drains what it accepted");
+    }
     Ok((listener, SocketFile { path: path.to_owned(), device: metadata.dev(), inode: metadata.ino() }))
+}
+
+/// Where [`take_over`] binds before renaming over `path`: beside it, hidden, named for this process.
+fn temporary_name(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.new", std::process::id()))
+}
+
+/// The path callers reach `listener` at, if it has one. A listener keeps the name it was bound
+/// at, so one [`take_over`] bound names its temporary file, since renamed to the path it serves.
+pub fn path_of(listener: &UnixListener) -> Option<PathBuf> {
+    let bound = listener.local_addr().ok()?.as_pathname()?.to_owned();
+    let name = bound.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+    let renamed = name.strip_prefix('.').and_then(|name| name.strip_suffix(&format!(".{}.new", std::process::id())));
+    match renamed.filter(|renamed| !renamed.is_empty()) {
+        Some(renamed) => Some(bound.with_file_name(renamed)),
+        None => Some(bound),
+    }
 }
 
 /// Creates the socket's directory with an explicit mode (the umask can only narrow it), or checks
@@ -238,6 +259,7 @@ mod tests {
         assert!(matches!(bind(&path).await, Err(ListenError::InUse(_))), "a plain bind refuses a live socket");
         let _probe = old.accept().await.expect("the refusing bind's probe");
         let (new, _new_file) = take_over(&path).await.expect("taken over");
+        let _probe = old.accept().await.expect("the taking over's probe: was the old socket live?");
         assert_eq!(mode_of(&path), SOCKET_MODE);
         let _caller = UnixStream::connect(&path).await.expect("connects");
         let accepted = tokio::time::timeout(std::time::Duration::from_secs(2), new.accept()).await;
@@ -252,5 +274,17 @@ mod tests {
             .map(|entry| entry.file_name())
             .collect();
         assert_eq!(leftovers, [std::ffi::OsString::from("agents.sock")], "no temporary socket left");
+        assert_eq!(path_of(&new), Some(path.clone()), "named by the path callers use, not the temporary one");
+        assert_eq!(path_of(&old), Some(path));
+    }
+
+    #[tokio::test]
+    async fn taking_over_where_no_socket_is_just_binds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agents.sock");
+        let (listener, _file) = take_over(&path).await.expect("bound");
+        let (client, accepted) = tokio::join!(UnixStream::connect(&path), listener.accept());
+        assert!(client.is_ok() && accepted.is_ok(), "serves at the path");
+        assert_eq!(path_of(&listener), Some(path));
     }
 }

@@ -1,5 +1,6 @@
 //! One daemon per `--root-dir`: an exclusive `flock` on `cri-imaged.lock` in it, held while the
-//! daemon serves. A second daemon on the directory is refused, naming the holder's pid. The hand-
+//! daemon serves. A second daemon on the directory is refused, naming the holder (its pid, PID
+//! namespace and host name: across pods a pid alone names nobody). The hand-
 //! overs the socket allows are allowed here too: a daemon taking the socket over
 //! (`--take-over-socket`) waits for the lock in the background while it serves, and a daemon lets
 //! the lock go when it starts draining, as it lets its socket go, so that a successor can start.
@@ -36,8 +37,12 @@ const FILE_MODE: u32 = 0o600;
 /// A daemon taking over tries for the lock this often: a hand-over is quick, a drain may be long.
 const WAITS: Doubling = Doubling::new(Duration::from_millis(50), Duration::from_secs(1));
 
-/// The most of the lock file read for the holder's pid (a pid and a newline are far shorter).
-const PID_BYTES: usize = 24;
+/// The most of the lock file read for its holder (a pid, a host name of at most 64 bytes and a
+/// namespace's name are far shorter).
+const HOLDER_BYTES: usize = 256;
+
+/// The longest host name or namespace name taken from the lock file (HOST_NAME_MAX is 64).
+const NAME_CHARS: usize = 64;
 
 /// Why the root dir's lock was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -61,19 +66,84 @@ pub enum RootLockError {
     Private(#[from] PrivateError),
 }
 
-/// The daemon holding the lock, as far as its file says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The daemon holding the lock, as far as its file says. A pid alone misleads across PID
+/// namespaces: in a pod the holder is often pid 1 of the pod's own; its host name (in a pod, the
+/// pod's name) and its PID namespace say which daemon that is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Holder {
     /// `None` while the holder has yet to write it (it writes it right after locking).
     pub pid: Option<u32>,
+    /// The PID namespace its pid is in, as `/proc/self/ns/pid` names it (`pid:[INODE]`).
+    pub pid_namespace: Option<String>,
+    /// Its host name (`/proc/sys/kernel/hostname`: in a pod, the pod's name).
+    pub host: Option<String>,
+}
+
+impl Holder {
+    /// This process, as it writes itself to the lock file.
+    fn this_process() -> Self {
+        let pid_namespace =
+            std::fs::read_link("/proc/self/ns/pid").ok().map(|link| link.to_string_lossy().into_owned());
+        let host = read_bounded(Path::new("/proc/sys/kernel/hostname")).or_else(|| std::env::var("HOSTNAME").ok());
+        Self { pid: Some(std::process::id()), pid_namespace, host }
+    }
+
+    /// The lock file's text: the pid on the first line, then `key=value` lines.
+    fn to_file(&self) -> String {
+        let mut text = self.pid.map(|pid| format!("{pid}\n")).unwrap_or_default();
+        for (key, value) in [("pid_namespace", &self.pid_namespace), ("host", &self.host)] {
+            if let Some(value) = value.as_deref().and_then(name) {
+                text.push_str(&format!("{key}={value}\n"));
+            }
+        }
+        text
+    }
+
+    /// Reads what [`Holder::to_file`] wrote; anything else in the file is ignored.
+    fn from_file(text: &str) -> Self {
+        let mut lines = text.lines();
+        let pid = lines.next().and_then(|line| line.trim().parse().ok());
+        let mut holder = Self { pid, ..Self::default() };
+        for (key, value) in lines.filter_map(|line| line.split_once('=')) {
+            match key {
+                "pid_namespace" => holder.pid_namespace = name(value),
+                "host" => holder.host = name(value),
+                _ => {}
+            }
+        }
+        holder
+    }
+}
+
+/// `value` if it is a plausible name: printable ASCII, no spaces, not too long (the file may
+/// have been written by anyone able to, and the name goes into a message).
+fn name(value: &str) -> Option<String> {
+    let value = value.trim();
+    let plausible = !value.is_empty() && value.len() <= NAME_CHARS && value.chars().all(|c| c.is_ascii_graphic());
+    plausible.then(|| value.to_owned())
+}
+
+/// A short file's first line (procfs), `None` if unreadable or not a [`name`].
+fn read_bounded(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    File::open(path).ok()?.take(NAME_CHARS as u64 + 1).read_to_string(&mut text).ok()?;
+    name(text.lines().next()?)
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.pid {
-            Some(pid) => write!(f, "pid {pid}"),
-            None => f.write_str("pid not yet written"),
+            Some(pid) => write!(f, "pid {pid}")?,
+            None => f.write_str("pid not yet written")?,
         }
+        if let Some(namespace) = &self.pid_namespace {
+            write!(f, " in PID namespace {namespace}")?;
+        }
+        if let Some(host) = &self.host {
+            write!(f, " on host {host}")?;
+        }
+        Ok(())
     }
 }
 
@@ -141,7 +211,7 @@ impl RootLock {
         }
     }
 
-    /// Whether the lock is now ours; if so, our pid is written to its file.
+    /// Whether the lock is now ours; if so, who we are is written to its file.
     fn try_lock(&mut self) -> Result<bool, RootLockError> {
         match flock(&self.file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
@@ -151,19 +221,18 @@ impl RootLock {
         self.held = true;
         // Only now emptied: a refused daemon never erases the holder's pid. The pid only names the
         // holder in a refusal, so failing to write it does not stop the start.
-        let pid = format!("{}\n", std::process::id());
-        if let Err(error) = self.file.set_len(0).and_then(|()| self.file.write_all_at(pid.as_bytes(), 0)) {
+        let holder = Holder::this_process().to_file();
+        if let Err(error) = self.file.set_len(0).and_then(|()| self.file.write_all_at(holder.as_bytes(), 0)) {
             tracing::warn!(path = %self.path.display(), %error, "cannot write this daemon's pid to --root-dir's lock file");
         }
         Ok(true)
     }
 
-    /// The holder's pid, as its file says.
+    /// The holder, as its file says.
     fn holder(&self) -> Holder {
-        let mut buffer = [0; PID_BYTES];
+        let mut buffer = [0; HOLDER_BYTES];
         let read = self.file.read_at(&mut buffer, 0).unwrap_or(0);
-        let pid = std::str::from_utf8(&buffer[..read]).ok().and_then(|text| text.trim().parse().ok());
-        Holder { pid }
+        Holder::from_file(&String::from_utf8_lossy(&buffer[..read]))
     }
 }
 
@@ -197,7 +266,7 @@ fn open(root_dir: &Path, path: &Path) -> Result<File, RootLockError> {
     if !metadata.is_file() {
         return Err(not_regular());
     }
-    // It holds only a pid, read for a refusal's message; but whoever else owns it could hold the
+    // It holds only who holds it, read for a refusal's message; but whoever else owns it could hold the
     // lock for ever.
     private::secure_open(&file, path)?;
     Ok(file)

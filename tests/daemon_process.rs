@@ -542,5 +542,15 @@ async fn a_daemon_taking_the_socket_over_refuses_no_caller_while_the_old_one_dra
     );
     assert!(answered > 100, "{answered} calls");
     assert!(new.log_text().contains("took the socket over"), "{}", new.log_text());
+    assert!(
+        !old.log_text().contains("took the socket over"),
+        "nothing to take over at a fresh start: {}",
+        old.log_text()
+    );
+    // Both name the path agents use, never the name the new one bound before renaming it.
+    let listen = format!("listen={} ", socket.display());
+    for log in [old.log_text(), new.log_text()] {
+        assert!(log.contains(&listen) && !log.contains(".new"), "expected `{listen}` in:\n{log}");
+    }
     assert!(socket.exists(), "the new daemon's socket stays");
 }

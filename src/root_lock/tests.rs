@@ -26,23 +26,35 @@ fn creates_the_root_dir_0700_and_a_lock_file_0600_holding_our_pid() {
     assert_eq!(mode_of(&root), DIRECTORY_MODE);
     assert_eq!(mode_of(&root.join(FILE_NAME)), FILE_MODE);
     let written = std::fs::read_to_string(root.join(FILE_NAME)).expect("reads");
-    assert_eq!(written, format!("{}\n", std::process::id()));
+    assert_eq!(written, us().to_file());
+    assert!(written.starts_with(&format!("{}\n", std::process::id())), "{written}");
+}
+
+/// This process as a holder, each part read here as the daemon reads it.
+fn us() -> Holder {
+    let pid_namespace = std::fs::read_link("/proc/self/ns/pid").expect("our PID namespace");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("our host name");
+    Holder {
+        pid: Some(std::process::id()),
+        pid_namespace: Some(pid_namespace.to_string_lossy().into_owned()),
+        host: Some(host.trim().to_owned()),
+    }
 }
 
 #[test]
-fn a_second_daemon_is_refused_naming_the_root_dir_and_the_holder_s_pid_which_stays_written() {
+fn a_second_daemon_is_refused_naming_the_root_dir_and_the_holder_which_stays_written() {
     let dir = tempfile::tempdir().expect("tempdir");
     let _first = RootLock::take(dir.path(), false).expect("taken");
     let error = refused(dir.path());
-    let pid = std::process::id();
-    assert!(matches!(error, RootLockError::Held { holder: Holder { pid: Some(held) }, .. } if held == pid), "{error}");
+    let us = us();
+    assert!(matches!(&error, RootLockError::Held { holder, .. } if *holder == us), "{error}");
+    let (pid, namespace, host) = (std::process::id(), us.pid_namespace.as_deref(), us.host.as_deref());
     let message = error.to_string();
-    assert!(
-        message
-            .starts_with(&format!("--root-dir {} is in use by another cri-imaged (pid {pid})", dir.path().display()))
-    );
+    let named = format!("(pid {pid} in PID namespace {} on host {})", namespace.unwrap_or(""), host.unwrap_or(""));
+    let expected = format!("--root-dir {} is in use by another cri-imaged {named}", dir.path().display());
+    assert!(message.starts_with(&expected), "{message}");
     let written = std::fs::read_to_string(dir.path().join(FILE_NAME)).expect("reads");
-    assert_eq!(written, format!("{pid}\n"), "the refused daemon left the holder's pid alone");
+    assert_eq!(written, us.to_file(), "the refused daemon left the holder alone");
 }
 
 #[test]
@@ -51,13 +63,25 @@ fn a_lock_file_left_by_a_dead_daemon_is_taken_and_rewritten() {
     std::fs::write(dir.path().join(FILE_NAME), "999999999 and more than a pid\n").expect("written");
     drop(RootLock::take(dir.path(), false).expect("nobody holds it"));
     let written = std::fs::read_to_string(dir.path().join(FILE_NAME)).expect("reads");
-    assert_eq!(written, format!("{}\n", std::process::id()));
+    assert_eq!(written, us().to_file());
 }
 
 #[test]
 fn a_holder_that_has_not_written_its_pid_yet_is_named_as_such() {
-    let holder = Holder { pid: None };
+    let holder = Holder::default();
     assert_eq!(holder.to_string(), "pid not yet written");
+}
+
+#[test]
+fn a_holder_in_a_pod_is_named_by_its_pid_namespace_and_host_and_junk_in_the_file_is_left_out() {
+    let pod = Holder::from_file("1\npid_namespace=pid:[4026532841]\nhost=cri-imaged-x7k2p\n");
+    assert_eq!(pod.to_string(), "pid 1 in PID namespace pid:[4026532841] on host cri-imaged-x7k2p");
+    assert_eq!(Holder::from_file(&pod.to_file()), pod, "read as written");
+
+    let long = "a".repeat(65);
+    let junk = Holder::from_file(&format!("7\nhost=\u{1b}[31mred\npid_namespace={long}\nother=x\n"));
+    assert_eq!(junk, Holder { pid: Some(7), ..Holder::default() });
+    assert_eq!(Holder::from_file("not a pid\nhost=h\n").to_string(), "pid not yet written on host h");
 }
 
 #[test]

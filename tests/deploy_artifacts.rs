@@ -65,6 +65,14 @@ fn the_daemonsets_agents_may_pull_and_read_but_only_root_may_remove() {
 }
 
 #[test]
+fn the_daemonsets_daemon_collects_no_images_of_its_own_beside_the_kubelets_gc() {
+    let args = args(&container(&daemonset()));
+    assert_eq!(flag(&args, "--image-gc-high-threshold").as_deref(), Some("100"), "periodic GC off: {args:?}");
+    let max_age = flag(&args, "--image-maximum-gc-age");
+    assert!(max_age.is_none() || max_age.as_deref() == Some("0s"), "no collection by age either: {args:?}");
+}
+
+#[test]
 fn the_daemonset_exposes_the_metrics_port_its_daemon_listens_on() {
     let container = container(&daemonset());
     let listen = flag(&args(&container), "--metrics-listen").expect("--metrics-listen");

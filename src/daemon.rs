@@ -190,6 +190,7 @@ impl<R: ImageRuntime + ContentStore> Parts<R> {
             last_reload: Arc::default(),
             connections: metrics.connections.clone(),
             calls: metrics.calls.clone(),
+            readiness: Arc::default(),
         };
         Ok(Self { services, metrics, records, registry_hosts })
     }
@@ -292,7 +293,8 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
         tokio::spawn(presence::signal::watch(channel, runtime.clone(), store, cache, shutdown.clone()));
     }
     if let Some(listener) = settings.metrics {
-        let served = metrics::serve(listener, parts.metrics.clone(), shutdown.clone().requested());
+        let (metrics, readiness) = (parts.metrics.clone(), parts.services.readiness.clone());
+        let served = metrics::serve(listener, metrics, readiness, shutdown.clone().requested());
         tokio::spawn(async move {
             if let Err(error) = served.await {
                 tracing::error!(%error, "metrics endpoint stopped");

@@ -8,8 +8,9 @@
 //!   reloadable flags, and each part's config built from them.
 //! - [`reload`]: SIGHUP: the configuration read again and applied where it can change while
 //!   serving (rate limits, backoff, image GC, credential files); a refusal kept for GetStatus.
-//! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the `/metrics`
-//!   endpoint.
+//! - [`metrics`]: the Prometheus registry every concern's metrics are in, and the HTTP endpoint:
+//!   `/metrics`, and `/readyz`, `/livez` for the kubelet's probes.
+//! - [`readiness`]: the image service's health as the runtime probes found it, for `/readyz`.
 //! - [`listener`]: the unix socket, created safely, never stolen from a live daemon.
 //! - [`kubelet_guard`]: the warnings when the kubelet's image service is this socket, served
 //!   without systemd socket activation, or the kubelet pulls through it serially.
@@ -98,6 +99,7 @@ pub mod prepull;
 pub mod presence;
 pub mod pull;
 pub mod pull_policy;
+pub mod readiness;
 pub mod records;
 pub mod reference;
 pub mod registry;

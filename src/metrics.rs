@@ -20,6 +20,7 @@ use crate::{
     prepull::metrics::PrePullMetrics,
     presence::metrics::PresenceMetrics,
     pull::metrics::PullMetrics,
+    readiness::Readiness,
     records::metrics::RecordsMetrics,
     reload::metrics::ReloadMetrics,
     server::metrics::{CallMetrics, ConnectionMetrics},
@@ -113,22 +114,40 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, MetricsSe
     tokio::net::TcpListener::bind(addr).await.map_err(|source| MetricsServerError::Bind { addr, source })
 }
 
-/// Serves `GET /metrics` until `shutdown` completes.
+/// Serves `GET /metrics`, and the kubelet's probes, until `shutdown` completes: `/readyz` is 200
+/// while the image service is SERVING (the runtime answers), else 503 saying why; `/livez` is 200
+/// while the daemon serves. The kubelet makes these requests itself, so they answer whatever the
+/// runtime does, where an exec probe would go through the runtime.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), MetricsServerError> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let metrics = metrics.clone();
-            async move {
-                let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-                ([(http::header::CONTENT_TYPE, content_type)], metrics.render())
-            }
-        }),
-    );
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+                    ([(http::header::CONTENT_TYPE, content_type)], metrics.render())
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let answer = readiness.answer();
+                async move {
+                    match answer {
+                        Ok(ok) => (http::StatusCode::OK, ok.to_owned()),
+                        Err(why) => (http::StatusCode::SERVICE_UNAVAILABLE, why),
+                    }
+                }
+            }),
+        )
+        .route("/livez", axum::routing::get(|| async { "ok\n" }));
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(MetricsServerError::Serve)
 }
 

@@ -3,7 +3,8 @@
 //! registry stops answering in the middle of a pull. No request may outlive its deadline, every
 //! failure is UNAVAILABLE or DEADLINE_EXCEEDED with the kubelet's reason, health goes NOT_SERVING
 //! and back, the presence cache stops remembering while containerd's events are down, and the
-//! recovery times are measured (and asserted loosely: these machines are noisy).
+//! recovery times are measured (and asserted loosely: these machines are noisy). The kubelet's
+//! HTTP probes (`/readyz`, `/livez` on the metrics listener) follow containerd too.
 
 mod support;
 
@@ -20,7 +21,7 @@ use cri_imaged::api::{GetStatusRequest, PullPolicy, image_manager_client::ImageM
 use cri_imaged::cri::{ImageSpec, ImageStatusRequest};
 use support::{
     call, ensure, h2_connection,
-    process::{DaemonProcess, signal_process},
+    process::{DaemonProcess, free_port, http_get, signal_process},
     raw_unary, reason,
     stack::LocalStack,
     throttle::ThrottleProxy,
@@ -142,6 +143,57 @@ async fn wait_for_watching(socket: &std::path::Path, wanted: bool, limit: Durati
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the presence cache's watching did not become {wanted} within {limit:?}");
+}
+
+/// `GET path` on the metrics port: the status line's code and the body.
+async fn probe(port: u16, path: &'static str) -> (u16, String) {
+    let response = tokio::task::spawn_blocking(move || http_get(port, path)).await.expect("the GET ran");
+    let code = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// Polls `/readyz` until it answers `code`, at most `limit`; how long that took.
+async fn readyz_turns(port: u16, code: u16, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (answered, body) = probe(port, "/readyz").await;
+        if answered == code {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "/readyz still {answered} ({body:?}) after {limit:?}, not {code}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The DaemonSet's probes are `httpGet`s the kubelet makes itself: `/readyz` is 503 within a
+/// health probe interval of containerd dying, saying why, and 200 again once it is back, while
+/// `/livez` stays 200 (the pod is never restarted for the runtime's sake).
+#[tokio::test]
+async fn readyz_follows_containerd_over_http_while_livez_stays_ok() {
+    let Some(stack) = LocalStack::start() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    let interval = Duration::from_secs(1);
+    let flags = ["--health-probe-interval", "1s", "--health-probe-timeout", "1s", "--metrics-listen", &metrics];
+    let daemon = DaemonProcess::start(&dir.path().join("cri-imaged.sock"), &stack.containerd_socket, &flags).await;
+    readyz_turns(port, 200, Duration::from_secs(5)).await;
+    assert_eq!(probe(port, "/readyz").await, (200, "ok\n".to_owned()));
+    assert_eq!(probe(port, "/livez").await, (200, "ok\n".to_owned()));
+
+    signal_process("-KILL", stack.containerd_pid());
+    // A probe's interval, its timeout, and a second for a busy machine.
+    let noticed = readyz_turns(port, 503, interval * 2 + Duration::from_secs(1)).await;
+    let (_, why) = probe(port, "/readyz").await;
+    assert!(why.starts_with("not ready: image service NOT_SERVING: the container runtime is unreachable"), "{why}");
+    assert_eq!(probe(port, "/livez").await, (200, "ok\n".to_owned()), "live without containerd");
+
+    stack.restart_containerd();
+    let back = readyz_turns(port, 200, interval * 2 + Duration::from_secs(1)).await;
+    eprintln!("/readyz: 503 {noticed:?} after containerd was killed, 200 {back:?} after it answered again");
+    let (status, log) = daemon.terminate().await;
+    assert!(status.success(), "{log}");
 }
 
 #[tokio::test]

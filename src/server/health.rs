@@ -5,6 +5,7 @@ use std::{sync::Arc, time::Duration};
 use tonic_health::{ServingStatus, server::HealthReporter};
 
 use crate::{
+    readiness::{Health, Readiness},
     runtime::{ImageRuntime, probe_within},
     shutdown::Shutdown,
 };
@@ -13,10 +14,11 @@ use crate::{
 pub const IMAGE_MANAGER_SERVICE: &str = "imagemanager.v1.ImageManager";
 
 /// Probes the runtime every `interval`, each probe bounded by `timeout` (a frozen runtime is
-/// not a serving one), and reports the image service's health, logging changes; until shutdown.
+/// not a serving one), and reports the image service's health, logging changes, to the gRPC
+/// health service and to `readiness` (the HTTP `/readyz`); until shutdown.
 pub async fn probe_runtime<R: ImageRuntime>(
     runtime: Arc<R>,
-    reporter: HealthReporter,
+    (reporter, readiness): (HealthReporter, Arc<Readiness>),
     (interval, timeout): (Duration, Duration),
     shutdown: Shutdown,
 ) {
@@ -32,6 +34,10 @@ pub async fn probe_runtime<R: ImageRuntime>(
         }
         let result = probe_within(&*runtime, timeout).await;
         let status = if result.is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        readiness.set(match &result {
+            Ok(()) => Health::Serving,
+            Err(error) => Health::NotServing(format!("the container runtime is unreachable: {error}")),
+        });
         if last != Some(status) {
             match &result {
                 Ok(()) => tracing::info!("container runtime is reachable; image service SERVING"),

@@ -136,6 +136,8 @@ pub struct Services<R> {
     pub connections: Arc<ConnectionMetrics>,
     /// Calls by method, role and result.
     pub calls: Arc<CallMetrics>,
+    /// The image service's health for the HTTP `/readyz`, kept with the gRPC health's.
+    pub readiness: Arc<crate::readiness::Readiness>,
 }
 
 /// Polls a timer made only when first needed: ready once `deadline` has passed. A connection or
@@ -249,7 +251,7 @@ pub async fn serve<R: ImageRuntime>(
     let (reporter, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(health::probe_runtime(
         services.runtime.clone(),
-        reporter.clone(),
+        (reporter.clone(), services.readiness.clone()),
         (options.health_probe_interval, options.health_probe_timeout),
         shutdown.clone(),
     ));

@@ -99,7 +99,7 @@ fn the_image_builds_offline_from_the_test_binary_and_prints_its_version() {
 /// The daemon runs from the image as the DaemonSet runs it: the image's entrypoint and the
 /// DaemonSet's args, each volume mount a host directory at its mount path (read-only where the
 /// DaemonSet says), every capability dropped; a fake runtime serves on the runtime endpoint's
-/// host side. The probes run in the container, as the kubelet's exec probes do.
+/// host side. The probes are the kubelet's HTTP GETs, on the metrics port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_the_image_the_daemonsets_probes_follow_the_runtime_while_the_socket_stays_live() {
     let daemonset = daemonset();
@@ -146,22 +146,26 @@ async fn in_the_image_the_daemonsets_probes_follow_the_runtime_while_the_socket_
 
     let readiness = Probe::of(&container, "readinessProbe");
     let liveness = Probe::of(&container, "livenessProbe");
-    let ready = readiness.wait_for(&image, &ctr, &mounts, true, Duration::from_secs(20));
-    assert!(ready.status.success(), "never ready: {}\ndaemon log:\n{}", text(&ready), daemon.log());
-    // A probe is one buildah run and one grpcurl: under a loaded CI machine one may time out, as
-    // a kubelet's would (its failureThreshold is 3); retried here for as long as readiness is.
-    let live = liveness.wait_for(&image, &ctr, &mounts, true, Duration::from_secs(20));
-    assert!(live.status.success(), "not live: {}\ndaemon log:\n{}", text(&live), daemon.log());
+    let probe = |probe: &Probe, success| {
+        let probe = probe.clone();
+        tokio::task::spawn_blocking(move || probe.wait_for(metrics_port, success, Duration::from_secs(20)))
+    };
+    let ready = probe(&readiness, true).await.expect("probed");
+    assert!(ready.starts_with("HTTP/1.1 200"), "never ready: {ready}\ndaemon log:\n{}", daemon.log());
+    let live = probe(&liveness, true).await.expect("probed");
+    assert!(live.starts_with("HTTP/1.1 200"), "not live: {live}\ndaemon log:\n{}", daemon.log());
     let metrics = tokio::task::spawn_blocking(move || http_get(metrics_port, "/metrics")).await.expect("metrics");
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
 
     // containerd goes away: unready, still live (never restarted for the runtime's sake).
     runtime.stop().await;
-    let unready = readiness.wait_for(&image, &ctr, &mounts, false, Duration::from_secs(20));
-    assert!(!unready.status.success(), "still ready without a runtime; daemon log:\n{}", daemon.log());
-    assert!(text(&unready).contains("NOT_SERVING"), "the probe prints why: {}", text(&unready));
-    let live = liveness.wait_for(&image, &ctr, &mounts, true, Duration::from_secs(20));
-    assert!(live.status.success(), "not live without a runtime: {}\ndaemon log:\n{}", text(&live), daemon.log());
+    let unready = probe(&readiness, false).await.expect("probed");
+    assert!(unready.starts_with("HTTP/1.1 503"), "still ready without a runtime: {unready}\nlog:\n{}", daemon.log());
+    assert!(unready.contains("NOT_SERVING"), "the answer says why (the pod's events show it): {unready}");
+    let live = probe(&liveness, true).await.expect("probed");
+    assert!(live.starts_with("HTTP/1.1 200"), "not live without a runtime: {live}\nlog:\n{}", daemon.log());
+    // The DaemonSet's daemon leaves image GC to the kubelet.
+    assert!(daemon.log().contains("Disable image GC"), "{}", daemon.log());
 
     let listen = flag(&args, "--listen").expect("--listen");
     assert_ne!(listen, "/run/cri-imaged/cri-imaged.sock", "never the socket a kubelet is pointed at");
@@ -425,43 +429,30 @@ impl Drop for Background {
     }
 }
 
-/// One of the DaemonSet's exec probes.
+/// One of the DaemonSet's probes: an `httpGet` on the port named `metrics`, which the kubelet
+/// makes itself (no exec through the runtime).
+#[derive(Clone)]
 struct Probe {
-    command: Vec<String>,
-    timeout: Duration,
+    path: String,
 }
 
 impl Probe {
     fn of(container: &Value, name: &str) -> Self {
-        let probe = &container[name];
-        let command = probe["exec"]["command"].as_sequence().unwrap_or_else(|| panic!("{name} is an exec probe"));
-        Self {
-            command: command.iter().map(|arg| arg.as_str().expect("a string").to_owned()).collect(),
-            // The kubelet's default timeout is 1s.
-            timeout: Duration::from_secs(probe["timeoutSeconds"].as_u64().unwrap_or(1)),
-        }
+        let get = &container[name]["httpGet"];
+        assert_eq!(get["port"].as_str(), Some("metrics"), "{name} is an httpGet on the metrics port: {get:?}");
+        Self { path: get["path"].as_str().unwrap_or_else(|| panic!("{name}'s path")).to_owned() }
     }
 
-    /// Runs the probe once in the container.
-    fn run(&self, image: &BuiltImage, container: &str, mounts: &[Mount]) -> Output {
-        run_bounded(image.run(container, mounts, &self.command), self.timeout + BUILDAH_LIMIT, "a probe")
-    }
-
-    /// Runs the probe until it succeeds (`success`) or fails (`!success`), at most `limit`;
-    /// returns the last run.
-    fn wait_for(
-        &self,
-        image: &BuiltImage,
-        container: &str,
-        mounts: &[Mount],
-        success: bool,
-        limit: Duration,
-    ) -> Output {
+    /// GETs the probe's path on `port` until the answer is a success (2xx, as the kubelet counts
+    /// one) or not, as `success` says, at most `limit`; returns the last response.
+    fn wait_for(&self, port: u16, success: bool, limit: Duration) -> String {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let output = self.run(image, container, mounts);
-            if output.status.success() == success || tokio::time::Instant::now() >= deadline {
-                return output;
+            // Refused until the daemon listens, as the kubelet's first probes may be.
+            let response = std::net::TcpStream::connect(("127.0.0.1", port))
+                .map_or_else(|error| format!("not answered: {error}"), |_| http_get(port, &self.path));
+            if response.starts_with("HTTP/1.1 2") == success || tokio::time::Instant::now() >= deadline {
+                return response;
             }
             std::thread::sleep(Duration::from_millis(200));
         }

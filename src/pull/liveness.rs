@@ -17,14 +17,10 @@ use std::{
     time::Duration,
 };
 
-use tokio::{sync::watch, time::Instant};
+use tokio::sync::watch;
 
 use super::poller::{Answer, ProgressPoller, TrackPulls, TrackedPull, Tracker};
 use crate::registry::{RegistryHosts, ping};
-
-/// The least time between two attempts on a registry that failed at once (refused, TLS): the
-/// runtime's pull fails as fast on its own.
-const RETRY_AFTER: Duration = Duration::from_millis(500);
 
 /// One attempt's bound where no resolve timeout gives one.
 const LONGEST_ATTEMPT: Duration = Duration::from_secs(10);
@@ -110,26 +106,32 @@ async fn probe(probes: Weak<RegistryProbes>, domain: String) {
             probes.attempts.fetch_add(1, Ordering::Relaxed);
             (probes.hosts.current(), probes.attempt)
         };
-        let began = Instant::now();
-        match tokio::time::timeout(attempt, ping(&hosts, &domain)).await {
+        let settled = match tokio::time::timeout(attempt, ping(&hosts, &domain)).await {
             Ok(Ok(status)) => {
                 tracing::debug!(registry = %domain, %status, "the registry answered its pulls' probe");
-                let Some(probes) = probes.upgrade() else { return };
-                // Removed under the lock: a pull coming after starts the next probe.
-                if let Some(pulls) = probes.waiting().remove(&domain) {
-                    for answered in pulls.values() {
-                        answered.send_replace(true);
-                    }
-                }
-                return;
+                true
             }
+            // Refused, no such host, TLS: no sign of a registry that hangs, and the runtime's own
+            // pull fails as fast and says why. Judging those is the runtime's (its view of the
+            // network, a proxy, may differ from ours); a probe only finds silence.
             Ok(Err(error)) => {
-                tracing::debug!(registry = %domain, %error, "the registry's probe failed; asked again");
-                tokio::time::sleep_until(began + RETRY_AFTER).await;
+                tracing::debug!(registry = %domain, %error, "the registry's probe failed at once; the runtime's pull judges");
+                true
             }
             Err(_) => {
-                tracing::debug!(registry = %domain, ?attempt, "no answer to the registry's probe yet; asked again")
+                tracing::debug!(registry = %domain, ?attempt, "no answer to the registry's probe yet; asked again");
+                false
             }
+        };
+        if settled {
+            let Some(probes) = probes.upgrade() else { return };
+            // Removed under the lock: a pull coming after starts the next probe.
+            if let Some(pulls) = probes.waiting().remove(&domain) {
+                for answered in pulls.values() {
+                    answered.send_replace(true);
+                }
+            }
+            return;
         }
     }
 }

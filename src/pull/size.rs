@@ -5,10 +5,9 @@
 //! same for free.
 //!
 //! It costs the registry one or two manifest GETs (Docker Hub counts those as a pull), so it is
-//! read only for a pull that has others beside it to be ordered against. A read counts toward
-//! the registry's breaker as a pull does (refused while it is open; unreachable, or a 5xx, a
-//! failure); one cut at its deadline says nothing, as the pull's own resolve timeout judges a
-//! registry slow to answer.
+//! read only for a pull that has others beside it to be ordered against. A read is not made
+//! while the registry's breaker is open, and an answer tells the breaker the registry answers;
+//! a failure never counts against it: the read is a hint, and the pull's own attempt judges.
 
 use std::{sync::Arc, time::Duration};
 
@@ -98,18 +97,14 @@ impl SizePulls for RegistrySizes {
     }
 }
 
-/// What a size read learnt of its registry: a failure that never got an answer (a connection,
-/// TLS, a 5xx) is the registry's; any other answer is one.
+/// What a size read tells its registry's breaker: an answer (a 404 or a 401 too) is one; a
+/// failure is nothing. The read is a hint: where it cannot reach the registry, the pull's own
+/// attempt judges (the runtime's view of the network, a proxy, may differ from ours).
 fn reached(read: &Result<Option<u64>, RegistryError>) -> Reached {
     match read {
-        Err(error @ (RegistryError::Connection { .. } | RegistryError::Tls { .. })) => {
-            Reached::Unreachable(error.to_string())
-        }
-        Err(error @ RegistryError::Status { status, .. }) if status.is_server_error() => {
-            Reached::Unreachable(error.to_string())
-        }
-        Err(RegistryError::NoHost { .. }) => Reached::Nothing,
-        _ => Reached::Answered,
+        Ok(_) => Reached::Answered,
+        Err(RegistryError::Status { status, .. }) if !status.is_server_error() => Reached::Answered,
+        Err(_) => Reached::Nothing,
     }
 }
 
@@ -181,17 +176,17 @@ pub fn node_architecture() -> &'static str {
 mod tests {
     use super::*;
 
-    /// Only a failure that never got an answer counts against the registry's breaker.
+    /// A read's failure never counts against the registry's breaker; an answer counts as one.
     #[test]
-    fn a_size_read_that_got_no_answer_counts_as_an_unreachable_registry() {
+    fn a_size_read_tells_the_breaker_of_answers_only() {
         let connection = || RegistryError::Connection {
             registry: "r.test".into(),
             what: "manifest".into(),
             reason: "connection refused".into(),
         };
         let status = |status| RegistryError::Status { registry: "r.test".into(), what: "manifest".into(), status };
-        assert!(matches!(reached(&Err(connection())), Reached::Unreachable(words) if words.contains("refused")));
-        assert!(matches!(reached(&Err(status(http::StatusCode::BAD_GATEWAY))), Reached::Unreachable(_)));
+        assert_eq!(reached(&Err(connection())), Reached::Nothing, "unreachable from here: the pull judges");
+        assert_eq!(reached(&Err(status(http::StatusCode::BAD_GATEWAY))), Reached::Nothing);
         assert_eq!(reached(&Err(status(http::StatusCode::NOT_FOUND))), Reached::Answered);
         assert_eq!(reached(&Ok(Some(1234))), Reached::Answered);
         assert_eq!(reached(&Ok(None)), Reached::Answered, "no such manifest: an answer");

@@ -4,6 +4,7 @@ use futures_util::future::join_all;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
+    time::Instant,
 };
 
 use super::*;
@@ -88,6 +89,18 @@ async fn a_registry_that_answers_answers_every_pull_waiting_with_one_request() {
     // Answered, a pull is never found unanswered.
     let quiet = trackers[0].unanswered_for(Duration::from_millis(1), Instant::now());
     assert!(tokio::time::timeout(Duration::from_millis(50), quiet).await.is_err());
+}
+
+/// Refused (or no such host) is no silence: the runtime's own pull fails as fast, and says why.
+#[tokio::test]
+async fn a_registry_that_refuses_leaves_its_pulls_to_the_runtime_after_one_attempt() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind").local_addr().expect("addr");
+    let probes = probes(Duration::from_secs(5));
+    let liveness = Liveness { poller: None, probes: probes.clone() };
+    let trackers: Vec<Tracker> = (0..3).map(|i| liveness.track(pull(&format!("{closed}/app-{i}:1")))).collect();
+    let answered = join_all(trackers.iter().map(Tracker::answered));
+    tokio::time::timeout(Duration::from_secs(5), answered).await.expect("settled at the refusal");
+    assert_eq!(probes.attempts(), 1);
 }
 
 #[tokio::test]

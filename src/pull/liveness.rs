@@ -23,7 +23,7 @@ use super::poller::{Answer, ProgressPoller, TrackPulls, TrackedPull, Tracker};
 use crate::registry::{RegistryHosts, ping};
 
 /// One attempt's bound where no resolve timeout gives one.
-const LONGEST_ATTEMPT: Duration = Duration::from_secs(10);
+pub const LONGEST_ATTEMPT: Duration = Duration::from_secs(10);
 
 /// How long one attempt may wait for an answer: half the resolve timeout (a registry slow to
 /// answer one connection is asked on another before the pull fails), within 1 s and

@@ -10,6 +10,7 @@ use std::{sync::Arc, time::Duration};
 use cri_imaged::cri::{
     ImageSpec, PodSandboxConfig, PodSandboxMetadata, PullImageRequest, image_service_client::ImageServiceClient,
 };
+use cri_imaged::pull::scheduler::DEFAULT_MAX_PARALLEL;
 use tokio::{sync::Semaphore, time::Instant};
 use tonic::transport::Channel;
 
@@ -106,9 +107,9 @@ struct Row {
     judged: bool,
 }
 
-/// The caps tried for the default, by the flags that set them (10 is the default).
+/// The caps tried for the default, by the flags that set them (5 is the default).
 const CAPS: [(usize, &[&str]); 3] =
-    [(5, &["--max-parallel-image-pulls=5"]), (10, &[]), (20, &["--max-parallel-image-pulls=20"])];
+    [(5, &[]), (10, &["--max-parallel-image-pulls=10"]), (20, &["--max-parallel-image-pulls=20"])];
 
 /// The row every cri-imaged row is compared with: what a kubelet can do on its own.
 const BASELINE: usize = 1;
@@ -320,7 +321,8 @@ async fn choose_the_cap(side: &Side<'_>, shape: &Shape, rate: f64, findings: &mu
             means.push((cap, pulled.mean()));
         }
         let best = means.iter().map(|(_, mean)| *mean).min().unwrap_or_default();
-        let default = means.iter().find(|(cap, _)| *cap == 10).map(|(_, mean)| *mean).unwrap_or_default();
+        let default = DEFAULT_MAX_PARALLEL.get();
+        let default = means.iter().find(|(cap, _)| *cap == default).map(|(_, mean)| *mean).unwrap_or_default();
         let ratio = default.as_secs_f64() / best.as_secs_f64().max(f64::EPSILON);
         findings.verdicts.push(Verdict {
             what: format!("choosing the cap, {label}: the default cap's mean time to pulled / the best cap's"),

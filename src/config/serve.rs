@@ -155,7 +155,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub serialize_image_pulls: Option<bool>,
 
-    /// The most upstream pulls at once when pulls are not serialized (default 10).
+    /// The most upstream pulls at once when pulls are not serialized (default 5).
     #[arg(long, value_name = "N", value_parser = parse_at_least_one, allow_hyphen_values = true)]
     pub max_parallel_image_pulls: Option<NonZeroUsize>,
 

@@ -69,8 +69,8 @@ fn max_parallel(flags: &[&str]) -> Option<usize> {
 
 #[test]
 fn pulls_run_ten_at_once_by_default_unlike_the_kubelets_serial_puller() {
-    assert_eq!(max_parallel(&[]), Some(10));
-    assert_eq!(max_parallel(&["--serialize-image-pulls=false"]), Some(10));
+    assert_eq!(max_parallel(&[]), Some(5));
+    assert_eq!(max_parallel(&["--serialize-image-pulls=false"]), Some(5));
     assert_eq!(manager_config(&[]).expect("valid"), ManagerConfig::default());
 }
 

@@ -23,14 +23,18 @@ pub struct SchedulerConfig {
     pub breaker: BreakerConfig,
 }
 
-/// The most pulls at once unless told otherwise (`--max-parallel-image-pulls`).
-pub const DEFAULT_MAX_PARALLEL: NonZeroUsize = NonZeroUsize::new(10).expect("not zero");
+/// The most pulls at once unless told otherwise (`--max-parallel-image-pulls`). Measured (README,
+/// "A cold node"): pulls that share the link each finish later, so a rollout of equal images has
+/// the best mean at the smallest cap tried (5: 0.84× the mean at 10), while a cold node's 30 pods
+/// lose 2 % against 10 or 20: small images in the queue go first, which the cap does not hinder.
+pub const DEFAULT_MAX_PARALLEL: NonZeroUsize = NonZeroUsize::new(5).expect("not zero");
 
 /// A pull of this many bytes or more makes way for much cheaper pods' pulls (see [`super::yielding`]).
 pub const DEFAULT_YIELD_ABOVE: u64 = 64 << 20;
 
 impl Default for SchedulerConfig {
-    /// Not the kubelet's serial puller: up to [`DEFAULT_MAX_PARALLEL`] pulls at once, a pull of
+    /// Not the kubelet's serial puller: up to [`DEFAULT_MAX_PARALLEL`] pulls at once, the queue
+    /// cheapest first, a pull of
     /// [`DEFAULT_YIELD_ABOVE`] or more making way for much cheaper ones, so that a cold node's
     /// small pods start first while the big image keeps the link busy (README, "A cold node").
     /// No pull timeout, as the kubelet; a registry that has not answered for 1 s gives its slot

@@ -299,7 +299,8 @@ async fn choose_the_cap(side: &Side<'_>, shape: &Shape, rate: f64, findings: &mu
         format!("a rollout: {rollout_pods} pods on {} MB images, all at once", mb(rollout_image.0)),
     ];
     let mut table = Table::new(
-        "Choosing the default cap (`--max-parallel-image-pulls`) on the same link: more pods than the cap,          kubelet pulling in parallel without a cap of its own → cri-imaged"
+        "Choosing the default cap (`--max-parallel-image-pulls`) on the same link: more pods than the cap, \
+         kubelet pulling in parallel without a cap of its own → cri-imaged"
             .to_owned(),
         &["node", "cap", "small pods all pulled", "mean, all pods", "all pods pulled", "all / floor"],
     );

@@ -4,6 +4,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex, PoisonError},
+    time::Duration,
 };
 
 use futures_util::{
@@ -11,7 +12,7 @@ use futures_util::{
     future::{BoxFuture, Shared},
 };
 
-use tokio::sync::Notify;
+use tokio::{sync::Notify, time::Instant};
 
 use super::{SignatureError, Under, Verified, requirement::requirement_id};
 use crate::policy::SigstoreSigned;
@@ -148,24 +149,48 @@ impl Kept {
 
 type Outcome = Result<Verified, Arc<SignatureError>>;
 
+/// How long a verification that succeeded answers those who ask the same after it ended: a
+/// herd's late callers by tag (no digest yet to look the cache up by) take its result rather than
+/// read the signatures again, as the scheduler shares a pull's result for as long.
+const RECENT: Duration = Duration::from_secs(10);
+
+/// A verification under way, or ended well within [`RECENT`].
+struct Flight {
+    shared: Shared<BoxFuture<'static, Outcome>>,
+    ended: Option<Instant>,
+}
+
 /// Verifications under way, by what they verify: a caller of one under way waits for its result.
 #[derive(Default)]
 pub struct Flights {
-    under_way: Mutex<HashMap<String, Shared<BoxFuture<'static, Outcome>>>>,
+    under_way: Mutex<HashMap<String, Flight>>,
 }
 
 impl Flights {
-    /// The result of the verification `key` names: `work`'s, or that of the one under way.
+    /// The result of the verification `key` names: `work`'s, or that of the one under way (or
+    /// ended well within [`RECENT`]).
     pub async fn join(&self, key: String, work: BoxFuture<'static, Outcome>) -> Outcome {
         let shared = {
             let mut under_way = self.under_way.lock().unwrap_or_else(PoisonError::into_inner);
-            under_way.entry(key.clone()).or_insert_with(|| work.shared()).clone()
+            under_way.retain(|_, flight| flight.ended.is_none_or(|ended| ended.elapsed() < RECENT));
+            let flight = under_way.entry(key.clone()).or_insert_with(|| Flight { shared: work.shared(), ended: None });
+            flight.shared.clone()
         };
-        // Driven by every waiter; whichever sees it end first takes it off the list.
+        // Driven by every waiter; whichever sees it end first marks it ended, or takes a failure
+        // off the list (the next caller tries again).
         let outcome = shared.clone().await;
         let mut under_way = self.under_way.lock().unwrap_or_else(PoisonError::into_inner);
-        if under_way.get(&key).is_some_and(|current| current.ptr_eq(&shared)) {
-            under_way.remove(&key);
+        if let Some(flight) = under_way.get_mut(&key)
+            && flight.shared.ptr_eq(&shared)
+        {
+            match outcome {
+                Ok(_) => {
+                    flight.ended.get_or_insert_with(Instant::now);
+                }
+                Err(_) => {
+                    under_way.remove(&key);
+                }
+            }
         }
         outcome
     }
@@ -250,8 +275,23 @@ mod tests {
             assert_eq!(waiter.await.expect("task").expect("verified"), verified("sha256:a"));
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1, "one verification for fifty callers");
-        // Ended: the next one verifies again (its result is the cache's to keep).
-        let again = flights.join("image".into(), Box::pin(async { Ok(verified("sha256:b")) })).await;
-        assert_eq!(again.expect("verified"), verified("sha256:b"));
+        // Just ended: a late caller of the herd takes its result.
+        let late = flights.join("image".into(), Box::pin(async { Ok(verified("sha256:b")) })).await;
+        assert_eq!(late.expect("verified"), verified("sha256:a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_verification_answers_for_ten_seconds_after_it_ended_and_a_failure_not_at_all() {
+        let flights = Flights::default();
+        let ok = |digest: &'static str| Box::pin(async move { Ok(verified(digest)) }) as BoxFuture<'static, Outcome>;
+        assert_eq!(flights.join("image".into(), ok("sha256:a")).await.expect("verified"), verified("sha256:a"));
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(flights.join("image".into(), ok("sha256:b")).await.expect("kept"), verified("sha256:a"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(flights.join("image".into(), ok("sha256:c")).await.expect("again"), verified("sha256:c"));
+
+        let failed = Box::pin(async { Err(Arc::new(SignatureError::TimedOut(Duration::from_secs(1)))) });
+        assert!(flights.join("other".into(), failed).await.is_err());
+        assert_eq!(flights.join("other".into(), ok("sha256:d")).await.expect("tried again"), verified("sha256:d"));
     }
 }

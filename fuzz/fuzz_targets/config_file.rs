@@ -26,13 +26,14 @@ fuzz_target!(|data: &[u8]| {
     // the fields it gave.
     let beside_every_flag = file::parse(path, text, serve, |_| true);
     match (&loaded, &beside_every_flag) {
-        (Ok(_), Ok(args)) => assert!(args.is_empty(), "the command line wins every field: {args:?}"),
+        (Ok(_), Ok((args, _))) => assert!(args.is_empty(), "the command line wins every field: {args:?}"),
         (Err(first), Err(again)) => assert_eq!(first.to_string(), again.to_string()),
         _ => panic!("the verdict changed with the command line: {loaded:?} / {beside_every_flag:?}"),
     }
 
     let args = match loaded {
-        Ok(args) => args,
+        // The origins (which line set each flag) are for error messages; the flags are checked here.
+        Ok((args, _)) => args,
         Err(error) => {
             if let file::FileError::UnknownField { at, .. } | file::FileError::Value { at, .. } = &error {
                 let lines = text.lines().count().max(1);

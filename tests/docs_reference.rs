@@ -9,6 +9,8 @@ mod config;
 mod flags;
 #[path = "docs_reference/markdown.rs"]
 mod markdown;
+#[path = "docs_reference/metrics.rs"]
+mod metrics;
 
 use std::path::PathBuf;
 
@@ -49,4 +51,9 @@ fn the_flags_page_lists_every_flag_as_clap_defines_it() {
 #[test]
 fn the_config_page_lists_every_key_the_config_file_accepts() {
     check_page("config.md", &config::page());
+}
+
+#[test]
+fn the_metrics_page_lists_every_registered_metric() {
+    check_page("metrics.md", &metrics::page());
 }

@@ -11,6 +11,8 @@ mod flags;
 mod markdown;
 #[path = "docs_reference/metrics.rs"]
 mod metrics;
+#[path = "docs_reference/reasons.rs"]
+mod reasons;
 
 use std::path::PathBuf;
 
@@ -56,4 +58,9 @@ fn the_config_page_lists_every_key_the_config_file_accepts() {
 #[test]
 fn the_metrics_page_lists_every_registered_metric() {
     check_page("metrics.md", &metrics::page());
+}
+
+#[test]
+fn the_reasons_page_lists_every_error_reason_and_its_code() {
+    check_page("reasons.md", &reasons::page());
 }

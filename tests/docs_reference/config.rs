@@ -28,7 +28,8 @@ pub fn page() -> String {
          nothing. `{CONFIG_FIELD}` is a command-line flag only. The file may be at most {} MiB, nested \
          at most {MAX_NESTING} levels of `[` and `{{`.\n\n\
          SIGHUP reads the file (and the command line) again; the keys marked *reload* take effect \
-         while serving, a change to any other is refused until a restart. Each key's meaning is its \
+         while serving; a change to any other takes effect at the next start (the reload logs it as \
+         waiting for a restart). Each key's meaning is its \
          flag's: see [Command-line flags](flags.md#cri-imaged-serve).\n\n",
         CONFIG_LIMIT >> 20,
     ));

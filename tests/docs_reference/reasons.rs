@@ -3,6 +3,7 @@
 //! (`src/server/status.rs`), which gives the reason, the code and the message; the CLI's exit
 //! status is its own mapping of that status. What each error means is said by an exhaustive
 //! `match` below, so that a new kind of error does not compile until the page says when it happens.
+//! The events' reasons are constants, read with their comments from `src/events.rs`.
 
 use std::{path::Path, sync::Arc, time::Duration};
 
@@ -89,7 +90,41 @@ pub fn page() -> String {
         let status = Status::from(CriPullError(error));
         page.push_str(&row(&[cell(&when), code_name(status.code()), cell(status.message())]));
     }
+
+    page.push_str(
+        "\n## Event reasons\n\n\
+         The node's image events (WatchEvents, ListEvents, `cri-imaged events`) carry a reason: the \
+         kubelet's for what the kubelet reports, with its words; cri-imaged's own for the rest.\n\n",
+    );
+    page.push_str(&table_head(&["reason", "meaning"]));
+    for (reason, doc) in event_reasons() {
+        // The kubelet's own reasons carry no comment in the code: they mean what they mean there.
+        let meaning = if doc.is_empty() { "The kubelet's.".to_owned() } else { doc };
+        page.push_str(&row(&[code(&reason), cell(&meaning)]));
+    }
     page
+}
+
+/// The event reasons and their doc comments, read from `pub mod reason` in `src/events.rs`:
+/// constants, which the compiled crate cannot list.
+fn event_reasons() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/events.rs");
+    let source = std::fs::read_to_string(path).expect("src/events.rs");
+    let start = source.find("\npub mod reason {").expect("`pub mod reason` in src/events.rs");
+    let block = &source[start..];
+    let block = &block[..block.find("\n}").expect("the end of `pub mod reason`")];
+    let (mut reasons, mut doc) = (Vec::new(), Vec::new());
+    for line in block.lines().map(str::trim) {
+        if let Some(text) = line.strip_prefix("///") {
+            doc.push(text.trim().to_owned());
+        } else if let Some(constant) = line.strip_prefix("pub const ") {
+            let value = constant.split('"').nth(1).expect("pub const NAME: &str = \"Value\";");
+            reasons.push((value.to_owned(), doc.join(" ")));
+            doc.clear();
+        }
+    }
+    assert!(!reasons.is_empty(), "no event reason read from {path}");
+    reasons
 }
 
 /// A row of reason, code, the CLI's exit status, when, and the message.

@@ -18,7 +18,7 @@ pub fn page() -> String {
         .filter(|arg| !arg.is_hide_set() && arg.get_long().is_some_and(|long| long != CONFIG_FIELD))
         .filter(|arg| arg.get_action().takes_values())
         .collect();
-    let mut page = opening("Config file", "the `serve` flags in `src/config/serve.rs` and `src/config/file.rs`");
+    let mut page = opening("Config keys", "the `serve` flags in `src/config/serve.rs` and `src/config/file.rs`");
     page.push_str(&format!(
         "`cri-imaged serve --config FILE` reads a YAML mapping with a key for any of `serve`'s flags, \
          named as the flag without its dashes (`registry-qps: 5`). A flag that may be given more than \

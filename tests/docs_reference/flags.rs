@@ -13,7 +13,7 @@ pub fn page() -> String {
     page.push_str(
         "Every command of `cri-imaged` and its flags, as `cri-imaged COMMAND --help` shows them. Each \
          command also takes `-h` (a summary) and `--help` (all of it); `cri-imaged --version` prints \
-         the version. `serve`'s flags can be set in its config file too (see [Config file](config.md)); \
+         the version. `serve`'s flags can be set in its config file too (see [Config keys](config.md)); \
          a flag given on the command line wins over the file.\n",
     );
     page.push_str(&format!(

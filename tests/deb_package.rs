@@ -620,7 +620,7 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     let kubelet_config = dir.path().join("kubelet-config.yaml");
     let naming = "kind: KubeletConfiguration\nimageServiceEndpoint: unix:///run/cri-imaged/cri-imaged.sock\n";
     std::fs::write(&kubelet_config, naming).expect("the kubelet's config");
-    let kubelet = FakeKubelet::start(&["--config", kubelet_config.to_str().expect("utf-8 path")]);
+    let kubelet = fake_kubelet(&["--config", kubelet_config.to_str().expect("utf-8 path")]);
     let refused = run("dpkg", &["--remove", PACKAGE]);
     assert!(!refused.status.success(), "dpkg --remove went ahead under a kubelet naming the socket");
     let words = said(&refused);
@@ -637,7 +637,7 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     assert!(Path::new(SOCKET).is_file() && Path::new(BINARY).is_file(), "a refused removal removed files");
     std::fs::write(&kubelet_config, "kind: KubeletConfiguration\n").expect("the kubelet's config, rolled back");
     drop(kubelet);
-    let kubelet = FakeKubelet::start(&["--config", kubelet_config.to_str().expect("utf-8 path")]);
+    let kubelet = fake_kubelet(&["--config", kubelet_config.to_str().expect("utf-8 path")]);
 
     let removal = run("dpkg", &["--remove", PACKAGE]);
     assert!(removal.status.success(), "dpkg --remove failed:\n{}", said(&removal));
@@ -659,7 +659,7 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
 
     // The override: removed anyway, with a warning naming the kubelet's flag.
     let installed = Installed::install(&deb);
-    let kubelet = FakeKubelet::start(&["--image-service-endpoint=unix:///run/cri-imaged/cri-imaged.sock"]);
+    let kubelet = fake_kubelet(&["--image-service-endpoint=unix:///run/cri-imaged/cri-imaged.sock"]);
     let forced = Command::new("dpkg")
         .args(["--purge", PACKAGE])
         .env("CRI_IMAGED_FORCE_REMOVE", "1")
@@ -678,18 +678,14 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
 
 /// A process that looks like a running kubelet to the package's scripts (its argv[0] is
 /// /usr/bin/kubelet, then `args`), killed when dropped.
-struct FakeKubelet(Killed);
-
-impl FakeKubelet {
-    fn start(args: &[&str]) -> Self {
-        let mut command = Command::new("/usr/bin/python3");
-        std::os::unix::process::CommandExt::arg0(&mut command, "/usr/bin/kubelet");
-        let child = command
-            .args(["-c", "import time; time.sleep(600)"])
-            .args(args)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("python3 starts as a kubelet");
-        Self(Killed(child))
-    }
+fn fake_kubelet(args: &[&str]) -> Killed {
+    let mut command = Command::new("/usr/bin/python3");
+    std::os::unix::process::CommandExt::arg0(&mut command, "/usr/bin/kubelet");
+    let child = command
+        .args(["-c", "import time; time.sleep(600)"])
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("python3 starts as a kubelet");
+    Killed(child)
 }

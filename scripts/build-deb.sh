@@ -113,6 +113,15 @@ done
 grep -q '^ExecStart=/usr/bin/cri-imaged serve --config /etc/cri-imaged/config.yaml$' "$root/lib/systemd/system/cri-imaged.service" ||
     die "deploy/systemd/cri-imaged.service: no ExecStart=/usr/local/bin/cri-imaged serve --config /etc/cri-imaged/config.yaml"
 
+# The check of whether a kubelet names the socket: prerm refuses removal on it, and the packaged
+# socket warns in its log when it stops under such a kubelet (a unit installed by hand has no such
+# script, so only the package's unit runs it).
+install -D -m 0755 "$repo/packaging/deb/kubelet-names-socket" "$root/usr/libexec/cri-imaged/kubelet-names-socket"
+sed -i 's|^\[Socket\]$|[Socket]\n# A warning in the log if a kubelet still names this socket as it stops (the package'"'"'s own).\nExecStopPre=-/usr/libexec/cri-imaged/kubelet-names-socket --stop|' \
+    "$root/lib/systemd/system/cri-imaged.socket"
+grep -q '^ExecStopPre=-/usr/libexec/cri-imaged/kubelet-names-socket --stop$' "$root/lib/systemd/system/cri-imaged.socket" ||
+    die "deploy/systemd/cri-imaged.socket: no [Socket] section to add ExecStopPre to"
+
 # The documented defaults, a conffile: dpkg keeps an admin's edits on upgrade and on removal.
 install -D -m 0644 "$repo/deploy/cri-imaged.yaml" "$root/etc/cri-imaged/config.yaml"
 

@@ -635,6 +635,18 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     }
     assert_eq!(package_status().as_deref(), Some("installed"), "after the refused removal");
     assert!(Path::new(SOCKET).is_file() && Path::new(BINARY).is_file(), "a refused removal removed files");
+    // Stopping the socket under such a kubelet: its unit's ExecStopPre warns in the log.
+    let unit = std::fs::read_to_string(SOCKET).expect("the socket unit");
+    let stop_check = field(&unit, "ExecStopPre", "=").expect("the socket unit checks for a kubelet as it stops");
+    let mut words = stop_check.trim_start_matches('-').split(' ');
+    let stop = Command::new(words.next().expect("a program")).args(words).output().expect("the stop check runs");
+    assert!(stop.status.success(), "a stop check must never hold the stop:\n{}", said(&stop));
+    let warning = String::from_utf8_lossy(&stop.stderr);
+    assert!(
+        warning.contains("WARNING: cri-imaged.socket is stopping while the kubelet's image service is this socket")
+            && warning.contains(&kubelet_config.display().to_string()),
+        "no warning naming the kubelet's config:\n{warning}"
+    );
     std::fs::write(&kubelet_config, "kind: KubeletConfiguration\n").expect("the kubelet's config, rolled back");
     drop(kubelet);
     let kubelet = fake_kubelet(&["--config", kubelet_config.to_str().expect("utf-8 path")]);

@@ -83,6 +83,8 @@ const BOOK_PAGES: [&str; 6] = [
     "monitoring.html",
     "reference/flags.html",
 ];
+/// A file of the package as `dpkg-deb --contents` lists it: path, mode, owner.
+type Entry<'a> = (&'a str, &'a str, &'a str);
 /// What its postinst makes besides: the socket enabled (deb-systemd-helper's symlink and record).
 const ENABLEMENT: [&str; 2] = [
     "/etc/systemd/system/sockets.target.wants/cri-imaged.socket",
@@ -166,7 +168,7 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     assert!(contents.status.success(), "{}", said(&contents));
     let contents = String::from_utf8_lossy(&contents.stdout);
     // "-rwxr-xr-x root/root 18651776 2026-11-23 04:57 ./usr/bin/cri-imaged"
-    let (book, mut files): (Vec<(&str, &str, &str)>, Vec<(&str, &str, &str)>) = contents
+    let (book, mut files): (Vec<Entry>, Vec<Entry>) = contents
         .lines()
         .filter(|line| !line.starts_with('d'))
         .map(|line| {

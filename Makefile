@@ -56,8 +56,15 @@ bench: deps
 soak: deps
 	cargo test --release --test soak -- --nocapture
 
+# The docs book (book.toml, docs/SUMMARY.md) built with mdBook into target/book/ (open index.html),
+# then every relative link and #anchor in its HTML, and in README.md, checked (a broken one fails).
+docs: deps
+	mdbook build
+	scripts/check-book-links.py target/book README.md
+
 # The book and its links (make docs), formatting, clippy (clippy.toml), rustdoc, and cargo-deny's
-# licenses, duplicate versions, sources and advisories (deny.toml; the RustSec database vendored in deny/advisory-db, offline).
+# licenses, duplicate versions, sources and advisories (deny.toml; the RustSec database vendored
+# in deny/advisory-db, offline).
 # cargo-deny runs cargo metadata, which resolves every platform's crates of the lock file; a
 # Linux build never downloads the others, so they are fetched first (a fresh cargo cache has none).
 lint: deps docs
@@ -67,12 +74,6 @@ lint: deps docs
 	scripts/advisory-db.sh
 	cargo fetch --locked
 	cargo deny --offline check
-
-# The docs book (book.toml, docs/SUMMARY.md) built with mdBook into target/book/ (open index.html),
-# then every relative link and #anchor in its HTML, and in README.md, checked (a broken one fails).
-docs: deps
-	mdbook build
-	scripts/check-book-links.py target/book README.md
 
 # A pull and then an "already present" answer, on a real local containerd and registry (root). It
 # runs the binary cargo reports building, so CARGO_TARGET_DIR is honoured.

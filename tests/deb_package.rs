@@ -25,6 +25,8 @@ const PACKAGE: &str = "cri-imaged";
 const BINARY: &str = "/usr/bin/cri-imaged";
 const SERVICE: &str = "/lib/systemd/system/cri-imaged.service";
 const SOCKET: &str = "/lib/systemd/system/cri-imaged.socket";
+/// Whether a kubelet names the socket: prerm's refusal and the socket's warning as it stops.
+const KUBELET_CHECK: &str = "/usr/libexec/cri-imaged/kubelet-names-socket";
 /// The default config, a conffile: kept on removal, gone on purge.
 const CONFIG: &str = "/etc/cri-imaged/config.yaml";
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/cri-imaged";
@@ -34,8 +36,9 @@ const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.f
 const PROMETHEUS_RULES: &str = "/usr/share/doc/cri-imaged/prometheus/cri-imaged.rules.yml";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
-const FILES: [&str; 36] = [
+const FILES: [&str; 37] = [
     BINARY,
+    KUBELET_CHECK,
     SERVICE,
     SOCKET,
     "/usr/share/doc/cri-imaged/README.md.gz",
@@ -186,7 +189,9 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     let mut expected: Vec<(&str, &str, &str)> = FILES
         .iter()
         .chain([&CONFIG])
-        .map(|file| (*file, if *file == BINARY { "-rwxr-xr-x" } else { "-rw-r--r--" }, "root/root"))
+        .map(|file| {
+            (*file, if [BINARY, KUBELET_CHECK].contains(file) { "-rwxr-xr-x" } else { "-rw-r--r--" }, "root/root")
+        })
         .collect();
     expected.sort_unstable();
     assert_eq!(files, expected, "{contents}");

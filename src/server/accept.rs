@@ -20,11 +20,11 @@
 //!   connection being accepted is tried again at once.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     io,
     pin::Pin,
     sync::{
-        Arc, Mutex, PoisonError, Weak,
+        Arc, Weak,
         atomic::{AtomicU8, Ordering},
     },
     task::{Context, Poll},
@@ -45,6 +45,7 @@ use super::{
     peer::{ClientKey, ConnectedPeer},
 };
 use crate::retry::Doubling;
+use clients::{ClientHold, Clients};
 
 /// The waits after a failed accept: from 10 ms, doubling up to 1 s.
 const ACCEPT_WAITS: Doubling = Doubling::new(Duration::from_millis(10), Duration::from_secs(1));
@@ -96,43 +97,6 @@ impl ConnectionLimits {
 /// Open files kept beside the connections: the listener, the runtime's connections, state and
 /// config files, credential plugins' pipes, the metrics endpoint, logs.
 pub const FILES_BESIDE_CONNECTIONS: u64 = 64;
-
-/// Connections that have begun HTTP/2, by the process that holds them.
-#[derive(Default)]
-struct Clients {
-    by_client: Mutex<HashMap<ClientKey, usize>>,
-}
-
-impl Clients {
-    /// Counts one more connection of `client`, unless it holds `most` already.
-    fn join(self: &Arc<Self>, client: ClientKey, most: usize) -> Option<ClientHold> {
-        let mut by_client = self.by_client.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = by_client.entry(client).or_default();
-        if *held >= most {
-            return None;
-        }
-        *held += 1;
-        Some(ClientHold { clients: self.clone(), client })
-    }
-}
-
-/// One counted connection of a client; uncounted when it closes.
-struct ClientHold {
-    clients: Arc<Clients>,
-    client: ClientKey,
-}
-
-impl Drop for ClientHold {
-    fn drop(&mut self) {
-        let mut by_client = self.clients.by_client.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = by_client.get_mut(&self.client) {
-            *held -= 1;
-            if *held == 0 {
-                by_client.remove(&self.client);
-            }
-        }
-    }
-}
 
 /// Where a connection's handshake stands, as both the connection and the accept loop see it: one
 /// compare-and-swap decides whether its preface or its displacement came first.
@@ -450,5 +414,6 @@ fn only_this_connection(error: &io::Error) -> bool {
     )
 }
 
+mod clients;
 #[cfg(test)]
 mod tests;

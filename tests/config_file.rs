@@ -82,6 +82,18 @@ async fn the_file_sets_what_the_flags_leave_and_sighup_applies_a_changed_file_wh
     assert!(refused.reason.contains("config.yaml:2: registry-qps-per-host"), "why, as logged: {refused:?}");
     let at = std::time::SystemTime::try_from(refused.at.expect("when")).expect("a time");
     assert!(at.elapsed().expect("in the past") < Duration::from_secs(60), "when: {at:?}");
+    // grpc-go's view of the same fields (grpcurl, by the server's reflection, default flags).
+    if let Some(grpcurl) = support::process::require_tool("grpcurl") {
+        let (ok, out, err) =
+            support::process::grpcurl(&grpcurl, &socket, &[], &["imagemanager.v1.ImageManager/GetStatus"]);
+        assert!(ok, "grpcurl GetStatus: {err}");
+        let answer: serde_json::Value = serde_json::from_str(&out).expect("grpcurl prints JSON");
+        let reason = answer["reloadRefused"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("config.yaml:2: registry-qps-per-host"), "reloadRefused as grpcurl reads it: {out}");
+        assert!(answer["reloadRefused"]["at"].as_str().is_some_and(|at| at.ends_with('Z')), "{out}");
+        // No runtime answers here: no change signal, so every presence check asks the runtime.
+        assert_eq!(answer["presenceCacheSignal"], "none", "{out}");
+    }
     let status = status_text(&socket);
     let line = status.lines().find(|line| line.starts_with("reload ")).unwrap_or_else(|| panic!("{status}"));
     assert!(

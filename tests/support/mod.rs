@@ -96,6 +96,7 @@ impl InProcessDaemon {
                 drain_timeout: Duration::from_secs(5),
                 health_probe_interval: Duration::from_millis(50),
                 health_probe_timeout: Duration::from_millis(500),
+                liveness_runtime_timeout: None,
                 limits: cri_imaged::server::ServeLimits::default(),
                 access: Arc::default(),
             },

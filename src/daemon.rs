@@ -428,7 +428,8 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
             drain_timeout: args.shutdown_timeout,
             health_probe_interval: args.health_probe_interval,
             health_probe_timeout: args.health_probe_timeout,
-            liveness_runtime_timeout: (!args.liveness_runtime_timeout.is_zero()).then_some(args.liveness_runtime_timeout),
+            liveness_runtime_timeout: (!args.liveness_runtime_timeout.is_zero())
+                .then_some(args.liveness_runtime_timeout),
             limits,
             access,
         },

@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod clients;
 pub mod containers;
 pub mod cosign;
+pub mod daemonset;
 pub mod delay_line;
 pub mod fake_events;
 pub mod fake_runtime;

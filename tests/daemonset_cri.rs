@@ -197,19 +197,28 @@ fn callers_outside_the_pods_pid_namespace_each_have_their_own_connection_share()
         command.args([&format!("--reuid={uid}"), "--regid=65534", "--clear-groups", "--"]);
         command
     };
-    std::fs::set_permissions(&node.agents_socket, std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
+    // Open to them: the socket, and the way to it through the test's private directories.
+    let opened = |path: &Path, mode| std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode));
+    opened(&node.agents_socket, 0o666).expect("chmod the socket");
+    for dir in node.agents_socket.ancestors().skip(1).take_while(|dir| dir.starts_with(node.stack.dir())) {
+        opened(dir, 0o755).expect("chmod a directory");
+    }
+    // Debian's Python (the standard library alone), which an unprivileged user can run.
+    let python = Path::new("/usr/bin/python3");
+    assert!(python.exists(), "{} is missing", python.display());
     let hold = format!(
-        "import socket, sys, time\nheld = []\nfor _ in range({per_client}):\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({:?})\n    held.append(s)\nprint('held', flush=True)\ntime.sleep(60)\n",
+        // Each an HTTP/2 connection: the preface and SETTINGS sent, the server's SETTINGS read.
+        "import socket, time\nheld = []\nfor _ in range({per_client}):\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({:?})\n    s.sendall(b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n' + bytes(9)[:3] + b'\\x04' + bytes(5))\n    assert s.recv(9)\n    held.append(s)\nprint('held', flush=True)\ntime.sleep(60)\n",
         node.agents_socket.display()
     );
     let mut holder = nobody(65534);
-    holder.args(["python3", "-c", &hold]).stdout(std::process::Stdio::piped());
+    holder.arg(python).args(["-c", &hold]).stdout(std::process::Stdio::piped());
     let mut holder = holder.spawn().expect("the holder starts");
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.as_mut().expect("stdout")), &mut line)
         .expect("the holder says it holds");
     assert_eq!(line.trim(), "held");
-    let mut asker = nobody(65533);
+    let mut asker = nobody(65534);
     asker.arg(env!("CARGO_BIN_EXE_cri-imaged")).args(["status", "-o", "json", "--socket"]).arg(&node.agents_socket);
     let asked = run_bounded(asker, Duration::from_secs(30), "status from a second caller");
     let _ = holder.kill();

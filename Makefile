@@ -68,10 +68,11 @@ lint: deps
 	cargo fetch --locked
 	cargo deny --offline check
 
-# A pull and then an "already present" answer, on a real local containerd and registry (root). It
-# runs the binary cargo reports building, so CARGO_TARGET_DIR is honoured.
+# A pull and then an "already present" answer, on a real local containerd and registry (root), then
+# the command line. It runs the binary cargo reports building, so CARGO_TARGET_DIR is honoured.
+# KEEP=1 leaves it all running and prints the `export` to try the command line by hand.
 demo:
-	scripts/demo.sh
+	KEEP=$(KEEP) scripts/demo.sh
 
 # The Debian package from a release build: cri-imaged_VERSION_ARCH.deb under debian/ in cargo's
 # target dir (target/debian/ unless CARGO_TARGET_DIR says otherwise). Needs dpkg-dev (`make deps`).

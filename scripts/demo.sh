@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The main job on a real local stack: containerd (CRI) + a loopback registry seeded with an image
 # built here, cri-imaged in front of containerd, and grpcurl calling EnsureImageExists twice:
-# the first call pulls, the second finds the image already present.
+# the first call pulls, the second finds the image already present. Then the command line: a pull
+# of a bigger image with its progress, the node's images and the daemon's status.
+#
+# KEEP=1 (`make demo KEEP=1`) leaves the stack and the daemon up and prints the line to export, so
+# that `cri-imaged images`, `pull`, `top` and `status` can be tried by hand; it prints how to stop.
 #
 # The binary is the one cargo reports building, so CARGO_TARGET_DIR and cargo's build.target-dir
 # are honoured. If anything fails, cri-imaged's log is printed and kept. Bold headings only on a
@@ -37,8 +41,12 @@ dir=$(mktemp -d /tmp/cri-demo.XXXXXX)
 # The daemon's log lives outside the stack's dir, so that it outlives a failed run.
 log=$(mktemp /tmp/cri-imaged-demo.XXXXXX.log)
 daemon_pid=
+keep=${KEEP:-0}
 cleanup() {
     local status=$?
+    if [ "$status" -eq 0 ] && [ "$keep" = 1 ]; then
+        return
+    fi
     if [ -n "$daemon_pid" ]; then
         kill -TERM "$daemon_pid" 2>/dev/null || true
         wait "$daemon_pid" 2>/dev/null || true
@@ -98,3 +106,34 @@ show grpcurl -plaintext -unix -d "$missing" "$socket" imagemanager.v1.ImageManag
 
 step "What cri-imaged logged"
 grep -E 'Pulling image|Successfully pulled|already present|Failed to pull' "$log"
+
+step "The command line: a bigger image, pulled with its progress"
+# 128 MiB of random bytes: big enough for the progress bar to show even on loopback.
+big_digest=$("$root/scripts/local-stack.sh" seed-sized "$dir" demo/big:v1 134217728)
+big="$REGISTRY/demo/big:v1"
+echo "registry $REGISTRY holds $big ($big_digest)"
+export CRI_IMAGED_SOCKET=$socket
+cli=$(dirname "$binary")
+export PATH="$cli:$PATH"
+show export CRI_IMAGED_SOCKET="$socket"
+show cri-imaged pull "$big"
+step "The node's images, as cri-imaged sees them"
+show cri-imaged images
+step "The daemon's status"
+show cri-imaged status
+
+if [ "$keep" = 1 ]; then
+    step "Left running (KEEP=1)"
+    cat <<EOF
+cri-imaged (pid $daemon_pid) serves $socket, in front of containerd at $CONTAINERD_SOCK,
+with the registry $REGISTRY. Its log: $log
+Try the command line:
+    export PATH="$cli:\$PATH" CRI_IMAGED_SOCKET=$socket
+    cri-imaged images
+    cri-imaged pull $REGISTRY/demo/hello:v1
+    cri-imaged top
+    cri-imaged status
+When done:
+    kill $daemon_pid; $root/scripts/local-stack.sh stop $dir; rm -rf $dir $log
+EOF
+fi

@@ -98,6 +98,14 @@ impl Metrics {
         let _ = encode_eof(&mut text);
         text
     }
+
+    /// Both registries, for the generated metrics reference (`tests/docs_reference.rs`): the text
+    /// exposition leaves out a family with no series yet, and a registry lists its metrics only
+    /// in its `Debug`.
+    #[doc(hidden)]
+    pub fn registries(&self) -> [&Registry; 2] {
+        [&self.registry, &self.kubelet_names]
+    }
 }
 
 /// Why the metrics endpoint could not run.

@@ -386,6 +386,52 @@ async fn one_client_cannot_take_more_than_its_share_nor_others_the_places_kept_f
     }
 }
 
+#[tokio::test]
+async fn a_daemon_in_its_own_pid_namespace_counts_each_outside_process_its_own_share() {
+    // As in a DaemonSet's pod: the kernel tells the daemon pid 0 for every caller outside it.
+    let Some(unshare) = require_tool("unshare") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = dir.path().join("in-own-pid-namespace");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} --pid --fork --kill-child {} \"$@\"\n",
+            unshare.display(),
+            env!("CARGO_BIN_EXE_cri-imaged")
+        ),
+    )
+    .expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let runtime = FakeRuntime::start(&dir.path().join("runtime.sock"), FakeImageService::default());
+    let (port, listen) = support::process::metrics_listen();
+    let flags = ["--max-connections-per-client", "5", "--metrics-listen", &listen];
+    let daemon =
+        DaemonProcess::spawn_program(&wrapper, &dir.path().join("cri-imaged.sock"), &runtime.socket, &flags, "info");
+    assert!(answers_within(&daemon.socket, Duration::from_secs(10)).await, "never served");
+    for path in [dir.path(), daemon.socket.as_path()] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).expect("chmod");
+    }
+    let closed =
+        || support::process::metric_with_label(port, "cri_imaged_connections_closed_total", "reason=\"client_share\"");
+
+    // Two processes of one user, each at its share: neither is refused, for neither is the other.
+    let mut first = hog(&daemon.socket, 5, 65534);
+    wait_held(&mut first);
+    let mut second = hog(&daemon.socket, 5, 65534);
+    wait_held(&mut second);
+    assert!(answers_within(&daemon.socket, Duration::from_secs(1)).await, "the daemon answers");
+    assert_eq!(closed(), 0.0, "a process outside the daemon's namespace was counted as another's");
+
+    // And a share still holds for each: one more process asking for 8 gets 5.
+    let mut greedy = hog(&daemon.socket, 8, 65534);
+    wait_held(&mut greedy);
+    eventually("3 of the greedy client's 8 connections closed", Duration::from_secs(5), || closed() == 3.0).await;
+    for mut hog in [first, second, greedy] {
+        drop(hog.stdin.take());
+        let _ = hog.wait();
+    }
+}
+
 /// An HTTP/2 connection to `socket` whose driver task ends when the connection does.
 async fn h2_with_end(socket: &std::path::Path) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<()>) {
     let stream = tokio::net::UnixStream::connect(socket).await.expect("connect");

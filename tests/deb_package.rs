@@ -615,8 +615,33 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     let exited = exited.unwrap_or_else(|| panic!("not exited within 10 s of SIGTERM:\n{}", log()));
     assert!(exited.success(), "{exited:?}:\n{}", log());
 
+    // While a kubelet's image service is the socket, removal is refused; after the rollback the
+    // book gives (the endpoint out of the kubelet's config, the kubelet restarted) it goes ahead.
+    let kubelet_config = dir.path().join("kubelet-config.yaml");
+    let naming = "kind: KubeletConfiguration\nimageServiceEndpoint: unix:///run/cri-imaged/cri-imaged.sock\n";
+    std::fs::write(&kubelet_config, naming).expect("the kubelet's config");
+    let kubelet = fake_kubelet(&["--config", kubelet_config.to_str().expect("utf-8 path")]);
+    let refused = run("dpkg", &["--remove", PACKAGE]);
+    assert!(!refused.status.success(), "dpkg --remove went ahead under a kubelet naming the socket");
+    let words = said(&refused);
+    for expected in [
+        "refusing to remove cri-imaged",
+        &format!("{}:imageServiceEndpoint: unix:///run/cri-imaged/cri-imaged.sock", kubelet_config.display()),
+        "remove imageServiceEndpoint (or --image-service-endpoint)",
+        "restart the kubelet",
+        "CRI_IMAGED_FORCE_REMOVE=1 apt-get remove cri-imaged",
+    ] {
+        assert!(words.contains(expected), "the refusal does not say {expected:?}:\n{words}");
+    }
+    assert_eq!(package_status().as_deref(), Some("installed"), "after the refused removal");
+    assert!(Path::new(SOCKET).is_file() && Path::new(BINARY).is_file(), "a refused removal removed files");
+    std::fs::write(&kubelet_config, "kind: KubeletConfiguration\n").expect("the kubelet's config, rolled back");
+    drop(kubelet);
+    let kubelet = fake_kubelet(&["--config", kubelet_config.to_str().expect("utf-8 path")]);
+
     let removal = run("dpkg", &["--remove", PACKAGE]);
     assert!(removal.status.success(), "dpkg --remove failed:\n{}", said(&removal));
+    drop(kubelet);
     // dpkg keeps a removed package with a postrm as "config-files", until a purge runs it.
     assert_eq!(package_status().as_deref(), Some("config-files"), "after dpkg --remove");
     for path in FILES.iter().chain(&ENABLEMENT) {
@@ -631,4 +656,36 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     // Kept, as Debian keeps system groups.
     assert!(run("getent", &["group", PACKAGE]).status.success());
     drop(installed);
+
+    // The override: removed anyway, with a warning naming the kubelet's flag.
+    let installed = Installed::install(&deb);
+    let kubelet = fake_kubelet(&["--image-service-endpoint=unix:///run/cri-imaged/cri-imaged.sock"]);
+    let forced = Command::new("dpkg")
+        .args(["--purge", PACKAGE])
+        .env("CRI_IMAGED_FORCE_REMOVE", "1")
+        .output()
+        .expect("dpkg runs");
+    assert!(forced.status.success(), "CRI_IMAGED_FORCE_REMOVE=1 dpkg --purge failed:\n{}", said(&forced));
+    let words = said(&forced);
+    assert!(
+        words.contains("WARNING") && words.contains("--image-service-endpoint=unix:///run/cri-imaged/cri-imaged.sock"),
+        "no warning naming the kubelet's flag:\n{words}"
+    );
+    assert_eq!(package_status(), None, "after the forced purge");
+    drop(kubelet);
+    drop(installed);
+}
+
+/// A process that looks like a running kubelet to the package's scripts (its argv[0] is
+/// /usr/bin/kubelet, then `args`), killed when dropped.
+fn fake_kubelet(args: &[&str]) -> Killed {
+    let mut command = Command::new("/usr/bin/python3");
+    std::os::unix::process::CommandExt::arg0(&mut command, "/usr/bin/kubelet");
+    let child = command
+        .args(["-c", "import time; time.sleep(600)"])
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("python3 starts as a kubelet");
+    Killed(child)
 }

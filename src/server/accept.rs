@@ -13,6 +13,7 @@
 //! - **A share per client** (`--max-connections-per-client`): one unprivileged process holds at
 //!   most that many connections that have begun HTTP/2; one more is closed as it begins. Root
 //!   (and the reserved uid) is trusted with as many as it opens: it could stop the daemon anyway.
+//!   A process is named across PID namespaces (see [`super::peer::ClientKey`]).
 //! - **Accept failures**: tonic logs a failed accept at trace and tries again at once, which at
 //!   the file-descriptor limit (EMFILE) spins a core and says nothing. Here a failure the next
 //!   accept would repeat waits, doubling from 10 ms to 1 s, with a warning; one that ends only the
@@ -41,7 +42,7 @@ use tokio::{
 use super::{
     authority::PREFACE,
     metrics::{Closed, ConnectionMetrics},
-    peer::ConnectedPeer,
+    peer::{ClientKey, ConnectedPeer},
 };
 use crate::retry::Doubling;
 
@@ -99,35 +100,35 @@ pub const FILES_BESIDE_CONNECTIONS: u64 = 64;
 /// Connections that have begun HTTP/2, by the process that holds them.
 #[derive(Default)]
 struct Clients {
-    by_pid: Mutex<HashMap<i32, usize>>,
+    by_client: Mutex<HashMap<ClientKey, usize>>,
 }
 
 impl Clients {
-    /// Counts one more connection of `pid`, unless it holds `most` already.
-    fn join(self: &Arc<Self>, pid: i32, most: usize) -> Option<ClientHold> {
-        let mut by_pid = self.by_pid.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = by_pid.entry(pid).or_default();
+    /// Counts one more connection of `client`, unless it holds `most` already.
+    fn join(self: &Arc<Self>, client: ClientKey, most: usize) -> Option<ClientHold> {
+        let mut by_client = self.by_client.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = by_client.entry(client).or_default();
         if *held >= most {
             return None;
         }
         *held += 1;
-        Some(ClientHold { clients: self.clone(), pid })
+        Some(ClientHold { clients: self.clone(), client })
     }
 }
 
 /// One counted connection of a client; uncounted when it closes.
 struct ClientHold {
     clients: Arc<Clients>,
-    pid: i32,
+    client: ClientKey,
 }
 
 impl Drop for ClientHold {
     fn drop(&mut self) {
-        let mut by_pid = self.clients.by_pid.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(held) = by_pid.get_mut(&self.pid) {
+        let mut by_client = self.clients.by_client.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = by_client.get_mut(&self.client) {
             *held -= 1;
             if *held == 0 {
-                by_pid.remove(&self.pid);
+                by_client.remove(&self.client);
             }
         }
     }
@@ -185,7 +186,7 @@ pub struct Admitted<IO> {
 struct HandshakeWait {
     shared: Arc<Handshake>,
     /// The calling process and the share it may hold, when the kernel named it.
-    client: Option<(Arc<Clients>, i32, usize)>,
+    client: Option<(Arc<Clients>, ClientKey, usize)>,
     received: usize,
     deadline: Instant,
     /// Made only if the preface did not come with the first read.
@@ -306,13 +307,16 @@ impl AcceptLoop {
             let privileged = self.limits.privileged(caller.map(|caller| caller.uid()));
             if let Some(slot) = self.slot(privileged).await {
                 // Only unprivileged callers have a share to keep to.
-                let pid = caller.and_then(|caller| caller.pid()).filter(|_| !privileged);
+                let client = caller.filter(|_| !privileged).map(|caller| {
+                    let process = super::peer::peer_process(&stream).ok();
+                    ClientKey::choose(process, caller.pid(), caller.uid())
+                });
                 // Read once here; a kernel that cannot say leaves roles by uid and gid only.
                 let groups = super::peer::peer_groups(&stream).unwrap_or_else(|error| {
                     tracing::debug!(%error, "the caller's supplementary groups are unknown (SO_PEERGROUPS)");
                     Vec::new()
                 });
-                let mut admitted = self.admit(stream, slot, pid);
+                let mut admitted = self.admit(stream, slot, client);
                 admitted.groups = groups.into();
                 return admitted;
             }
@@ -354,7 +358,12 @@ impl AcceptLoop {
         false
     }
 
-    fn admit(&mut self, stream: UnixStream, slot: OwnedSemaphorePermit, pid: Option<i32>) -> Admitted<UnixStream> {
+    fn admit(
+        &mut self,
+        stream: UnixStream,
+        slot: OwnedSemaphorePermit,
+        client: Option<ClientKey>,
+    ) -> Admitted<UnixStream> {
         // Those ended or done since are forgotten from the front; the rest are bounded by the
         // connections a handshake timeout lets through, and pruned whole past twice the cap.
         let finished =
@@ -366,7 +375,7 @@ impl AcceptLoop {
             self.handshaking.retain(|handshake| !finished(handshake));
         }
         let mut handshake = HandshakeWait::new(self.limits.handshake_timeout, self.metrics.clone());
-        handshake.client = pid.map(|pid| (self.clients.clone(), pid, self.limits.per_client));
+        handshake.client = client.map(|client| (self.clients.clone(), client, self.limits.per_client));
         self.handshaking.push_back(Arc::downgrade(&handshake.shared));
         Admitted { inner: stream, _slot: slot, handshake: Some(handshake), client: None, groups: Arc::default() }
     }
@@ -404,8 +413,8 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Admitted<IO> {
                     if !wait.shared.finish() {
                         return Poll::Ready(Err(wait.close(Closed::Displaced)));
                     }
-                    if let Some((clients, pid, most)) = &wait.client {
-                        match clients.join(*pid, *most) {
+                    if let Some((clients, client, most)) = &wait.client {
+                        match clients.join(*client, *most) {
                             Some(hold) => this.client = Some(hold),
                             None => return Poll::Ready(Err(wait.close(Closed::ClientShare))),
                         }

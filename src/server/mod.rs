@@ -81,6 +81,9 @@ use tokio_stream::StreamExt;
 use tonic::service::Routes;
 
 pub use self::{accept::ConnectionLimits, health::IMAGE_MANAGER_SERVICE, last_reload::LastReload};
+// For the generated reference of reasons (`tests/docs_reference.rs`).
+#[doc(hidden)]
+pub use self::status::{CriPullError, server_refusals};
 use self::{
     authority::AuthorityTolerant,
     body_timeout::BodyTimeoutLayer,

@@ -184,6 +184,21 @@ impl From<Denied> for Status {
     }
 }
 
+/// One of each refusal the server makes itself (its types are its own), with when it is made
+/// and its status, for the generated reference of reasons (`tests/docs_reference.rs`).
+#[doc(hidden)]
+pub fn server_refusals() -> Vec<(&'static str, Status)> {
+    let time = std::time::Duration::from_secs(10);
+    vec![
+        ("a request field cannot be understood (named in the `field` metadata)", RequestError::NoImages.into()),
+        ("WatchEvents was called without its request message", NoRequestMessage.into()),
+        ("the caller's own deadline passed", CallerDeadline(time).into()),
+        ("a request's body did not arrive within `--request-body-timeout`", BodyTimedOut(time).into()),
+        ("the daemon's drain deadline passed while the request ran", DrainDeadline(time).into()),
+        ("the daemon stopped while a stream (WatchEvents) was open", StreamShutDown.into()),
+    ]
+}
+
 /// `WatchEvents` reaching the generated service, which never serves it ([`super::watch`] does).
 pub fn watch_served_elsewhere() -> Status {
     Status::internal("WatchEvents is served by the watch route")

@@ -184,7 +184,6 @@ fn the_daemonsets_probes_follow_containerd_and_a_new_container_reaches_its_new_s
 /// A caller in another PID namespace than the daemon's (the host's agents) is a client of its
 /// own: one holding its whole share of connections leaves the next one served.
 #[test]
-#[ignore = "needs per-client share across PID namespaces"]
 fn callers_outside_the_pods_pid_namespace_each_have_their_own_connection_share() {
     let Some(node) = Node::start() else { return };
     let per_client = 4;
@@ -206,27 +205,58 @@ fn callers_outside_the_pods_pid_namespace_each_have_their_own_connection_share()
     // Debian's Python (the standard library alone), which an unprivileged user can run.
     let python = Path::new("/usr/bin/python3");
     assert!(python.exists(), "{} is missing", python.display());
-    let hold = format!(
-        // Each an HTTP/2 connection: the preface and SETTINGS sent, the server's SETTINGS read.
-        "import socket, time\nheld = []\nfor _ in range({per_client}):\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({:?})\n    s.sendall(b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n' + bytes(9)[:3] + b'\\x04' + bytes(5))\n    assert s.recv(9)\n    held.append(s)\nprint('held', flush=True)\ntime.sleep(60)\n",
-        node.agents_socket.display()
-    );
     let mut holder = nobody(65534);
-    holder.arg(python).args(["-c", &hold]).stdout(std::process::Stdio::piped());
-    let mut holder = holder.spawn().expect("the holder starts");
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.as_mut().expect("stdout")), &mut line)
-        .expect("the holder says it holds");
-    assert_eq!(line.trim(), "held");
+    holder.arg(python).args(["-c", HOLD_SHARE]).arg(&node.agents_socket).arg(per_client.to_string());
+    let mut holder = holder.stdout(std::process::Stdio::piped()).spawn().expect("the holder starts");
+    let mut said = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
+    let mut line = || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut said, &mut line).expect("the holder's output");
+        line.trim().to_owned()
+    };
+    assert_eq!(line(), "held");
+    assert_eq!(line(), "one more refused", "its share is full");
+    let closed = || metric_with_label(daemon.port, "cri_imaged_connections_closed_total", "reason=\"client_share\"");
+    assert_eq!(closed(), 1.0, "the holder's one more, for its share");
     let mut asker = nobody(65534);
     asker.arg(env!("CARGO_BIN_EXE_cri-imaged")).args(["status", "-o", "json", "--socket"]).arg(&node.agents_socket);
     let asked = run_bounded(asker, Duration::from_secs(30), "status from a second caller");
     let _ = holder.kill();
     let _ = holder.wait();
     assert!(asked.status.success(), "the second caller was refused: {}", text(&asked));
-    let closed = metric_with_label(daemon.port, "cri_imaged_connections_closed_total", "reason=\"client_share\"");
-    assert_eq!(closed, 0.0, "no connection closed for a client's share");
+    assert_eq!(closed(), 1.0, "the second caller's connection counts against its own share");
 }
+
+/// Holds `argv[2]` HTTP/2 connections to the socket `argv[1]` (the preface and SETTINGS sent: each
+/// is a client's connection then), says `held`, tries one more and says whether it was served
+/// (still open after 3 s) or refused (closed), and sleeps until killed.
+const HOLD_SHARE: &str = r"
+import socket, sys, time
+
+def connect(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+    return s
+
+def open_after(s, seconds):
+    # A connection refused is closed (its end read); one served stays open, quiet.
+    s.settimeout(seconds)
+    try:
+        while s.recv(4096):
+            pass
+        return False
+    except socket.timeout:
+        return True
+    except OSError:
+        return False
+
+held = [connect(sys.argv[1]) for _ in range(int(sys.argv[2]))]
+assert all(open_after(s, 0.5) for s in held), 'a connection within the share was refused'
+print('held', flush=True)
+print('one more served' if open_after(connect(sys.argv[1]), 3) else 'one more refused', flush=True)
+time.sleep(60)
+";
 
 /// A LocalStack with the daemon's and the shell's images loaded, and the DaemonSet's hostPaths
 /// on its side.

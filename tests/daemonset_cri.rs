@@ -11,7 +11,7 @@ mod support;
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::{Value, json};
@@ -24,6 +24,7 @@ use support::{
     process::{free_port, metric, metric_with_label, require_tool},
     stack::LocalStack,
 };
+use tokio::time::Instant;
 
 /// The kubelet's default masked and read-only paths of /proc and /sys (`procMount: Default`).
 const MASKED_PATHS: [&str; 11] = [

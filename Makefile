@@ -1,5 +1,5 @@
 # Every target works on a fresh Debian 12 machine with Rust; `deps` installs the rest.
-.PHONY: all build deps deps-rehearsal test lint bench soak demo deb image clean
+.PHONY: all build deps deps-rehearsal test lint docs bench soak demo deb image clean
 
 all: build
 
@@ -56,11 +56,18 @@ bench: deps
 soak: deps
 	cargo test --release --test soak -- --nocapture
 
-# Formatting, clippy (clippy.toml), the docs' links, and cargo-deny's licenses, duplicate versions,
-# sources and advisories (deny.toml; the RustSec database vendored in deny/advisory-db, offline).
+# The docs book (book.toml, docs/SUMMARY.md) built with mdBook into target/book/ (open index.html),
+# then every relative link and #anchor in its HTML, and in README.md, checked (a broken one fails).
+docs: deps
+	mdbook build
+	scripts/check-book-links.py target/book README.md
+
+# The book and its links (make docs), formatting, clippy (clippy.toml), rustdoc, and cargo-deny's
+# licenses, duplicate versions, sources and advisories (deny.toml; the RustSec database vendored
+# in deny/advisory-db, offline).
 # cargo-deny runs cargo metadata, which resolves every platform's crates of the lock file; a
 # Linux build never downloads the others, so they are fetched first (a fresh cargo cache has none).
-lint: deps
+lint: deps docs
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps

@@ -16,7 +16,8 @@
 # kubernetes-validate (PyPI: the DaemonSet's check), cosign (from Debian trixie: signs test images), prometheus (promtool and a server for
 # tests/monitoring.rs; a server the package starts is stopped), cargo-nextest (crates.io, where the machine
 # lacks it), cargo-fuzz (crates.io) with g++ (libFuzzer's
-# C++, built by the libfuzzer-sys crate) for make fuzz, and cargo-deny (crates.io) for make lint.
+# C++, built by the libfuzzer-sys crate) for make fuzz, cargo-deny (crates.io) for make lint, and
+# mdBook (crates.io) for the docs book.
 set -euo pipefail
 
 as_root() {
@@ -218,6 +219,16 @@ cargo_deny_version=0.20.2
 if [ "$(timeout 60 cargo deny --version 2>/dev/null)" != "cargo-deny $cargo_deny_version" ]; then
     echo "install-deps: installing cargo-deny $cargo_deny_version (cargo install)" >&2
     cargo install --quiet --locked cargo-deny --version "$cargo_deny_version"
+fi
+
+# The docs book (make docs, make lint's link check, the .deb's HTML): mdBook from crates.io at the
+# version pinned here, without its file watcher and web server (only `mdbook build` is used); its
+# search index kept. Built from source: about 6 minutes on 2 cores shared with other builds (2 min
+# 37 s of CPU), so only when it is missing or another version.
+mdbook_version=0.5.4
+if [ "$(timeout 60 mdbook --version 2>/dev/null)" != "mdbook v$mdbook_version" ]; then
+    echo "install-deps: installing mdbook $mdbook_version (cargo install)" >&2
+    cargo install --quiet --locked mdbook --version "$mdbook_version" --no-default-features --features search
 fi
 
 # containerd 1.7 and 2.x beside Debian 12's 1.6, for the runtime sets of make test, and cosign (which

@@ -30,16 +30,20 @@ const CONFIG: &str = "/etc/cri-imaged/config.yaml";
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/completions/cri-imaged";
 const ZSH_COMPLETION: &str = "/usr/share/zsh/vendor-completions/_cri-imaged";
 const FISH_COMPLETION: &str = "/usr/share/fish/vendor_completions.d/cri-imaged.fish";
-/// The Prometheus rules (README, Monitoring), with their unit tests in `tests/` beside them.
+/// The Prometheus rules (the book's Monitoring), with their unit tests in `tests/` beside them.
 const PROMETHEUS_RULES: &str = "/usr/share/doc/cri-imaged/prometheus/cri-imaged.rules.yml";
 /// Every file the package installs but its conffile: the man pages are the command's, then one
 /// per command a person runs (the hidden generate-man has none).
-const FILES: [&str; 32] = [
+const FILES: [&str; 36] = [
     BINARY,
     SERVICE,
     SOCKET,
     "/usr/share/doc/cri-imaged/README.md.gz",
     "/usr/share/doc/cri-imaged/copyright",
+    "/usr/share/doc/cri-imaged/examples/policy/README.md",
+    "/usr/share/doc/cri-imaged/examples/policy/allow-my-registries.json",
+    "/usr/share/doc/cri-imaged/examples/policy/signed-from-my-registry.json",
+    "/usr/share/doc/cri-imaged/examples/policy/namespaces/ci.json",
     PROMETHEUS_RULES,
     "/usr/share/doc/cri-imaged/prometheus/scrape-config.yml",
     "/usr/share/doc/cri-imaged/prometheus/scrape-config-kubernetes.yml",
@@ -68,6 +72,19 @@ const FILES: [&str; 32] = [
     "/usr/share/man/man1/cri-imaged-top.1.gz",
     "/usr/share/man/man1/cri-imaged-completion.1.gz",
 ];
+/// The docs book as HTML (mdBook's pages, styles, scripts and fonts, whose names carry hashes), so
+/// checked apart from `FILES`: these pages at least, every file of it 0644 root/root.
+const BOOK: &str = "/usr/share/doc/cri-imaged/html/";
+const BOOK_PAGES: [&str; 6] = [
+    "index.html",
+    "tasks/kubelet.html",
+    "tasks/imagepullbackoff.html",
+    "upgrade.html",
+    "monitoring.html",
+    "reference/flags.html",
+];
+/// A file of the package as `dpkg-deb --contents` lists it: path, mode, owner.
+type Entry<'a> = (&'a str, &'a str, &'a str);
 /// What its postinst makes besides: the socket enabled (deb-systemd-helper's symlink and record).
 const ENABLEMENT: [&str; 2] = [
     "/etc/systemd/system/sockets.target.wants/cri-imaged.socket",
@@ -151,15 +168,21 @@ fn the_package_holds_the_binary_the_units_and_the_docs() {
     assert!(contents.status.success(), "{}", said(&contents));
     let contents = String::from_utf8_lossy(&contents.stdout);
     // "-rwxr-xr-x root/root 18651776 2026-11-23 04:57 ./usr/bin/cri-imaged"
-    let mut files: Vec<(&str, &str, &str)> = contents
+    let (book, mut files): (Vec<Entry>, Vec<Entry>) = contents
         .lines()
         .filter(|line| !line.starts_with('d'))
         .map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
             (words[5].trim_start_matches('.'), words[0], words[1])
         })
-        .collect();
+        .partition(|(path, _, _)| path.starts_with(BOOK));
     files.sort_unstable();
+    for page in BOOK_PAGES {
+        assert!(book.iter().any(|(path, _, _)| path.strip_prefix(BOOK) == Some(page)), "no {BOOK}{page}: {contents}");
+    }
+    for (path, mode, owner) in &book {
+        assert_eq!((*mode, *owner), ("-rw-r--r--", "root/root"), "{path}");
+    }
     let mut expected: Vec<(&str, &str, &str)> = FILES
         .iter()
         .chain([&CONFIG])
@@ -555,6 +578,9 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
         assert!(listed.lines().any(|line| line == *file), "dpkg does not list {file}:\n{listed}");
         assert!(Path::new(file).is_file(), "{file} is not installed");
     }
+    for page in BOOK_PAGES {
+        assert!(Path::new(&format!("{BOOK}{page}")).is_file(), "the book's {page} is not installed");
+    }
     let group = run("getent", &["group", PACKAGE]);
     assert!(group.status.success(), "postinst made no {PACKAGE} group");
     // Enabled though systemd is not running here, as dh_installsystemd's scripts do; not started.
@@ -635,6 +661,18 @@ async fn dpkg_installs_the_package_which_serves_socket_activated_and_dpkg_remove
     }
     assert_eq!(package_status().as_deref(), Some("installed"), "after the refused removal");
     assert!(Path::new(SOCKET).is_file() && Path::new(BINARY).is_file(), "a refused removal removed files");
+    // Stopping the socket under such a kubelet: its unit's ExecStopPre warns in the log.
+    let unit = std::fs::read_to_string(SOCKET).expect("the socket unit");
+    let stop_check = field(&unit, "ExecStopPre", "=").expect("the socket unit checks for a kubelet as it stops");
+    let mut words = stop_check.trim_start_matches('-').split(' ');
+    let stop = Command::new(words.next().expect("a program")).args(words).output().expect("the stop check runs");
+    assert!(stop.status.success(), "a stop check must never hold the stop:\n{}", said(&stop));
+    let warning = String::from_utf8_lossy(&stop.stderr);
+    assert!(
+        warning.contains("WARNING: cri-imaged.socket is stopping while the kubelet's image service is this socket")
+            && warning.contains(&kubelet_config.display().to_string()),
+        "no warning naming the kubelet's config:\n{warning}"
+    );
     std::fs::write(&kubelet_config, "kind: KubeletConfiguration\n").expect("the kubelet's config, rolled back");
     drop(kubelet);
     let kubelet = fake_kubelet(&["--config", kubelet_config.to_str().expect("utf-8 path")]);

@@ -1,6 +1,6 @@
-//! The shape of `src/`, as the README's layout section draws it: the crate's top modules import
-//! one another without a circle, nothing below the composition root (`daemon`) imports it, only
-//! the composition root imports the metrics aggregate (each concern's metrics use the
+//! The shape of `src/`, as the book's layout chapter (docs/contributing/layout.md) draws it: the
+//! crate's top modules import one another without a circle, nothing below the composition root
+//! (`daemon`) imports it, only the composition root imports the metrics aggregate (each concern's metrics use the
 //! `metric_labels` leaf), no two files of `src/` import each other (nor through others), and no
 //! source file grows past what reads in one sitting.
 //!

@@ -125,8 +125,8 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, MetricsSe
 /// Serves `GET /metrics`, and the kubelet's probes, until `shutdown` completes: `/readyz` is 200
 /// while the image service is SERVING (the runtime answers), else 503 saying why; `/livez` is 200
 /// while the daemon serves, unless the runtime has been unreachable for the limit given with
-/// `readiness` (then 503 saying why). The kubelet makes these requests itself, so they answer whatever the
-/// runtime does, where an exec probe would go through the runtime.
+/// `readiness` (then 503 saying why). The kubelet makes these requests itself, so they answer
+/// whatever the runtime does, where an exec probe would go through the runtime.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,

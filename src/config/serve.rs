@@ -150,6 +150,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub health_probe_timeout: Duration,
 
+    /// `/livez` on --metrics-listen answers 503 once the runtime has been unreachable this long;
+    /// 0s (the default) keeps it 200 whatever the runtime does. For a runtime socket mounted as a
+    /// file (the DaemonSet): a restarted runtime makes a new socket, which only a new container
+    /// reaches, so the kubelet's liveness probe should restart this one.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration_or_zero, allow_hyphen_values = true)]
+    pub liveness_runtime_timeout: Duration,
+
     /// Pull one image at a time, as the kubelet's --serialize-image-pulls (its default). Defaults
     /// to false here: pulls run in parallel up to --max-parallel-image-pulls, cheaper ones first.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]

@@ -301,8 +301,11 @@ impl ImageRuntime for CriClient {
 /// Capacity and available bytes of the filesystem at `mountpoint`, as cadvisor reads them for the
 /// kubelet: blocks and blocks available to unprivileged users, times the fragment size.
 fn statvfs(mountpoint: PathBuf) -> Result<ImageFsUsage, RuntimeError> {
-    let stat = rustix::fs::statvfs(&mountpoint)
-        .map_err(|error| RuntimeError::ImageFs(format!("statvfs {}: {error}", mountpoint.display())))?;
+    let stat = rustix::fs::statvfs(&mountpoint).map_err(|error| {
+        // In a container (the DaemonSet) the runtime's directories are not mounted.
+        let hint = if error == rustix::io::Errno::NOENT { ": this daemon does not see that path" } else { "" };
+        RuntimeError::ImageFs(format!("statvfs {}: {error}{hint}", mountpoint.display()))
+    })?;
     Ok(ImageFsUsage {
         capacity: stat.f_blocks.saturating_mul(stat.f_frsize),
         available: stat.f_bavail.saturating_mul(stat.f_frsize),
@@ -340,6 +343,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let usage = statvfs(dir.path().to_owned()).expect("statvfs");
         assert!(usage.capacity > 0 && usage.available <= usage.capacity, "{usage:?}");
-        assert!(matches!(statvfs(dir.path().join("absent")), Err(RuntimeError::ImageFs(_))));
+        let absent = statvfs(dir.path().join("absent"));
+        assert!(
+            matches!(&absent, Err(RuntimeError::ImageFs(why)) if why.ends_with("this daemon does not see that path")),
+            "{absent:?}"
+        );
     }
 }

@@ -34,10 +34,11 @@ pub async fn probe_runtime<R: ImageRuntime>(
         }
         let result = probe_within(&*runtime, timeout).await;
         let status = if result.is_ok() { ServingStatus::Serving } else { ServingStatus::NotServing };
-        readiness.set(match &result {
+        let health = match &result {
             Ok(()) => Health::Serving,
             Err(error) => Health::NotServing(format!("the container runtime is unreachable: {error}")),
-        });
+        };
+        readiness.set(health, tokio::time::Instant::now());
         if last != Some(status) {
             match &result {
                 Ok(()) => tracing::info!("container runtime is reachable; image service SERVING"),

@@ -168,6 +168,8 @@ pub struct ServeOptions {
     pub health_probe_interval: Duration,
     /// How long one health probe may take before the runtime counts as unreachable.
     pub health_probe_timeout: Duration,
+    /// `/livez` fails once the runtime has been unreachable this long (`None`: never).
+    pub liveness_runtime_timeout: Option<Duration>,
     /// What one client may take: connections, streams, time.
     pub limits: ServeLimits,
     /// Who may do what (`--role`, `--default-role`), fixed at start.

@@ -5,6 +5,7 @@ pub mod accounts;
 pub mod clients;
 pub mod containers;
 pub mod cosign;
+pub mod daemonset;
 pub mod delay_line;
 pub mod fake_events;
 pub mod fake_runtime;
@@ -96,6 +97,7 @@ impl InProcessDaemon {
                 drain_timeout: Duration::from_secs(5),
                 health_probe_interval: Duration::from_millis(50),
                 health_probe_timeout: Duration::from_millis(500),
+                liveness_runtime_timeout: None,
                 limits: cri_imaged::server::ServeLimits::default(),
                 access: Arc::default(),
             },

@@ -52,7 +52,7 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 pub enum StoreWatchError {
     #[error("cannot watch {}: {source}", .path.display())]
     Watch { path: PathBuf, source: io::Error },
-    #[error("{} holds no regular file {IMAGES_JSON}: no containers/storage image store", .0.display())]
+    #[error("{} holds no regular file {IMAGES_JSON} or {IMAGES_LOCK}: no containers/storage image store", .0.display())]
     NotAStore(PathBuf),
     #[error("the inotify queue overflowed: changes were lost")]
     Overflow,
@@ -91,10 +91,13 @@ pub fn classify(flags: ReadFlags, name: Option<&CStr>) -> Seen {
     if ours && flags.intersects(changes) { Seen::Changed } else { Seen::Nothing }
 }
 
-/// Whether `dir` holds a containers/storage image store: a regular `images.json` (not followed
-/// if a link; never read).
+/// Whether `dir` holds a containers/storage image store: a regular `images.json` or
+/// `images.lock` (not followed if a link; never read). The lock is created when the store is
+/// opened, `images.json` only at the first pull, so a fresh CRI-O's store holds the lock alone.
 pub fn holds_store(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir.join(IMAGES_JSON)).is_ok_and(|meta| meta.file_type().is_file())
+    [IMAGES_JSON, IMAGES_LOCK]
+        .iter()
+        .any(|name| std::fs::symlink_metadata(dir.join(name)).is_ok_and(|meta| meta.file_type().is_file()))
 }
 
 /// An inotify watch on an image store's directory.

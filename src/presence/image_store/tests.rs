@@ -53,11 +53,26 @@ async fn a_rewrite_is_queued_by_the_time_the_rename_returns() {
 }
 
 #[tokio::test]
-async fn a_directory_without_images_json_is_no_store() {
+async fn a_directory_without_images_json_or_its_lock_is_no_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     assert!(matches!(StoreWatch::open(dir.path()), Err(StoreWatchError::NotAStore(_))));
     std::os::unix::fs::symlink("/etc/hostname", dir.path().join(IMAGES_JSON)).expect("a link");
+    std::os::unix::fs::symlink("/etc/hostname", dir.path().join(IMAGES_LOCK)).expect("a link");
     assert!(!holds_store(dir.path()), "a link is not followed");
+}
+
+/// A fresh CRI-O (1.34) has opened its store, which creates `images.lock`, but has pulled
+/// nothing, so there is no `images.json` yet: the store is watched all the same, and the first
+/// pull's `images.json` is a change.
+#[tokio::test]
+async fn a_fresh_store_holding_only_its_lock_is_watched_and_its_first_pull_seen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(IMAGES_LOCK), "").expect("images.lock");
+    assert!(holds_store(dir.path()));
+    let watch = StoreWatch::open(dir.path()).expect("watched");
+    assert!(!watch.drain().expect("drained"), "nothing changed yet");
+    rewrite(dir.path());
+    assert!(watch.drain().expect("drained"), "the first images.json is seen");
 }
 
 /// Queues more events than the kernel keeps, without reading any.

@@ -7,18 +7,19 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
+use cri_imaged::{api::PullPolicy, presence::DEFAULT_MAX_STALENESS};
 use cri_imaged::{
     api::{GetStatusRequest, image_manager_client::ImageManagerClient},
     cri::{
         ImageSpec, RemoveImageRequest, VersionRequest, image_service_client::ImageServiceClient,
         runtime_service_client::RuntimeServiceClient,
     },
-    runtime::{CriClient, ImageRuntime, RuntimeEndpoint},
+    runtime::{CriClient, ImageRuntime, PullSpec, RuntimeEndpoint},
 };
 use tokio::time::Instant;
 
 use crate::{
-    Bench, Daemon, Findings, PresenceCall,
+    Bench, Daemon, Findings, PresenceCall, ensure, ensure_request,
     events::median,
     registries::{answered, ensure_within},
     report::{self, Table, Verdict},
@@ -87,6 +88,7 @@ pub async fn run(bench: &Bench, findings: &mut Findings) {
     let runtime = Runtime { socket, direct };
     progress!("CRI-O section: {} {} at {endpoint}", version.runtime_name, version.runtime_version);
     presence(bench, &runtime, &format!("{} {}", version.runtime_name, version.runtime_version), findings).await;
+    staleness(bench, &runtime, findings).await;
     hung_registry(bench, &runtime, findings).await;
 }
 
@@ -143,7 +145,7 @@ async fn presence(bench: &Bench, runtime: &Runtime, version: &str, findings: &mu
     let daemon = runtime.daemon(bench, "crio-presence", &[]).await;
     // What CRI-O users had before the store watcher: every check asks the runtime.
     let uncached = runtime.daemon(bench, "crio-uncached", &["--presence-cache=false"]).await;
-    crate::ensure(&daemon.client, &image, "warm-up").await.expect("the present image is pulled through cri-imaged");
+    ensure(&daemon.client, &image, "warm-up").await.expect("the present image is pulled through cri-imaged");
     let signal = presence_signal(&daemon.client).await;
     let watched = signal.starts_with("image store");
     findings.verdicts.push(Verdict {
@@ -206,6 +208,79 @@ async fn presence(bench: &Bench, runtime: &Runtime, version: &str, findings: &mu
     let hits = daemon.metric("cri_imaged_presence_cache_hits_total") - hits_before;
     let barriers = daemon.metric("cri_imaged_presence_cache_barriers_total");
     progress!("  CRI-O presence: {hits} answers from memory, {barriers} barriers (inotify queue read dry)");
+    findings.tables.push(table);
+}
+
+/// The staleness contract on the image store: removals on the runtime behind cri-imaged's back,
+/// then EnsureImageExists(Never) until it answers absent; how long after each removal the image
+/// was still called present, at the default `--presence-cache-max-staleness` and at `0s`.
+async fn staleness(bench: &Bench, runtime: &Runtime, findings: &mut Findings) {
+    let name = "crio/removed:v1";
+    bench.stack.seed(name, "removed behind cri-imaged's back on CRI-O");
+    let image = bench.stack.image(name);
+    let spec = || ImageSpec { image: image.clone(), ..Default::default() };
+    let removals = bench.sizes.removals;
+    progress!("  CRI-O staleness: {removals} removals behind the daemon's back per setting");
+    let mut table = Table::new(
+        "CRI-O: removals behind cri-imaged's back (on CRI-O directly), then EnsureImageExists(Never) until absent",
+        &[
+            "--presence-cache-max-staleness",
+            "removals",
+            "removals answered present after",
+            "stale answers",
+            "window max",
+            "target",
+        ],
+    );
+    for (setting, limit) in
+        [(format!("{}ms", DEFAULT_MAX_STALENESS.as_millis()), DEFAULT_MAX_STALENESS), ("0s".to_owned(), Duration::ZERO)]
+    {
+        let flag = format!("--presence-cache-max-staleness={setting}");
+        let daemon = runtime.daemon(bench, &format!("crio-staleness-{setting}"), &[flag.as_str()]).await;
+        let mut client = daemon.client.clone();
+        let mut images = runtime.images();
+        let (mut longest, mut stale_removals, mut stale_answers) = (Duration::ZERO, 0usize, 0usize);
+        for _ in 0..removals {
+            runtime.direct.pull_image(PullSpec { image: spec(), ..Default::default() }).await.expect("CRI-O pulls");
+            for _ in 0..2 {
+                ensure(&client, &image, "staleness").await.expect("present");
+            }
+            images.remove_image(RemoveImageRequest { image: Some(spec()) }).await.expect("CRI-O removes");
+            let removed = Instant::now();
+            let mut window = None;
+            for _ in 0..100_000 {
+                let asked = removed.elapsed();
+                let mut never = ensure_request(&image, "staleness");
+                never.pull_policy = PullPolicy::Never as i32;
+                if client.ensure_image_exists(never).await.is_err() {
+                    break;
+                }
+                stale_answers += 1;
+                window = Some(asked);
+            }
+            if let Some(window) = window {
+                stale_removals += 1;
+                longest = longest.max(window);
+            }
+        }
+        let met = if limit.is_zero() { stale_answers == 0 } else { longest <= limit };
+        let target =
+            if limit.is_zero() { "no stale answer".to_owned() } else { format!("≤ {}", report::duration(limit)) };
+        table.row(vec![
+            setting.clone(),
+            removals.to_string(),
+            stale_removals.to_string(),
+            stale_answers.to_string(),
+            report::duration(longest),
+            target.clone(),
+        ]);
+        findings.verdicts.push(Verdict {
+            what: format!("CRI-O: longest a removal behind cri-imaged's back was answered present ({flag})"),
+            target,
+            measured: format!("{} ({stale_answers} stale answers)", report::duration(longest)),
+            met,
+        });
+    }
     findings.tables.push(table);
 }
 

@@ -46,7 +46,10 @@ SMOKE_TESTS := --test e2e_containerd --test presence_cache --test pull_progress 
 # cri-imaged against containerd directly, on a release build, a real containerd and a loopback
 # registry (root). Prints the tables and writes bench/daemon_vs_runtime.md in cargo's target dir
 # (target/ unless CARGO_TARGET_DIR says otherwise); BENCH_ARGS passes flags, e.g.
-# BENCH_ARGS="--only presence".
+# BENCH_ARGS="--only presence". The crio section measures cri-imaged in front of a CRI-O that is
+# already running (none is installable here), named with --crio-endpoint, e.g.
+# BENCH_ARGS="--only crio --crio-endpoint unix:///run/crio/crio.sock"; without one it says it is
+# skipped (see BENCHMARKS.md, CRI-O).
 bench: deps
 	cargo bench --bench daemon_vs_runtime -- $(BENCH_ARGS)
 

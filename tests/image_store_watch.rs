@@ -124,6 +124,20 @@ async fn a_watch_on_a_real_store_has_each_change_queued_by_the_time_the_tool_ret
     }
 }
 
+/// Reading the store takes its lock (containers/storage opens `images.lock` read-write and closes
+/// it unwritten, as CRI-O does at every ImageStatus): no change, or the cache would be emptied at
+/// every runtime call; a change after the reads is still seen.
+#[tokio::test]
+async fn readers_of_a_real_store_change_nothing() {
+    let store = Store::new();
+    let watch = StoreWatch::open(&store.images_dir()).expect("the store is watched");
+    store.buildah(&["images"]);
+    store.buildah(&["inspect", "--type", "image", IMAGE]);
+    assert!(!watch.drain().expect("read"), "reads are no change");
+    store.buildah(&["tag", IMAGE, "localhost/store-watch:4"]);
+    assert!(watch.drain().expect("read"), "a tag after them is seen");
+}
+
 /// A daemon over a runtime without image events (as CRI-O) whose ImageFsInfo names the store.
 async fn daemon_over(store: &Store, flags: &[&str]) -> (FakeRuntime, DaemonProcess, u16, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");

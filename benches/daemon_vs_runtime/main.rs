@@ -40,6 +40,7 @@ mod support;
 mod cold_node;
 mod credentials;
 mod cri;
+mod crio;
 mod events;
 mod gc;
 mod hostile;
@@ -112,6 +113,10 @@ struct Args {
     /// Extra flags for every cri-imaged started, e.g. --daemon-flag=--worker-threads=2.
     #[arg(long = "daemon-flag", value_name = "FLAG", allow_hyphen_values = true)]
     daemon_flags: Vec<String>,
+    /// An external CRI runtime (CRI-O) for the `crio` section, e.g. unix:///run/crio/crio.sock;
+    /// without it that section is skipped, saying so.
+    #[arg(long, value_name = "ENDPOINT")]
+    crio_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -133,6 +138,8 @@ enum Section {
     Signatures,
     SignedLink,
     ColdNode,
+    /// cri-imaged in front of `--crio-endpoint` (not started here).
+    Crio,
 }
 
 /// How much of everything to do.
@@ -196,12 +203,13 @@ fn main() -> ExitCode {
             Section::PrePulls,
             Section::SignedLink,
             Section::ColdNode,
+            Section::Crio,
         ]
     } else {
         args.only.clone()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    let Some(report) = runtime.block_on(run(sizes, &sections, &args.daemon_flags)) else {
+    let Some(report) = runtime.block_on(run(sizes, &sections, &args.daemon_flags, args.crio_endpoint.clone())) else {
         return ExitCode::SUCCESS;
     };
     let out = args.out.unwrap_or_else(|| target_dir().join("bench").join(report_name));
@@ -264,6 +272,8 @@ struct Bench {
     /// containerd, called directly with the project's own CRI client.
     direct: Arc<CriClient>,
     daemon_flags: Vec<String>,
+    /// The external CRI runtime of the `crio` section, if one was named.
+    crio_endpoint: Option<String>,
 }
 
 /// What the sections found so far.
@@ -273,13 +283,18 @@ struct Findings {
     verdicts: Vec<Verdict>,
 }
 
-async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String]) -> Option<String> {
+async fn run(
+    sizes: &'static Sizes,
+    sections: &[Section],
+    daemon_flags: &[String],
+    crio_endpoint: Option<String>,
+) -> Option<String> {
     let stack = LocalStack::start()?;
     let work = tempfile::Builder::new().prefix("cri-bench").tempdir_in("/tmp").expect("work dir");
     let images = Images::seed(&stack, sizes);
     let endpoint = RuntimeEndpoint::parse(&stack.containerd_socket.to_string_lossy()).expect("containerd socket");
     let direct = Arc::new(CriClient::new(&endpoint, Duration::from_secs(120)));
-    let bench = Bench { stack, work, images, sizes, direct, daemon_flags: daemon_flags.to_vec() };
+    let bench = Bench { stack, work, images, sizes, direct, daemon_flags: daemon_flags.to_vec(), crio_endpoint };
     let mut findings = Findings {
         tables: Vec::new(),
         memory: Table::new("Memory of the daemon", &["when", "resident", "peak resident", "target"]),
@@ -353,6 +368,9 @@ async fn run(sizes: &'static Sizes, sections: &[Section], daemon_flags: &[String
     if sections.contains(&Section::ColdNode) {
         cold_node::run(&bench, &mut findings).await;
     }
+    if sections.contains(&Section::Crio) {
+        crio::run(&bench, &mut findings).await;
+    }
     let Findings { mut tables, memory, verdicts } = findings;
     tables.push(memory);
     Some(report::render(&machine(), &tables, &verdicts))
@@ -420,9 +438,14 @@ async fn herds(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
 impl Bench {
     /// `cri-imaged serve` on `socket`, logging as under systemd, not yet waited for.
     fn spawn_daemon(&self, socket: &Path, flags: &[&str]) -> DaemonProcess {
+        self.spawn_daemon_on(socket, &self.stack.containerd_socket, flags)
+    }
+
+    /// As [`Bench::spawn_daemon`], in front of the runtime on `runtime_socket`.
+    fn spawn_daemon_on(&self, socket: &Path, runtime_socket: &Path, flags: &[&str]) -> DaemonProcess {
         let mut flags = flags.to_vec();
         flags.extend(self.daemon_flags.iter().map(String::as_str));
-        DaemonProcess::spawn_logging(socket, &self.stack.containerd_socket, &flags, DAEMON_LOG)
+        DaemonProcess::spawn_logging(socket, runtime_socket, &flags, DAEMON_LOG)
     }
 }
 
@@ -448,10 +471,23 @@ impl Daemon {
 
     /// As [`Daemon::start`], on `socket` (its root dir, `root`, beside it).
     async fn start_at(bench: &Bench, socket: &Path, extra: &[&str]) -> Self {
+        Self::start_at_on(bench, socket, &bench.stack.containerd_socket, extra).await
+    }
+
+    /// As [`Daemon::start`], in front of the runtime on `runtime_socket` instead of the stack's
+    /// containerd.
+    async fn start_on(bench: &Bench, name: &str, runtime_socket: &Path, extra: &[&str]) -> Self {
+        let root = bench.work.path().join(format!("{name}-root"));
+        let mut extra = extra.to_vec();
+        extra.extend(["--root-dir", root.to_str().expect("utf-8 path")]);
+        Self::start_at_on(bench, &bench.work.path().join(format!("{name}.sock")), runtime_socket, &extra).await
+    }
+
+    async fn start_at_on(bench: &Bench, socket: &Path, runtime_socket: &Path, extra: &[&str]) -> Self {
         let (metrics_port, metrics_listen) = metrics_listen();
         let mut flags = vec!["--metrics-listen", &metrics_listen];
         flags.extend_from_slice(extra);
-        let process = bench.spawn_daemon(socket, &flags);
+        let process = bench.spawn_daemon_on(socket, runtime_socket, &flags);
         process.wait_until_serving().await;
         let client = ImageManagerClient::new(unix_channel(socket));
         Self { process, metrics_port, client }

@@ -226,7 +226,7 @@ impl Side<'_> {
 
 /// EnsureImageExists for `image` by pod `pod` with a deadline of `deadline` (sent as
 /// grpc-timeout, and enforced here too): the time to its answer and the answer.
-fn ensure_within(
+pub(crate) fn ensure_within(
     client: &ImageManagerClient<Channel>,
     image: &str,
     pod: &str,
@@ -247,7 +247,7 @@ fn ensure_within(
 }
 
 /// Whether `answer` is a real answer, not the deadline running out.
-fn answered(answer: &Result<(), tonic::Status>) -> bool {
+pub(crate) fn answered(answer: &Result<(), tonic::Status>) -> bool {
     !matches!(answer, Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled))
 }
 

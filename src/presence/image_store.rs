@@ -2,8 +2,11 @@
 //! on a runtime without containerd's event service.
 //!
 //! CRI-O keeps images in a containers/storage store, which writes a new `images.json` and renames
-//! it over the old one (under `images.lock`) at every pull, tag and removal. Any event on either
-//! name forgets everything; the files are never read. The kernel queues the event inside the
+//! it over the old one, then records the write in `images.lock` (a `pwrite`), at every pull, tag
+//! and removal. Either forgets everything; the files are never read. Every reader of the store
+//! (each ImageStatus, ListImages, ours and the kubelet's) opens the lock read-write and closes it
+//! unwritten, so a close of the lock (`IN_CLOSE_WRITE`) is no change: taken as one, every
+//! runtime call emptied the cache and presence on CRI-O was no faster than asking. The kernel queues the event inside the
 //! rename, before the runtime answers the call that made it, so reading the queue dry is a
 //! barrier: every change that had returned when the read began has been applied, and the cache
 //! is current as of that moment (see [`super`]: `max_staleness` means the same as with containerd,
@@ -34,6 +37,7 @@ const IMAGES_LOCK: &str = "images.lock";
 /// What is asked of the kernel: the two names created, written, renamed or deleted, and the
 /// directory itself going away (`IN_IGNORED`, `IN_UNMOUNT` and `IN_Q_OVERFLOW` come unasked).
 const WATCHED: WatchFlags = WatchFlags::CLOSE_WRITE
+    .union(WatchFlags::MODIFY)
     .union(WatchFlags::MOVED_TO)
     .union(WatchFlags::MOVED_FROM)
     .union(WatchFlags::CREATE)
@@ -52,7 +56,7 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 pub enum StoreWatchError {
     #[error("cannot watch {}: {source}", .path.display())]
     Watch { path: PathBuf, source: io::Error },
-    #[error("{} holds no regular file {IMAGES_JSON}: no containers/storage image store", .0.display())]
+    #[error("{} holds no regular file {IMAGES_JSON} or {IMAGES_LOCK}: no containers/storage image store", .0.display())]
     NotAStore(PathBuf),
     #[error("the inotify queue overflowed: changes were lost")]
     Overflow,
@@ -84,17 +88,23 @@ pub fn classify(flags: ReadFlags, name: Option<&CStr>) -> Seen {
     if flags.intersects(gone) {
         return Seen::Lost;
     }
-    let changes =
-        ReadFlags::CLOSE_WRITE | ReadFlags::MOVED_TO | ReadFlags::MOVED_FROM | ReadFlags::CREATE | ReadFlags::DELETE;
-    let ours =
-        name.is_some_and(|name| [IMAGES_JSON, IMAGES_LOCK].iter().any(|ours| name.to_bytes() == ours.as_bytes()));
-    if ours && flags.intersects(changes) { Seen::Changed } else { Seen::Nothing }
+    let replaced = ReadFlags::MOVED_TO | ReadFlags::MOVED_FROM | ReadFlags::CREATE | ReadFlags::DELETE;
+    let changes = match name.map(CStr::to_bytes) {
+        Some(name) if name == IMAGES_JSON.as_bytes() => replaced | ReadFlags::MODIFY | ReadFlags::CLOSE_WRITE,
+        // Written only to record a change; opened and closed unwritten by every reader.
+        Some(name) if name == IMAGES_LOCK.as_bytes() => replaced | ReadFlags::MODIFY,
+        _ => return Seen::Nothing,
+    };
+    if flags.intersects(changes) { Seen::Changed } else { Seen::Nothing }
 }
 
-/// Whether `dir` holds a containers/storage image store: a regular `images.json` (not followed
-/// if a link; never read).
+/// Whether `dir` holds a containers/storage image store: a regular `images.json` or
+/// `images.lock` (not followed if a link; never read). The lock is created when the store is
+/// opened, `images.json` only at the first pull, so a fresh CRI-O's store holds the lock alone.
 pub fn holds_store(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir.join(IMAGES_JSON)).is_ok_and(|meta| meta.file_type().is_file())
+    [IMAGES_JSON, IMAGES_LOCK]
+        .iter()
+        .any(|name| std::fs::symlink_metadata(dir.join(name)).is_ok_and(|meta| meta.file_type().is_file()))
 }
 
 /// An inotify watch on an image store's directory.

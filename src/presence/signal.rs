@@ -1,7 +1,8 @@
 //! Which change signal keeps the presence cache current: containerd's image events where the
 //! runtime has them; else CRI-O's image store under inotify, in the directory the runtime's
-//! ImageFsInfo names when it holds an `images.json`, or else `--image-store-path`; else none, and
-//! every presence check asks the runtime, as the kubelet does.
+//! ImageFsInfo names when it holds an `images.json` or `images.lock`, or else
+//! `--image-store-path`; else none, and every presence check asks the runtime, as the kubelet
+//! does.
 
 use std::{path::PathBuf, sync::Arc};
 

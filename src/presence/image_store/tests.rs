@@ -27,7 +27,8 @@ fn present(id: &str) -> PresentImage {
 fn only_the_store_files_and_the_directory_itself_matter() {
     let name = |text: &'static [u8]| Some(CStr::from_bytes_with_nul(text).expect("a C string"));
     assert_eq!(classify(ReadFlags::MOVED_TO, name(b"images.json\0")), Seen::Changed);
-    assert_eq!(classify(ReadFlags::CLOSE_WRITE, name(b"images.lock\0")), Seen::Changed);
+    assert_eq!(classify(ReadFlags::MODIFY, name(b"images.lock\0")), Seen::Changed);
+    assert_eq!(classify(ReadFlags::CLOSE_WRITE, name(b"images.lock\0")), Seen::Nothing, "a reader's unlock");
     assert_eq!(classify(ReadFlags::DELETE, name(b"images.json\0")), Seen::Changed);
     assert_eq!(classify(ReadFlags::CLOSE_WRITE, name(b".tmp-images.json42\0")), Seen::Nothing);
     assert_eq!(classify(ReadFlags::CREATE | ReadFlags::ISDIR, name(b"0123abcd\0")), Seen::Nothing);
@@ -53,11 +54,43 @@ async fn a_rewrite_is_queued_by_the_time_the_rename_returns() {
 }
 
 #[tokio::test]
-async fn a_directory_without_images_json_is_no_store() {
+async fn a_directory_without_images_json_or_its_lock_is_no_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     assert!(matches!(StoreWatch::open(dir.path()), Err(StoreWatchError::NotAStore(_))));
     std::os::unix::fs::symlink("/etc/hostname", dir.path().join(IMAGES_JSON)).expect("a link");
+    std::os::unix::fs::symlink("/etc/hostname", dir.path().join(IMAGES_LOCK)).expect("a link");
     assert!(!holds_store(dir.path()), "a link is not followed");
+}
+
+/// containers/storage's lock as CRI-O 1.34 uses it: every reader opens `images.lock` read-write
+/// to lock it and closes it unwritten; a writer records its change with a `pwrite` into it.
+#[tokio::test]
+async fn a_reader_closing_the_lock_is_no_change_a_writer_recording_one_is() {
+    use std::os::unix::fs::FileExt;
+    let dir = store();
+    std::fs::write(dir.path().join(IMAGES_LOCK), "").expect("images.lock");
+    let watch = StoreWatch::open(dir.path()).expect("watched");
+    let lock = || std::fs::OpenOptions::new().read(true).write(true).open(dir.path().join(IMAGES_LOCK));
+    for _ in 0..3 {
+        drop(lock().expect("the lock opened read-write"));
+    }
+    assert!(!watch.drain().expect("drained"), "readers changed nothing");
+    lock().expect("the lock opened read-write").write_at(b"0123456789abcdef", 0).expect("the write recorded");
+    assert!(watch.drain().expect("drained"), "the recorded write is a change");
+}
+
+/// A fresh CRI-O (1.34) has opened its store, which creates `images.lock`, but has pulled
+/// nothing, so there is no `images.json` yet: the store is watched all the same, and the first
+/// pull's `images.json` is a change.
+#[tokio::test]
+async fn a_fresh_store_holding_only_its_lock_is_watched_and_its_first_pull_seen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(IMAGES_LOCK), "").expect("images.lock");
+    assert!(holds_store(dir.path()));
+    let watch = StoreWatch::open(dir.path()).expect("watched");
+    assert!(!watch.drain().expect("drained"), "nothing changed yet");
+    rewrite(dir.path());
+    assert!(watch.drain().expect("drained"), "the first images.json is seen");
 }
 
 /// Queues more events than the kernel keeps, without reading any.

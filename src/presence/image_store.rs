@@ -5,13 +5,13 @@
 //! it over the old one, then records the write in `images.lock` (a `pwrite`), at every pull, tag
 //! and removal. Either forgets everything; the files are never read. Every reader of the store
 //! (each ImageStatus, ListImages, ours and the kubelet's) opens the lock read-write and closes it
-//! unwritten, so a close of the lock (`IN_CLOSE_WRITE`) is no change: taken as one, every
-//! runtime call emptied the cache and presence on CRI-O was no faster than asking. The kernel queues the event inside the
-//! rename, before the runtime answers the call that made it, so reading the queue dry is a
-//! barrier: every change that had returned when the read began has been applied, and the cache
-//! is current as of that moment (see [`super`]: `max_staleness` means the same as with containerd,
-//! and the proof needs no round trip). A full queue (`IN_Q_OVERFLOW`) or a lost watch (the
-//! directory deleted, moved or unmounted) forgets everything and stops remembering until the
+//! unwritten, so a close of the lock (`IN_CLOSE_WRITE`) is no change: taken as one, every runtime
+//! call emptied the cache and presence on CRI-O was no faster than asking. The kernel queues the
+//! event inside the rename, before the runtime answers the call that made it, so reading the queue
+//! dry is a barrier: every change that had returned when the read began has been applied, and the
+//! cache is current as of that moment (see [`super`]: `max_staleness` means the same as with
+//! containerd, and the proof needs no round trip). A full queue (`IN_Q_OVERFLOW`) or a lost watch
+//! (the directory deleted, moved or unmounted) forgets everything and stops remembering until the
 //! watch is set up again.
 
 use std::{

@@ -21,13 +21,15 @@ deps-rehearsal:
 # The bench runs last with tiny sizes (a debug build), so that `make bench` keeps working; its
 # figures mean nothing, so it prints one line with where its report is (in cargo's target dir).
 # Then the runtime sets, on the containerds install-deps puts beside Debian's 1.6: every integration
-# test again on 2.x, and a smoke set on 1.7 (pull, presence by events, progress, GC, conformance,
-# pinned images, image refs, newer kubelets' calls).
+# test again on 2.x but those that never start a containerd (NO_RUNTIME_TESTS: the package, abuse
+# on a fake runtime, the docs, the layering, flags, config files, hostile files), and a smoke set
+# on 1.7 (pull, presence by events, progress, GC, conformance, pinned images, image refs, newer
+# kubelets' calls).
 test: deps
 	@status=0; \
 	if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --no-fail-fast || status=1; \
-		CONTAINERD_BIN=$(CONTAINERD_2) cargo nextest run --no-fail-fast -E 'kind(test)' || status=1; \
+		CONTAINERD_BIN=$(CONTAINERD_2) cargo nextest run --no-fail-fast -E 'kind(test) $(NO_RUNTIME_FILTER)' || status=1; \
 		CONTAINERD_BIN=$(CONTAINERD_1_7) cargo nextest run --no-fail-fast $(SMOKE_TESTS) || status=1; \
 	else \
 		cargo test --no-fail-fast || status=1; \
@@ -36,6 +38,10 @@ test: deps
 	fi; \
 	exit $$status
 	cargo test --bench daemon_vs_runtime
+
+# Integration tests that start no containerd (a fake runtime or none): run once, not per runtime.
+NO_RUNTIME_TESTS := deb_package abuse docs_reference layering starter_policies flags hostile_files config_file cli_escapes root_lock
+NO_RUNTIME_FILTER := $(foreach test,$(NO_RUNTIME_TESTS),- binary($(test)))
 
 # containerd 1.7 (Debian trixie) and 2.x (sid), extracted by scripts/install-deps.sh.
 CONTAINERD_1_7 := /opt/cri-imaged-test/containerd-trixie/usr/bin/containerd
@@ -95,7 +101,7 @@ image:
 
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer, AddressSanitizer; see FUZZING.md): every target
 # to FUZZ_RUNS executions (10,000,000 unless set), one after another; fuzz-smoke runs each for
-# FUZZ_SMOKE_SECONDS (30) instead, as CI does. Both build under fuzz/target, apart from the main
+# FUZZ_SMOKE_SECONDS (15) instead, as CI does. Both build under fuzz/target, apart from the main
 # build, and fail on any crash, panic, timeout or leak (the input is kept in fuzz/artifacts/).
 .PHONY: fuzz fuzz-smoke
 fuzz: deps

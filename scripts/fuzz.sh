@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh [--smoke] [TARGET...]     every target when none is named
 #
 # Long run (make fuzz): each target to FUZZ_RUNS executions (default 10,000,000).
-# Smoke run (make fuzz-smoke, CI): each target for FUZZ_SMOKE_SECONDS (default 30).
+# Smoke run (make fuzz-smoke, CI): each target for FUZZ_SMOKE_SECONDS (default 15).
 # A target stops at its first crash, panic, timeout or out-of-memory, its input kept under
 # fuzz/artifacts/TARGET/; the others still run, and the script fails at the end. FUZZ_SANITIZER=none builds without AddressSanitizer; FUZZ_ARGS adds
 # libFuzzer flags; FUZZ_TARGET_DIR moves the build (default fuzz/target, apart from the main
@@ -17,7 +17,7 @@ fuzz_dir=$root/fuzz
 target_dir=${FUZZ_TARGET_DIR:-$fuzz_dir/target}
 sanitizer=${FUZZ_SANITIZER:-address}
 runs=${FUZZ_RUNS:-10000000}
-smoke_seconds=${FUZZ_SMOKE_SECONDS:-30}
+smoke_seconds=${FUZZ_SMOKE_SECONDS:-15}
 
 smoke=false
 if [ "${1:-}" = --smoke ]; then

@@ -21,9 +21,10 @@ use tokio::time::Instant;
 use crate::{
     Bench, Daemon, Findings, PresenceCall, ensure, ensure_request,
     events::median,
-    registries::{answered, ensure_within},
+    registries::{BesideHung, HungPods, beside_a_hung_registry, ensure_within},
     report::{self, Table, Verdict},
-    support::{reason, registry_faults::HungRegistry, unix_channel},
+    rows_against_direct,
+    support::{registry_faults::HungRegistry, unix_channel},
     take_turns, through_daemon,
 };
 
@@ -168,19 +169,7 @@ async fn presence(bench: &Bench, runtime: &Runtime, version: &str, findings: &mu
     );
     for &concurrency in bench.sizes.concurrencies {
         let runs = take_turns(&sides, concurrency, bench.sizes).await;
-        let direct = (runs[0].quantile_us(0.5), runs[0].requests_per_second());
-        for ((path, _), run) in sides.iter().zip(&runs) {
-            let [p50, p99, per_second] = report::latency_cells(run);
-            table.row(vec![
-                concurrency.to_string(),
-                (*path).to_owned(),
-                p50,
-                p99,
-                per_second,
-                report::ratio(run.quantile_us(0.5).into(), direct.0.into()),
-                report::ratio(run.requests_per_second(), direct.1),
-            ]);
-        }
+        let direct = rows_against_direct(&mut table, concurrency, &sides, &runs);
         let ours = &runs[1];
         if concurrency == 1 {
             let ratio = f64::from(ours.quantile_us(0.5)) / f64::from(direct.0);
@@ -309,35 +298,9 @@ async fn hung_registry(bench: &Bench, runtime: &Runtime, findings: &mut Findings
     let healthy = push("healthy-beside");
     let daemon = runtime.daemon(bench, "crio-hung", &[]).await;
     let started = Instant::now();
-    let hung_calls: Vec<_> = (0..shape.hung_pods)
-        .map(|pod| {
-            let image = hung.image(&format!("hung/app-{}:v1", pod % shape.hung_images));
-            tokio::spawn(ensure_within(&daemon.client, &image, &format!("hung-{pod}"), shape.deadline))
-        })
-        .collect();
-    tokio::time::sleep(shape.hung_first).await;
-    let healthy_calls: Vec<_> = healthy
-        .iter()
-        .enumerate()
-        .map(|(pod, image)| {
-            tokio::spawn(ensure_within(&daemon.client, image, &format!("healthy-{pod}"), shape.deadline))
-        })
-        .collect();
-    let (mut beside, mut beside_answered) = (Vec::new(), 0);
-    for call in healthy_calls {
-        let (took, answer) = call.await.expect("a healthy pod's task");
-        beside_answered += usize::from(answer.is_ok());
-        beside.push(took);
-    }
-    let (mut last_hung, mut hung_answered, mut unavailable) = (Duration::ZERO, 0, 0);
-    for call in hung_calls {
-        let (took, answer) = call.await.expect("a hung pod's task");
-        if answered(&answer) {
-            hung_answered += 1;
-            unavailable += usize::from(answer.is_err_and(|status| reason(&status) == "RegistryUnavailable"));
-        }
-        last_hung = last_hung.max(took);
-    }
+    let hung_pods = HungPods { pods: shape.hung_pods, images: shape.hung_images, first: shape.hung_first };
+    let BesideHung { beside, beside_answered, last_hung, hung_answered, unavailable } =
+        beside_a_hung_registry(&daemon.client, &hung, hung_pods, &healthy, shape.deadline).await;
     progress!("  CRI-O: hung pods answered within {}", report::duration(started.elapsed()));
     drop(daemon);
     drop(hung);

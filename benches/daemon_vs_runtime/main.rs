@@ -851,19 +851,7 @@ async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
     );
     for &concurrency in sizes.concurrencies {
         let runs = take_turns(&sides, concurrency, sizes).await;
-        let direct = (runs[0].quantile_us(0.5), runs[0].requests_per_second());
-        for ((path, _), run) in sides.iter().zip(&runs) {
-            let [p50, p99, per_second] = report::latency_cells(run);
-            table.row(vec![
-                concurrency.to_string(),
-                (*path).to_owned(),
-                p50,
-                p99,
-                per_second,
-                report::ratio(run.quantile_us(0.5).into(), direct.0.into()),
-                report::ratio(run.requests_per_second(), direct.1),
-            ]);
-        }
+        let direct = rows_against_direct(&mut table, concurrency, &sides, &runs);
         let shipped = &runs[1];
         let p50_ratio = f64::from(shipped.quantile_us(0.5)) / f64::from(direct.0);
         let rps_ratio = shipped.requests_per_second() / direct.1;
@@ -969,6 +957,30 @@ async fn staleness(bench: &Bench, findings: &mut Findings) {
 /// Runs each side in a closed loop of `concurrency` callers, taking turns: every side is warmed
 /// (connections, caches) first, then the order reverses each round (A B C C B A ...) so that
 /// drift over time falls on every side alike. Each side's run, sorted, without errors.
+/// A row per side at `concurrency` (p50, p99, req/s, and both against the first side, the runtime
+/// asked directly); the first side's p50 and req/s.
+fn rows_against_direct(
+    table: &mut report::Table,
+    concurrency: usize,
+    sides: &[(&str, PresenceCall)],
+    runs: &[Run],
+) -> (u32, f64) {
+    let direct = (runs[0].quantile_us(0.5), runs[0].requests_per_second());
+    for ((path, _), run) in sides.iter().zip(runs) {
+        let [p50, p99, per_second] = report::latency_cells(run);
+        table.row(vec![
+            concurrency.to_string(),
+            (*path).to_owned(),
+            p50,
+            p99,
+            per_second,
+            report::ratio(run.quantile_us(0.5).into(), direct.0.into()),
+            report::ratio(run.requests_per_second(), direct.1),
+        ]);
+    }
+    direct
+}
+
 async fn take_turns(sides: &[(&str, PresenceCall)], concurrency: usize, sizes: &Sizes) -> Vec<Run> {
     let mut runs: Vec<Run> = sides.iter().map(|_| Run::default()).collect();
     for (_, call) in sides {

@@ -246,6 +246,65 @@ pub(crate) fn ensure_within(
     }
 }
 
+/// Pods on a hung registry: how many, over how many images, and how long before the healthy pods
+/// beside them ask.
+pub(crate) struct HungPods {
+    pub pods: usize,
+    pub images: usize,
+    pub first: Duration,
+}
+
+/// What the healthy pods beside a hung registry's pods got, and what the hung pods got.
+pub(crate) struct BesideHung {
+    /// Each healthy pod's time to its answer, and how many were answered OK.
+    pub beside: Vec<Duration>,
+    pub beside_answered: usize,
+    /// The longest a hung pod waited, how many were answered before their deadline, and how many
+    /// of those with `RegistryUnavailable`.
+    pub last_hung: Duration,
+    pub hung_answered: usize,
+    pub unavailable: usize,
+}
+
+/// The hung registry's pods ask first; `hung.first` later the healthy pods ask for `healthy`,
+/// every call with `deadline`; waits for all their answers.
+pub(crate) async fn beside_a_hung_registry(
+    client: &ImageManagerClient<Channel>,
+    registry: &HungRegistry,
+    hung: HungPods,
+    healthy: &[String],
+    deadline: Duration,
+) -> BesideHung {
+    let hung_calls: Vec<_> = (0..hung.pods)
+        .map(|pod| {
+            let image = registry.image(&format!("hung/app-{}:v1", pod % hung.images));
+            tokio::spawn(ensure_within(client, &image, &format!("hung-{pod}"), deadline))
+        })
+        .collect();
+    tokio::time::sleep(hung.first).await;
+    let healthy_calls: Vec<_> = healthy
+        .iter()
+        .enumerate()
+        .map(|(pod, image)| tokio::spawn(ensure_within(client, image, &format!("healthy-{pod}"), deadline)))
+        .collect();
+    let (mut beside, mut beside_answered) = (Vec::new(), 0);
+    for call in healthy_calls {
+        let (took, answer) = call.await.expect("a healthy pod's task");
+        beside_answered += usize::from(answer.is_ok());
+        beside.push(took);
+    }
+    let (mut last_hung, mut hung_answered, mut unavailable) = (Duration::ZERO, 0, 0);
+    for call in hung_calls {
+        let (took, answer) = call.await.expect("a hung pod's task");
+        if answered(&answer) {
+            hung_answered += 1;
+            unavailable += usize::from(answer.is_err_and(|status| reason(&status) == "RegistryUnavailable"));
+        }
+        last_hung = last_hung.max(took);
+    }
+    BesideHung { beside, beside_answered, last_hung, hung_answered, unavailable }
+}
+
 /// Whether `answer` is a real answer, not the deadline running out.
 pub(crate) fn answered(answer: &Result<(), tonic::Status>) -> bool {
     !matches!(answer, Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled))
@@ -409,35 +468,9 @@ async fn hung_registry(side: &Side<'_>, shape: &Shape, flags: &[&str], table: &m
     side.bench.stack.route_through(hung.addr.port());
     let healthy = side.push("healthy-beside", shape.healthy_pods, shape.healthy);
     let daemon = Daemon::start(side.bench, "registries-hung", flags).await;
-    let hung_calls: Vec<_> = (0..shape.hung_pods)
-        .map(|pod| {
-            let image = hung.image(&format!("hung/app-{}:v1", pod % shape.hung_images));
-            tokio::spawn(ensure_within(&daemon.client, &image, &format!("hung-{pod}"), shape.deadline))
-        })
-        .collect();
-    tokio::time::sleep(shape.hung_first).await;
-    let healthy_calls: Vec<_> = healthy
-        .iter()
-        .enumerate()
-        .map(|(pod, image)| {
-            tokio::spawn(ensure_within(&daemon.client, image, &format!("healthy-{pod}"), shape.deadline))
-        })
-        .collect();
-    let (mut beside, mut beside_answered) = (Vec::new(), 0);
-    for call in healthy_calls {
-        let (took, answer) = call.await.expect("a healthy pod's task");
-        beside_answered += usize::from(answer.is_ok());
-        beside.push(took);
-    }
-    let (mut last_hung, mut hung_answered, mut unavailable) = (Duration::ZERO, 0, 0);
-    for call in hung_calls {
-        let (took, answer) = call.await.expect("a hung pod's task");
-        if answered(&answer) {
-            hung_answered += 1;
-            unavailable += usize::from(answer.is_err_and(|status| reason(&status) == "RegistryUnavailable"));
-        }
-        last_hung = last_hung.max(took);
-    }
+    let hung_pods = HungPods { pods: shape.hung_pods, images: shape.hung_images, first: shape.hung_first };
+    let BesideHung { beside, beside_answered, last_hung, hung_answered, unavailable } =
+        beside_a_hung_registry(&daemon.client, &hung, hung_pods, &healthy, shape.deadline).await;
     drop(daemon);
     drop(hung);
     side.remove(&healthy).await;

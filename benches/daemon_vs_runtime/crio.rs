@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use crate::{
     Bench, Daemon, Findings, PresenceCall, ensure, ensure_request,
     events::median,
-    registries::{BesideHung, HungPods, beside_a_hung_registry, ensure_within},
+    registries::{BesideHung, HungPods, beside_a_hung_registry, healthy_alone},
     report::{self, Table, Verdict},
-    rows_against_direct,
+    rows_against_direct, straight_to_runtime,
     support::{registry_faults::HungRegistry, unix_channel},
     take_turns, through_daemon,
 };
@@ -113,21 +113,6 @@ impl Runtime {
             let _ = client.remove_image(RemoveImageRequest { image: spec }).await;
         }
     }
-}
-
-/// ImageStatus of a present image straight on the runtime, with the project's CRI client.
-fn straight_to_runtime(direct: &Arc<CriClient>, image: &str) -> PresenceCall {
-    let (direct, image) = (direct.clone(), image.to_owned());
-    Arc::new(move |_| {
-        let (direct, spec) = (direct.clone(), ImageSpec { image: image.clone(), ..Default::default() });
-        Box::pin(async move {
-            match direct.image_status(spec).await {
-                Ok(Some(_)) => Ok(()),
-                Ok(None) => Err("the runtime says the image is absent".to_owned()),
-                Err(error) => Err(error.to_string()),
-            }
-        })
-    })
 }
 
 /// The change signal the daemon behind `client` keeps its presence cache with (`status`'s
@@ -308,17 +293,7 @@ async fn hung_registry(bench: &Bench, runtime: &Runtime, findings: &mut Findings
 
     let alone_images = push("healthy-alone");
     let daemon = runtime.daemon(bench, "crio-alone", &[]).await;
-    let calls: Vec<_> = alone_images
-        .iter()
-        .enumerate()
-        .map(|(pod, image)| tokio::spawn(ensure_within(&daemon.client, image, &format!("alone-{pod}"), shape.deadline)))
-        .collect();
-    let mut alone = Vec::new();
-    for call in calls {
-        let (took, answer) = call.await.expect("a healthy pod's task");
-        answer.unwrap_or_else(|status| panic!("CRI-O, the healthy pods alone: {status:?}"));
-        alone.push(took);
-    }
+    let alone = healthy_alone(&daemon.client, &alone_images, shape.deadline, "CRI-O").await;
     drop(daemon);
     runtime.remove(&alone_images).await;
 

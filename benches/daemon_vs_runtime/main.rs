@@ -657,7 +657,7 @@ async fn pull_records(bench: &Bench, findings: &mut Findings) {
         ensure(client, image, "warm-up").await.expect("the present image");
     }
     let sides: [(&str, PresenceCall); 3] = [
-        ("containerd directly", straight_to_containerd(&bench.direct, image)),
+        ("containerd directly", straight_to_runtime(&bench.direct, image)),
         ("cri-imaged, NeverVerify", through_daemon(&off.client, image)),
         ("cri-imaged, AlwaysVerify, 10,000 records", through_daemon(&always.client, image)),
     ];
@@ -804,15 +804,16 @@ async fn pull_credentials(bench: &Bench, findings: &mut Findings) {
     credentials::lookup(bench, &ALLOCATOR, &secrets, findings).await;
 }
 
-/// CRI ImageStatus for a present image, straight to containerd.
-fn straight_to_containerd(direct: &Arc<CriClient>, image: &str) -> PresenceCall {
+/// CRI ImageStatus for a present image, straight to the runtime (containerd, or the CRI-O the
+/// crio section is named), with the project's CRI client.
+fn straight_to_runtime(direct: &Arc<CriClient>, image: &str) -> PresenceCall {
     let (direct, image) = (direct.clone(), image.to_owned());
     Arc::new(move |_| {
         let (direct, spec) = (direct.clone(), ImageSpec { image: image.clone(), ..Default::default() });
         Box::pin(async move {
             match direct.image_status(spec).await {
                 Ok(Some(_)) => Ok(()),
-                Ok(None) => Err("containerd says the image is absent".to_owned()),
+                Ok(None) => Err("the runtime says the image is absent".to_owned()),
                 Err(error) => Err(error.to_string()),
             }
         })
@@ -839,7 +840,7 @@ async fn presence(bench: &Bench, daemon: &Daemon, findings: &mut Findings) {
         ensure(client, image, "warm-up").await.expect("the present image is pulled");
     }
     let sides: [(&str, PresenceCall); 5] = [
-        ("containerd directly", straight_to_containerd(&bench.direct, image)),
+        ("containerd directly", straight_to_runtime(&bench.direct, image)),
         ("cri-imaged", through_daemon(&daemon.client, image)),
         ("cri-imaged --presence-cache=false", through_daemon(&uncached.client, image)),
         ("cri-imaged --presence-cache-max-staleness=0s", through_daemon(&strict.client, image)),

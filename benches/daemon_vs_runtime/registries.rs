@@ -305,6 +305,28 @@ pub(crate) async fn beside_a_hung_registry(
     BesideHung { beside, beside_answered, last_hung, hung_answered, unavailable }
 }
 
+/// The healthy pods asking for `images` alone, at once, each with `deadline`: each one's time to
+/// its answer; any failure ends the bench, naming `what`.
+pub(crate) async fn healthy_alone(
+    client: &ImageManagerClient<Channel>,
+    images: &[String],
+    deadline: Duration,
+    what: &str,
+) -> Vec<Duration> {
+    let calls: Vec<_> = images
+        .iter()
+        .enumerate()
+        .map(|(pod, image)| tokio::spawn(ensure_within(client, image, &format!("alone-{pod}"), deadline)))
+        .collect();
+    let mut alone = Vec::new();
+    for call in calls {
+        let (took, answer) = call.await.expect("a healthy pod's task");
+        answer.unwrap_or_else(|status| panic!("{what}, the healthy pods alone: {status:?}"));
+        alone.push(took);
+    }
+    alone
+}
+
 /// Whether `answer` is a real answer, not the deadline running out.
 pub(crate) fn answered(answer: &Result<(), tonic::Status>) -> bool {
     !matches!(answer, Err(status) if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled))
@@ -477,17 +499,7 @@ async fn hung_registry(side: &Side<'_>, shape: &Shape, flags: &[&str], table: &m
 
     let alone_images = side.push("healthy-alone", shape.healthy_pods, shape.healthy);
     let daemon = Daemon::start(side.bench, "registries-alone", flags).await;
-    let calls: Vec<_> = alone_images
-        .iter()
-        .enumerate()
-        .map(|(pod, image)| tokio::spawn(ensure_within(&daemon.client, image, &format!("alone-{pod}"), shape.deadline)))
-        .collect();
-    let mut alone = Vec::new();
-    for call in calls {
-        let (took, answer) = call.await.expect("a healthy pod's task");
-        answer.unwrap_or_else(|status| panic!("row 4, the healthy pods alone: {status:?}"));
-        alone.push(took);
-    }
+    let alone = healthy_alone(&daemon.client, &alone_images, shape.deadline, "row 4").await;
     drop(daemon);
     side.remove(&alone_images).await;
 
